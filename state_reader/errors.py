@@ -1,0 +1,147 @@
+"""Exceptions raised by state_reader.
+
+Every failure is a :class:`StateReaderError`. Option and checkpoint errors carry
+the condition name of Spark's built-in reader (``STDS_*``) in ``error_class`` so a
+user switching readers recognises them; file-format errors name the file and
+what was wrong with it.
+"""
+
+from __future__ import annotations
+
+
+class StateReaderError(Exception):
+    """Base class of every error state_reader raises."""
+
+    error_class: str = "STATE_READER_ERROR"
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(f"[{self.error_class}] {message}")
+        self.message = message
+        self.path = path
+
+    def getCondition(self) -> str:  # noqa: N802 - mirrors PySparkException
+        """The error condition name, as PySpark exceptions expose it."""
+        return self.error_class
+
+
+# --- options ---------------------------------------------------------------
+
+
+class InvalidOptionError(StateReaderError):
+    """An option has a value the reader cannot accept."""
+
+    error_class = "STDS_INVALID_OPTION_VALUE.WITH_MESSAGE"
+
+
+class NegativeOptionError(InvalidOptionError):
+    """A numeric option that must be >= 0 is negative."""
+
+    error_class = "STDS_INVALID_OPTION_VALUE.IS_NEGATIVE"
+
+
+class EmptyOptionError(InvalidOptionError):
+    """A string option that must not be empty is empty."""
+
+    error_class = "STDS_INVALID_OPTION_VALUE.IS_EMPTY"
+
+
+class RequiredOptionError(StateReaderError):
+    """A required option is missing."""
+
+    error_class = "STDS_REQUIRED_OPTION_UNSPECIFIED"
+
+
+class ConflictingOptionsError(StateReaderError):
+    """Options were given together that cannot be combined."""
+
+    error_class = "STDS_CONFLICT_OPTIONS"
+
+
+class UnsupportedOptionError(StateReaderError):
+    """An option of the built-in reader that this reader does not implement yet."""
+
+    error_class = "STATE_READER_UNSUPPORTED_OPTION"
+
+
+# --- checkpoint ------------------------------------------------------------
+
+
+class CommittedBatchUnavailableError(StateReaderError):
+    """The requested batch has no commit log entry (never committed, or purged)."""
+
+    error_class = "STDS_COMMITTED_BATCH_UNAVAILABLE"
+
+
+class OffsetLogUnavailableError(StateReaderError):
+    """The offset log entry of a batch is missing."""
+
+    error_class = "STDS_OFFSET_LOG_UNAVAILABLE"
+
+
+class OffsetMetadataUnavailableError(StateReaderError):
+    """The offset log entry of a batch exists but holds no metadata line."""
+
+    error_class = "STDS_OFFSET_METADATA_LOG_UNAVAILABLE"
+
+
+class NoPartitionError(StateReaderError):
+    """An operator's state directory has no partition directories."""
+
+    error_class = "STDS_NO_PARTITION_DISCOVERED_IN_STATE_STORE"
+
+
+class SchemaReadError(StateReaderError):
+    """The key/value schema of a state store cannot be found or parsed."""
+
+    error_class = "STDS_FAILED_TO_READ_STATE_SCHEMA"
+
+
+class OperatorMetadataReadError(StateReaderError):
+    """Operator metadata (state/<op>/_metadata) cannot be parsed."""
+
+    error_class = "STDS_FAILED_TO_READ_OPERATOR_METADATA"
+
+
+class MissingStateFileError(StateReaderError):
+    """A file needed to rebuild the requested version does not exist."""
+
+    error_class = "CANNOT_LOAD_STATE_STORE.CANNOT_READ_MISSING_SNAPSHOT_FILE"
+
+
+# --- file contents ---------------------------------------------------------
+
+
+class CorruptFileError(StateReaderError):
+    """A file's bytes do not follow the format they should."""
+
+    error_class = "STATE_READER_CORRUPT_FILE"
+
+
+class TruncatedFileError(CorruptFileError):
+    """A file ends before its format says it should."""
+
+    error_class = "STATE_READER_TRUNCATED_FILE"
+
+
+class ChecksumMismatchError(CorruptFileError):
+    """A checksum stored in or beside a file does not match its bytes."""
+
+    error_class = "STATE_READER_CHECKSUM_MISMATCH"
+
+
+class CodecUnavailableError(StateReaderError):
+    """A file uses a compression codec that is unknown or whose package is missing."""
+
+    error_class = "STATE_READER_CODEC_UNAVAILABLE"
+
+
+class RowDecodeError(CorruptFileError):
+    """An UnsafeRow does not fit the schema it is decoded with."""
+
+    error_class = "STATE_READER_ROW_DOES_NOT_FIT_SCHEMA"
+
+
+class StorageError(StateReaderError):
+    """The storage behind a checkpoint failed while reading it."""
+
+    error_class = "STATE_READER_STORAGE_ERROR"

@@ -1,0 +1,40 @@
+"""What each stateful operator keeps in state, as far as a reader must know.
+
+Operator names are the ``operatorName`` strings of operator metadata. Checkpoints
+written before Spark 4.0 have no metadata; :func:`infer_operator_name` recognises
+the operators whose state layout gives them away.
+"""
+
+from __future__ import annotations
+
+from .checkpoint import JOIN_STORES
+from .spark_types import StructType
+
+TRANSFORM_WITH_STATE = ("transformWithStateExec", "transformWithStateInPandasExec",
+                        "transformWithStateInPySparkExec")
+JOIN = "symmetricHashJoin"
+SESSION_WINDOW = "sessionWindowStateStoreSaveExec"
+
+# field metadata Spark puts on a session window column
+_SESSION_WINDOW_METADATA = "spark.sessionWindow"
+
+
+def is_transform_with_state(operator_name: str | None) -> bool:
+    return operator_name in TRANSFORM_WITH_STATE
+
+
+def infer_operator_name(store_names: list[str], value_schema: StructType | None) -> str | None:
+    """Operator name for a store layout without metadata, when the layout tells."""
+    if set(store_names) >= set(JOIN_STORES):
+        return JOIN
+    if value_schema is not None and any(
+            _SESSION_WINDOW_METADATA in f.metadata for f in value_schema.fields):
+        return SESSION_WINDOW
+    return None
+
+
+def infer_num_cols_prefix_key(operator_name: str | None, key_schema: StructType | None) -> int:
+    """Session windows scan keys by the grouping columns: all key columns but the start time."""
+    if operator_name == SESSION_WINDOW and key_schema is not None:
+        return max(len(key_schema.fields) - 1, 0)
+    return 0
