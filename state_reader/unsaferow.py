@@ -305,7 +305,7 @@ class _Decoder:
             raise self.fail("map has a null key", path)
         validity, nulls = _validity(valid)
         offsets = pa.py_buffer(key_offsets.astype(np.int32))
-        entries = pa.StructArray.from_arrays([keys, values], fields=list(mt.to_arrow().value_type))
+        entries = pa.StructArray.from_arrays([keys, values], fields=[mt.to_arrow().key_field, mt.to_arrow().item_field])
         return pa.Array.from_buffers(mt.to_arrow(), len(base), [validity, offsets], null_count=nulls,
                                      children=[entries])
 

@@ -1,0 +1,39 @@
+# state_reader developer commands. `make help` lists them.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install java demo test lint bench clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+java: ## Install Java 17 with apt-get if no java is on the PATH (Spark needs it)
+	@command -v java >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openjdk-17-jre-headless; }
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[spark,test]'
+	@touch $(STAMP)
+
+install: java $(STAMP) ## Create .venv and install state_reader with its Spark and test extras
+
+demo: install ## Run a streaming aggregation into a temporary checkpoint and read its state back both ways
+	$(PY) examples/demo.py
+
+test: install ## Run the test suite (real Spark, real checkpoints)
+	$(PY) -m pytest
+
+lint: install ## Check the code with ruff
+	$(PY) -m ruff check state_reader tests examples benchmarks
+
+bench: install ## Compare read speed with Spark's built-in reader
+	$(PY) benchmarks/bench_read.py
+
+clean: ## Remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

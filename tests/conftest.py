@@ -1,0 +1,65 @@
+"""One local SparkSession for the whole suite, and checkpoints written by real
+streaming queries (each query runs once per session, on first use)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ["TZ"] = "UTC"
+time.tzset()
+# Python workers must run this interpreter and find this checkout
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
+def build_session(master: str = "local[2]", extra: dict[str, str] | None = None):
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("state-reader-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.stateStore.maintenanceInterval", "100ms")
+        .config("spark.sql.streaming.stateStore.minDeltasForSnapshot", "2")
+        .config("spark.driver.memory", "1g")
+    )
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@pytest.fixture(scope="session")
+def spark():
+    import state_reader
+
+    session = build_session()
+    state_reader.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def checkpoints(spark, tmp_path_factory):
+    """Lazily written checkpoints: ``checkpoints("agg_fmt2")`` -> path."""
+    from streaming_queries import QUERIES, run_query
+
+    cache: dict[str, str] = {}
+    base = tmp_path_factory.mktemp("checkpoints")
+
+    def get(name: str) -> str:
+        if name not in cache:
+            cache[name] = run_query(spark, QUERIES[name], base / name)
+        return cache[name]
+
+    return get
