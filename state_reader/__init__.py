@@ -47,12 +47,29 @@ from .reader import plan_state_read
 __version__ = "0.1.0"
 
 __all__ = [
-    "read_state", "read_metadata", "register", "StateReaderError",
-    "ChecksumMismatchError", "CodecUnavailableError", "CommittedBatchUnavailableError",
-    "ConflictingOptionsError", "CorruptFileError", "EmptyOptionError", "InvalidOptionError",
-    "MissingStateFileError", "NegativeOptionError", "NoPartitionError", "OffsetLogUnavailableError",
-    "OffsetMetadataUnavailableError", "OperatorMetadataReadError", "RequiredOptionError",
-    "RowDecodeError", "SchemaReadError", "StorageError", "TruncatedFileError", "UnsupportedOptionError",
+    "ChecksumMismatchError",
+    "CodecUnavailableError",
+    "CommittedBatchUnavailableError",
+    "ConflictingOptionsError",
+    "CorruptFileError",
+    "EmptyOptionError",
+    "InvalidOptionError",
+    "MissingStateFileError",
+    "NegativeOptionError",
+    "NoPartitionError",
+    "OffsetLogUnavailableError",
+    "OffsetMetadataUnavailableError",
+    "OperatorMetadataReadError",
+    "RequiredOptionError",
+    "RowDecodeError",
+    "SchemaReadError",
+    "StateReaderError",
+    "StorageError",
+    "TruncatedFileError",
+    "UnsupportedOptionError",
+    "read_metadata",
+    "read_state",
+    "register",
 ]
 
 

@@ -10,7 +10,7 @@ its framing; the block payloads go to well-kept Python bindings.
 from __future__ import annotations
 
 import struct
-from typing import Callable
+from collections.abc import Callable
 
 from .errors import ChecksumMismatchError, CodecUnavailableError, CorruptFileError, TruncatedFileError
 
@@ -77,7 +77,7 @@ def decompress_lz4(data: bytes, path: str) -> bytes:
         elif method == _LZ4_METHOD_LZ4:
             try:
                 chunk = block.decompress(payload, uncompressed_size=dlen)
-            except Exception as exc:  # noqa: BLE001 - lz4 raises LZ4BlockError
+            except Exception as exc:
                 raise CorruptFileError(
                     f"{path}: lz4 block at byte {pos} does not decompress: {exc}", path=path
                 ) from exc
@@ -126,7 +126,7 @@ def decompress_snappy(data: bytes, path: str) -> bytes:
                 path=path)
         try:
             out.append(bytes(cramjam.snappy.decompress_raw(data[pos:pos + clen])))
-        except Exception as exc:  # noqa: BLE001 - cramjam raises DecompressionError
+        except Exception as exc:
             raise CorruptFileError(
                 f"{path}: snappy chunk at byte {pos - 4} does not decompress: {exc}", path=path
             ) from exc

@@ -9,7 +9,7 @@ decodes its files and yields Arrow record batches.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -44,7 +44,7 @@ class StateStoreDataSource(DataSource):
     def schema(self) -> SparkStructType:
         return SparkStructType.fromJson(self._plan().output_schema.to_json())
 
-    def reader(self, schema: SparkStructType) -> "StateStoreReader":
+    def reader(self, schema: SparkStructType) -> StateStoreReader:
         return StateStoreReader(self._plan())
 
 
@@ -72,7 +72,7 @@ class StateMetadataDataSource(DataSource):
     def schema(self) -> SparkStructType:
         return SparkStructType.fromJson(metadata_schema(self._opts()).to_json())
 
-    def reader(self, schema: SparkStructType) -> "StateMetadataReader":
+    def reader(self, schema: SparkStructType) -> StateMetadataReader:
         return StateMetadataReader(self._opts())
 
 
@@ -92,7 +92,7 @@ ARROW_CONFLICT_ENV = "ARROW_STRUCT_CONFLICT_POLICY"
 ARROW_CONFLICT_APPEND = "CONFLICT_APPEND"
 
 
-def _allow_duplicate_struct_fields(spark) -> None:  # noqa: ANN001
+def _allow_duplicate_struct_fields(spark) -> None:
     jvm = getattr(spark, "_jvm", None)
     if jvm is None:  # Spark Connect: the server's JVM must be started with the setting
         return
@@ -101,7 +101,7 @@ def _allow_duplicate_struct_fields(spark) -> None:  # noqa: ANN001
         system.setProperty(ARROW_CONFLICT_PROPERTY, ARROW_CONFLICT_APPEND)
 
 
-def register(spark) -> None:  # noqa: ANN001 - a pyspark SparkSession
+def register(spark) -> None:
     """Register both data sources with a SparkSession."""
     _allow_duplicate_struct_fields(spark)
     spark.dataSource.register(StateStoreDataSource)

@@ -14,10 +14,19 @@ from __future__ import annotations
 
 import re
 import struct
+from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
+from .checkpoint import CONF_ROW_CHECKSUM
 from .codecs import decompress
 from .errors import CorruptFileError, MissingStateFileError, TruncatedFileError
 from .storage import Storage
+from .unsaferow import RowBuffer, decode_rows
+
+if TYPE_CHECKING:
+    from .reader import StateReadPlan
+
 
 _FILE_RE = re.compile(r"^(\d+)\.(delta|snapshot)$")
 _INT = struct.Struct(">i")
@@ -26,8 +35,11 @@ _INT = struct.Struct(">i")
 Record = tuple[bytes, "bytes | None"]
 
 
-def parse_records(data: bytes, path: str, allow_removes: bool = True) -> list[Record]:
-    """Split a decompressed delta/snapshot stream into records."""
+def parse_records(data: bytes, path: str, allow_removes: bool = True, value_skip: int = 0) -> list[Record]:
+    """Split a decompressed delta/snapshot stream into records.
+
+    ``value_skip`` bytes that precede each value's UnsafeRow (a row checksum) are dropped.
+    """
     out: list[Record] = []
     pos, n = 0, len(data)
     unpack = _INT.unpack_from
@@ -55,11 +67,12 @@ def parse_records(data: bytes, path: str, allow_removes: bool = True) -> list[Re
             continue
         if value_len < 0:
             raise CorruptFileError(f"{path}: negative value size {value_len} at byte {pos - 4}", path=path)
-        if pos + value_len > n:
+        if pos + value_len > n or value_len < value_skip:
             raise TruncatedFileError(
                 f"{path}: value of {value_len} bytes at byte {pos} runs past the end ({n} bytes)", path=path)
         # Spark <= 2.2 appended 4 junk bytes to values; Spark reads whole words only
-        out.append((key, data[pos:pos + (value_len // 8) * 8]))
+        row_len = ((value_len - value_skip) // 8) * 8
+        out.append((key, data[pos + value_skip:pos + value_skip + row_len]))
         pos += value_len
     if pos != n:
         raise CorruptFileError(f"{path}: {n - pos} bytes follow the end-of-file marker", path=path)
@@ -69,8 +82,11 @@ def parse_records(data: bytes, path: str, allow_removes: bool = True) -> list[Re
 class HDFSStore:
     """The files of one store (operator, partition, store name) of the HDFS provider."""
 
-    def __init__(self, storage: Storage, directory: str, codec: str | None) -> None:
+    def __init__(self, storage: Storage, directory: str, codec: str | None,
+                 row_checksum: bool = False) -> None:
         self.storage = storage
+        # Spark 4.1+ row checksums: int32 CRC-32C before each value, and before the key of a removal
+        self.row_checksum = row_checksum
         self.directory = directory
         self.codec = codec
         names = storage.list_names(directory) or []
@@ -88,7 +104,8 @@ class HDFSStore:
             raw = self.storage.read_bytes(rel)
         except FileNotFoundError:
             raise self._missing(version, kind) from None
-        return parse_records(decompress(raw, self.codec, shown), shown, allow_removes=(kind == "delta"))
+        return parse_records(decompress(raw, self.codec, shown), shown, allow_removes=(kind == "delta"),
+                             value_skip=4 if self.row_checksum else 0)
 
     def _missing(self, version: int, kind: str) -> MissingStateFileError:
         shown = self.storage.display(f"{self.directory}/{version}.{kind}")
@@ -118,7 +135,7 @@ class HDFSStore:
         for v in range(start + 1, version + 1):
             for key, value in self._read(v, "delta"):
                 if value is None:
-                    state.pop(key, None)
+                    state.pop(key[4:] if self.row_checksum else key, None)
                 else:
                     state[key] = value
         return state
@@ -137,3 +154,15 @@ def _ranges(versions: set[int]) -> str:
         prev = v
     parts.append(f"{lo}..{prev}" if lo != prev else f"{lo}")
     return ", ".join(parts)
+
+
+def read_store(plan: StateReadPlan, directory: str) -> tuple[pa.StructArray, pa.StructArray]:
+    """Keys and values of one HDFS store at the plan's version, as Arrow."""
+    row_checksum = plan.conf.get(CONF_ROW_CHECKSUM, "false").lower() == "true"
+    state = HDFSStore(plan.storage, directory, plan.codec, row_checksum).load(plan.version)
+    keys = list(state)
+    values = list(state.values())
+    del state
+    source = f"{plan.storage.display(directory)} (version {plan.version})"
+    return (decode_rows(RowBuffer.from_rows(keys, source + " key"), plan.key_schema),
+            decode_rows(RowBuffer.from_rows(values, source + " value"), plan.value_schema))

@@ -8,7 +8,8 @@ minBatchId/maxBatchId span the commit log (-1 when empty), as in Spark.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import pyarrow as pa
 
@@ -29,7 +30,7 @@ METADATA_SCHEMA = StructType([
     StructField("minBatchId", LONG), StructField("maxBatchId", LONG),
     StructField("operatorProperties", STRING),
 ])
-METADATA_SCHEMA_WITH_HIDDEN = StructType(list(METADATA_SCHEMA.fields) + [StructField(HIDDEN_COLUMN, INTEGER)])
+METADATA_SCHEMA_WITH_HIDDEN = StructType([*METADATA_SCHEMA.fields, StructField(HIDDEN_COLUMN, INTEGER)])
 
 
 def metadata_schema(opts: StateMetadataOptions) -> StructType:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import (
     ConflictingOptionsError,
@@ -136,7 +137,7 @@ class StateStoreOptions:
     storage_options: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any]) -> "StateStoreOptions":
+    def parse(cls, options: Mapping[str, Any]) -> StateStoreOptions:
         """Validate options given by name (case-insensitive), in Spark's order of checks."""
         opts = _Options(options)
         path = opts.get(PATH)
@@ -229,7 +230,7 @@ class StateMetadataOptions:
     storage_options: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, options: Mapping[str, Any]) -> "StateMetadataOptions":
+    def parse(cls, options: Mapping[str, Any]) -> StateMetadataOptions:
         opts = _Options(options)
         path = opts.get(PATH)
         if path is None or path == "":

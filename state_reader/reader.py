@@ -8,13 +8,14 @@ partition are read by :meth:`StateReadPlan.read_partition`, wherever that runs.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from . import operators
+from . import hdfs_provider, operators
 from .checkpoint import (
     CONF_CODEC,
     CONF_PROVIDER,
@@ -31,12 +32,10 @@ from .errors import (
     SchemaReadError,
     UnsupportedOptionError,
 )
-from .hdfs_provider import HDFSStore
 from .options import StateStoreOptions
 from .schema_files import read_schema_v1v2
 from .spark_types import INTEGER, StructField, StructType
 from .storage import Storage
-from .unsaferow import RowBuffer, decode_rows
 
 # Rows per RecordBatch handed to Spark; keeps executor memory per batch bounded.
 BATCH_ROWS = 65536
@@ -55,6 +54,11 @@ class StateReadPlan:
     partitions: list[int]
     key_schema: StructType
     value_schema: StructType
+    conf: dict[str, str]
+    # columns of the key a RocksDB prefix-scan encoder puts first (session windows)
+    num_cols_prefix_key: int = 0
+    # key encoder spec from a schema v3 file, when there is one
+    key_encoder: dict[str, Any] | None = None
 
     @property
     def version(self) -> int:
@@ -73,31 +77,29 @@ class StateReadPlan:
     def arrow_schema(self) -> pa.Schema:
         return self.output_schema.to_arrow_schema()
 
-    def _store_rows(self, partition_id: int) -> dict[bytes, bytes]:
-        directory = Checkpoint(self.storage).store_dir(self.operator_id, partition_id, self.store_name)
+    def store_dir(self, partition_id: int) -> str:
+        return Checkpoint(self.storage).store_dir(self.operator_id, partition_id, self.store_name)
+
+    def decode_partition(self, partition_id: int) -> tuple[pa.StructArray, pa.StructArray]:
+        """(keys, values) of one partition's state, decoded by its provider."""
+        directory = self.store_dir(partition_id)
         if self.provider == HDFS_PROVIDER:
-            return HDFSStore(self.storage, directory, self.codec).load(self.version)
+            return hdfs_provider.read_store(self, directory)
+        if self.provider == ROCKSDB_PROVIDER:
+            from . import rocksdb_provider
+
+            return rocksdb_provider.read_store(self, directory, partition_id)
         raise UnsupportedOptionError(
-            f"state store provider {self.provider} is not supported yet", path=self.storage.display(directory))
+            f"state store provider {self.provider} is not supported", path=self.storage.display(directory))
 
     def read_partition(self, partition_id: int) -> Iterator[pa.RecordBatch]:
         """Record batches of the state of one partition."""
-        state = self._store_rows(partition_id)
-        source = self.storage.display(
-            Checkpoint(self.storage).store_dir(self.operator_id, partition_id, self.store_name))
-        source = f"{source} (version {self.version})"
-        keys = list(state.keys())
-        values = list(state.values())
-        del state
+        keys, values = self.decode_partition(partition_id)
         schema = self.arrow_schema
-        if not keys:
-            return
         for lo in range(0, len(keys), BATCH_ROWS):
-            hi = min(lo + BATCH_ROWS, len(keys))
-            key_arr = decode_rows(RowBuffer.from_rows(keys[lo:hi], source + " key"), self.key_schema)
-            value_arr = decode_rows(RowBuffer.from_rows(values[lo:hi], source + " value"), self.value_schema)
-            pid = pa.array(np.full(hi - lo, partition_id, dtype=np.int32))
-            yield pa.RecordBatch.from_arrays([key_arr, value_arr, pid], schema=schema)
+            n = min(BATCH_ROWS, len(keys) - lo)
+            pid = pa.array(np.full(n, partition_id, dtype=np.int32))
+            yield pa.RecordBatch.from_arrays([keys.slice(lo, n), values.slice(lo, n), pid], schema=schema)
 
     def read_table(self) -> pa.Table:
         """The whole state as one table, partitions in ascending order."""
@@ -197,6 +199,11 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions) -> StateRead
             f"option {', '.join(unsupported)} is not supported by state_reader yet")
 
     conf = cp.offset_conf(batch_id)
+    if store_meta is not None and metadata.version == 1:
+        num_cols_prefix_key = store_meta.num_cols_prefix_key
+    else:  # no metadata (written before Spark 4.0): recognise session windows by their schema
+        inferred = operators.infer_operator_name([opts.store_name], value_schema)
+        num_cols_prefix_key = operators.infer_num_cols_prefix_key(inferred, key_schema)
     partitions = cp.partition_ids(opts.operator_id)
     if not partitions:
         raise NoPartitionError(
@@ -212,4 +219,6 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions) -> StateRead
         partitions=partitions,
         key_schema=key_schema,
         value_schema=value_schema,
+        conf=dict(conf),
+        num_cols_prefix_key=num_cols_prefix_key,
     )

@@ -88,7 +88,7 @@ class Storage:
             return None
         except NotADirectoryError:
             return None
-        except Exception as exc:  # noqa: BLE001 - storage backends raise anything
+        except Exception as exc:
             raise self._wrap(exc, rel, "listing") from exc
         names = []
         for entry in entries:
@@ -103,7 +103,7 @@ class Storage:
             entries = self.fs.ls(self.full(rel), detail=True)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise self._wrap(exc, rel, "listing") from exc
         out = {}
         for entry in entries:
@@ -115,13 +115,13 @@ class Storage:
     def isdir(self, rel: str) -> bool:
         try:
             return bool(self.fs.isdir(self.full(rel)))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise self._wrap(exc, rel, "checking") from exc
 
     def exists(self, rel: str) -> bool:
         try:
             return bool(self.fs.exists(self.full(rel)))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise self._wrap(exc, rel, "checking") from exc
 
     def read_bytes(self, rel: str) -> bytes:
@@ -133,7 +133,7 @@ class Storage:
             raise
         except IsADirectoryError:
             raise FileNotFoundError(self.display(rel)) from None
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise self._wrap(exc, rel, "reading") from exc
 
     def read_text(self, rel: str) -> str:

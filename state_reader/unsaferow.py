@@ -50,7 +50,7 @@ class RowBuffer:
         self.source = source
 
     @classmethod
-    def from_rows(cls, rows: list[bytes], source: str) -> "RowBuffer":
+    def from_rows(cls, rows: list[bytes], source: str) -> RowBuffer:
         """Concatenate separate row byte strings into one buffer."""
         lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
         starts = np.zeros(len(rows), dtype=np.int64)

@@ -58,7 +58,7 @@ def canon(obj: Any) -> str:
 
 # -- Spark rows ---------------------------------------------------------------
 
-def _spark_value(dt, v):  # noqa: ANN001
+def _spark_value(dt, v):
     from pyspark.sql import types as T
 
     if v is None:
@@ -74,7 +74,7 @@ def _spark_value(dt, v):  # noqa: ANN001
     return _scalar(v)
 
 
-def spark_rows(df) -> list[str]:  # noqa: ANN001
+def spark_rows(df) -> list[str]:
     """Sorted canonical JSON of a DataFrame's rows."""
     schema = df.schema
     return sorted(canon(_spark_value(schema, row)) for row in df.collect())
@@ -115,7 +115,7 @@ def arrow_rows(table: pa.Table) -> list[str]:
     return sorted(canon(dict(zip(keys, [c[r] for c in cols]))) for r in range(table.num_rows))
 
 
-def expected_arrow_schema(spark_schema) -> pa.Schema:  # noqa: ANN001
+def expected_arrow_schema(spark_schema) -> pa.Schema:
     """The Arrow schema PySpark derives from a Spark schema (what a Python data source must yield)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -129,7 +129,7 @@ def diff(expected: list[str], actual: list[str]) -> str:
     return f"{len(expected)} expected, {len(actual)} got; missing {missing}; unexpected {extra}"
 
 
-def assert_same_as_builtin(spark, path: str, options: dict[str, str], fmt: str = "statestore") -> int:  # noqa: ANN001
+def assert_same_as_builtin(spark, path: str, options: dict[str, str], fmt: str = "statestore") -> int:
     """Read with the built-in reader, our data source and our Spark-free API; all must agree.
 
     Returns the number of rows, so callers can check the read was not vacuous.

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -150,9 +150,9 @@ def _apply_in_pandas(df: DataFrame) -> DataFrame:
             state.update((total, count, last, tags))
         yield pd.DataFrame({"grp": [key[0]], "count": [count]})
 
+    # pyspark 4.3 cannot parse an array in this state schema (KeyError 'elementType')
     return df.groupBy("grp").applyInPandasWithState(
-        update, "grp string, count long", # pyspark 4.3 cannot parse an array in this state schema (KeyError 'elementType')
-        "total double, n long, last string, tags string",
+        update, "grp string, count long", "total double, n long, last string, tags string",
         "update", GroupStateTimeout.NoTimeout)
 
 
