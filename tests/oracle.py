@@ -64,7 +64,7 @@ def _spark_value(dt, v):
     if v is None:
         return None
     if isinstance(dt, T.StructType):
-        return {k: _spark_value(f.dataType, x) for k, f, x in zip(_keys(dt.names), dt.fields, list(v))}
+        return {k: _spark_value(f.dataType, x) for k, f, x in zip(_keys(dt.names), dt.fields, list(v), strict=True)}
     if isinstance(dt, T.ArrayType):
         return [_spark_value(dt.elementType, x) for x in v]
     if isinstance(dt, T.MapType):
@@ -90,13 +90,13 @@ def _arrow_values(arr: pa.Array) -> list[Any]:
         names = [t.field(i).name for i in range(t.num_fields)]
         cols = [_arrow_values(arr.field(i)) for i in range(t.num_fields)]
         valid = arr.is_valid().to_pylist()
-        return [dict(zip(_keys(names), [c[r] for c in cols])) if valid[r] else None for r in range(len(arr))]
+        return [dict(zip(_keys(names), [c[r] for c in cols], strict=True)) if valid[r] else None for r in range(len(arr))]
     if pa.types.is_map(t):
         keys = _arrow_values(arr.keys)
         items = _arrow_values(arr.items)
         offsets = arr.offsets.to_pylist()
         valid = arr.is_valid().to_pylist()
-        return [_map(list(zip(keys[offsets[r]:offsets[r + 1]], items[offsets[r]:offsets[r + 1]])))
+        return [_map(list(zip(keys[offsets[r]:offsets[r + 1]], items[offsets[r]:offsets[r + 1]], strict=True)))
                 if valid[r] else None for r in range(len(arr))]
     if pa.types.is_list(t):
         flat = _arrow_values(arr.values)
@@ -112,7 +112,7 @@ def arrow_rows(table: pa.Table) -> list[str]:
     """Sorted canonical JSON of an Arrow table's rows (same form as :func:`spark_rows`)."""
     cols = [_arrow_values(table.column(i)) for i in range(table.num_columns)]
     keys = _keys(table.schema.names)
-    return sorted(canon(dict(zip(keys, [c[r] for c in cols]))) for r in range(table.num_rows))
+    return sorted(canon(dict(zip(keys, [c[r] for c in cols], strict=True))) for r in range(table.num_rows))
 
 
 def expected_arrow_schema(spark_schema) -> pa.Schema:
