@@ -99,13 +99,20 @@ def decompress_lz4(data: bytes, path: str) -> bytes:
 
 
 def decompress_zstd(data: bytes, path: str) -> bytes:
-    """Decode a zstd stream (possibly several frames, content size unknown)."""
+    """Decode a zstd stream: one or more frames, content size not recorded."""
     zstandard = _need("zstandard", "zstandard", "zstd", path)
+    out = []
+    rest = data
     try:
-        reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
-        return reader.read()
+        while rest:
+            frame = zstandard.ZstdDecompressor().decompressobj()
+            out.append(frame.decompress(rest))
+            if not frame.eof:
+                raise TruncatedFileError(f"{path}: zstd stream ends inside a frame", path=path)
+            rest = frame.unused_data
     except zstandard.ZstdError as exc:
         raise CorruptFileError(f"{path}: zstd stream does not decompress: {exc}", path=path) from exc
+    return b"".join(out)
 
 
 def decompress_snappy(data: bytes, path: str) -> bytes:

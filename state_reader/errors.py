@@ -145,3 +145,10 @@ class StorageError(StateReaderError):
     """The storage behind a checkpoint failed while reading it."""
 
     error_class = "STATE_READER_STORAGE_ERROR"
+
+
+class UnsafeArchiveError(CorruptFileError):
+    """A RocksDB snapshot zip, or the file list inside it, names a path that could
+    escape the directory it is extracted to (absolute, ``..``, symlink, or too large)."""
+
+    error_class = "STATE_READER_UNSAFE_ARCHIVE_ENTRY"

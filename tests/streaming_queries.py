@@ -203,6 +203,15 @@ def _typed(df: DataFrame) -> DataFrame:
     return typed.groupBy(*_TYPED_COLUMNS).agg(*aggs)
 
 
+def _exotic(df: DataFrame) -> DataFrame:
+    """Types PySpark cannot collect or move through Arrow: only the Spark-free API reads them."""
+    return df.groupBy((F.col("n") % 2).alias("parity")).agg(
+        F.last(F.expr("make_ym_interval(1, n)")).alias("ym"),
+        F.last(F.expr("make_interval(0, 1, 0, n, 0, 0, 0.25)")).alias("cal"),
+        F.last(F.expr("parse_json(concat('{\"n\":', n, '}'))")).alias("variant"),
+    )
+
+
 HDFS = {"spark.sql.streaming.stateStore.providerClass":
         "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"}
 
@@ -215,6 +224,7 @@ QUERIES: dict[str, Query] = {
                         confs={**HDFS, "spark.sql.streaming.stateStore.compression.codec": "snappy"}),
     "agg_lzf": Query(_window_agg, confs={**HDFS, "spark.sql.streaming.stateStore.compression.codec": "lzf"}),
     "types": Query(_typed, confs=HDFS, batches=_types_batches, schema=TYPES_SCHEMA),
+    "exotic_types": Query(_exotic, confs=HDFS, batches=_types_batches, schema=TYPES_SCHEMA),
     "dedup": Query(_dedup, output_mode="append", confs=HDFS),
     "dedup_within": Query(_dedup_within, output_mode="append", confs=HDFS),
     "session_window": Query(_session_window, output_mode="append", confs=HDFS),
@@ -223,4 +233,35 @@ QUERIES: dict[str, Query] = {
     "apply_in_pandas": Query(_apply_in_pandas, confs=HDFS),
     "apply_in_pandas_fmt1": Query(
         _apply_in_pandas, confs={**HDFS, "spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion": "1"}),
+}
+
+
+# --- RocksDB provider variants of the queries above -------------------------------
+
+ROCKSDB = {"spark.sql.streaming.stateStore.providerClass":
+           "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"}
+ROCKSDB_CHANGELOG = {**ROCKSDB, "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}
+# checkpoint format 2 needs changelog checkpointing; Spark's reader needs the conf in the reading session
+CHECKPOINT_V2 = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}
+
+
+def _with(query: Query, confs: dict[str, str]) -> Query:
+    return Query(query.build, output_mode=query.output_mode, confs={**query.confs, **confs},
+                 batches=query.batches, schema=query.schema, operators=query.operators)
+
+
+# the codec only matters for changelog files, so codec variants run with changelogs only
+_CODEC_QUERIES = ("agg_zstd", "agg_snappy", "agg_lzf")
+for _name, _query in list(QUERIES.items()):
+    if _name not in _CODEC_QUERIES:
+        QUERIES[f"rocksdb_{_name}"] = _with(_query, ROCKSDB)
+    QUERIES[f"rocksdb_cl_{_name}"] = _with(_query, ROCKSDB_CHANGELOG)
+QUERIES["rocksdb_cl_checksum_agg_window"] = _with(
+    QUERIES["agg_window"], {**ROCKSDB_CHANGELOG, "spark.sql.streaming.stateStore.rowChecksum.enabled": "true"})
+
+# Checkpoint format 2 (RocksDB + changelog): kept apart from QUERIES because Spark's
+# reader fails on these unless the reading session sets the conf as well.
+CHECKPOINT_V2_QUERIES: dict[str, Query] = {
+    f"rocksdb_v2_{name}": _with(QUERIES[name], {**ROCKSDB_CHANGELOG, **CHECKPOINT_V2})
+    for name in ("agg_window", "dedup", "dedup_within", "session_window", "limit", "multi", "apply_in_pandas")
 }

@@ -1,0 +1,134 @@
+"""Option validation and checkpoint errors: both fronts raise our error classes,
+and Spark's built-in reader refuses the same requests."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import state_reader
+from state_reader import errors
+
+BAD_OPTIONS = [
+    ({"batchId": "-1"}, errors.NegativeOptionError),
+    ({"operatorId": "-2"}, errors.NegativeOptionError),
+    ({"batchId": "999"}, errors.CommittedBatchUnavailableError),
+    ({"operatorId": "7"}, errors.SchemaReadError),
+    ({"storeName": "  "}, errors.EmptyOptionError),
+    ({"storeName": "nope"}, errors.SchemaReadError),
+    ({"joinSide": "middle"}, errors.InvalidOptionError),
+    ({"joinSide": "left", "storeName": "left-keyToNumValues"}, errors.ConflictingOptionsError),
+    ({"joinSide": "left"}, errors.SchemaReadError),
+    ({"readChangeFeed": "true"}, errors.RequiredOptionError),
+    ({"readChangeFeed": "true", "changeStartBatchId": "1", "batchId": "2"}, errors.ConflictingOptionsError),
+    ({"readChangeFeed": "true", "changeStartBatchId": "3", "changeEndBatchId": "1"}, errors.InvalidOptionError),
+    ({"changeStartBatchId": "1"}, errors.InvalidOptionError),
+    ({"snapshotPartitionId": "0"}, errors.RequiredOptionError),
+    ({"snapshotStartBatchId": "0"}, errors.RequiredOptionError),
+    ({"snapshotStartBatchId": "4", "snapshotPartitionId": "0", "batchId": "2"}, errors.InvalidOptionError),
+    ({"stateVarName": "count"}, errors.InvalidOptionError),
+    ({"readRegisteredTimers": "true", "stateVarName": "x"}, errors.ConflictingOptionsError),
+    ({"flattenCollectionTypes": "maybe"}, errors.InvalidOptionError),
+    ({"batchId": "two"}, errors.InvalidOptionError),
+]
+
+
+def _api(path, options):
+    from state_reader.options import snake_case
+
+    return state_reader.read_state(path, **{snake_case(k): v for k, v in options.items()})
+
+
+@pytest.mark.parametrize(("options", "error"), BAD_OPTIONS, ids=[str(o) for o, _ in BAD_OPTIONS])
+def test_bad_options_refused_like_builtin(spark, checkpoints, options, error):
+    path = checkpoints("agg_window")
+    with pytest.raises(error) as caught:
+        _api(path, options)
+    assert caught.value.error_class == error.error_class
+    assert isinstance(caught.value, state_reader.StateReaderError)
+    with pytest.raises(Exception) as via_spark:
+        spark.read.format("state_reader.statestore").options(**options).load(path).collect()
+    assert error.error_class in str(via_spark.value)
+    with pytest.raises(Exception):  # noqa: B017 - the built-in raises its own JVM exceptions
+        spark.read.format("statestore").options(**options).load(path).collect()
+
+
+def test_missing_path(spark):
+    with pytest.raises(errors.RequiredOptionError):
+        state_reader.read_state("")
+    with pytest.raises(Exception, match="STDS_REQUIRED_OPTION_UNSPECIFIED"):
+        spark.read.format("state_reader.statestore").load().collect()
+
+
+def test_checkpoint_that_does_not_exist(tmp_path):
+    with pytest.raises(errors.CommittedBatchUnavailableError, match="does not exist"):
+        state_reader.read_state(str(tmp_path / "nothing-here"))
+    assert state_reader.read_metadata(str(tmp_path / "nothing-here")).num_rows == 0
+
+
+def _copy(checkpoints, tmp_path, name="agg_window"):
+    dst = tmp_path / "cp"
+    shutil.copytree(checkpoints(name), dst)
+    return dst
+
+
+def test_offset_log_entry_missing(checkpoints, tmp_path):
+    cp = _copy(checkpoints, tmp_path)
+    (cp / "offsets" / "2").unlink()
+    with pytest.raises(errors.OffsetLogUnavailableError, match="offsets/2"):
+        state_reader.read_state(str(cp), batch_id=2)
+    assert state_reader.read_state(str(cp), batch_id=3).num_rows >= 0
+
+
+def test_offset_log_without_metadata(checkpoints, tmp_path):
+    cp = _copy(checkpoints, tmp_path)
+    (cp / "offsets" / "2").write_text("v1\n")
+    with pytest.raises(errors.OffsetMetadataUnavailableError, match="offsets/2"):
+        state_reader.read_state(str(cp), batch_id=2)
+
+
+def test_unparseable_operator_metadata(checkpoints, tmp_path):
+    cp = _copy(checkpoints, tmp_path)
+    (cp / "state" / "0" / "_metadata" / "metadata").write_text("v1\n{not json")
+    with pytest.raises(errors.OperatorMetadataReadError, match="_metadata/metadata"):
+        state_reader.read_state(str(cp))
+
+
+def test_unreadable_schema_file(checkpoints, tmp_path):
+    cp = _copy(checkpoints, tmp_path)
+    (cp / "state" / "0" / "0" / "_metadata" / "schema").write_bytes(b"\x00\x02v2\x00\x00")
+    with pytest.raises(errors.SchemaReadError, match="_metadata/schema"):
+        state_reader.read_state(str(cp))
+
+
+def test_no_committed_batch(checkpoints, tmp_path):
+    cp = _copy(checkpoints, tmp_path)
+    shutil.rmtree(cp / "commits")
+    with pytest.raises(errors.CommittedBatchUnavailableError, match="No committed batch"):
+        state_reader.read_state(str(cp))
+
+
+def test_missing_delta_names_the_file_and_what_exists(checkpoints, tmp_path):
+    cp = _copy(checkpoints, tmp_path)
+    part = cp / "state" / "0" / "0"
+    for snap in part.glob("*.snapshot"):
+        snap.unlink()
+    (part / "2.delta").unlink()
+    with pytest.raises(errors.MissingStateFileError) as caught:
+        state_reader.read_state(str(cp), batch_id=3)
+    assert "2.delta does not exist" in str(caught.value)
+    assert "deltas 1, 3.." in str(caught.value)
+
+
+def test_unsupported_option_is_refused_not_ignored(checkpoints):
+    with pytest.raises(errors.UnsupportedOptionError, match="readChangeFeed"):
+        state_reader.read_state(checkpoints("agg_window"), read_change_feed=True, change_start_batch_id=0)
+
+
+def test_snake_case_options_map_mechanically():
+    from state_reader.options import camel_case, snake_case
+
+    for camel in ("batchId", "operatorId", "storeName", "joinSide", "readChangeFeed", "changeStartBatchId",
+                  "snapshotStartBatchId", "stateVarName", "readRegisteredTimers", "flattenCollectionTypes"):
+        assert camel_case(snake_case(camel)) == camel
