@@ -15,9 +15,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType as SparkStructType
 
+from .errors import UnsupportedTypeError
 from .metadata import metadata_schema, read_metadata_table
 from .options import StateMetadataOptions
 from .reader import StateReadPlan, plan_state_read
+from .spark_types import StructType
 
 STATESTORE = "state_reader.statestore"
 STATE_METADATA = "state_reader.state-metadata"
@@ -27,6 +29,18 @@ class _StatePartition(InputPartition):
     def __init__(self, partition_id: int) -> None:
         super().__init__(partition_id)
         self.partition_id = partition_id
+
+
+def _check_arrow_transport(schema: StructType, where: str) -> None:
+    """PySpark moves data source output through Arrow, which has no type for these two."""
+    kinds = set(schema.kinds())
+    blocked = kinds & {"year_month_interval", "interval"}
+    if blocked:
+        names = {"year_month_interval": "year-month interval", "interval": "calendar interval"}
+        raise UnsupportedTypeError(
+            f"the state of {where} holds {' and '.join(names[k] for k in sorted(blocked))} fields, which "
+            "PySpark cannot carry from a Python data source; read it with state_reader.read_state instead",
+            path=where)
 
 
 class StateStoreDataSource(DataSource):
@@ -42,7 +56,9 @@ class StateStoreDataSource(DataSource):
         return self._cached_plan
 
     def schema(self) -> SparkStructType:
-        return SparkStructType.fromJson(self._plan().output_schema.to_json())
+        plan = self._plan()
+        _check_arrow_transport(plan.output_schema, plan.storage.display(plan.store_dir(0)))
+        return SparkStructType.fromJson(plan.output_schema.to_json())
 
     def reader(self, schema: SparkStructType) -> StateStoreReader:
         return StateStoreReader(self._plan())

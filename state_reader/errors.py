@@ -63,6 +63,12 @@ class UnsupportedOptionError(StateReaderError):
     error_class = "STATE_READER_UNSUPPORTED_OPTION"
 
 
+class UnsupportedTypeError(StateReaderError):
+    """State holds a type the chosen front cannot return."""
+
+    error_class = "STATE_READER_UNSUPPORTED_TYPE"
+
+
 # --- checkpoint ------------------------------------------------------------
 
 

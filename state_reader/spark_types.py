@@ -75,6 +75,10 @@ class DataType:
     def to_json(self) -> Any:
         return self.json_name
 
+    def kinds(self) -> list[str]:
+        """Kinds of this type and of every type nested in it."""
+        return [self.kind]
+
 
 @dataclass(frozen=True)
 class StructField:
@@ -84,7 +88,7 @@ class StructField:
     metadata: dict = field(default_factory=dict, compare=False, hash=False)
 
     def to_arrow(self) -> pa.Field:
-        md = {ARROW_METADATA_KEY: json.dumps(self.metadata).encode("utf-8")} if self.metadata else None
+        md = {ARROW_METADATA_KEY: json.dumps(self.metadata, sort_keys=True).encode("utf-8")} if self.metadata else None
         return pa.field(self.name, self.data_type.to_arrow(), nullable=self.nullable, metadata=md)
 
     def to_json(self) -> dict:
@@ -110,6 +114,9 @@ class StructType(DataType):
     @property
     def names(self) -> list[str]:
         return [f.name for f in self.fields]
+
+    def kinds(self) -> list[str]:
+        return ["struct", *(k for f in self.fields for k in f.data_type.kinds())]
 
     def to_arrow(self) -> pa.DataType:
         return pa.struct([f.to_arrow() for f in self.fields])
@@ -145,6 +152,9 @@ class ArrayType(DataType):
     def to_arrow(self) -> pa.DataType:
         return pa.list_(pa.field("element", self.element.to_arrow(), nullable=self.contains_null))
 
+    def kinds(self) -> list[str]:
+        return ["array", *self.element.kinds()]
+
     def to_json(self) -> dict:
         return {"type": "array", "elementType": self.element.to_json(), "containsNull": self.contains_null}
 
@@ -171,6 +181,9 @@ class MapType(DataType):
     def to_arrow(self) -> pa.DataType:
         return pa.map_(pa.field("key", self.key.to_arrow(), nullable=False),
                        pa.field("value", self.value.to_arrow(), nullable=self.value_contains_null))
+
+    def kinds(self) -> list[str]:
+        return ["map", *self.key.kinds(), *self.value.kinds()]
 
     def to_json(self) -> dict:
         return {"type": "map", "keyType": self.key.to_json(), "valueType": self.value.to_json(),

@@ -71,7 +71,15 @@ def _spark_value(dt, v):
         return _map([(_spark_value(dt.keyType, k), _spark_value(dt.valueType, x)) for k, x in v.items()])
     if isinstance(dt, T.FloatType):
         return _scalar(float(v))
+    if isinstance(dt, T.DecimalType):
+        return _decimal(v, dt.scale)
     return _scalar(v)
+
+
+def _decimal(v: decimal.Decimal, scale: int) -> str:
+    # exactly `scale` digits: Spark may hand back e.g. Decimal('-1.00E-10') for decimal(38,10)
+    with decimal.localcontext(decimal.Context(prec=80)):
+        return format(decimal.Decimal(v).quantize(decimal.Decimal(1).scaleb(-scale)), "f")
 
 
 def spark_rows(df) -> list[str]:
@@ -103,6 +111,8 @@ def _arrow_values(arr: pa.Array) -> list[Any]:
         offsets = arr.offsets.to_pylist()
         valid = arr.is_valid().to_pylist()
         return [flat[offsets[r]:offsets[r + 1]] if valid[r] else None for r in range(len(arr))]
+    if pa.types.is_decimal(t):
+        return [None if v is None else _decimal(v, t.scale) for v in arr.to_pylist()]
     if pa.types.is_float32(t):
         return [None if v is None else _scalar(float(v)) for v in arr.to_pylist()]
     return [_scalar(v) for v in arr.to_pylist()]
@@ -120,6 +130,28 @@ def expected_arrow_schema(spark_schema) -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(spark_schema, timezone="UTC")
+
+
+def _field_metadata(t: pa.DataType | pa.Schema, path: str = "") -> dict[str, dict]:
+    """Spark field metadata of every (nested) field, parsed: key order is not significant."""
+    out: dict[str, dict] = {}
+    fields = list(t) if isinstance(t, pa.Schema) else (
+        [t.field(i) for i in range(t.num_fields)] if pa.types.is_struct(t) else [])
+    for i, f in enumerate(fields):
+        where = f"{path}/{i}:{f.name}"
+        if f.metadata:
+            out[where] = {k: json.loads(v) if k == b"SPARK::metadata::json" else v for k, v in f.metadata.items()}
+        child = f.type
+        while pa.types.is_list(child) or pa.types.is_map(child):
+            child = child.value_type if pa.types.is_list(child) else child.item_type
+        out.update(_field_metadata(child, where))
+    return out
+
+
+def assert_arrow_schema(actual: pa.Schema, expected: pa.Schema) -> None:
+    """Types, names, nullability and field metadata equal."""
+    assert actual.equals(expected), f"Arrow schema differs:\n{actual}\nvs\n{expected}"
+    assert _field_metadata(actual) == _field_metadata(expected)
 
 
 def diff(expected: list[str], actual: list[str]) -> str:
@@ -151,8 +183,7 @@ def assert_same_as_builtin(spark, path: str, options: dict[str, str], fmt: str =
             kwargs[key] = int(kwargs[key])
     read = state_reader.read_state if fmt == "statestore" else state_reader.read_metadata
     table = read(path, **kwargs)
-    want = expected_arrow_schema(builtin.schema)
-    assert table.schema.equals(want, check_metadata=True), f"Arrow schema differs:\n{table.schema}\nvs\n{want}"
+    assert_arrow_schema(table.schema, expected_arrow_schema(builtin.schema))
     api_rows = arrow_rows(table)
     assert api_rows == expected, f"Spark-free rows differ for {options}: {diff(expected, api_rows)}"
     return len(expected)
