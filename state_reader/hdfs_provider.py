@@ -16,6 +16,7 @@ import re
 import struct
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from .checkpoint import CONF_ROW_CHECKSUM
@@ -125,7 +126,11 @@ class HDFSStore:
         else:
             start = start_snapshot
             if start > 0 and start not in self.snapshots:
-                raise self._missing(start, "snapshot")
+                raise MissingStateFileError(
+                    f"Cannot replay from the snapshot of version {start}: "
+                    f"{self.storage.display(f'{self.directory}/{start}.snapshot')} does not exist "
+                    f"(snapshots in {self.storage.display(self.directory)}: "
+                    f"{sorted(self.snapshots) or 'none'})", path=self.storage.display(self.directory))
         missing = [v for v in range(start + 1, version + 1) if v not in self.deltas]
         if missing:
             raise self._missing(missing[0], "delta")
@@ -156,13 +161,33 @@ def _ranges(versions: set[int]) -> str:
     return ", ".join(parts)
 
 
+def _store(plan: StateReadPlan, directory: str) -> HDFSStore:
+    row_checksum = plan.conf.get(CONF_ROW_CHECKSUM, "false").lower() == "true"
+    return HDFSStore(plan.storage, directory, plan.codec, row_checksum)
+
+
 def read_store(plan: StateReadPlan, directory: str) -> tuple[pa.StructArray, pa.StructArray]:
     """Keys and values of one HDFS store at the plan's version, as Arrow."""
-    row_checksum = plan.conf.get(CONF_ROW_CHECKSUM, "false").lower() == "true"
-    state = HDFSStore(plan.storage, directory, plan.codec, row_checksum).load(plan.version)
+    state = _store(plan, directory).load(plan.version, start_snapshot=plan.snapshot_start_version)
     keys = list(state)
     values = list(state.values())
     del state
     source = f"{plan.storage.display(directory)} (version {plan.version})"
     return (decode_rows(RowBuffer.from_rows(keys, source + " key"), plan.key_schema),
             decode_rows(RowBuffer.from_rows(values, source + " value"), plan.value_schema))
+
+
+def read_changes(plan: StateReadPlan, directory: str,
+                 version: int) -> tuple[list[str], pa.StructArray, pa.StructArray]:
+    """The records of ``version.delta`` in file order: change types, keys, values (null for removals)."""
+    store = _store(plan, directory)
+    if version not in store.deltas:
+        raise store._missing(version, "delta")
+    records = store._read(version, "delta")
+    keys = [k[4:] if v is None and store.row_checksum else k for k, v in records]
+    values = [v or b"" for _, v in records]
+    kinds = ["update" if v is not None else "delete" for _, v in records]
+    valid = np.array([v is not None for _, v in records], dtype=bool)
+    source = plan.storage.display(f"{directory}/{version}.delta")
+    return (kinds, decode_rows(RowBuffer.from_rows(keys, source + " key"), plan.key_schema),
+            decode_rows(RowBuffer.from_rows(values, source + " value"), plan.value_schema, valid=valid))

@@ -9,7 +9,7 @@ partition are read by :meth:`StateReadPlan.read_partition`, wherever that runs.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -34,11 +34,55 @@ from .errors import (
 )
 from .options import StateStoreOptions
 from .schema_files import read_schema_v1v2
-from .spark_types import INTEGER, StructField, StructType
+from .spark_types import INTEGER, LONG, STRING, StructField, StructType
 from .storage import Storage
 
 # Rows per RecordBatch handed to Spark; keeps executor memory per batch bounded.
 BATCH_ROWS = 65536
+
+
+@dataclass
+class JoinSidePlan:
+    """joinSide=left|right of a stream-stream join (state formats 1 and 2).
+
+    The buffered input rows of one side live in two stores: ``<side>-keyToNumValues``
+    (join key -> number of rows) and ``<side>-keyWithIndexToValue`` (join key +
+    index -> row, plus a ``matched`` flag in format 2). A row is live when its
+    index is below its key's count; the output hides the flag and the index.
+    """
+
+    side: str
+    count_key_schema: StructType
+    count_value_schema: StructType
+    row_key_schema: StructType
+    row_value_schema: StructType
+
+    def decode_partition(self, plan: StateReadPlan, partition_id: int) -> tuple[pa.StructArray, pa.StructArray]:
+        counts_plan = replace(plan, join=None, store_name=f"{self.side}-keyToNumValues",
+                              key_schema=self.count_key_schema, value_schema=self.count_value_schema)
+        rows_plan = replace(plan, join=None, store_name=f"{self.side}-keyWithIndexToValue",
+                            key_schema=self.row_key_schema, value_schema=self.row_value_schema)
+        count_keys, count_values = counts_plan.decode_partition(partition_id)
+        row_keys, row_values = rows_plan.decode_partition(partition_id)
+        n_key = len(self.count_key_schema.fields)
+        counts = dict(zip(_row_identities(count_keys, n_key), count_values.field(0).to_pylist(), strict=True))
+        index = row_keys.field(n_key).to_numpy(zero_copy_only=False)
+        live = np.fromiter((i < (counts.get(k) or 0) for k, i in zip(_row_identities(row_keys, n_key), index,
+                                                                          strict=True)),
+                           dtype=bool, count=len(index))
+        keys = pa.StructArray.from_arrays([row_keys.field(i) for i in range(n_key)],
+                                          fields=list(plan.key_schema.to_arrow()))
+        shown = [i for i, f in enumerate(self.row_value_schema.fields) if f.name != "matched"]
+        values = pa.StructArray.from_arrays([row_values.field(i) for i in shown],
+                                            fields=list(plan.value_schema.to_arrow()))
+        mask = pa.array(live)
+        return keys.filter(mask), values.filter(mask)
+
+
+def _row_identities(keys: pa.StructArray, n_fields: int) -> list[tuple]:
+    """Hashable identity of the first ``n_fields`` fields of each row (join keys)."""
+    columns = [keys.field(i).to_pylist() for i in range(n_fields)]
+    return [tuple(repr(c[r]) for c in columns) for r in range(len(keys))]
 
 
 @dataclass
@@ -59,6 +103,12 @@ class StateReadPlan:
     num_cols_prefix_key: int = 0
     # key encoder spec from a schema v3 file, when there is one
     key_encoder: dict[str, Any] | None = None
+    # replay from the snapshot of this version instead of the newest one (snapshotStartBatchId + 1)
+    snapshot_start_version: int | None = None
+    # change feed: batches change_start_batch_id..batch_id, one row per change
+    change_start_batch_id: int | None = None
+    # joinSide=left|right: the two stores of that side, combined into the buffered input rows
+    join: JoinSidePlan | None = None
 
     @property
     def version(self) -> int:
@@ -66,12 +116,19 @@ class StateReadPlan:
         return self.batch_id + 1
 
     @property
+    def is_change_feed(self) -> bool:
+        return self.change_start_batch_id is not None
+
+    @property
     def output_schema(self) -> StructType:
-        return StructType([
+        columns = [
             StructField("key", self.key_schema, True),
             StructField("value", self.value_schema, True),
             StructField("partition_id", INTEGER, True),
-        ])
+        ]
+        if self.is_change_feed:
+            columns = [StructField("batch_id", LONG, True), StructField("change_type", STRING, True), *columns]
+        return StructType(columns)
 
     @property
     def arrow_schema(self) -> pa.Schema:
@@ -82,6 +139,8 @@ class StateReadPlan:
 
     def decode_partition(self, partition_id: int) -> tuple[pa.StructArray, pa.StructArray]:
         """(keys, values) of one partition's state, decoded by its provider."""
+        if self.join is not None:
+            return self.join.decode_partition(self, partition_id)
         directory = self.store_dir(partition_id)
         if self.provider == HDFS_PROVIDER:
             return hdfs_provider.read_store(self, directory)
@@ -92,14 +151,43 @@ class StateReadPlan:
         raise UnsupportedOptionError(
             f"state store provider {self.provider} is not supported", path=self.storage.display(directory))
 
+    def decode_changes(self, partition_id: int, version: int) -> tuple[list[str], pa.StructArray, pa.StructArray]:
+        """(change types, keys, values) that ``version`` made in one partition."""
+        directory = self.store_dir(partition_id)
+        if self.provider == HDFS_PROVIDER:
+            return hdfs_provider.read_changes(self, directory, version)
+        if self.provider == ROCKSDB_PROVIDER:
+            from . import rocksdb_provider
+
+            return rocksdb_provider.read_changes(self, directory, partition_id, version)
+        raise UnsupportedOptionError(
+            f"state store provider {self.provider} is not supported", path=self.storage.display(directory))
+
     def read_partition(self, partition_id: int) -> Iterator[pa.RecordBatch]:
-        """Record batches of the state of one partition."""
+        """Record batches of the state (or the changes) of one partition."""
+        if self.is_change_feed:
+            yield from self._read_partition_changes(partition_id)
+            return
         keys, values = self.decode_partition(partition_id)
         schema = self.arrow_schema
         for lo in range(0, len(keys), BATCH_ROWS):
             n = min(BATCH_ROWS, len(keys) - lo)
             pid = pa.array(np.full(n, partition_id, dtype=np.int32))
             yield pa.RecordBatch.from_arrays([keys.slice(lo, n), values.slice(lo, n), pid], schema=schema)
+
+    def _read_partition_changes(self, partition_id: int) -> Iterator[pa.RecordBatch]:
+        schema = self.arrow_schema
+        assert self.change_start_batch_id is not None
+        for batch_id in range(self.change_start_batch_id, self.batch_id + 1):
+            kinds, keys, values = self.decode_changes(partition_id, batch_id + 1)
+            for lo in range(0, len(keys), BATCH_ROWS):
+                n = min(BATCH_ROWS, len(keys) - lo)
+                yield pa.RecordBatch.from_arrays([
+                    pa.array(np.full(n, batch_id, dtype=np.int64)),
+                    pa.array(kinds[lo:lo + n], pa.string()),
+                    keys.slice(lo, n), values.slice(lo, n),
+                    pa.array(np.full(n, partition_id, dtype=np.int32)),
+                ], schema=schema)
 
     def read_table(self) -> pa.Table:
         """The whole state as one table, partitions in ascending order."""
@@ -113,9 +201,13 @@ def _detect_provider(cp: Checkpoint, conf: Mapping[str, str], operator_id: int) 
         return recorded
     # no conf recorded (very old checkpoints): the file names tell
     for pid in cp.partition_ids(operator_id)[:1]:
-        for name in cp.storage.list_names(f"state/{operator_id}/{pid}") or []:
-            if name.endswith((".zip", ".changelog")):
-                return ROCKSDB_PROVIDER
+        base = f"state/{operator_id}/{pid}"
+        names = cp.storage.list_names(base) or []
+        # join formats 1/2 keep their files in one sub-directory per store
+        for store in [n for n in names if n in JOIN_STORES]:
+            names += cp.storage.list_names(f"{base}/{store}") or []
+        if any(name.endswith((".zip", ".changelog")) for name in names):
+            return ROCKSDB_PROVIDER
     return HDFS_PROVIDER
 
 
@@ -177,20 +269,15 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions) -> StateRead
             f"'stateVarName' must be specified to read operator {opts.operator_id} ({operator_name}) "
             f"of {cp.location}.")
 
+    join = None
     if opts.join_side != "none":
-        side_store = f"{opts.join_side}-keyToNumValues"
-        if not storage.exists(cp.schema_file(opts.operator_id, side_store)):
-            raise SchemaReadError(
-                f"Failed to read the state schema for joinSide={opts.join_side}: operator "
-                f"{opts.operator_id} of {cp.location} holds no stream-stream join state "
-                f"({cp.schema_file(opts.operator_id, side_store)} does not exist)",
-                path=storage.display(cp.schema_file(opts.operator_id, side_store)))
-    key_schema, value_schema = _store_schema(cp, opts.operator_id, opts.store_name)
+        join = _join_side_plan(cp, opts.operator_id, opts.join_side)
+        key_schema = join.count_key_schema
+        value_schema = StructType([f for f in join.row_value_schema.fields if f.name != "matched"])
+    else:
+        key_schema, value_schema = _store_schema(cp, opts.operator_id, opts.store_name)
 
     unsupported = [name for name, given in (
-        ("joinSide", opts.join_side != "none"),
-        ("readChangeFeed", opts.read_change_feed),
-        ("snapshotStartBatchId", opts.snapshot_start_batch_id is not None),
         ("stateVarName", opts.state_var_name is not None),
         ("readRegisteredTimers", opts.read_registered_timers),
     ) if given]
@@ -209,6 +296,15 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions) -> StateRead
         raise NoPartitionError(
             f"No partition directory found under {storage.display(f'state/{opts.operator_id}')}",
             path=storage.display(f"state/{opts.operator_id}"))
+    snapshot_start_version = None
+    if opts.snapshot_start_batch_id is not None:
+        if opts.snapshot_partition_id not in partitions:
+            raise InvalidOptionError(
+                f"Invalid value for option 'snapshotPartitionId': partition {opts.snapshot_partition_id} "
+                f"does not exist under {storage.display(f'state/{opts.operator_id}')} "
+                f"(partitions: {', '.join(map(str, partitions))})")
+        partitions = [opts.snapshot_partition_id]  # type: ignore[list-item]
+        snapshot_start_version = opts.snapshot_start_batch_id + 1
     return StateReadPlan(
         storage=storage,
         operator_id=opts.operator_id,
@@ -221,4 +317,20 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions) -> StateRead
         value_schema=value_schema,
         conf=dict(conf),
         num_cols_prefix_key=num_cols_prefix_key,
+        snapshot_start_version=snapshot_start_version,
+        change_start_batch_id=opts.change_start_batch_id if opts.read_change_feed else None,
+        join=join,
     )
+
+
+def _join_side_plan(cp: Checkpoint, operator_id: int, side: str) -> JoinSidePlan:
+    count_store, row_store = f"{side}-keyToNumValues", f"{side}-keyWithIndexToValue"
+    if not cp.storage.exists(cp.schema_file(operator_id, count_store)):
+        rel = cp.schema_file(operator_id, count_store)
+        raise SchemaReadError(
+            f"Failed to read the state schema for joinSide={side}: operator {operator_id} of "
+            f"{cp.location} holds no stream-stream join state ({cp.storage.display(rel)} does not exist)",
+            path=cp.storage.display(rel))
+    count_key, count_value = _store_schema(cp, operator_id, count_store)
+    row_key, row_value = _store_schema(cp, operator_id, row_store)
+    return JoinSidePlan(side, count_key, count_value, row_key, row_value)

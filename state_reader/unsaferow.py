@@ -310,12 +310,19 @@ class _Decoder:
                                      children=[entries])
 
 
-def decode_rows(rows: RowBuffer, schema: StructType, what: str = "") -> pa.StructArray:
-    """Decode every row of ``rows`` as an UnsafeRow of ``schema`` into one StructArray."""
+def decode_rows(rows: RowBuffer, schema: StructType, what: str = "",
+                valid: np.ndarray | None = None) -> pa.StructArray:
+    """Decode every row of ``rows`` as an UnsafeRow of ``schema`` into one StructArray.
+
+    Rows where ``valid`` is False come back null without being read (e.g. the
+    value of a removal in a change feed).
+    """
     n = len(rows.starts)
     decoder = _Decoder(rows)
-    limit = rows.starts + rows.lengths
-    bad = (rows.starts < 0) | (limit > rows.size)
+    valid = np.ones(n, dtype=bool) if valid is None else np.asarray(valid, dtype=bool)
+    starts = np.where(valid, rows.starts, 0)
+    limit = np.where(valid, rows.starts + rows.lengths, 0)
+    bad = valid & ((rows.starts < 0) | (limit > rows.size))
     if bad.any():
         raise decoder.fail("row lies outside its buffer", what)
-    return decoder.struct(schema, rows.starts, limit, np.ones(n, dtype=bool), what)
+    return decoder.struct(schema, starts, limit, valid, what)

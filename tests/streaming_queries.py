@@ -54,6 +54,7 @@ class Query:
     batches: Callable[[], list[list[dict]]] = _events
     schema: str = EVENT_SCHEMA
     operators: int = 1
+    sources: int = 1  # stream-stream joins read the input twice, as two streams
 
 
 def _write_input(batches: list[list[dict]], directory: Path) -> None:
@@ -77,9 +78,9 @@ def run_query(spark: SparkSession, query: Query, out: Path) -> str:
     for key, value in query.confs.items():
         spark.conf.set(key, value)
     try:
-        source = (spark.readStream.schema(query.schema).option("maxFilesPerTrigger", 1)
-                  .option("allowNonNumericNumbers", "true").json(str(out / "input")))
-        handle = (query.build(source).writeStream.format("noop").outputMode(query.output_mode)
+        sources = [spark.readStream.schema(query.schema).option("maxFilesPerTrigger", 1)
+                   .option("allowNonNumericNumbers", "true").json(str(out / "input")) for _ in range(query.sources)]
+        handle = (query.build(*sources).writeStream.format("noop").outputMode(query.output_mode)
                   .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
         handle.awaitTermination()
         time.sleep(0.5)  # let maintenance write snapshots of the last versions
@@ -156,6 +157,20 @@ def _apply_in_pandas(df: DataFrame) -> DataFrame:
         "update", GroupStateTimeout.NoTimeout)
 
 
+def _join(how: str) -> Callable[[DataFrame, DataFrame], DataFrame]:
+    def build(left: DataFrame, right: DataFrame) -> DataFrame:
+        left = left.where("n % 3 != 1").select(
+            F.col("ts").alias("lts"), F.col("grp").alias("lgrp"), F.col("n").alias("lid"), "amount", "price")
+        right = right.where("n % 2 = 0").select(
+            F.col("ts").alias("rts"), F.col("grp").alias("rgrp"), F.col("n").alias("rid"), "tag")
+        left = left.withWatermark("lts", "5 seconds")
+        right = right.withWatermark("rts", "5 seconds")
+        cond = F.expr("lgrp = rgrp AND rts BETWEEN lts - interval 4 seconds AND lts + interval 4 seconds")
+        return left.join(right, cond, how)
+
+    return build
+
+
 def _types_batches() -> list[list[dict]]:
     return [[{"ts": T0 + b * 5 + i, "n": b * 3 + i} for i in range(3)] for b in range(5)]
 
@@ -225,6 +240,8 @@ QUERIES: dict[str, Query] = {
     "agg_lzf": Query(_window_agg, confs={**HDFS, "spark.sql.streaming.stateStore.compression.codec": "lzf"}),
     "types": Query(_typed, confs=HDFS, batches=_types_batches, schema=TYPES_SCHEMA),
     "exotic_types": Query(_exotic, confs=HDFS, batches=_types_batches, schema=TYPES_SCHEMA),
+    "join_inner": Query(_join("inner"), output_mode="append", confs=HDFS, sources=2),
+    "join_left_outer": Query(_join("left_outer"), output_mode="append", confs=HDFS, sources=2),
     "dedup": Query(_dedup, output_mode="append", confs=HDFS),
     "dedup_within": Query(_dedup_within, output_mode="append", confs=HDFS),
     "session_window": Query(_session_window, output_mode="append", confs=HDFS),
@@ -250,12 +267,14 @@ def _with(query: Query, confs: dict[str, str]) -> Query:
                  batches=query.batches, schema=query.schema, operators=query.operators)
 
 
-# the codec only matters for changelog files, so codec variants run with changelogs only
-_CODEC_QUERIES = ("agg_zstd", "agg_snappy", "agg_lzf")
-for _name, _query in list(QUERIES.items()):
-    if _name not in _CODEC_QUERIES:
-        QUERIES[f"rocksdb_{_name}"] = _with(_query, ROCKSDB)
-    QUERIES[f"rocksdb_cl_{_name}"] = _with(_query, ROCKSDB_CHANGELOG)
+# The single-store operator queries above, each with RocksDB without and with
+# changelog checkpointing. The codec only matters for changelog files.
+ROCKSDB_BASE_QUERIES = ("agg_window", "agg_fmt1", "agg_fmt2", "types", "dedup", "dedup_within", "session_window",
+                        "limit", "multi", "apply_in_pandas", "apply_in_pandas_fmt1")
+for _name in ROCKSDB_BASE_QUERIES:
+    QUERIES[f"rocksdb_{_name}"] = _with(QUERIES[_name], ROCKSDB)
+    QUERIES[f"rocksdb_cl_{_name}"] = _with(QUERIES[_name], ROCKSDB_CHANGELOG)
+QUERIES["rocksdb_cl_agg_zstd"] = _with(QUERIES["agg_zstd"], ROCKSDB_CHANGELOG)
 QUERIES["rocksdb_cl_checksum_agg_window"] = _with(
     QUERIES["agg_window"], {**ROCKSDB_CHANGELOG, "spark.sql.streaming.stateStore.rowChecksum.enabled": "true"})
 
@@ -263,5 +282,5 @@ QUERIES["rocksdb_cl_checksum_agg_window"] = _with(
 # reader fails on these unless the reading session sets the conf as well.
 CHECKPOINT_V2_QUERIES: dict[str, Query] = {
     f"rocksdb_v2_{name}": _with(QUERIES[name], {**ROCKSDB_CHANGELOG, **CHECKPOINT_V2})
-    for name in ("agg_window", "dedup", "dedup_within", "session_window", "limit", "multi", "apply_in_pandas")
+    for name in ("agg_window", "dedup", "session_window", "limit", "multi", "apply_in_pandas")
 }

@@ -10,7 +10,10 @@ from streaming_queries import QUERIES
 from state_reader.checkpoint import Checkpoint
 from state_reader.storage import Storage
 
-QUERY_NAMES = sorted(QUERIES)
+QUERY_NAMES = sorted(n for n, q in QUERIES.items() if not n.startswith("rocksdb") and q.sources == 1)
+JOIN_QUERIES = ["join_inner", "join_left_outer"]
+JOIN_STORES = ["left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues",
+               "right-keyWithIndexToValue"]
 
 
 def _batches(path: str) -> list[int]:
@@ -43,3 +46,54 @@ def test_snapshots_and_deltas_both_used(checkpoints):
     names = storage.list_names("state/0/0") + storage.list_names("state/0/1")
     assert any(n.endswith(".snapshot") for n in names)
     assert any(n.endswith(".delta") for n in names)
+
+
+@pytest.mark.parametrize("name", JOIN_QUERIES)
+def test_join_sides_and_stores_match_builtin(spark, checkpoints, name):
+    path = checkpoints(name)
+    batches = _batches(path)
+    total = 0
+    for batch in (None, batches[1], batches[-2]):
+        at = {} if batch is None else {"batchId": str(batch)}
+        for side in ("left", "right"):
+            total += assert_same_as_builtin(spark, path, {"joinSide": side, **at})
+        for store in JOIN_STORES:
+            total += assert_same_as_builtin(spark, path, {"storeName": store, **at})
+    assert total > 0
+    assert_same_as_builtin(spark, path, {}, fmt="state-metadata")
+
+
+@pytest.mark.parametrize("name", ["agg_window", "session_window", "dedup", "limit", "join_inner"])
+def test_change_feed_matches_builtin(spark, checkpoints, name):
+    path = checkpoints(name)
+    batches = _batches(path)
+    store = {"storeName": "left-keyWithIndexToValue"} if name.startswith("join") else {}
+    rows = assert_same_as_builtin(spark, path, {"readChangeFeed": "true", "changeStartBatchId": "0", **store})
+    assert rows > 0
+    assert_same_as_builtin(spark, path, {"readChangeFeed": "true", "changeStartBatchId": str(batches[1]),
+                                         "changeEndBatchId": str(batches[-2]), **store})
+
+
+def _snapshot_batches(path: str, partition: int, store: str = "") -> list[int]:
+    names = Storage(path).list_names(f"state/0/{partition}{'/' + store if store else ''}") or []
+    return sorted(int(n.split(".")[0]) - 1 for n in names if n.endswith(".snapshot"))
+
+
+@pytest.mark.parametrize("name", ["agg_window", "session_window", "join_inner"])
+def test_snapshot_replay_matches_builtin(spark, checkpoints, name):
+    path = checkpoints(name)
+    join = name.startswith("join")
+    store = "left-keyWithIndexToValue" if join else ""
+    starts = _snapshot_batches(path, 0, store)
+    assert starts, "the query left no snapshot to replay from"
+    extra = {"joinSide": "left"} if join else {}
+    for start in starts:
+        options = {"snapshotStartBatchId": str(start), "snapshotPartitionId": "0", **extra}
+        assert_same_as_builtin(spark, path, options)
+        assert_same_as_builtin(spark, path, {**options, "batchId": str(_batches(path)[-1])})
+    missing = next(b for b in range(10) if b not in starts)
+    import state_reader
+
+    with pytest.raises(state_reader.MissingStateFileError, match="snapshot"):
+        state_reader.read_state(path, snapshot_start_batch_id=missing, snapshot_partition_id=0, **(
+            {"join_side": "left"} if join else {}))
