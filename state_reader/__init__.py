@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from .changefeed import changes
 from .errors import (
     ChecksumMismatchError,
     CodecUnavailableError,
@@ -38,11 +39,18 @@ from .errors import (
     StateReaderError,
     StorageError,
     TruncatedFileError,
+    UnexpectedError,
+    UnsafeArchiveError,
     UnsupportedOptionError,
+    unexpected_errors_as_ours,
 )
+from .key_filter import KeyFilterSpec
 from .metadata import read_metadata_table
 from .options import from_kwargs
+from .plotting import plot_state_size
 from .reader import plan_state_read
+from .scan import read_table as _read_filtered
+from .stats import stats
 
 __version__ = "0.1.0"
 
@@ -66,10 +74,15 @@ __all__ = [
     "StateReaderError",
     "StorageError",
     "TruncatedFileError",
+    "UnexpectedError",
+    "UnsafeArchiveError",
     "UnsupportedOptionError",
+    "changes",
+    "plot_state_size",
     "read_metadata",
     "read_state",
     "register",
+    "stats",
 ]
 
 
@@ -88,7 +101,10 @@ def read_state(
     state_var_name: str | None = None,
     read_registered_timers: bool | None = None,
     flatten_collection_types: bool | None = None,
+    change_feed_from_snapshots: bool | None = None,
     storage_options: dict[str, Any] | None = None,
+    verify_checksums: bool | None = None,
+    key_filter: KeyFilterSpec | None = None,
 ) -> pa.Table:
     """The state of one store as a ``pyarrow.Table``: columns ``key``, ``value``, ``partition_id``.
 
@@ -96,11 +112,22 @@ def read_state(
     with the same defaults (None = not given): the latest committed batch,
     operator 0, store ``default``. ``checkpoint`` is a local path or an fsspec
     URL (``s3://``, ``s3a://``, ``gs://``, ``abfs://``, ``file://``);
-    ``storage_options`` go to fsspec.
+    ``storage_options`` go to fsspec. ``verify_checksums`` (default on) checks every
+    file against its ``.crc`` sidecars where there are any.
+
+    ``key_filter`` keeps only matching keys, checked partition by partition as
+    they are decoded: a callable taking the keys (``pyarrow.StructArray``) and
+    returning a boolean mask, or an expression such as
+    ``"user = 'ann' and region_id > 3"`` (syntax in :mod:`state_reader.key_filter`).
     """
     options = dict(locals())
     path = options.pop("checkpoint")
-    return plan_state_read(from_kwargs(path, options)).read_table()
+    key_filter = options.pop("key_filter")
+    with unexpected_errors_as_ours(path):
+        plan = plan_state_read(from_kwargs(path, options))
+        if key_filter is None:
+            return plan.read_table()
+    return _read_filtered(plan, key_filter=key_filter)
 
 
 def read_metadata(
@@ -110,17 +137,19 @@ def read_metadata(
     infer_missing_metadata: bool | None = None,
     include_hidden_columns: bool | None = None,
     storage_options: dict[str, Any] | None = None,
+    verify_checksums: bool | None = None,
 ) -> pa.Table:
     """Operators and stores of a checkpoint, as ``spark.read.format("state-metadata")``.
 
     Checkpoints written before Spark 4.0 have no operator metadata and give no
     rows, as in Spark, unless ``infer_missing_metadata`` describes them from
     their files. ``include_hidden_columns`` adds the built-in's hidden
-    ``_numColsPrefixKey`` column.
+    ``_numColsPrefixKey`` column. ``verify_checksums`` as in :func:`read_state`.
     """
     options = dict(locals())
     path = options.pop("checkpoint")
-    return read_metadata_table(from_kwargs(path, options))
+    with unexpected_errors_as_ours(path):
+        return read_metadata_table(from_kwargs(path, options))
 
 
 def register(spark: Any) -> None:

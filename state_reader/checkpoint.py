@@ -146,7 +146,7 @@ class Checkpoint:
             raise CommittedBatchUnavailableError(
                 f"No committed batch found for batchId {batch_id}: {self.storage.display(rel)} is missing",
                 path=self.storage.display(rel)) from None
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise CommittedBatchUnavailableError(
                 f"commit log entry {self.storage.display(rel)} is unreadable: {exc}",
                 path=self.storage.display(rel)) from exc
@@ -168,9 +168,9 @@ class Checkpoint:
                 path=self.storage.display(rel)) from exc
         try:
             metadata = json.loads(lines[1]) if len(lines) > 1 and lines[1].strip() else None
-        except ValueError:
+        except (ValueError, RecursionError):
             metadata = None
-        if not isinstance(metadata, dict):
+        if not isinstance(metadata, dict) or not isinstance(metadata.get("conf") or {}, dict):
             raise OffsetMetadataUnavailableError(
                 f"The offset log {self.storage.display(rel)} holds no metadata line "
                 f"(expected JSON with 'conf' on line 2)", path=self.storage.display(rel))
@@ -244,7 +244,8 @@ class Checkpoint:
             )
         except FileNotFoundError:
             raise OperatorMetadataReadError(f"operator metadata {shown} is missing", path=shown) from None
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError,
+                UnicodeDecodeError) as exc:
             raise OperatorMetadataReadError(
                 f"operator metadata {shown} of operator {operator_id} cannot be parsed: {exc!r}",
                 path=shown) from exc

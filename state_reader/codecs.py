@@ -10,7 +10,10 @@ its framing; the block payloads go to well-kept Python bindings.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
 
 from .errors import ChecksumMismatchError, CodecUnavailableError, CorruptFileError, TruncatedFileError
 
@@ -38,11 +41,9 @@ def _need(module: str, package: str, codec: str, path: str):
         ) from exc
 
 
-def decompress_lz4(data: bytes, path: str) -> bytes:
-    """Decode an lz4-java LZ4BlockOutputStream stream, verifying each block's checksum."""
-    block = _need("lz4.block", "lz4", "lz4", path)
-    xxhash = _need("xxhash", "xxhash", "lz4", path)
-    out = []
+def _lz4_blocks(data: bytes, path: str) -> Iterator[tuple[int, int, int, int, int, int]]:
+    """Check and yield the data blocks of an lz4-java stream in order:
+    (header position, method, payload start, payload length, decompressed length, stored checksum)."""
     pos, n = 0, len(data)
     while pos < n:
         if n - pos < _LZ4_HEADER.size:
@@ -65,37 +66,111 @@ def decompress_lz4(data: bytes, path: str) -> bytes:
             raise TruncatedFileError(
                 f"{path}: lz4 block at byte {pos} needs {clen} payload bytes, file has {n - start}",
                 path=path)
-        if dlen == 0:  # end-of-stream block; concatenated streams may follow
-            pos = end
-            continue
-        payload = data[start:end]
-        if method == _LZ4_METHOD_RAW:
-            if clen != dlen:
+        if dlen:  # a zero-length block ends a stream; concatenated streams may follow
+            if method == _LZ4_METHOD_RAW:
+                if clen != dlen:
+                    raise CorruptFileError(
+                        f"{path}: raw lz4 block at byte {pos} has lengths {clen} != {dlen}", path=path)
+            elif method != _LZ4_METHOD_LZ4:
                 raise CorruptFileError(
-                    f"{path}: raw lz4 block at byte {pos} has lengths {clen} != {dlen}", path=path)
+                    f"{path}: lz4 block at byte {pos} has unknown method 0x{token:02x}", path=path)
+            yield pos, method, start, clen, dlen, checksum & 0xFFFFFFFF
+        pos = end
+
+
+def _lz4_check(xxhash: Any, chunk: Any, pos: int, checksum: int, path: str) -> None:
+    actual = xxhash.xxh32_intdigest(chunk, seed=_LZ4_XXHASH_SEED) & 0x0FFFFFFF
+    if actual != checksum:
+        raise ChecksumMismatchError(
+            f"{path}: lz4 block at byte {pos} fails its checksum "
+            f"(stored 0x{checksum:08x}, computed 0x{actual:08x})", path=path)
+
+
+def _lz4_failed(pos: int, path: str, exc: Exception) -> CorruptFileError:
+    return CorruptFileError(f"{path}: lz4 block at byte {pos} does not decompress: {exc}", path=path)
+
+
+def decompress_lz4(data: bytes, path: str) -> bytes:
+    """Decode an lz4-java LZ4BlockOutputStream stream, verifying each block's checksum."""
+    block = _need("lz4.block", "lz4", "lz4", path)
+    xxhash = _need("xxhash", "xxhash", "lz4", path)
+    out = []
+    for pos, method, start, clen, dlen, checksum in _lz4_blocks(data, path):
+        payload = data[start:start + clen]
+        if method == _LZ4_METHOD_RAW:
             chunk = payload
-        elif method == _LZ4_METHOD_LZ4:
+        else:
             try:
                 chunk = block.decompress(payload, uncompressed_size=dlen)
             except Exception as exc:
-                raise CorruptFileError(
-                    f"{path}: lz4 block at byte {pos} does not decompress: {exc}", path=path
-                ) from exc
+                raise _lz4_failed(pos, path, exc) from exc
             if len(chunk) != dlen:
                 raise CorruptFileError(
                     f"{path}: lz4 block at byte {pos} decompressed to {len(chunk)} bytes, "
                     f"header says {dlen}", path=path)
-        else:
-            raise CorruptFileError(
-                f"{path}: lz4 block at byte {pos} has unknown method 0x{token:02x}", path=path)
-        actual = xxhash.xxh32_intdigest(chunk, seed=_LZ4_XXHASH_SEED) & 0x0FFFFFFF
-        if actual != (checksum & 0xFFFFFFFF):
-            raise ChecksumMismatchError(
-                f"{path}: lz4 block at byte {pos} fails its checksum "
-                f"(stored 0x{checksum & 0xFFFFFFFF:08x}, computed 0x{actual:08x})", path=path)
+        _lz4_check(xxhash, chunk, pos, checksum, path)
         out.append(chunk)
-        pos = end
     return b"".join(out)
+
+
+def lz4_blocks(data: bytes, path: str) -> list[tuple[int, int, int, int, int, int]]:
+    """Every data block of an lz4-java stream, headers checked as by :func:`decompress_lz4`:
+    (header position, method, payload start, payload length, decompressed length, stored checksum).
+    The decompressed size of the stream is the sum of the fifth items."""
+    return list(_lz4_blocks(data, path))
+
+
+def decompress_lz4_into(data: bytes, path: str, out: np.ndarray,
+                        blocks: list[tuple[int, int, int, int, int, int]] | None = None) -> int:
+    """Decode an lz4-java stream straight into ``out`` (uint8, at least the decompressed size).
+
+    Same checks and errors as :func:`decompress_lz4`, without assembling the
+    output from per-block copies; ``blocks`` are those of :func:`lz4_blocks`
+    when the caller already has them. Returns the number of bytes written.
+    """
+    xxhash = _need("xxhash", "xxhash", "lz4", path)
+    digest = xxhash.xxh32_intdigest
+    view = memoryview(data)
+    target_view = memoryview(out)
+    into = _lz4_block_into()
+    block = None if into is not None else _need("lz4.block", "lz4", "lz4", path)
+    at = 0
+    for pos, method, start, clen, dlen, checksum in (blocks if blocks is not None else _lz4_blocks(data, path)):
+        target = target_view[at:at + dlen]
+        if method == _LZ4_METHOD_RAW:
+            target[:] = view[start:start + clen]
+        elif into is not None:
+            try:
+                written = into(view[start:start + clen], target, output_len=dlen)
+            except Exception as exc:
+                raise _lz4_failed(pos, path, exc) from exc
+            if written != dlen:
+                raise CorruptFileError(
+                    f"{path}: lz4 block at byte {pos} decompressed to {written} bytes, "
+                    f"header says {dlen}", path=path)
+        else:
+            try:
+                chunk = block.decompress(view[start:start + clen], uncompressed_size=dlen)
+            except Exception as exc:
+                raise _lz4_failed(pos, path, exc) from exc
+            if len(chunk) != dlen:
+                raise CorruptFileError(
+                    f"{path}: lz4 block at byte {pos} decompressed to {len(chunk)} bytes, "
+                    f"header says {dlen}", path=path)
+            target[:] = chunk
+        if digest(target, seed=_LZ4_XXHASH_SEED) & 0x0FFFFFFF != checksum:
+            _lz4_check(xxhash, target, pos, checksum, path)
+        at += dlen
+    return at
+
+
+def _lz4_block_into() -> Callable[..., int] | None:
+    """cramjam's raw-block decoder that writes into a given buffer (releases the GIL), if present."""
+    try:
+        import cramjam
+    except ImportError:
+        return None
+    return getattr(getattr(cramjam, "lz4", None), "decompress_block_into", None)
 
 
 def decompress_zstd(data: bytes, path: str) -> bytes:
@@ -241,16 +316,23 @@ def sniff(data: bytes) -> str | None:
     return None
 
 
+def stream_codec(data: bytes, codec: str | None) -> str:
+    """Short name of the codec that ``data`` is decoded with: the recorded one unless the
+    bytes carry another codec's magic (a conf that was changed, or a missing offset log)."""
+    name = codec_name(codec)
+    sniffed = sniff(data)
+    if sniffed is not None and sniffed != name:
+        name = sniffed
+    return name
+
+
 def decompress(data: bytes, codec: str | None, path: str) -> bytes:
     """Decompress a state file written with ``codec`` (short name or class name).
 
     The recorded codec is trusted first; when the bytes carry another codec's
     magic (a conf that was changed, or a missing offset log) the magic wins.
     """
-    name = codec_name(codec)
-    sniffed = sniff(data)
-    if sniffed is not None and sniffed != name:
-        name = sniffed
+    name = stream_codec(data, codec)
     decoder = _DECODERS.get(name)
     if decoder is None:
         raise CodecUnavailableError(

@@ -8,6 +8,9 @@ what was wrong with it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class StateReaderError(Exception):
     """Base class of every error state_reader raises."""
@@ -158,3 +161,32 @@ class UnsafeArchiveError(CorruptFileError):
     escape the directory it is extracted to (absolute, ``..``, symlink, or too large)."""
 
     error_class = "STATE_READER_UNSAFE_ARCHIVE_ENTRY"
+
+
+class UnexpectedError(StateReaderError):
+    """A failure state_reader did not anticipate: a bug, or damage no check recognised.
+
+    The original exception is chained as ``__cause__``; the message says what was
+    being read when it happened.
+    """
+
+    error_class = "STATE_READER_UNEXPECTED_ERROR"
+
+
+@contextmanager
+def unexpected_errors_as_ours(what: str) -> Iterator[None]:
+    """Let our errors through and turn any other exception into :class:`UnexpectedError`.
+
+    Used at the public entry points only, so a gap in a decoder's checks still ends
+    in a ``StateReaderError`` that says what was being read.
+    """
+    try:
+        yield
+    except StateReaderError:
+        raise
+    except MemoryError as exc:
+        raise UnexpectedError(f"ran out of memory while reading {what}", path=what) from exc
+    except Exception as exc:
+        raise UnexpectedError(
+            f"unexpected {type(exc).__name__} while reading {what}: {exc} (a damaged file that no check "
+            "recognised, or a bug in state_reader; the original exception is chained)", path=what) from exc

@@ -65,7 +65,7 @@ def infer_operator_metadata(cp: Checkpoint, operator_id: int) -> OperatorMetadat
 def read_metadata_table(options: Mapping[str, Any] | StateMetadataOptions) -> pa.Table:
     """The ``state-metadata`` rows of a checkpoint as an Arrow table."""
     opts = options if isinstance(options, StateMetadataOptions) else StateMetadataOptions.parse(options)
-    cp = Checkpoint(Storage(opts.path, opts.storage_options))
+    cp = Checkpoint(Storage(opts.path, opts.storage_options, verify_checksums=opts.verify_checksums))
     batches = cp.committed_batches
     min_batch, max_batch = (batches[0], batches[-1]) if batches else (-1, -1)
     batch_id = opts.batch_id if opts.batch_id is not None else (max_batch if batches else None)

@@ -38,7 +38,9 @@ FLATTEN_COLLECTION_TYPES = "flattenCollectionTypes"
 # ours, not the built-in's
 INFER_MISSING_METADATA = "inferMissingMetadata"
 INCLUDE_HIDDEN_COLUMNS = "includeHiddenColumns"
+CHANGE_FEED_FROM_SNAPSHOTS = "changeFeedFromSnapshots"
 STORAGE_OPTIONS = "storageOptions"
+VERIFY_CHECKSUMS = "verifyChecksums"
 STORAGE_PREFIX = "storage."
 
 JOIN_SIDES = ("left", "right", "none")
@@ -134,7 +136,11 @@ class StateStoreOptions:
     state_var_name: str | None = None
     read_registered_timers: bool = False
     flatten_collection_types: bool = True
+    # ours: a RocksDB change feed without changelog files, by comparing consecutive snapshots
+    change_feed_from_snapshots: bool = False
     storage_options: dict[str, Any] = field(default_factory=dict)
+    # check files against their .crc sidecars when there are any (Hadoop's and Spark's)
+    verify_checksums: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> StateStoreOptions:
@@ -215,7 +221,9 @@ class StateStoreOptions:
             read_change_feed=read_change_feed, change_start_batch_id=change_start,
             change_end_batch_id=change_end, state_var_name=state_var_name,
             read_registered_timers=read_timers, flatten_collection_types=flatten,
+            change_feed_from_snapshots=opts.boolean(CHANGE_FEED_FROM_SNAPSHOTS, False),
             storage_options=opts.storage_options(),
+            verify_checksums=opts.boolean(VERIFY_CHECKSUMS, True),
         )
 
 
@@ -228,6 +236,8 @@ class StateMetadataOptions:
     infer_missing_metadata: bool = False
     include_hidden_columns: bool = False
     storage_options: dict[str, Any] = field(default_factory=dict)
+    # check files against their .crc sidecars when there are any (Hadoop's and Spark's)
+    verify_checksums: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> StateMetadataOptions:
@@ -241,7 +251,8 @@ class StateMetadataOptions:
         return cls(path=path, batch_id=batch_id,
                    infer_missing_metadata=opts.boolean(INFER_MISSING_METADATA, False),
                    include_hidden_columns=opts.boolean(INCLUDE_HIDDEN_COLUMNS, False),
-                   storage_options=opts.storage_options())
+                   storage_options=opts.storage_options(),
+                   verify_checksums=opts.boolean(VERIFY_CHECKSUMS, True))
 
 
 def from_kwargs(path: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:

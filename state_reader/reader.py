@@ -8,7 +8,9 @@ partition are read by :meth:`StateReadPlan.read_partition`, wherever that runs.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -36,6 +38,7 @@ from .options import StateStoreOptions
 from .schema_files import read_schema_v1v2
 from .spark_types import INTEGER, LONG, STRING, StructField, StructType
 from .storage import Storage
+from .transform_with_state import StateVariable, plan_variable
 
 # Rows per RecordBatch handed to Spark; keeps executor memory per batch bounded.
 BATCH_ROWS = 65536
@@ -109,6 +112,10 @@ class StateReadPlan:
     change_start_batch_id: int | None = None
     # joinSide=left|right: the two stores of that side, combined into the buffered input rows
     join: JoinSidePlan | None = None
+    # transformWithState: the state variable (column family) to read
+    variable: StateVariable | None = None
+    # RocksDB without changelogs: derive the change feed by comparing snapshots (not in Spark)
+    change_feed_from_snapshots: bool = False
 
     @property
     def version(self) -> int:
@@ -121,9 +128,13 @@ class StateReadPlan:
 
     @property
     def output_schema(self) -> StructType:
+        if self.variable is not None:
+            middle = self.variable.change_columns() if self.is_change_feed else self.variable.value_columns()
+        else:
+            middle = [StructField("value", self.value_schema, True)]
         columns = [
             StructField("key", self.key_schema, True),
-            StructField("value", self.value_schema, True),
+            *middle,
             StructField("partition_id", INTEGER, True),
         ]
         if self.is_change_feed:
@@ -151,6 +162,24 @@ class StateReadPlan:
         raise UnsupportedOptionError(
             f"state store provider {self.provider} is not supported", path=self.storage.display(directory))
 
+    def decode_columns(self, partition_id: int) -> list[pa.Array]:
+        """The output columns of one partition, ``partition_id`` excluded."""
+        if self.variable is not None:
+            from . import rocksdb_provider
+
+            return rocksdb_provider.read_variable(self, self.store_dir(partition_id), partition_id)
+        return list(self.decode_partition(partition_id))
+
+    def decode_change_columns(self, partition_id: int, version: int) -> tuple[list[str], list[pa.Array]]:
+        """Change types and output columns (``key`` first) of the changes ``version`` made."""
+        if self.variable is not None:
+            from . import rocksdb_provider
+
+            return rocksdb_provider.read_variable_changes(self, self.store_dir(partition_id), partition_id,
+                                                          version)
+        kinds, keys, values = self.decode_changes(partition_id, version)
+        return kinds, [keys, values]
+
     def decode_changes(self, partition_id: int, version: int) -> tuple[list[str], pa.StructArray, pa.StructArray]:
         """(change types, keys, values) that ``version`` made in one partition."""
         directory = self.store_dir(partition_id)
@@ -168,31 +197,54 @@ class StateReadPlan:
         if self.is_change_feed:
             yield from self._read_partition_changes(partition_id)
             return
-        keys, values = self.decode_partition(partition_id)
+        columns = self.decode_columns(partition_id)
         schema = self.arrow_schema
-        for lo in range(0, len(keys), BATCH_ROWS):
-            n = min(BATCH_ROWS, len(keys) - lo)
+        rows = len(columns[0])
+        for lo in range(0, rows, BATCH_ROWS):
+            n = min(BATCH_ROWS, rows - lo)
             pid = pa.array(np.full(n, partition_id, dtype=np.int32))
-            yield pa.RecordBatch.from_arrays([keys.slice(lo, n), values.slice(lo, n), pid], schema=schema)
+            yield pa.RecordBatch.from_arrays([c.slice(lo, n) for c in columns] + [pid], schema=schema)
 
     def _read_partition_changes(self, partition_id: int) -> Iterator[pa.RecordBatch]:
         schema = self.arrow_schema
         assert self.change_start_batch_id is not None
         for batch_id in range(self.change_start_batch_id, self.batch_id + 1):
-            kinds, keys, values = self.decode_changes(partition_id, batch_id + 1)
-            for lo in range(0, len(keys), BATCH_ROWS):
-                n = min(BATCH_ROWS, len(keys) - lo)
+            kinds, columns = self.decode_change_columns(partition_id, batch_id + 1)
+            rows = len(kinds)
+            for lo in range(0, rows, BATCH_ROWS):
+                n = min(BATCH_ROWS, rows - lo)
                 yield pa.RecordBatch.from_arrays([
                     pa.array(np.full(n, batch_id, dtype=np.int64)),
                     pa.array(kinds[lo:lo + n], pa.string()),
-                    keys.slice(lo, n), values.slice(lo, n),
+                    *(c.slice(lo, n) for c in columns),
                     pa.array(np.full(n, partition_id, dtype=np.int32)),
                 ], schema=schema)
 
     def read_table(self) -> pa.Table:
-        """The whole state as one table, partitions in ascending order."""
-        batches = [b for p in self.partitions for b in self.read_partition(p)]
-        return pa.Table.from_batches(batches, schema=self.arrow_schema)
+        """The whole state as one table, partitions in ascending order.
+
+        Partitions are read on a few threads at once: decompression, numpy,
+        Arrow and the compiled record walk release the GIL, so they overlap.
+        """
+        workers = min(len(self.partitions), _read_threads())
+        if workers <= 1:
+            parts = [list(self.read_partition(p)) for p in self.partitions]
+        else:
+            with ThreadPoolExecutor(workers, thread_name_prefix="state_reader") as pool:
+                # map keeps partition order and re-raises the first failing partition's error
+                parts = list(pool.map(lambda p: list(self.read_partition(p)), self.partitions))
+        return pa.Table.from_batches([b for part in parts for b in part], schema=self.arrow_schema)
+
+
+def _read_threads() -> int:
+    """Threads for read_table: STATE_READER_THREADS, else the CPUs this process may use."""
+    setting = os.environ.get("STATE_READER_THREADS", "").strip()
+    if setting.isdigit() and int(setting) > 0:
+        return int(setting)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _detect_provider(cp: Checkpoint, conf: Mapping[str, str], operator_id: int) -> str:
@@ -242,7 +294,7 @@ def _store_names_on_disk(cp: Checkpoint, operator_id: int) -> list[str]:
 def plan_state_read(options: Mapping[str, Any] | StateStoreOptions) -> StateReadPlan:
     """Validate ``statestore`` options against a checkpoint and plan the read."""
     opts = options if isinstance(options, StateStoreOptions) else StateStoreOptions.parse(options)
-    storage = Storage(opts.path, opts.storage_options)
+    storage = Storage(opts.path, opts.storage_options, verify_checksums=opts.verify_checksums)
     cp = Checkpoint(storage)
     if opts.read_change_feed:
         batch_id = opts.change_end_batch_id
@@ -270,20 +322,17 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions) -> StateRead
             f"of {cp.location}.")
 
     join = None
-    if opts.join_side != "none":
+    variable = None
+    if operators.is_transform_with_state(operator_name) and metadata is not None and store_meta is not None:
+        variable = plan_variable(cp, metadata, store_meta, opts.state_var_name, opts.read_registered_timers,
+                                 opts.flatten_collection_types)
+        key_schema, value_schema = variable.grouping_key, variable.family.value_schema
+    elif opts.join_side != "none":
         join = _join_side_plan(cp, opts.operator_id, opts.join_side)
         key_schema = join.count_key_schema
         value_schema = StructType([f for f in join.row_value_schema.fields if f.name != "matched"])
     else:
         key_schema, value_schema = _store_schema(cp, opts.operator_id, opts.store_name)
-
-    unsupported = [name for name, given in (
-        ("stateVarName", opts.state_var_name is not None),
-        ("readRegisteredTimers", opts.read_registered_timers),
-    ) if given]
-    if unsupported:
-        raise UnsupportedOptionError(
-            f"option {', '.join(unsupported)} is not supported by state_reader yet")
 
     conf = cp.offset_conf(batch_id)
     if store_meta is not None and metadata.version == 1:
@@ -320,6 +369,8 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions) -> StateRead
         snapshot_start_version=snapshot_start_version,
         change_start_batch_id=opts.change_start_batch_id if opts.read_change_feed else None,
         join=join,
+        variable=variable,
+        change_feed_from_snapshots=opts.change_feed_from_snapshots,
     )
 
 

@@ -230,7 +230,10 @@ def _atomic(name: str) -> DataType:
         return DataType("decimal", precision=10, scale=0, json_name=name)
     m = _DECIMAL_RE.match(lowered)
     if m:
-        return DataType("decimal", precision=int(m.group(1)), scale=int(m.group(2)), json_name=name)
+        precision, scale = int(m.group(1)), int(m.group(2))
+        if not 1 <= precision <= 38 or scale > precision:  # Spark's DecimalType bounds
+            raise ValueError(f"invalid decimal type {name!r}: precision must be 1..38 and scale at most precision")
+        return DataType("decimal", precision=precision, scale=scale, json_name=name)
     m = _INTERVAL_RE.match(lowered)
     if m:
         units = {m.group(1), m.group(2) or m.group(1)}
@@ -272,8 +275,8 @@ def parse_struct(text: str, source: str) -> StructType:
     """Parse a ``StructType.json`` string; ``source`` names its file for errors."""
     try:
         parsed = from_json_value(json.loads(text))
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SchemaReadError(f"{source}: cannot parse schema JSON: {exc}", path=source) from exc
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        raise SchemaReadError(f"{source}: cannot parse schema JSON: {exc!r}", path=source) from exc
     if not isinstance(parsed, StructType):
         raise SchemaReadError(f"{source}: schema is not a struct", path=source)
     return parsed

@@ -37,7 +37,11 @@ _MONTH_DAY_NANO = np.dtype([("months", "<i4"), ("days", "<i4"), ("nanos", "<i8")
 
 
 class RowBuffer:
-    """Bytes of many rows plus where each row starts and ends."""
+    """Bytes of many rows plus where each row starts and ends.
+
+    ``buf`` always has at least ``_PAD`` readable bytes after ``size``, so the
+    decoders can read whole words near the end without checking.
+    """
 
     def __init__(self, data: bytes | bytearray | memoryview, starts: np.ndarray,
                  lengths: np.ndarray, source: str) -> None:
@@ -50,13 +54,45 @@ class RowBuffer:
         self.source = source
 
     @classmethod
+    def wrap(cls, buf: np.ndarray, size: int, starts: np.ndarray, lengths: np.ndarray,
+             source: str) -> RowBuffer:
+        """Rows inside ``buf[:size]``, which already has ``_PAD`` spare bytes after ``size`` (no copy)."""
+        if buf.dtype != np.uint8 or buf.ndim != 1 or len(buf) < size + _PAD:
+            raise ValueError(f"RowBuffer.wrap needs a flat uint8 buffer with {_PAD} spare bytes")
+        out = cls.__new__(cls)
+        out.buf = buf
+        out.size = size
+        out.starts = np.asarray(starts, dtype=np.int64)
+        out.lengths = np.asarray(lengths, dtype=np.int64)
+        out.source = source
+        return out
+
+    @classmethod
     def from_rows(cls, rows: list[bytes], source: str) -> RowBuffer:
-        """Concatenate separate row byte strings into one buffer."""
-        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+        """Concatenate separate row byte strings into one buffer (one copy)."""
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
         starts = np.zeros(len(rows), dtype=np.int64)
         if len(rows) > 1:
             np.cumsum(lengths[:-1], out=starts[1:])
-        return cls(b"".join(rows), starts, lengths, source)
+        size = int(lengths.sum())
+        buf = np.frombuffer(b"".join([*rows, bytes(_PAD)]), dtype=np.uint8)
+        return cls.wrap(buf, size, starts, lengths, source)
+
+
+def _view(buf: np.ndarray, dtype: str) -> np.ndarray:
+    """``buf`` as overlapping values of ``dtype``: element i is the value whose bytes start at i.
+
+    Indexing it with byte addresses reads unaligned values in one gather,
+    instead of gathering their bytes one by one.
+    """
+    dt = np.dtype(dtype)
+    return np.ndarray(shape=(len(buf) - dt.itemsize + 1,), dtype=dt, buffer=buf, strides=(1,))
+
+
+def _read(buf: np.ndarray, addr: np.ndarray, dtype: str) -> np.ndarray:
+    if np.dtype(dtype).itemsize == 1:
+        return buf[addr].view(dtype)
+    return _view(buf, dtype)[addr]
 
 
 def _gather(buf: np.ndarray, addr: np.ndarray, width: int) -> np.ndarray:
@@ -64,11 +100,10 @@ def _gather(buf: np.ndarray, addr: np.ndarray, width: int) -> np.ndarray:
     return buf[addr[:, None] + np.arange(width, dtype=np.int64)]
 
 
-def _read(buf: np.ndarray, addr: np.ndarray, dtype: str) -> np.ndarray:
-    width = np.dtype(dtype).itemsize
-    if width == 1:
-        return buf[addr].view(dtype)
-    return np.ascontiguousarray(_gather(buf, addr, width)).view(dtype).reshape(-1)
+def _int_array(values: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
+    # pa.array() on a numpy array imports pandas when it is installed (0.5 s or more)
+    data = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(arrow_type, len(data), [None, pa.py_buffer(data)])
 
 
 def _validity(valid: np.ndarray) -> tuple[pa.Buffer | None, int]:
@@ -111,13 +146,12 @@ class _Decoder:
         self.check_span(base, np.full(len(base), fixed, dtype=np.int64), limit, valid, path,
                         f"a row of {n_fields} fields needs {fixed} fixed bytes; the row")
         children = []
+        # each 64-bit word of the null bitset, read once for all the fields it covers
+        bitset = [_read(self.buf, base + 8 * w, "<u8") for w in range((n_fields + 63) // 64)]
         for i, f in enumerate(st.fields):
             child_path = f"{path}.{f.name}" if path else f.name
-            if n_fields:
-                is_null = _null_bits(self.buf, base, i)
-                child_valid = valid & ~is_null
-            else:
-                child_valid = valid
+            is_null = ((bitset[i // 64] >> np.uint64(i % 64)) & np.uint64(1)).astype(bool)
+            child_valid = valid & ~is_null
             slot = np.where(child_valid, base + (n_fields + 63) // 64 * 8 + 8 * i, 0)
             children.append(self.value(f.data_type, slot, base, limit, child_valid, child_path))
         arrow_type = st.to_arrow()
@@ -170,7 +204,9 @@ class _Decoder:
         n = len(addr)
         kind = dt.kind
         if kind == "boolean":
-            return pa.array(self.buf[addr] != 0, mask=~valid)
+            validity, nulls = _validity(valid)
+            bits = pa.py_buffer(np.packbits(self.buf[addr] != 0, bitorder="little"))
+            return pa.Array.from_buffers(pa.bool_(), n, [validity, bits], null_count=nulls)
         if kind == "decimal":  # precision <= 18: the unscaled value as a long
             unscaled = _read(self.buf, addr, "<i8")
             wide = np.empty((n, 2), dtype="<i8")
@@ -202,13 +238,61 @@ class _Decoder:
 
     def var_bytes(self, arrow_type: pa.DataType, start: np.ndarray, size: np.ndarray,
                   valid: np.ndarray) -> pa.Array:
-        offsets, data = self._concat(start, size)
-        if offsets[-1] >= 2**31:
-            raise self.fail("more than 2 GiB of string data in one batch", "")
         validity, nulls = _validity(valid)
-        return pa.Array.from_buffers(arrow_type, len(start),
-                                     [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)],
-                                     null_count=nulls)
+        n = len(start)
+        spans = self._ordered_spans(start, size, valid)
+        if spans is not None:
+            offsets, data = self._take_spans(*spans)
+        else:
+            offsets64, values = self._concat(start, size)
+            if offsets64[-1] >= 2**31:
+                raise self.fail("more than 2 GiB of string data in one batch", "")
+            offsets, data = pa.py_buffer(offsets64.astype(np.int32)), pa.py_buffer(values)
+        return pa.Array.from_buffers(arrow_type, n, [validity, offsets, data], null_count=nulls)
+
+    @staticmethod
+    def _ordered_spans(start: np.ndarray, size: np.ndarray,
+                       valid: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(starts, ends) with null values as empty spans, when the spans follow each other
+        through the buffer without overlapping (rows in buffer order); else None."""
+        begin = np.where(valid, start, 0)
+        end = begin + np.where(valid, size, 0)
+        if not valid.all():
+            # a null takes an empty span where the value before it ended
+            reached = np.maximum.accumulate(end)
+            begin = np.where(valid, begin, reached)
+            end = np.where(valid, end, reached)
+        if len(begin) > 1 and not bool(np.all(begin[1:] >= end[:-1])):
+            return None
+        return begin, end
+
+    def _take_spans(self, begin: np.ndarray, end: np.ndarray) -> tuple[pa.Buffer, pa.Buffer]:
+        """Offsets and data of the spans, copied out of the buffer by Arrow's take kernel.
+
+        The buffer is seen as a binary array whose elements alternate between a
+        span and the gap up to the next one; taking every other element copies
+        the spans into one contiguous array in C++ (and without the GIL).
+        """
+        n = len(begin)
+        total = int((end - begin).sum())
+        if total >= 2**31:
+            raise self.fail("more than 2 GiB of string data in one batch", "")
+        if n == 0:
+            return pa.py_buffer(np.zeros(1, dtype=np.int32)), pa.py_buffer(b"")
+        bounds = np.empty(2 * n, dtype=np.int64)
+        bounds[0::2] = begin
+        bounds[1::2] = end
+        large = len(self.buf) >= 2**31
+        if not large:
+            bounds = bounds.astype(np.int32)
+        both = pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), 2 * n - 1,
+                                     [None, pa.py_buffer(bounds), pa.py_buffer(self.buf)])
+        taken = both.take(_int_array(np.arange(0, 2 * n, 2, dtype=np.int64), pa.int64()))
+        _, offsets, data = taken.buffers()
+        if large:
+            offsets = pa.py_buffer(np.frombuffer(offsets, dtype=np.int64, count=n + 1,
+                                                 offset=taken.offset * 8).astype(np.int32))
+        return offsets, data
 
     def big_decimal(self, dt: DataType, start: np.ndarray, size: np.ndarray, valid: np.ndarray,
                     path: str) -> pa.Array:
@@ -284,8 +368,9 @@ class _Decoder:
     def array(self, at: ArrayType, base: np.ndarray, limit: np.ndarray, valid: np.ndarray,
               path: str) -> pa.Array:
         offsets, values = self._elements(at.element, base, limit, valid, path)
-        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values,
-                                        type=at.to_arrow(), mask=pa.array(~valid))
+        validity, nulls = _validity(valid)
+        return pa.Array.from_buffers(at.to_arrow(), len(base), [validity, pa.py_buffer(offsets.astype(np.int32))],
+                                     null_count=nulls, children=[values])
 
     def map(self, mt: MapType, base: np.ndarray, limit: np.ndarray, valid: np.ndarray,
             path: str) -> pa.Array:

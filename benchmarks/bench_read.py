@@ -1,0 +1,309 @@
+"""Read speed of state_reader against Spark's built-in ``statestore`` reader.
+
+For each benchmark checkpoint (see ``generate.py``), in one warm SparkSession,
+timed several times each, interleaved:
+
+* ``builtin``      ``spark.read.format("statestore").load(cp).toArrow()``
+* ``ours-spark``   ``spark.read.format("state_reader.statestore").load(cp).toArrow()``
+* ``ours``         ``state_reader.read_state(cp)`` (no Spark involved)
+* ``floor``        reading the files the state is rebuilt from and decompressing them,
+                   nothing else (RocksDB: reading the zip and its SST files; their
+                   blocks are only decompressed by RocksDB itself)
+
+then the peak memory of the Spark-free read (in a fresh process), and cold
+starts: a fresh process importing state_reader and reading the 1M-key (or
+largest) HDFS checkpoint, against a fresh SparkSession's first read of it, and
+``state-reader metadata`` when the CLI exists.
+
+    python benchmarks/bench_read.py [--keys 100000,1000000] [--providers hdfs,rocksdb]
+                                    [--repeats 5] [--data-dir DIR] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import io
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(ROOT), str(HERE)]
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# Spark's Python workers must import this checkout too
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+import generate  # noqa: E402
+
+METHODS = ("builtin", "ours-spark", "ours", "floor")
+
+
+# -- the floor: read and decompress, nothing else ---------------------------------
+
+
+def _latest_version(cp: Path) -> int:
+    batches = [int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit()]
+    return max(batches) + 1
+
+
+def _lz4_java(data: bytes) -> int:
+    """Decompressed size of an lz4-java block stream, decompressing every block."""
+    import lz4.block
+
+    pos, total = 0, 0
+    while pos < len(data):
+        token = data[pos + 8]
+        clen = int.from_bytes(data[pos + 9:pos + 13], "little")
+        dlen = int.from_bytes(data[pos + 13:pos + 17], "little")
+        start = pos + 21
+        if dlen:
+            if token & 0xF0 == 0x20:
+                total += len(lz4.block.decompress(data[start:start + clen], uncompressed_size=dlen))
+            else:
+                total += clen
+        pos = start + clen
+    return total
+
+
+def _hdfs_files(store: Path, version: int) -> list[Path]:
+    snapshots = [int(p.stem) for p in store.glob("*.snapshot") if p.stem.isdigit() and int(p.stem) <= version]
+    start = max(snapshots, default=0)
+    files = [store / f"{start}.snapshot"] if start else []
+    return files + [store / f"{v}.delta" for v in range(start + 1, version + 1)]
+
+
+def floor_read(cp: Path) -> int:
+    """Read (and for HDFS decompress) every file the latest state is rebuilt from; bytes produced."""
+    version = _latest_version(cp)
+    total = 0
+    for store in sorted((cp / "state" / "0").iterdir()):
+        if not store.name.isdigit():
+            continue
+        if (store / f"{version}.zip").exists():
+            with zipfile.ZipFile(io.BytesIO((store / f"{version}.zip").read_bytes())) as archive:
+                meta = b""
+                for info in archive.infolist():
+                    body = archive.read(info)
+                    total += len(body)
+                    if info.filename == "metadata":
+                        meta = body
+            for sst in json.loads(meta.split(b"\n", 1)[1]).get("sstFiles", []):
+                total += len((store / "SSTs" / sst["dfsSstFileName"]).read_bytes())
+        else:
+            for path in _hdfs_files(store, version):
+                total += _lz4_java(path.read_bytes())
+    return total
+
+
+# -- timing -------------------------------------------------------------------------
+
+
+def _timed(fn: Callable[[], object]) -> tuple[float, object]:
+    gc.collect()
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+def _rows(result: object) -> int | None:
+    return getattr(result, "num_rows", None)
+
+
+def bench_checkpoint(spark, cp: Path, repeats: int) -> dict:
+    """Medians (and all runs) of every method on one checkpoint."""
+    import state_reader
+
+    path = str(cp)
+    methods: dict[str, Callable[[], object]] = {
+        "builtin": lambda: spark.read.format("statestore").load(path).toArrow(),
+        "ours-spark": lambda: spark.read.format("state_reader.statestore").load(path).toArrow(),
+        "ours": lambda: state_reader.read_state(path),
+        "floor": lambda: floor_read(cp),
+    }
+    rows = {}
+    for name, fn in methods.items():  # warm-up: JIT, JVM, Python workers, page cache
+        rows[name] = _rows(fn())
+    counts = {v for k, v in rows.items() if k != "floor"}
+    if len(counts) != 1:
+        raise SystemExit(f"{cp}: the readers disagree on the number of rows: {rows}")
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    for _ in range(repeats):
+        for name, fn in methods.items():
+            elapsed, _ = _timed(fn)
+            times[name].append(elapsed)
+    return {"rows": counts.pop(), "times": times,
+            "median": {name: statistics.median(t) for name, t in times.items()}}
+
+
+# -- memory and cold starts, each in a fresh process ------------------------------
+
+_PEAK = """
+import json, os, resource, sys, time
+import state_reader
+page = os.sysconf("SC_PAGE_SIZE")
+before = int(open("/proc/self/statm").read().split()[1]) * page
+start = time.perf_counter()
+table = state_reader.read_state(sys.argv[1])
+elapsed = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"before": before, "peak": peak, "table": table.nbytes, "rows": table.num_rows,
+                  "seconds": elapsed}))
+"""
+
+_COLD_OURS = """
+import sys, time
+import state_reader
+table = state_reader.read_state(sys.argv[1])
+print(time.time(), table.num_rows)
+"""
+
+_COLD_SPARK = """
+import sys, time
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.driver.memory", "8g").getOrCreate())
+table = spark.read.format("statestore").load(sys.argv[1]).toArrow()
+print(time.time(), table.num_rows)
+spark.stop()
+"""
+
+
+def _child(code: str, *args: str) -> tuple[float, str]:
+    """Wall time from launch to the child's report, and its last output line."""
+    start = time.time()
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+    line = done.stdout.strip().splitlines()[-1]
+    return float(line.split()[0]) - start, line
+
+
+def peak_memory(cp: Path) -> dict:
+    """Peak RSS of a fresh process reading ``cp`` with read_state, against the table's size."""
+    done = subprocess.run([sys.executable, "-c", _PEAK, str(cp)], capture_output=True, text=True, check=True)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out["growth"] = out["peak"] - out["before"]
+    return out
+
+
+def _cli_command() -> list[str] | None:
+    if importlib.util.find_spec("state_reader.cli") is None:
+        return None
+    script = Path(sys.executable).with_name("state-reader")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "state_reader.cli"]
+
+
+def cold_starts(cp: Path, repeats: int) -> dict:
+    """Median wall times of fresh processes: ours (import to table), Spark (session to table), CLI."""
+    out: dict[str, float] = {}
+    ours = [_child(_COLD_OURS, str(cp))[0] for _ in range(repeats)]
+    out["ours: import + read_state"] = statistics.median(ours)
+    spark = [_child(_COLD_SPARK, str(cp))[0] for _ in range(max(1, repeats // 2))]
+    out["builtin: new SparkSession + first read"] = statistics.median(spark)
+    cli = _cli_command()
+    if cli is not None:
+        runs = []
+        for _ in range(repeats):
+            start = time.time()
+            subprocess.run([*cli, "metadata", str(cp)], capture_output=True, check=True)
+            runs.append(time.time() - start)
+        out["state-reader metadata (CLI)"] = statistics.median(runs)
+    return out
+
+
+# -- report ---------------------------------------------------------------------------
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.0f} MB" if n >= 1e7 else f"{n / 1e6:.1f} MB"
+
+
+def report(results: list[dict], memory: dict, cold: dict, cold_cp: str) -> str:
+    from state_reader import kernels as _fast
+
+    lines = [
+        f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"{_fast.describe()}",
+        "",
+        "| provider | keys | builtin | ours-spark | ours | floor | ours vs builtin | ours-spark vs builtin "
+        "| ours / floor | ours rows/s | ns/row |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        m = r["median"]
+        lines.append(
+            f"| {r['provider']} | {r['keys']:,} | {m['builtin']:.3f} s | {m['ours-spark']:.3f} s | "
+            f"{m['ours']:.3f} s | {m['floor']:.3f} s | {m['builtin'] / m['ours']:.1f}x faster | "
+            f"{m['builtin'] / m['ours-spark']:.2f}x faster | {m['ours'] / m['floor']:.1f}x | "
+            f"{r['rows'] / m['ours'] / 1e6:.2f} M | {m['ours'] / r['rows'] * 1e9:.0f} |")
+    lines += ["", "Peak memory of the Spark-free read (fresh process; growth = peak RSS - RSS after import):", "",
+              "| provider | keys | table | RSS after import | peak RSS | growth | growth / table |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for (provider, keys), mem in memory.items():
+        lines.append(f"| {provider} | {keys:,} | {_mb(mem['table'])} | {_mb(mem['before'])} | {_mb(mem['peak'])} | "
+                     f"{_mb(mem['growth'])} | {mem['growth'] / mem['table']:.2f} |")
+    if cold:
+        lines += ["", f"Cold start, fresh process, {cold_cp} (median wall time):", "",
+                  "| what | seconds |", "|---|---:|"]
+        lines += [f"| {name} | {seconds:.2f} |" for name, seconds in cold.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keys", default="100000,1000000", help="comma-separated key counts, e.g. 100k,1M,5M")
+    parser.add_argument("--providers", default="hdfs,rocksdb", help="comma-separated: hdfs, rocksdb")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs of each method (default 5)")
+    parser.add_argument("--data-dir", default=None,
+                        help=f"checkpoint cache (default ${generate.DATA_ENV} or benchmarks/.data)")
+    parser.add_argument("--no-cold", action="store_true", help="skip the cold-start figures")
+    parser.add_argument("--json", default=None, help="also write every figure to this file")
+    args = parser.parse_args(argv)
+    key_counts = generate.parse_keys(args.keys)
+    providers = args.providers.split(",")
+
+    import state_reader
+
+    spark = generate.build_session()
+    state_reader.register(spark)
+    try:
+        paths = generate.ensure(generate.data_dir(args.data_dir), providers, key_counts, spark)
+        results = []
+        for (provider, keys), cp in paths.items():
+            print(f"timing {provider} {keys} keys ...", file=sys.stderr, flush=True)
+            r = bench_checkpoint(spark, cp, args.repeats)
+            r.update(provider=provider, keys=keys)
+            results.append(r)
+    finally:
+        spark.stop()
+    memory = {}
+    for (provider, keys), cp in paths.items():
+        print(f"peak memory {provider} {keys} keys ...", file=sys.stderr, flush=True)
+        memory[(provider, keys)] = peak_memory(cp)
+    cold: dict[str, float] = {}
+    cold_keys = 1_000_000 if 1_000_000 in key_counts else max(key_counts)
+    cold_provider = "hdfs" if "hdfs" in providers else providers[0]
+    if not args.no_cold:
+        print("cold starts ...", file=sys.stderr, flush=True)
+        cold = cold_starts(paths[(cold_provider, cold_keys)], 3)
+    text = report(results, memory, cold, f"{cold_provider} {cold_keys:,} keys")
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(), "results": results,
+            "memory": {f"{p}-{k}": v for (p, k), v in memory.items()}, "cold": cold}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,239 @@
+"""The one sequential step of reading HDFS state files, compiled when numba is there.
+
+A decompressed ``.delta``/``.snapshot`` stream is a chain of records whose
+lengths say where the next one starts (see :mod:`state_reader.hdfs_provider`),
+so finding the records cannot be vectorised. Everything after that is
+columnar numpy/Arrow work. This module walks the chain and returns the start
+of every record:
+
+* with numba (``pip install 'state-reader[fast]'``) a compiled loop, a few
+  nanoseconds per record, that releases the GIL so partitions walk in parallel;
+* without it, a Python loop over the stream viewed as big-endian int32 words
+  (every length Spark writes is a multiple of 4), which drops to a byte-exact
+  loop for anything irregular and for producing errors.
+
+Both return the same positions and the same status for every input. numba is
+imported lazily and only for reads big enough to repay its start-up (about
+half a second plus loading the cached machine code), or when it is already
+loaded; ``STATE_READER_NUMBA=0`` / ``1`` turns it off / on regardless.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+# Status codes of a walk; hdfs_provider turns them into exceptions.
+OK = 0
+NO_END_MARKER = 1      # the stream ends before the -1 marker
+NEGATIVE_KEY = 2       # key length < -1
+KEY_PAST_END = 3       # key (or the value length after it) runs past the end
+REMOVE_IN_SNAPSHOT = 4  # a removal where removals are not allowed
+NEGATIVE_VALUE = 5     # value length < -1
+VALUE_PAST_END = 6     # value runs past the end, or is shorter than its checksum
+TRAILING_BYTES = 7     # bytes after the end marker
+
+# Records walked by one read below which a process that has not loaded numba yet
+# stays with the Python loop: importing numba and loading its cached code costs
+# about as much as walking this many records in Python.
+NUMBA_MIN_RECORDS = 3_000_000
+_ENV = "STATE_READER_NUMBA"
+
+WalkResult = tuple[np.ndarray, int, int, int]
+
+_INT = struct.Struct(">i")
+# Python walk: records of identical lengths in a row before checking the next ones
+# in bulk, and the most records one bulk check covers.
+_STREAK = 8
+_MAX_JUMP = 1 << 16
+_MAX_NEED = 1 << 12
+_numba_walk: Callable[..., Any] | None = None
+_numba_last_writes: Callable[..., Any] | None = None
+_numba_failed = False
+
+
+def _compile() -> Callable[..., Any] | None:
+    """The numba walk, compiled (or loaded from numba's cache) on first use; None without numba."""
+    global _numba_walk, _numba_last_writes, _numba_failed
+    if _numba_walk is not None or _numba_failed:
+        return _numba_walk
+    try:
+        from ._numba_walk import last_writes, walk
+    except ImportError:
+        _numba_failed = True
+        return None
+    _numba_last_writes = last_writes
+    _numba_walk = walk
+    return walk
+
+
+def numba_wanted(records_hint: int) -> bool:
+    """Whether a read that walks about ``records_hint`` records should use numba."""
+    setting = os.environ.get(_ENV, "").strip().lower()
+    if setting in ("0", "false", "no", "off"):
+        return False
+    if setting in ("1", "true", "yes", "on"):
+        return _compile() is not None
+    if _numba_failed:
+        return False
+    if _numba_walk is not None or "numba" in sys.modules:
+        return _compile() is not None
+    return records_hint >= NUMBA_MIN_RECORDS and _compile() is not None
+
+
+def describe() -> str:
+    """Which walker this process uses for large reads, for benchmark reports."""
+    setting = os.environ.get(_ENV, "").strip().lower()
+    if setting in ("0", "false", "no", "off"):
+        return "record walk: Python loop (numba off by STATE_READER_NUMBA=0)"
+    try:
+        import numba
+    except ImportError:
+        return "record walk: Python loop (numba not installed)"
+    if setting in ("1", "true", "yes", "on"):
+        return f"record walk: numba {numba.__version__} (forced on)"
+    return f"record walk: numba {numba.__version__} from {NUMBA_MIN_RECORDS:,} records or once loaded, else Python"
+
+
+def walk_records(buf: np.ndarray, start: int, end: int, allow_removes: bool, value_skip: int,
+                 use_numba: bool = False) -> WalkResult:
+    """Start of every record in ``buf[start:end]``, then (status, byte position, length) of the walk.
+
+    Positions are absolute in ``buf``; on an error they cover the records before it.
+    """
+    kernel = _compile() if use_numba else None
+    if kernel is not None:
+        out = np.empty(max((end - start) // 8, 1), dtype=np.int64)
+        n, status, at, value = kernel(buf, start, end, allow_removes, value_skip, out)
+        return out[:n].copy(), int(status), int(at), int(value)
+    return _walk_python(buf, start, end, allow_removes, value_skip)
+
+
+def _walk_python(buf: np.ndarray, start: int, end: int, allow_removes: bool, value_skip: int) -> WalkResult:
+    # Fast part: the stream as big-endian int32 words. Well-formed records all
+    # start on a word boundary; the first thing that does not fit (the end
+    # marker, an odd length, anything past the end) hands over to the exact loop.
+    n_words = (end - start) // 4
+    region = buf[start:start + 4 * n_words]
+    in_place = region.flags.writeable and region.ctypes.data % 4 == 0
+    if in_place:
+        # swap the words to native order where they are (and back afterwards)
+        # rather than holding a second copy of the stream
+        array = region.view(np.int32)
+        array.byteswap(inplace=True)
+    else:
+        array = region.view(">i4").astype(np.int32)
+    try:
+        positions, i = _walk_words(array, n_words, allow_removes, value_skip)
+    finally:
+        if in_place:
+            array.byteswap(inplace=True)
+    fast = positions * 4 + start
+    rest, status, at, value = _walk_exact(buf, start + 4 * i, end, allow_removes, value_skip)
+    return (np.concatenate([fast, rest]) if len(rest) else fast), status, at, value
+
+
+def _walk_words(array: np.ndarray, n_words: int, allow_removes: bool, value_skip: int) -> tuple[np.ndarray, int]:
+    """Word index of each record start and the word where the fast walk stopped."""
+    words = memoryview(array)
+    chunks: list[np.ndarray] = []
+    found: list[int] = []
+    append = found.append
+    i = 0
+    last_k = last_v = -2
+    streak = 0
+    need = _STREAK  # identical records in a row before the next bulk check
+    jump = 2 * _STREAK
+    try:
+        while True:
+            k = words[i]
+            if k < 0 or k & 3:
+                break
+            j = i + 1 + (k >> 2)
+            v = words[j]
+            if v < value_skip or v & 3:
+                if v != -1 or not allow_removes:
+                    break
+                nxt = j + 1
+            else:
+                nxt = j + 1 + (v >> 2)
+                if nxt > n_words:
+                    break
+            append(i)
+            if k != last_k or v != last_v:
+                last_k, last_v, streak = k, v, 0
+            else:
+                streak += 1
+                if streak >= need:
+                    # Records of one size in a row (fixed-width keys and values are
+                    # common): check whether the next ``jump`` records repeat both
+                    # lengths, all at once, and step over those that do.
+                    step = nxt - i
+                    count = min(jump, (n_words - nxt) // step)
+                    if count > 0:
+                        cand = nxt + step * np.arange(count, dtype=np.int64)
+                        same = (array[cand] == k) & (array[cand + (j - i)] == v)
+                        run = count if bool(same.all()) else int(np.argmin(same))
+                        if run:
+                            chunks.append(np.array(found, dtype=np.int64))
+                            found.clear()
+                            chunks.append(cand[:run])
+                            nxt += step * run
+                        jump = min(2 * jump, _MAX_JUMP) if run == count else 2 * _STREAK
+                        # a bulk check costs about as much as walking a few dozen records:
+                        # where runs stay short, check less and less often
+                        need = _STREAK if run >= 4 * _STREAK else min(2 * need, _MAX_NEED)
+                    streak = 0
+            i = nxt
+    except IndexError:
+        pass
+    chunks.append(np.array(found, dtype=np.int64))
+    return np.concatenate(chunks), i
+
+
+def _walk_exact(buf: Any, pos: int, end: int, allow_removes: bool, value_skip: int) -> WalkResult:
+    """Byte-exact walk with every check, in stream order (the reference for the kernel)."""
+    unpack = _INT.unpack_from
+    found: list[int] = []
+    while True:
+        if pos + 4 > end:
+            return np.array(found, dtype=np.int64), NO_END_MARKER, pos, 0
+        (k,) = unpack(buf, pos)
+        if k == -1:
+            pos += 4
+            break
+        if k < 0:
+            return np.array(found, dtype=np.int64), NEGATIVE_KEY, pos, k
+        if pos + 8 + k > end:
+            return np.array(found, dtype=np.int64), KEY_PAST_END, pos + 4, k
+        at = pos + 4 + k
+        (v,) = unpack(buf, at)
+        if v == -1:
+            if not allow_removes:
+                return np.array(found, dtype=np.int64), REMOVE_IN_SNAPSHOT, at, 0
+            found.append(pos)
+            pos = at + 4
+            continue
+        if v < 0:
+            return np.array(found, dtype=np.int64), NEGATIVE_VALUE, at, v
+        if at + 4 + v > end or v < value_skip:
+            return np.array(found, dtype=np.int64), VALUE_PAST_END, at + 4, v
+        found.append(pos)
+        pos = at + 4 + v
+    status = OK if pos == end else TRAILING_BYTES
+    return np.array(found, dtype=np.int64), status, pos, 0
+
+
+def last_writes_numba(buf: np.ndarray, key_start: np.ndarray, key_len: np.ndarray) -> np.ndarray:
+    """Index of the last record of each distinct key (exact byte comparison), ascending; numba only."""
+    if _compile() is None or _numba_last_writes is None:
+        raise RuntimeError("numba is not available")
+    keep = np.zeros(len(key_start), dtype=np.bool_)
+    _numba_last_writes(buf, np.ascontiguousarray(key_start, dtype=np.int64),
+                       np.ascontiguousarray(key_len, dtype=np.int64), keep)
+    return np.flatnonzero(keep)

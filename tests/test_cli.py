@@ -1,0 +1,301 @@
+"""The `state-reader` console script, run as a subprocess against real checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+from oracle import arrow_rows
+
+import state_reader
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+SPARK35 = GOLDEN / "spark-3.5.8"
+
+
+def _script() -> list[str]:
+    exe = Path(sys.executable).parent / "state-reader"
+    if not exe.exists():
+        pytest.fail(f"the console script is not installed next to {sys.executable}: pip install -e '.[spark,test]'")
+    return [str(exe)]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "STATE_READER_PROGRESS": "", **(env or {})}
+    return subprocess.run([*_script(), *map(str, args)], capture_output=True, text=True, timeout=300, env=environ)
+
+
+def run_json(*args: str) -> dict:
+    proc = run(*args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def agg(checkpoints) -> str:
+    return checkpoints("agg_window")
+
+
+# -- metadata ------------------------------------------------------------------
+
+
+def test_metadata_text_and_json(agg):
+    proc = run("metadata", agg)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # no progress bar or colour codes in a pipe
+    assert "\x1b[" not in proc.stdout
+    for fragment in ("stateStoreSave", "hdfs", "codec lz4", "aggregation v2", "recorded"):
+        assert fragment in proc.stdout
+    info = run_json("metadata", agg)
+    committed = sorted(int(n) for n in os.listdir(os.path.join(agg, "commits")) if n.isdigit())
+    assert info["batches"] == {"first": committed[0], "last": committed[-1], "count": len(committed),
+                               "latest_committed": committed[-1]}
+    assert info["provider"] == "hdfs" and info["codec"] == "lz4"
+    assert info["state_format_versions"]["aggregation"] == 2
+    assert info["shuffle_partitions"] == 2
+    [op] = info["operators"]
+    assert op["operator_id"] == 0 and op["operator_name"] == "stateStoreSave"
+    assert op["stores"] == [{"store_name": "default", "num_partitions": 2}]
+    assert op["partitions_on_disk"] == 2
+
+
+def test_metadata_before_spark_4_is_inferred():
+    info = run_json("metadata", SPARK35 / "session_window_hdfs")
+    assert info["operator_metadata"].startswith("inferred")
+    assert [o["operator_name"] for o in info["operators"]] == ["sessionWindowStateStoreSaveExec"]
+    joins = run_json("metadata", SPARK35 / "join_inner_hdfs")
+    assert sorted(s["store_name"] for s in joins["operators"][0]["stores"]) == [
+        "left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue"]
+    text = run("metadata", SPARK35 / "agg_window_rocksdb").stdout
+    assert "rocksdb" in text and "inferred from files" in text
+
+
+# -- show ------------------------------------------------------------------------
+
+
+def test_show_matches_read_state(agg):
+    expected = state_reader.read_state(agg)
+    doc = run_json("show", agg, "--limit", "0")
+    assert doc["row_count"] == expected.num_rows and not doc["truncated"]
+    assert doc["batch_id"] == max(int(n) for n in os.listdir(os.path.join(agg, "commits")) if n.isdigit())
+    users = sorted(str(r["key"]["user"]) for r in doc["rows"])
+    assert users == sorted(str(u) for u in pc.struct_field(expected.column("key"), [1]).to_pylist())
+    # nested keys flattened to dotted columns in the text table
+    text = run("show", agg, "--limit", "0", "--layout", "table").stdout
+    assert "key.window.start" in text and "key.user" in text and "partition_id" in text
+    assert f"{expected.num_rows} rows" in text
+
+
+def test_show_filters_limits_and_records(agg):
+    expected = state_reader.read_state(agg, batch_id=2, key_filter="user = 'ann'")
+    assert expected.num_rows > 0
+    doc = run_json("show", agg, "--batch", "2", "--key-filter", "user = 'ann'", "--limit", "0")
+    assert doc["row_count"] == expected.num_rows
+    assert {r["key"]["user"] for r in doc["rows"]} == {"ann"}
+    one = run_json("show", agg, "--partition", "1", "--limit", "0")
+    assert {r["partition_id"] for r in one["rows"]} == {1}
+    limited = run_json("show", agg, "--limit", "2")
+    assert limited["row_count"] == 2 and limited["truncated"]
+    records = run("show", agg, "--limit", "1", "--layout", "records").stdout
+    assert "row 1" in records and "key.window.end" in records and "there are more" in records
+
+
+# -- errors ------------------------------------------------------------------------
+
+
+def test_bad_input_exits_1_with_one_line(agg, tmp_path):
+    assert_one_line_error(run("metadata", tmp_path / "missing"), "does not exist")
+    assert_one_line_error(run("show", agg, "--batch", "99"), "batchId 99")
+    assert_one_line_error(run("show", agg, "--key-filter", "nope = 1"), "nope", "key fields")
+    assert_one_line_error(run("show", agg, "--partition", "7"), "partition 7")
+    assert_one_line_error(run("show", agg, "--operator", "3"), "operator 3")
+    assert_one_line_error(run("stats", agg, "--batches", "5..2"), "end is before the start")
+    assert_one_line_error(run("export", agg, "--to", tmp_path / "out.xlsx"), ".parquet")
+    assert_one_line_error(run("show", agg, "--no-such-option"), "--no-such-option")
+    # --json: a parseable error object too; --debug: the traceback
+    proc = run("show", agg, "--batch", "99", "--json")
+    assert json.loads(proc.stdout)["error"]["class"] == "STDS_COMMITTED_BATCH_UNAVAILABLE"
+    debug = run("show", agg, "--batch", "99", "--debug")
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+
+
+def test_python_dash_m_and_help():
+    proc = subprocess.run([sys.executable, "-m", "state_reader", "--version"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and state_reader.__version__ in proc.stdout
+    bare = run()
+    assert bare.returncode == 0 and "metadata" in bare.stdout and "verify" in bare.stdout
+
+
+# -- stats ---------------------------------------------------------------------------
+
+
+def test_stats_text_and_json(agg):
+    doc = run_json("stats", agg)
+    committed = sorted(int(n) for n in os.listdir(os.path.join(agg, "commits")) if n.isdigit())
+    assert doc["batches"] == committed
+    assert len(doc["summary"]) == len(committed)
+    assert len(doc["partitions"]) == 2 * len(committed)
+    last = doc["summary"][-1]
+    assert last["rows"] == state_reader.read_state(agg).num_rows
+    assert last["max_partition_rows"] == max(p["rows"] for p in doc["partitions"] if p["batch_id"] == committed[-1])
+    text = run("stats", agg, "--batches", f"{committed[1]}..{committed[3]}", "--detail").stdout
+    assert "stateStoreSave" in text and "skew at batch" in text and "largest/median" in text
+    assert "every batch and partition" in text
+    assert f"over batches {committed[1]}..{committed[3]}" in text
+
+
+# -- export ------------------------------------------------------------------------------
+
+
+def test_export_parquet_csv_jsonl(agg, tmp_path):
+    expected = state_reader.read_state(agg)
+    out = tmp_path / "state.parquet"
+    doc = run_json("export", agg, "--to", out)
+    assert doc["rows"] == expected.num_rows and doc["format"] == "parquet"
+    assert arrow_rows(pq.read_table(out)) == arrow_rows(expected)
+
+    csv_path = tmp_path / "state.csv"
+    assert run("export", agg, "--to", csv_path).returncode == 0
+    table = pcsv.read_csv(csv_path)
+    assert table.num_rows == expected.num_rows
+    assert table.column_names[:3] == ["key.window.start", "key.window.end", "key.user"]
+
+    jsonl = tmp_path / "state.jsonl"
+    proc = run("export", agg, "--to", jsonl, "--key-filter", "user = 'bob'")
+    assert proc.returncode == 0 and "wrote" in proc.stdout
+    rows = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
+    assert rows and all(r["key"]["user"] == "bob" for r in rows)
+    assert len(rows) == state_reader.read_state(agg, key_filter="user = 'bob'").num_rows
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+# -- verify ----------------------------------------------------------------------------------
+
+
+def test_verify_ok_and_damaged(agg, tmp_path):
+    ok = run("verify", agg)
+    assert ok.returncode == 0, ok.stderr
+    assert "OK:" in ok.stdout
+    doc = run_json("verify", agg)
+    committed = sorted(int(n) for n in os.listdir(os.path.join(agg, "commits")) if n.isdigit())
+    assert doc["ok"] and doc["versions_checked"] == 2 * len(committed)
+
+    damaged = tmp_path / "cp"
+    shutil.copytree(agg, damaged)
+    delta = damaged / "state" / "0" / "1" / "1.delta"
+    data = bytearray(delta.read_bytes())
+    for i in range(len(data) // 3, len(data) // 3 + 8):
+        data[i] ^= 0xA5
+    delta.write_bytes(bytes(data))
+    proc = run("verify", damaged)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "DAMAGED" in proc.stdout and "state/0/1/1.delta" in proc.stdout
+    report = json.loads(run("verify", damaged, "--json").stdout)
+    assert not report["ok"]
+    assert {p["partition_id"] for p in report["problems"]} == {1}
+    assert report["problems"][0]["version"] == 1 and report["problems"][0]["batch_id"] == 0
+    assert all(p["path"].endswith("1.delta") for p in report["problems"])
+    # the other partition and the versions after the next snapshot still decode
+    assert report["versions_ok"] == report["versions_checked"] - len(report["problems"])
+
+
+# -- plot ---------------------------------------------------------------------------------------
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", head
+    assert head[12:16] == b"IHDR"
+    return struct.unpack(">II", head[16:24])
+
+
+def test_plot_writes_png(agg, tmp_path):
+    out = tmp_path / "state.png"
+    doc = run_json("plot", agg, "--out", out)
+    width, height = _png_size(out)
+    assert (width, height) == (doc["width"], doc["height"]) == (1200, 400)
+    assert out.stat().st_size > 20_000  # drawn lines and labels, not an empty canvas
+    two = tmp_path / "multi.png"
+    assert run("plot", GOLDEN / "spark-4.0.5" / "multi_op_hdfs", "--out", two).returncode == 0
+    assert _png_size(two) == (1200, 800)  # one row of charts per store
+
+
+# -- change feed ----------------------------------------------------------------------------------
+
+
+def test_changes_command(agg):
+    full = state_reader.changes(agg, 1, 3)
+    doc = run_json("changes", agg, "--from", "1", "--to", "3", "--limit", "0")
+    assert doc["row_count"] == full.num_rows > 0
+    assert {r["batch_id"] for r in doc["rows"]} <= {1, 2, 3}
+    assert sum(c["rows"] for c in doc["counts"]) == full.num_rows
+    assert [r["batch_id"] for r in doc["rows"]] == sorted(r["batch_id"] for r in doc["rows"])
+    text = run("changes", agg, "--from", "1", "--to", "3").stdout
+    assert "changes in batches 1..3" in text and "batch 1:" in text
+    assert_one_line_error(run("changes", agg, "--from", "4", "--to", "2"), "changeEndBatchId")
+
+
+# -- progress --------------------------------------------------------------------------------------
+
+
+def test_progress_bar_only_on_a_terminal(agg):
+    pty = pytest.importorskip("pty")
+    quiet = run("verify", agg, env={"STATE_READER_PROGRESS_DELAY": "0"})
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([*_script(), "verify", agg], stdin=follower, stdout=follower, stderr=follower,
+                            env={**os.environ, "STATE_READER_PROGRESS_DELAY": "0", "STATE_READER_PROGRESS": "",
+                                 "COLUMNS": "120"})
+    os.close(follower)
+    chunks = []
+    try:
+        while True:  # read while it runs: a full terminal buffer would block it
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(leader)
+        proc.wait(timeout=300)
+    screen = b"".join(chunks).decode("utf-8", "replace")
+    assert proc.returncode == 0
+    assert "verifying" in screen and "OK:" in screen
+
+
+def test_export_api_matches_table(agg, tmp_path):
+    from state_reader.export import export_state
+    from state_reader.options import from_kwargs
+    from state_reader.reader import plan_state_read
+
+    plan = plan_state_read(from_kwargs(agg, {"batch_id": 1}))
+    result = export_state(plan, str(tmp_path / "b1.parquet"), key_filter=lambda k: pc.is_valid(k.field("user")),
+                          show_progress=False)
+    expected = state_reader.read_state(agg, batch_id=1)
+    expected = expected.filter(pc.is_valid(pc.struct_field(expected.column("key"), [1])))
+    assert result.rows == expected.num_rows
+    assert arrow_rows(pq.read_table(tmp_path / "b1.parquet")) == arrow_rows(expected)
+    assert isinstance(pq.read_table(tmp_path / "b1.parquet").schema, pa.Schema)

@@ -1,0 +1,232 @@
+"""The fast internals of the HDFS read path against plain reference implementations.
+
+The record walk has three implementations (numba kernel, Python word loop,
+byte-exact loop) that must agree on every stream, well-formed or not; the
+columnar merge of a delta chain must equal applying the records to a dict in
+order; lz4 decoding into a buffer must equal decoding to bytes.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from state_reader import codecs, errors, kernels
+from state_reader.hdfs_provider import HDFSStore, parse_records
+from state_reader.spark_types import parse_struct
+from state_reader.storage import Storage
+from state_reader.unsaferow import RowBuffer, decode_rows
+
+END = struct.pack(">i", -1)
+HAVE_NUMBA = kernels._compile() is not None
+
+
+def _record(key: bytes, value: bytes | None) -> bytes:
+    head = struct.pack(">i", len(key)) + key
+    return head + (END if value is None else struct.pack(">i", len(value)) + value)
+
+
+def _walks(data: bytes, allow_removes: bool = True, value_skip: int = 0) -> list[tuple]:
+    buf = np.frombuffer(data, dtype=np.uint8)
+    writable = np.frombuffer(bytearray(data), dtype=np.uint8)  # walked in place, swapped back
+    results = [kernels._walk_exact(buf, 0, len(buf), allow_removes, value_skip),
+               kernels._walk_python(buf, 0, len(buf), allow_removes, value_skip),
+               kernels._walk_python(writable, 0, len(buf), allow_removes, value_skip)]
+    assert writable.tobytes() == data
+    if HAVE_NUMBA:
+        results.append(kernels.walk_records(buf, 0, len(buf), allow_removes, value_skip, use_numba=True))
+    return [(r[0].tolist(), r[1], r[2], r[3]) for r in results]
+
+
+# record lengths: mostly multiples of 4 (as Spark writes them), sometimes not
+_lengths = st.one_of(st.sampled_from([0, 8, 16, 24, 32, 36, 40]), st.integers(0, 41))
+
+
+@st.composite
+def _streams(draw) -> bytes:
+    records = []
+    for _ in range(draw(st.integers(0, 40))):
+        key = bytes(draw(_lengths))
+        value = None if draw(st.integers(0, 9)) == 0 else bytes([7]) * draw(_lengths)
+        records.append(_record(key, value))
+    # long runs of one record size exercise the Python walk's bulk checks
+    if draw(st.booleans()):
+        records += [_record(bytes(24), bytes(32))] * draw(st.integers(0, 300))
+    data = b"".join(records) + END
+    damage = draw(st.integers(0, 4))
+    if damage == 1 and data:  # cut short
+        data = data[:draw(st.integers(0, len(data) - 1))]
+    elif damage == 2:  # trailing junk
+        data += b"\x00" * draw(st.integers(1, 9))
+    elif damage == 3 and len(data) > 4:  # one length overwritten
+        at = draw(st.integers(0, len(data) - 4))
+        data = data[:at] + struct.pack(">i", draw(st.integers(-9, 1 << 20))) + data[at + 4:]
+    return data
+
+
+@settings(max_examples=300, deadline=None)
+@given(_streams(), st.booleans(), st.sampled_from([0, 4]))
+def test_record_walks_agree(data, allow_removes, value_skip):
+    first, *others = _walks(data, allow_removes, value_skip)
+    for other in others:
+        assert other == first
+
+
+def test_python_walk_bulk_checks_stop_at_the_first_different_record():
+    same = _record(bytes(24), bytes(32))
+    data = same * 100 + _record(bytes(24), bytes(40)) + same * 50 + _record(bytes(8), None) + same * 3 + END
+    (positions, status, _, _), *others = _walks(data)
+    assert status == kernels.OK and len(positions) == 155
+    assert all(o[0] == positions and o[1] == status for o in others)
+
+
+def test_walk_status_becomes_our_errors():
+    with pytest.raises(errors.CorruptFileError, match=r"negative value size -5 at byte 12"):
+        parse_records(struct.pack(">i", 8) + bytes(8) + struct.pack(">i", -5) + END, "d")
+    with pytest.raises(errors.TruncatedFileError, match=r"value of 40 bytes at byte 16 runs past the end"):
+        parse_records(struct.pack(">i", 8) + bytes(8) + struct.pack(">i", 40) + bytes(8) + END, "d")
+    with pytest.raises(errors.TruncatedFileError, match="value of 2 bytes"):
+        parse_records(struct.pack(">i", 8) + bytes(8) + struct.pack(">i", 2) + bytes(2) + END, "d", value_skip=4)
+
+
+def test_parse_records_truncates_values_to_whole_words():
+    data = _record(bytes(8), bytes(20)) + _record(b"k" * 8, None) + END
+    assert parse_records(data, "d") == [(bytes(8), bytes(16)), (b"k" * 8, None)]
+    assert parse_records(data, "d", value_skip=4) == [(bytes(8), bytes(16)), (b"k" * 8, None)]
+
+
+# -- lz4-java streams ---------------------------------------------------------------
+
+
+def _lz4_java(data: bytes, block: int = 64, raw_every: int = 3) -> bytes:
+    """lz4-java LZ4BlockOutputStream framing: compressed blocks, some stored raw, and the end block."""
+    import lz4.block
+
+    out = []
+    for i, at in enumerate(range(0, len(data), block)):
+        chunk = data[at:at + block]
+        check = xxhash.xxh32_intdigest(chunk, seed=0x9747B28C) & 0x0FFFFFFF
+        if i % raw_every == raw_every - 1:
+            method, payload = 0x10, chunk
+        else:
+            method, payload = 0x20, lz4.block.compress(chunk, store_size=False)
+        out.append(struct.pack("<8sBiii", b"LZ4Block", method | 4, len(payload), len(chunk), check) + payload)
+    out.append(struct.pack("<8sBiii", b"LZ4Block", 0x10 | 4, 0, 0, 0))
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("cramjam_into", [True, False])
+def test_lz4_into_equals_lz4_to_bytes(monkeypatch, cramjam_into):
+    if not cramjam_into:
+        monkeypatch.setattr(codecs, "_lz4_block_into", lambda: None)
+    data = bytes(random.Random(3).getrandbits(8) for _ in range(5000)) + b"abc" * 3000
+    raw = _lz4_java(data, block=1000)
+    blocks = codecs.lz4_blocks(raw, "f")
+    out = np.zeros(sum(b[4] for b in blocks), dtype=np.uint8)
+    assert codecs.decompress_lz4_into(raw, "f", out, blocks) == len(data)
+    assert out.tobytes() == data == codecs.decompress(raw, "lz4", "f")
+    bad = bytearray(raw)
+    bad[30] ^= 0x55
+    with pytest.raises((errors.ChecksumMismatchError, errors.CorruptFileError), match="f"):
+        codecs.decompress_lz4_into(bytes(bad), "f", np.zeros(len(data) + 64, dtype=np.uint8))
+
+
+# -- the merge of a delta chain ------------------------------------------------------
+
+
+def _write_chain(root, files: list[tuple[str, list[tuple[bytes, bytes | None]]]], checksum: bool) -> None:
+    store = root / "state"
+    store.mkdir()
+    for name, records in files:
+        body = b"".join(_record((b"\x01\x02\x03\x04" + k) if (checksum and v is None) else k,
+                                None if v is None else ((b"\x09" * 4 if checksum else b"") + v))
+                        for k, v in records)
+        (store / name).write_bytes(_lz4_java(body + END, block=256))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_chain_merge_equals_dict_replay(tmp_path_factory, data):
+    checksum = data.draw(st.booleans())
+    keys = [bytes([i]) * data.draw(st.sampled_from([8, 16, 24])) for i in range(12)]
+    n_files = data.draw(st.integers(1, 4))
+    snapshot = data.draw(st.booleans())
+    files, expected = [], {}
+    for f in range(n_files):
+        records = []
+        for _ in range(data.draw(st.integers(0, 25))):
+            key = data.draw(st.sampled_from(keys))
+            removal = not (snapshot and f == 0) and data.draw(st.integers(0, 3)) == 0
+            value = None if removal else bytes([data.draw(st.integers(0, 255))]) * 16
+            records.append((key, value))
+        if snapshot and f == 0:
+            records = list(dict(records).items())  # a snapshot holds each key once
+        for key, value in records:
+            if value is None:
+                expected.pop(key, None)
+            else:
+                expected[key] = value
+        name = f"{f + 1}.snapshot" if snapshot and f == 0 else f"{f + 1}.delta"
+        files.append((name, records))
+    root = tmp_path_factory.mktemp("chain")
+    _write_chain(root, files, checksum)
+    store = HDFSStore(Storage(str(root)), "state", "lz4", row_checksum=checksum)
+    assert store.load(n_files) == expected
+    _, _, live = store.load_records(n_files)
+    # rows come in the order of their last write
+    assert (np.diff(live.value_start) > 0).all()
+
+
+def test_rows_decode_in_place_and_from_copies_alike():
+    schema = parse_struct('{"type":"struct","fields":[{"name":"s","type":"string","nullable":true},'
+                          '{"name":"n","type":"long","nullable":true}]}', "s")
+
+    def row(text: bytes | None, n: int) -> bytes:
+        null_bits = 1 if text is None else 0
+        padded = (text or b"") + bytes(-len(text or b"") % 8)
+        slot = 0 if text is None else (24 << 32) | len(text)
+        return struct.pack("<qQq", null_bits, slot, n) + padded
+
+    rows = [row(b"alpha", 1), row(None, 2), row(b"", 3), row(b"a much longer string value", 4)]
+    expected = [("alpha", 1), (None, 2), ("", 3), ("a much longer string value", 4)]
+    copied = decode_rows(RowBuffer.from_rows(rows, "r"), schema)
+    # the same rows scattered in one buffer, in order and then out of order
+    gap = b"\xee" * 12
+    blob = b"".join(gap + r for r in rows) + bytes(64)
+    starts, at = [], 0
+    for r in rows:
+        starts.append(at + len(gap))
+        at += len(gap) + len(r)
+    buf = np.frombuffer(blob, dtype=np.uint8)
+    lengths = [len(r) for r in rows]
+    for order in ([0, 1, 2, 3], [3, 1, 0, 2]):
+        wrapped = RowBuffer.wrap(buf, len(blob) - 64, np.array(starts)[order], np.array(lengths)[order], "w")
+        got = decode_rows(wrapped, schema)
+        assert [tuple(d.values()) for d in got.to_pylist()] == [expected[i] for i in order]
+    assert [tuple(d.values()) for d in copied.to_pylist()] == expected
+    with pytest.raises(ValueError):
+        RowBuffer.wrap(buf[:10], 10, np.array([0]), np.array([8]), "w")
+    assert isinstance(copied, pa.StructArray)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.sampled_from([0, 3, 8, 16, 24])), max_size=60))
+def test_last_writes_agree(picks):
+    from state_reader.hdfs_provider import _last_writes
+
+    keys = [bytes([i]) * size for i, size in picks]
+    blob = b"".join(b"\xff" * 4 + k for k in keys) + bytes(64)
+    starts = np.cumsum([4] + [len(k) + 4 for k in keys[:-1]]) if keys else np.zeros(0, dtype=np.int64)
+    buf = np.frombuffer(blob, dtype=np.uint8)
+    lengths = np.array([len(k) for k in keys], dtype=np.int64)
+    expected = [i for i, k in enumerate(keys) if k not in keys[i + 1:]]
+    assert _last_writes(buf, np.asarray(starts, dtype=np.int64), lengths, False).tolist() == expected
+    if HAVE_NUMBA:
+        assert _last_writes(buf, np.asarray(starts, dtype=np.int64), lengths, True).tolist() == expected
