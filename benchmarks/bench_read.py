@@ -7,8 +7,9 @@ timed several times each, interleaved:
 * ``ours-spark``   ``spark.read.format("state_reader.statestore").load(cp).toArrow()``
 * ``ours``         ``state_reader.read_state(cp)`` (no Spark involved)
 * ``floor``        reading the files the state is rebuilt from and decompressing them,
-                   nothing else (RocksDB: reading the zip and its SST files; their
-                   blocks are only decompressed by RocksDB itself)
+                   nothing else, on one thread (RocksDB: only reading the zip and its
+                   SST files, whose blocks only RocksDB itself can decompress, so
+                   that floor is far lower than anything that yields rows)
 
 then the peak memory of the Spark-free read (in a fresh process), and cold
 starts: a fresh process importing state_reader and reading the 1M-key (or
@@ -45,7 +46,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ
 
 import generate  # noqa: E402
 
-METHODS = ("builtin", "ours-spark", "ours", "floor")
+# keys of the tiny checkpoint read first when measuring memory "warm"
+WARM_KEYS = 1000
 
 
 # -- the floor: read and decompress, nothing else ---------------------------------
@@ -119,17 +121,33 @@ def _rows(result: object) -> int | None:
     return getattr(result, "num_rows", None)
 
 
+def _with_numba(setting: str, fn: Callable[[], object]) -> object:
+    """Run ``fn`` with the record walk forced to Python ("0") or numba ("1")."""
+    saved = os.environ.get("STATE_READER_NUMBA")
+    os.environ["STATE_READER_NUMBA"] = setting
+    try:
+        return fn()
+    finally:
+        if saved is None:
+            os.environ.pop("STATE_READER_NUMBA", None)
+        else:
+            os.environ["STATE_READER_NUMBA"] = saved
+
+
 def bench_checkpoint(spark, cp: Path, repeats: int) -> dict:
     """Medians (and all runs) of every method on one checkpoint."""
     import state_reader
+    from state_reader import kernels
 
     path = str(cp)
     methods: dict[str, Callable[[], object]] = {
         "builtin": lambda: spark.read.format("statestore").load(path).toArrow(),
         "ours-spark": lambda: spark.read.format("state_reader.statestore").load(path).toArrow(),
-        "ours": lambda: state_reader.read_state(path),
+        "ours": lambda: _with_numba("0", lambda: state_reader.read_state(path)),
         "floor": lambda: floor_read(cp),
     }
+    if kernels.numba_available():
+        methods["ours-numba"] = lambda: _with_numba("1", lambda: state_reader.read_state(path))
     rows = {}
     for name, fn in methods.items():  # warm-up: JIT, JVM, Python workers, page cache
         rows[name] = _rows(fn())
@@ -148,16 +166,22 @@ def bench_checkpoint(spark, cp: Path, repeats: int) -> dict:
 # -- memory and cold starts, each in a fresh process ------------------------------
 
 _PEAK = """
-import json, os, resource, sys, time
+import gc, json, os, resource, sys, time
 import state_reader
 page = os.sysconf("SC_PAGE_SIZE")
-before = int(open("/proc/self/statm").read().split()[1]) * page
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * page
+imported = rss()
+if len(sys.argv) > 2:  # first a tiny read, so that lazily loaded modules are not counted
+    state_reader.read_state(sys.argv[2])
+    gc.collect()
+before = rss()
 start = time.perf_counter()
 table = state_reader.read_state(sys.argv[1])
 elapsed = time.perf_counter() - start
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"before": before, "peak": peak, "table": table.nbytes, "rows": table.num_rows,
-                  "seconds": elapsed}))
+print(json.dumps({"imported": imported, "before": before, "peak": peak, "table": table.nbytes,
+                  "rows": table.num_rows, "seconds": elapsed}))
 """
 
 _COLD_OURS = """
@@ -186,11 +210,21 @@ def _child(code: str, *args: str) -> tuple[float, str]:
     return float(line.split()[0]) - start, line
 
 
-def peak_memory(cp: Path) -> dict:
-    """Peak RSS of a fresh process reading ``cp`` with read_state, against the table's size."""
-    done = subprocess.run([sys.executable, "-c", _PEAK, str(cp)], capture_output=True, text=True, check=True)
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    out["growth"] = out["peak"] - out["before"]
+def peak_memory(cp: Path, warm_cp: Path) -> dict:
+    """Peak RSS of fresh processes reading ``cp`` with read_state, against the table's size.
+
+    ``cold``: growth over the RSS right after ``import state_reader``, so modules
+    loaded on first use (pyarrow.compute, pandas through pyarrow, numba) count;
+    ``warm``: growth over the RSS after a tiny read of ``warm_cp`` loaded them.
+    """
+    out = {}
+    for name, extra in (("cold", []), ("warm", [str(warm_cp)])):
+        done = subprocess.run([sys.executable, "-c", _PEAK, str(cp), *extra], capture_output=True, text=True,
+                              check=True)
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        out[name] = got["peak"] - got["before"]
+        out["table"] = got["table"]
+        out[f"{name}_before"] = got["before"]
     return out
 
 
@@ -235,23 +269,33 @@ def report(results: list[dict], memory: dict, cold: dict, cold_cp: str) -> str:
         f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"{_fast.describe()}",
         "",
-        "| provider | keys | builtin | ours-spark | ours | floor | ours vs builtin | ours-spark vs builtin "
-        "| ours / floor | ours rows/s | ns/row |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "Medians; `ours` = `read_state` with the Python record walk, `ours-numba` = with the numba walk "
+        "and merge; speed-ups are builtin / ours.",
+        "",
+        "| provider | keys | builtin | ours-spark | ours | ours-numba | floor | ours-spark speed-up "
+        "| ours speed-up | ours-numba speed-up | ours / floor | ours-numba / floor | ours ns/row | ours-numba ns/row |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         m = r["median"]
+        nb = m.get("ours-numba")
+
+        def opt(value: float | None, fmt: str) -> str:
+            return "-" if value is None else format(value, fmt)
+
         lines.append(
             f"| {r['provider']} | {r['keys']:,} | {m['builtin']:.3f} s | {m['ours-spark']:.3f} s | "
-            f"{m['ours']:.3f} s | {m['floor']:.3f} s | {m['builtin'] / m['ours']:.1f}x faster | "
-            f"{m['builtin'] / m['ours-spark']:.2f}x faster | {m['ours'] / m['floor']:.1f}x | "
-            f"{r['rows'] / m['ours'] / 1e6:.2f} M | {m['ours'] / r['rows'] * 1e9:.0f} |")
-    lines += ["", "Peak memory of the Spark-free read (fresh process; growth = peak RSS - RSS after import):", "",
-              "| provider | keys | table | RSS after import | peak RSS | growth | growth / table |",
+            f"{m['ours']:.3f} s | {opt(nb, '.3f')} s | {m['floor']:.3f} s | {m['builtin'] / m['ours-spark']:.2f}x | "
+            f"{m['builtin'] / m['ours']:.1f}x | {opt(nb and m['builtin'] / nb, '.1f')}x | "
+            f"{m['ours'] / m['floor']:.1f}x | {opt(nb and nb / m['floor'], '.1f')}x | "
+            f"{m['ours'] / r['rows'] * 1e9:.0f} | {opt(nb and nb / r['rows'] * 1e9, '.0f')} |")
+    lines += ["", "Peak memory of the Spark-free read, fresh processes (growth of peak RSS over the RSS after "
+              "`import state_reader` (cold) or after a tiny read that loaded the lazily imported modules (warm)):",
+              "", "| provider | keys | table | cold growth | cold / table | warm growth | warm / table |",
               "|---|---:|---:|---:|---:|---:|---:|"]
     for (provider, keys), mem in memory.items():
-        lines.append(f"| {provider} | {keys:,} | {_mb(mem['table'])} | {_mb(mem['before'])} | {_mb(mem['peak'])} | "
-                     f"{_mb(mem['growth'])} | {mem['growth'] / mem['table']:.2f} |")
+        lines.append(f"| {provider} | {keys:,} | {_mb(mem['table'])} | {_mb(mem['cold'])} | "
+                     f"{mem['cold'] / mem['table']:.2f} | {_mb(mem['warm'])} | {mem['warm'] / mem['table']:.2f} |")
     if cold:
         lines += ["", f"Cold start, fresh process, {cold_cp} (median wall time):", "",
                   "| what | seconds |", "|---|---:|"]
@@ -277,7 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     spark = generate.build_session()
     state_reader.register(spark)
     try:
-        paths = generate.ensure(generate.data_dir(args.data_dir), providers, key_counts, spark)
+        root = generate.data_dir(args.data_dir)
+        paths = generate.ensure(root, providers, key_counts, spark)
+        warm = generate.ensure(root, providers, [WARM_KEYS], spark)
         results = []
         for (provider, keys), cp in paths.items():
             print(f"timing {provider} {keys} keys ...", file=sys.stderr, flush=True)
@@ -289,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     memory = {}
     for (provider, keys), cp in paths.items():
         print(f"peak memory {provider} {keys} keys ...", file=sys.stderr, flush=True)
-        memory[(provider, keys)] = peak_memory(cp)
+        memory[(provider, keys)] = peak_memory(cp, warm[(provider, WARM_KEYS)])
     cold: dict[str, float] = {}
     cold_keys = 1_000_000 if 1_000_000 in key_counts else max(key_counts)
     cold_provider = "hdfs" if "hdfs" in providers else providers[0]

@@ -113,10 +113,35 @@ class Checkpoint:
             raise CommittedBatchUnavailableError(
                 f"No committed batch found: checkpoint location {self.location} does not exist",
                 path=self.location)
+        if batches or self.storage.list_names("commits") is not None:
+            raise CommittedBatchUnavailableError(
+                f"No committed batch found in {self.storage.display('commits')} "
+                f"(checkpoint location {self.location}); has the query completed a batch?",
+                path=self.location)
         raise CommittedBatchUnavailableError(
-            f"No committed batch found in {self.storage.display('commits')} "
-            f"(checkpoint location {self.location}); has the query completed a batch?",
-            path=self.location)
+            f"No committed batch found: {self.location} is not a streaming checkpoint "
+            f"({self._what_is_there()})", path=self.location)
+
+    def _what_is_there(self) -> str:
+        """Why the location is not a checkpoint, for the error message: what it holds instead."""
+        if not self.storage.isdir(""):
+            return "it is a file, not a directory"
+        names = sorted(n for n in self.storage.list_names("") or [] if not n.startswith("."))
+        parts = ["it has no commits/ directory"]
+        parts.append(f"it holds {', '.join(names[:8])}{', ...' if len(names) > 8 else ''}" if names
+                     else "it is empty")
+        # a directory inside a checkpoint (state/, state/0, commits/) is a common mistake
+        here = self.storage.root.rstrip("/")
+        for _ in range(3):
+            here = here.rsplit("/", 1)[0] if "/" in here.strip("/") else ""
+            if not here:
+                break
+            parent = Storage(here if self.storage.protocol == "file" else f"{self.storage.scheme}://{here}",
+                             self.storage.storage_options, verify_checksums=False)
+            if parent.list_names("commits") is not None:
+                parts.append(f"its parent {parent.display('')} is a checkpoint: pass that instead")
+                break
+        return "; ".join(parts)
 
     def require_committed(self, batch_id: int) -> None:
         """CommittedBatchUnavailableError unless ``batch_id`` has a commit log entry."""

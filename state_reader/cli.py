@@ -117,6 +117,15 @@ def _print_rows(con: Console, names: list[str], rows: list[list[Any]], layout: s
     con.print(_data_table(names, rows) if layout == "table" else _records(names, rows))
 
 
+KEY_FILTER_HELP = """\b
+Key filters compare key fields (a leading 'key.' is optional) with literals:
+  user = 'ann'            region_id > 3 and not grp in ('a', 'b')
+  window.start >= '2024-01-01 10:00:00'       tag is null or n != 0
+Operators: = != < <= > >= in, not in, is [not] null, and, or, not, ( ).
+Timestamps are UTC unless the text has an offset; `back quotes` for odd names.
+"""
+
+
 LAYOUT = click.option("--layout", type=click.Choice(["auto", "table", "records"]), default="auto",
                       show_default=True, help="Rows as a table, or one block per row (records).")
 
@@ -201,7 +210,7 @@ def metadata(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequen
         for i, store in enumerate(op["stores"]):
             first = i == 0
             table.add_row(str(op["operator_id"]) if first else "",
-                          Text(op["operator_name"] or "?") if first else "",
+                          Text(op["operator_name"] or "unknown") if first else "",
                           Text(store["store_name"]), str(store["num_partitions"]),
                           str(op["partitions_on_disk"]) if first else "", op["provider"] if first else "",
                           Text(op["operator_properties"] or "") if first else "")
@@ -212,22 +221,24 @@ def metadata(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequen
     return EXIT_OK
 
 
-@cli.command()
+@cli.command(epilog=KEY_FILTER_HELP)
 @click.argument("checkpoint")
 @click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0).")
 @click.option("--store", "-s", "store_name", help="Store name (default 'default').")
 @click.option("--batch", "-b", "batch_id", type=int, help="Batch id (default: the latest committed).")
 @click.option("--partition", "-p", "partitions", type=int, multiple=True, help="Only this partition (repeatable).")
 @click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann' and region_id > 3\".")
+@click.option("--state-var", "state_var_name", help="State variable of a transformWithState operator.")
 @click.option("--limit", "-n", type=click.IntRange(min=0), default=DEFAULT_LIMIT, show_default=True,
               help="Rows to show; 0 shows all.")
 @LAYOUT
 @common_options
 def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch_id: int | None,
-         partitions: tuple[int, ...], key_filter: str | None, limit: int, layout: str, as_json: bool, debug: bool,
-         storage_option: Sequence[str]) -> int:
+         partitions: tuple[int, ...], key_filter: str | None, state_var_name: str | None, limit: int, layout: str,
+         as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """The state of one store at one batch, as a table."""
-    plan = _plan(checkpoint, storage_option, operator_id=operator_id, store_name=store_name, batch_id=batch_id)
+    plan = _plan(checkpoint, storage_option, operator_id=operator_id, store_name=store_name, batch_id=batch_id,
+                 state_var_name=state_var_name)
     # one row more than shown tells whether there are more
     table = read_table(plan, key_filter=key_filter, partitions=list(partitions) or None,
                        limit=(limit + 1) if limit else None)
@@ -263,7 +274,7 @@ def _stats_text(con: Console, result: Any, summary: pa.Table, detail: bool) -> N
         parts = [r for r in all_rows if r["operator_id"] == op and r["store_name"] == store]
         if not batches:
             continue
-        name = result.operator_names.get(op) or "?"
+        name = result.operator_names.get(op) or "unknown"
         kind = "rocksdb" if "RocksDB" in provider else "hdfs"
         con.print(Text(f"operator {op} ({name}) · store {store} · {kind}", style="bold"))
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
@@ -355,7 +366,7 @@ def stats(checkpoint: str, operator_id: int | None, store_name: str | None, batc
     return EXIT_OK
 
 
-@cli.command(name="changes")
+@cli.command(name="changes", epilog=KEY_FILTER_HELP)
 @click.argument("checkpoint")
 @click.option("--from", "start", type=click.IntRange(min=0), required=True, help="First batch of the change feed.")
 @click.option("--to", "end", type=click.IntRange(min=0), help="Last batch (default: the latest committed).")
@@ -389,7 +400,8 @@ def changes_command(checkpoint: str, start: int, end: int | None, operator_id: i
         return EXIT_OK
     by_batch: dict[int, list[str]] = {}
     for c in counts:
-        by_batch.setdefault(c["batch_id"], []).append(f"{c['rows']} {c['change_type']}")
+        by_batch.setdefault(c["batch_id"], []).append(
+            f"{c['rows']} {c['change_type']}{'s' if c['rows'] != 1 else ''}")
     for batch, parts in by_batch.items():
         con.print(f"  batch {batch}: {', '.join(parts)}")
     names, rows = display_rows(shown)
@@ -398,7 +410,7 @@ def changes_command(checkpoint: str, start: int, end: int | None, operator_id: i
     return EXIT_OK
 
 
-@cli.command()
+@cli.command(epilog=KEY_FILTER_HELP)
 @click.argument("checkpoint")
 @click.option("--to", "out", required=True, metavar="FILE", help="Output file: .parquet, .csv or .jsonl.")
 @click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "jsonl"]),
@@ -408,12 +420,14 @@ def changes_command(checkpoint: str, start: int, end: int | None, operator_id: i
 @click.option("--batch", "-b", "batch_id", type=int, help="Batch id (default: the latest committed).")
 @click.option("--partition", "-p", "partitions", type=int, multiple=True, help="Only this partition (repeatable).")
 @click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann'\".")
+@click.option("--state-var", "state_var_name", help="State variable of a transformWithState operator.")
 @common_options
 def export(checkpoint: str, out: str, fmt: str | None, operator_id: int | None, store_name: str | None,
-           batch_id: int | None, partitions: tuple[int, ...], key_filter: str | None, as_json: bool, debug: bool,
-           storage_option: Sequence[str]) -> int:
+           batch_id: int | None, partitions: tuple[int, ...], key_filter: str | None, state_var_name: str | None,
+           as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """Write the state of one store at one batch to a file."""
-    plan = _plan(checkpoint, storage_option, operator_id=operator_id, store_name=store_name, batch_id=batch_id)
+    plan = _plan(checkpoint, storage_option, operator_id=operator_id, store_name=store_name, batch_id=batch_id,
+                 state_var_name=state_var_name)
     result = export_state(plan, out, fmt=fmt, key_filter=key_filter, partitions=list(partitions) or None)
     size = os.path.getsize(out)
     if as_json:
@@ -447,7 +461,7 @@ def verify(checkpoint: str, operator_id: int | None, as_json: bool, debug: bool,
             span = f"versions {lo}..{hi} (batches {lo - 1}..{hi - 1})"
         else:
             span = "no versions"
-        con.print(Text(f"operator {s['operator_id']} ({s['operator_name'] or '?'}) · store {s['store_name']} · "
+        con.print(Text(f"operator {s['operator_id']} ({s['operator_name'] or 'unknown'}) · store {s['store_name']} · "
                        f"{len(ps)} partitions · {span}"))
     for s in report.skipped:
         con.print(Text(f"operator {s['operator_id']} store {s['store_name']} skipped: {s['reason']}", style="dim"))

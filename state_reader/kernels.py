@@ -86,18 +86,26 @@ def numba_wanted(records_hint: int) -> bool:
     return records_hint >= NUMBA_MIN_RECORDS and _compile() is not None
 
 
+def numba_available() -> bool:
+    """Whether numba can be imported (without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("numba") is not None
+
+
 def describe() -> str:
     """Which walker this process uses for large reads, for benchmark reports."""
     setting = os.environ.get(_ENV, "").strip().lower()
     if setting in ("0", "false", "no", "off"):
         return "record walk: Python loop (numba off by STATE_READER_NUMBA=0)"
-    try:
-        import numba
-    except ImportError:
+    if not numba_available():
         return "record walk: Python loop (numba not installed)"
+    from importlib.metadata import version
+
     if setting in ("1", "true", "yes", "on"):
-        return f"record walk: numba {numba.__version__} (forced on)"
-    return f"record walk: numba {numba.__version__} from {NUMBA_MIN_RECORDS:,} records or once loaded, else Python"
+        return f"record walk: numba {version('numba')} (forced on)"
+    return (f"record walk: numba {version('numba')} for reads of about {NUMBA_MIN_RECORDS:,} records "
+            "or more, or once loaded; Python loop otherwise")
 
 
 def walk_records(buf: np.ndarray, start: int, end: int, allow_removes: bool, value_skip: int,

@@ -200,10 +200,27 @@ def _children(arr: pa.StructArray) -> list[pa.Array]:
     return [arr.field(i) for i in range(arr.type.num_fields)]
 
 
-def decode_keys(keys: RowBuffer, schema: StructType, spec: KeyEncoderSpec) -> pa.StructArray:
+def _decode_payload(rows: RowBuffer, schema: StructType, what: str, avro: bool, schema_id: bool = True,
+                    valid: np.ndarray | None = None) -> pa.StructArray:
+    """Version byte, then an UnsafeRow or (Avro encoding) an optional schema id and an Avro record."""
+    stripped = _strip_version(rows, what, valid)
+    if not avro:
+        return decode_rows(stripped, schema, valid=valid)
+    from .avro_encoding import SCHEMA_ID_BYTES, decode_avro
+
+    skip = SCHEMA_ID_BYTES if schema_id else 0
+    checked = np.ones(len(rows.starts), dtype=bool) if valid is None else valid
+    _require(stripped, checked & (stripped.lengths < skip), f"an Avro {what} is shorter than its schema id")
+    raw = stripped.buf
+    payloads = [raw[start + skip:start + length].tobytes() if ok else None
+                for start, length, ok in zip(stripped.starts, stripped.lengths, checked, strict=True)]
+    return decode_avro(payloads, schema, rows.source)
+
+
+def decode_keys(keys: RowBuffer, schema: StructType, spec: KeyEncoderSpec, avro: bool = False) -> pa.StructArray:
     """Decode encoded keys (column family id already stripped) into a StructArray of ``schema``."""
     if spec.kind == NO_PREFIX:
-        return decode_rows(_strip_version(keys, "key"), schema)
+        return _decode_payload(keys, schema, "key", avro)
     fields = schema.fields
     if spec.kind == PREFIX_SCAN:
         n = spec.num_prefix_cols
@@ -212,10 +229,12 @@ def decode_keys(keys: RowBuffer, schema: StructType, spec: KeyEncoderSpec) -> pa
                 f"{keys.source}: prefix-scan encoder with {n} prefix columns does not fit a key of "
                 f"{len(fields)} columns", path=keys.source)
         head, rest = _length_prefixed(keys, "prefix-scan key")
-        prefix = decode_rows(_strip_version(head, "key prefix"), StructType(fields[:n]))
-        remaining = decode_rows(_strip_version(rest, "key remainder"), StructType(fields[n:]))
+        prefix = _decode_payload(head, StructType(fields[:n]), "key prefix", avro, schema_id=False)
+        remaining = _decode_payload(rest, StructType(fields[n:]), "key remainder", avro)
         return _assemble(schema, _children(prefix) + _children(remaining))
     if spec.kind == RANGE_SCAN:
+        if avro:
+            raise UnsupportedOptionError(f"{keys.source}: Avro-encoded range-scan keys are not supported")
         return _decode_range_scan(keys, schema, spec.ordering_ordinals)
     raise UnsupportedOptionError(f"RocksDB key encoder {spec.kind} is not supported by state_reader yet")
 
@@ -278,7 +297,7 @@ def _ordering_column(arr: pa.BinaryArray, dt: DataType, source: str, name: str) 
 
 
 def decode_values(values: RowBuffer, schema: StructType, row_checksum: bool,
-                  valid: np.ndarray | None = None) -> pa.StructArray:
+                  valid: np.ndarray | None = None, avro: bool = False) -> pa.StructArray:
     """Decode single encoded values (optionally framed with a row checksum) into a StructArray.
 
     Rows where ``valid`` is False (the missing value of a delete) come back null unread.
@@ -291,7 +310,7 @@ def decode_values(values: RowBuffer, schema: StructType, row_checksum: bool,
         _require(values, checked & (size != values.lengths - header),
                  "value length after the row checksum does not match the value")
         values = _view(values, np.where(checked, values.starts + header, 0), size)
-    return decode_rows(_strip_version(values, "value", checked), schema, valid=checked)
+    return _decode_payload(values, schema, "value", avro, valid=checked)
 
 
 def split_multi_value(value: bytes, merge_operator_version: int, row_checksum: bool,

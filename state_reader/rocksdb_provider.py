@@ -537,10 +537,16 @@ def _row_checksum(plan: StateReadPlan) -> bool:
     return plan.conf.get(CONF_ROW_CHECKSUM, "false").lower() == "true"
 
 
-def _store(plan: StateReadPlan, directory: str) -> RocksDBStore:
+def is_avro(plan: StateReadPlan) -> bool:
+    """True when keys and values are Avro records rather than UnsafeRows."""
     encoding = plan.conf.get(CONF_ENCODING, "unsaferow").lower()
-    if encoding != "unsaferow":
-        raise UnsupportedOptionError(f"state encoding format '{encoding}' is not supported by state_reader yet")
+    if encoding not in ("unsaferow", "avro"):
+        raise UnsupportedOptionError(f"state encoding format '{encoding}' is not supported by state_reader")
+    return encoding == "avro"
+
+
+def _store(plan: StateReadPlan, directory: str) -> RocksDBStore:
+    is_avro(plan)
     return RocksDBStore(plan.storage, directory, plan.codec, _row_checksum(plan),
                         merge_delimiter(plan.conf.get(CONF_MERGE_OPERATOR)))
 
@@ -573,7 +579,7 @@ def read_store(plan: StateReadPlan, directory: str, partition_id: int,
     if state.uses_column_families or column_family is not None:
         keys, values = _column_family(keys, values, state, column_family, source)
     spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
-    return (decode_keys(keys, plan.key_schema, spec),
+    return (decode_keys(keys, plan.key_schema, spec, is_avro(plan)),
             decode_values(values, plan.value_schema, _row_checksum(plan)))
 
 
@@ -607,7 +613,7 @@ def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
     values = [v or b"" for _, _, v in log.records]
     spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
     return (kinds,
-            decode_keys(RowBuffer.from_rows(keys, source + " key"), plan.key_schema, spec),
+            decode_keys(RowBuffer.from_rows(keys, source + " key"), plan.key_schema, spec, is_avro(plan)),
             decode_values(RowBuffer.from_rows(values, source + " value"), plan.value_schema, row_checksum, valid))
 
 
@@ -626,7 +632,7 @@ def _changes_from_snapshots(plan: StateReadPlan, directory: str, partition_id: i
     valid = np.fromiter((v is not None for _, _, v in records), dtype=bool, count=len(records))
     spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
     return ([kind for kind, _, _ in records],
-            decode_keys(RowBuffer.from_rows([k for _, k, _ in records], source + " key"), plan.key_schema, spec),
+            decode_keys(RowBuffer.from_rows([k for _, k, _ in records], source + " key"), plan.key_schema, spec, is_avro(plan)),
             decode_values(RowBuffer.from_rows([v or b"" for _, _, v in records], source + " value"),
                           plan.value_schema, _row_checksum(plan), valid))
 

@@ -158,6 +158,13 @@ def _elements(plan: StateReadPlan, values: RowBuffer, present: np.ndarray,
             owners.append(row)
             starts.append(start + offset + 1)  # skip the encoding version byte
             lengths.append(size - 1)
+    from .rocksdb_provider import is_avro
+
+    if is_avro(plan):
+        from .avro_encoding import SCHEMA_ID_BYTES, decode_avro
+
+        payloads = [raw[s + SCHEMA_ID_BYTES:s + n].tobytes() for s, n in zip(starts, lengths, strict=True)]
+        return np.array(owners, dtype=np.int64), decode_avro(payloads, schema, values.source)
     rows = RowBuffer(raw[:values.size].tobytes(), np.array(starts, dtype=np.int64),
                      np.array(lengths, dtype=np.int64), values.source)
     return np.array(owners, dtype=np.int64), decode_rows(rows, schema)
@@ -168,8 +175,11 @@ def _decode(plan: StateReadPlan, var: StateVariable, keys_rows: RowBuffer, value
     """(grouping keys, value columns, owning row per output row), collections flattened."""
     from .rocksdb_encoding import KeyEncoderSpec, decode_keys
 
+    from .rocksdb_provider import is_avro
+
+    avro = is_avro(plan)
     spec = KeyEncoderSpec.from_plan(var.family.key_encoder, 0)
-    keys = decode_keys(keys_rows, var.family.key_schema, spec)
+    keys = decode_keys(keys_rows, var.family.key_schema, spec, avro)
     row_checksum = plan.conf.get(CONF_ROW_CHECKSUM, "false").lower() == "true"
     n = len(keys)
     if var.kind == LIST:
@@ -181,21 +191,22 @@ def _decode(plan: StateReadPlan, var: StateVariable, keys_rows: RowBuffer, value
         return keys, [elements], owners
     if var.kind == TIMERS:
         return keys.field(0), [keys.field(1)], np.arange(n)
-    values = _values_or_null(value_rows, present, var.family.value_schema, row_checksum)
+    values = _values_or_null(value_rows, present, var.family.value_schema, row_checksum, avro)
     if var.kind == MAP:
         return keys.field(0), [keys.field(1), values], np.arange(n)
     return keys, [values], np.arange(n)
 
 
-def _values_or_null(rows: RowBuffer, present: np.ndarray, schema: StructType, row_checksum: bool) -> pa.StructArray:
+def _values_or_null(rows: RowBuffer, present: np.ndarray, schema: StructType, row_checksum: bool,
+                    avro: bool = False) -> pa.StructArray:
     """Decoded values; rows without one (deletes in a change feed) are null."""
     from .rocksdb_encoding import decode_values, select
 
     if present.all():
-        return decode_values(rows, schema, row_checksum)
+        return decode_values(rows, schema, row_checksum, avro=avro)
     if not present.any():
         return pa.nulls(len(present), schema.to_arrow())
-    decoded = decode_values(select(rows, present), schema, row_checksum)
+    decoded = decode_values(select(rows, present), schema, row_checksum, avro=avro)
     index = pa.array(np.where(present, np.cumsum(present) - 1, 0))
     return pa.StructArray.from_arrays([decoded.field(i).take(index) for i in range(decoded.type.num_fields)],
                                       fields=list(decoded.type), mask=pa.array(~present))

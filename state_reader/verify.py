@@ -141,5 +141,6 @@ def verify_checkpoint(checkpoint: str, *, operator_id: int | None = None,
                     report.versions_ok += 1
                 except Exception as exc:  # every failure is a finding, ours or not
                     report.problems.append(_problem(plan.operator_id, plan.store_name, pid, version, exc))
-                bar.advance(description=f"verifying operator {plan.operator_id} · partition {pid}")
+                bar.advance(description=f"verifying operator {plan.operator_id} · {plan.store_name} · "
+                                        f"partition {pid}")
     return report

@@ -55,6 +55,9 @@ class Query:
     schema: str = EVENT_SCHEMA
     operators: int = 1
     sources: int = 1  # stream-stream joins read the input twice, as two streams
+    # processing-time timers keep availableNow scheduling batches forever: such queries run
+    # with a processing-time trigger until every input file is committed
+    processing_time: str | None = None
 
 
 def _write_input(batches: list[list[dict]], directory: Path) -> None:
@@ -80,9 +83,15 @@ def run_query(spark: SparkSession, query: Query, out: Path) -> str:
     try:
         sources = [spark.readStream.schema(query.schema).option("maxFilesPerTrigger", 1)
                    .option("allowNonNumericNumbers", "true").json(str(out / "input")) for _ in range(query.sources)]
-        handle = (query.build(*sources).writeStream.format("noop").outputMode(query.output_mode)
-                  .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-        handle.awaitTermination()
+        writer = (query.build(*sources).writeStream.format("noop").outputMode(query.output_mode)
+                  .option("checkpointLocation", str(checkpoint)))
+        if query.processing_time is None:
+            handle = writer.trigger(availableNow=True).start()
+            handle.awaitTermination()
+        else:
+            handle = writer.trigger(processingTime=query.processing_time).start()
+            _wait_for_commits(handle, checkpoint / "commits", len(query.batches()))
+            handle.stop()
         time.sleep(0.5)  # let maintenance write snapshots of the last versions
     finally:
         for key, value in saved.items():
@@ -91,6 +100,18 @@ def run_query(spark: SparkSession, query: Query, out: Path) -> str:
             else:
                 spark.conf.set(key, value)
     return str(checkpoint)
+
+
+def _wait_for_commits(handle, commits: Path, count: int, timeout: float = 120.0) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if handle.exception() is not None:
+            raise handle.exception()
+        done = [p for p in commits.glob("*") if p.name.isdigit()] if commits.exists() else []
+        if len(done) >= count:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"the query committed fewer than {count} batches in {timeout} s")
 
 
 def _window_agg(df: DataFrame) -> DataFrame:
@@ -169,6 +190,52 @@ def _join(how: str) -> Callable[[DataFrame, DataFrame], DataFrame]:
         return left.join(right, cond, how)
 
     return build
+
+
+def _transform_with_state(df: DataFrame) -> DataFrame:
+    """transformWithStateInPandas with every kind of state variable, TTL and a timer per key."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class Tracker(StatefulProcessor):
+        def init(self, handle) -> None:  # noqa: ANN001
+            self.handle = handle
+            self.profile = handle.getValueState("profile", "visits long, total double, last string", 3600000)
+            self.events = handle.getListState("events", "n int, tag string")
+            self.counters = handle.getMapState("counters", "tag string", "cnt long, amount long", 3600000)
+            self.plain = handle.getValueState("plain", "n int")
+
+        def handleInputRows(self, key, rows, timerValues):  # noqa: ANN001, N802
+            import pandas as pd
+
+            visits, total, last = self.profile.get() if self.profile.exists() else (0, 0.0, None)
+            events = list(self.events.get()) if self.events.exists() else []
+            closed = False
+            for pdf in rows:
+                for _, row in pdf.iterrows():
+                    visits += 1
+                    total += float(row["amount"])
+                    last = row["user"]
+                    events = (events + [(int(row["n"]), row["tag"])])[-3:]
+                    tag = str(row["tag"])
+                    cnt, amount = self.counters.getValue((tag,)) if self.counters.containsKey((tag,)) else (0, 0)
+                    self.counters.updateValue((tag,), (cnt + 1, amount + int(row["amount"])))
+                    self.plain.update((int(row["n"]),))
+                    closed = closed or tag == "close"
+            if closed:
+                self.profile.clear()
+                self.events.clear()
+                self.counters.removeKey(("close",))
+            else:
+                self.profile.update((visits, total, last))
+                self.events.put(events)
+            self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + 3_600_000)
+            yield pd.DataFrame({"grp": [key[0]], "visits": [visits]})
+
+        def close(self) -> None:
+            pass
+
+    return df.groupBy("grp").transformWithStateInPandas(Tracker(), "grp string, visits long", "Update",
+                                                        "ProcessingTime")
 
 
 def _types_batches() -> list[list[dict]]:
@@ -284,3 +351,9 @@ CHECKPOINT_V2_QUERIES: dict[str, Query] = {
     f"rocksdb_v2_{name}": _with(QUERIES[name], {**ROCKSDB_CHANGELOG, **CHECKPOINT_V2})
     for name in ("agg_window", "dedup", "session_window", "limit", "multi", "apply_in_pandas")
 }
+
+
+# transformWithState runs on RocksDB only
+QUERIES["tws"] = Query(_transform_with_state, confs=ROCKSDB_CHANGELOG, processing_time="1 second")
+QUERIES["tws_avro"] = Query(_transform_with_state, processing_time="1 second",
+                            confs={**ROCKSDB_CHANGELOG, "spark.sql.streaming.stateStore.encodingFormat": "avro"})

@@ -10,7 +10,10 @@ from streaming_queries import QUERIES
 from state_reader.checkpoint import Checkpoint
 from state_reader.storage import Storage
 
-QUERY_NAMES = sorted(n for n, q in QUERIES.items() if not n.startswith("rocksdb") and q.sources == 1)
+# HDFS single-source queries; exotic_types holds intervals PySpark cannot collect (see test_decoders)
+QUERY_NAMES = sorted(n for n, q in QUERIES.items()
+                     if "RocksDB" not in q.confs.get("spark.sql.streaming.stateStore.providerClass", "")
+                     and q.sources == 1 and n != "exotic_types")
 JOIN_QUERIES = ["join_inner", "join_left_outer"]
 JOIN_STORES = ["left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues",
                "right-keyWithIndexToValue"]

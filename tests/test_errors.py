@@ -1,0 +1,419 @@
+"""Broken input ends in one of our errors, whose message names the file or option,
+what was expected and what was found; checksum sidecars are verified.
+
+Each case damages a private copy of a checkpoint written by real Spark. Cases
+already covered elsewhere (option validation and missing log entries in
+test_options.py, hostile zips in test_rocksdb_files.py, random damage in
+test_fuzz.py) are not repeated here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from damage import frame, hadoop_sidecar_path, lz4_java, lz4_java_decode, parse_frames
+from oracle import arrow_rows
+from streaming_queries import CHECKPOINT_V2_QUERIES, run_query
+
+import state_reader
+from state_reader import errors, integrity
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _copy(checkpoints, tmp_path: Path, name: str = "agg_window") -> Path:
+    dst = tmp_path / name
+    shutil.copytree(checkpoints(name), dst)
+    return dst
+
+
+def _latest_version(cp: Path) -> int:
+    return max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit()) + 1
+
+
+def _delta_in_use(cp: Path) -> Path:
+    """The delta the latest state of partition 0 is rebuilt from. Snapshot placement is up to
+    Spark's maintenance timing, so a snapshot of that very version is removed (it holds the
+    same state as the older snapshot plus the deltas after it)."""
+    version = _latest_version(cp)
+    part = cp / "state" / "0" / "0"
+    snapshot = part / f"{version}.snapshot"
+    if snapshot.exists():
+        snapshot.unlink()
+        hadoop_sidecar_path(snapshot).unlink()
+    return part / f"{version}.delta"
+
+
+def _spark_error(spark, cp: Path, **options) -> str:
+    """The message of the failure the Spark data source raises, for checking its error class."""
+    with pytest.raises(Exception) as caught:  # PySpark wraps our error in its own
+        spark.read.format("state_reader.statestore").options(**options).load(str(cp)).collect()
+    return str(caught.value)
+
+
+def _utf(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    return struct.pack(">H", len(raw)) + raw
+
+
+# -- where the checkpoint is ------------------------------------------------------
+
+
+def test_location_that_is_not_a_checkpoint(checkpoints, tmp_path):
+    cp = Path(checkpoints("agg_window"))
+    cases = {
+        cp / "state": "its parent",
+        cp / "commits": "its parent",
+        cp / "metadata": "is a file",
+        tmp_path: "is empty",
+    }
+    for where, expected in cases.items():
+        with pytest.raises(errors.CommittedBatchUnavailableError) as caught:
+            state_reader.read_state(str(where))
+        message = str(caught.value)
+        assert str(where) in message and "not a streaming checkpoint" in message and expected in message
+        if expected == "its parent":
+            assert f"{cp} is a checkpoint" in message
+
+
+def test_batch_planned_but_not_committed(checkpoints, tmp_path):
+    """A batch in offsets/ without a commit is in flight: refused when asked for, skipped by default."""
+    cp = _copy(checkpoints, tmp_path)
+    last = _latest_version(cp) - 1
+    (cp / "commits" / str(last)).unlink()
+    with pytest.raises(errors.CommittedBatchUnavailableError,
+                       match=rf"batchId {last}.*committed batches: 0\.\.{last - 1}"):
+        state_reader.read_state(str(cp), batch_id=last)
+    previous = arrow_rows(state_reader.read_state(str(cp), batch_id=last - 1))
+    assert arrow_rows(state_reader.read_state(str(cp))) == previous
+
+
+def test_partition_directory_emptied(checkpoints, tmp_path):
+    cp = _copy(checkpoints, tmp_path)
+    part = cp / "state" / "0" / "1"
+    for child in part.iterdir():
+        if child.is_file():
+            child.unlink()
+    with pytest.raises(errors.MissingStateFileError) as caught:
+        state_reader.read_state(str(cp))
+    message = str(caught.value)
+    assert str(part / "1.delta") in message and "snapshots none" in message and "deltas none" in message
+
+
+# -- damaged state files, through both fronts -----------------------------------------
+
+
+def test_truncated_delta(spark, checkpoints, tmp_path):
+    cp = _copy(checkpoints, tmp_path)
+    delta = _delta_in_use(cp)
+    delta.write_bytes(delta.read_bytes()[:-30])
+    with pytest.raises(errors.ChecksumMismatchError) as caught:
+        state_reader.read_state(str(cp))
+    assert str(delta) in str(caught.value) and "truncated" in str(caught.value)
+    with pytest.raises(errors.CorruptFileError) as caught:
+        state_reader.read_state(str(cp), verify_checksums=False)
+    assert str(delta) in str(caught.value)
+    assert "STATE_READER_CHECKSUM_MISMATCH" in _spark_error(spark, cp)
+    assert str(delta) in _spark_error(spark, cp, verifyChecksums="false")
+
+
+def test_corrupt_lz4_block(spark, checkpoints, tmp_path):
+    cp = _copy(checkpoints, tmp_path)
+    delta = _delta_in_use(cp)
+    data = bytearray(delta.read_bytes())
+    data[30] ^= 0x04  # inside the first block's payload
+    delta.write_bytes(bytes(data))
+    with pytest.raises(errors.ChecksumMismatchError, match=r"CRC-32 in .*crc"):
+        state_reader.read_state(str(cp))
+    # without the sidecar, lz4-java's own block checksum catches it
+    with pytest.raises(errors.CorruptFileError) as caught:
+        state_reader.read_state(str(cp), verify_checksums=False)
+    assert str(delta) in str(caught.value) and "lz4 block at byte 0" in str(caught.value)
+    message = _spark_error(spark, cp, verifyChecksums="false")
+    assert str(delta) in message and "STATE_READER_" in message
+
+
+def test_equivalent_rewrite_is_refused_only_with_verification(spark, checkpoints, tmp_path):
+    """Same records, other bytes (stored instead of compressed blocks): the sidecar no longer
+    matches, so verification refuses it, and without verification the rows are unchanged."""
+    cp = _copy(checkpoints, tmp_path)
+    clean = arrow_rows(state_reader.read_state(str(cp)))
+    delta = _delta_in_use(cp)
+    content = lz4_java_decode(delta.read_bytes())
+    delta.write_bytes(lz4_java(content, block_size=64))  # tiny blocks: many headers, same content
+    with pytest.raises(errors.ChecksumMismatchError, match=str(delta)):
+        state_reader.read_state(str(cp))
+    assert arrow_rows(state_reader.read_state(str(cp), verify_checksums=False)) == clean
+    assert "STATE_READER_CHECKSUM_MISMATCH" in _spark_error(spark, cp)
+    df = spark.read.format("state_reader.statestore").option("verifyChecksums", "false").load(str(cp))
+    assert df.count() == len(clean)
+    with pytest.raises(errors.InvalidOptionError, match="verifyChecksums"):
+        state_reader.read_state(str(cp), verify_checksums="sometimes")
+
+
+def test_missing_sidecars_are_fine(checkpoints, tmp_path):
+    """Object stores have no .crc files: reading without them gives the same rows."""
+    cp = _copy(checkpoints, tmp_path)
+    clean = arrow_rows(state_reader.read_state(str(cp)))
+    sidecars = list(cp.rglob("*.crc"))
+    assert sidecars
+    for sidecar in sidecars:
+        sidecar.unlink()
+    assert arrow_rows(state_reader.read_state(str(cp))) == clean
+    assert state_reader.read_metadata(str(cp)).num_rows >= 1
+
+
+@pytest.mark.parametrize(("sidecar", "expected"), [
+    (b"", "is not a Hadoop checksum file"),
+    (b"crc\x00\x00\x00\x00\x00", "malformed"),
+    (b"crc\x00\x00\x00\x02\x00\x01\x02\x03", "malformed"),
+    (b"CRC!\x00\x00\x02\x00\x00\x00\x00\x00", "is not a Hadoop checksum file"),
+])
+def test_malformed_hadoop_sidecar(checkpoints, tmp_path, sidecar, expected):
+    cp = _copy(checkpoints, tmp_path)
+    delta = _delta_in_use(cp)
+    hadoop_sidecar_path(delta).write_bytes(sidecar)
+    with pytest.raises(errors.ChecksumMismatchError) as caught:
+        state_reader.read_state(str(cp))
+    assert expected in str(caught.value) and "verifyChecksums=false" in str(caught.value)
+    assert state_reader.read_state(str(cp), verify_checksums=False).num_rows > 0
+
+
+def test_hadoop_sidecars_of_real_files_verify(checkpoints):
+    """Our reading of Hadoop's .crc format agrees with every sidecar Spark left, and catches a flip."""
+    root = Path(checkpoints("agg_window"))
+    checked = 0
+    for sidecar in root.rglob(".*.crc"):
+        main = sidecar.with_name(sidecar.name[1:-len(".crc")])
+        if not main.is_file():
+            continue
+        data = main.read_bytes()
+        integrity.verify_hadoop(data, sidecar.read_bytes(), str(main), str(sidecar))
+        if data:
+            with pytest.raises(errors.ChecksumMismatchError, match=f"bytes 0..{min(len(data), 512) - 1}"):
+                integrity.verify_hadoop(bytes([data[0] ^ 1]) + data[1:], sidecar.read_bytes(), str(main), "s")
+        checked += 1
+    assert checked > 20
+
+
+# -- Spark's checksum sidecars (checkpoint format version 2) ------------------------------
+
+
+@pytest.fixture(scope="module")
+def v2_checkpoint(spark, tmp_path_factory) -> Path:
+    """A RocksDB checkpoint of format version 2, whose zips and changelogs have Spark .crc sidecars."""
+    out = tmp_path_factory.mktemp("errors_v2")
+    return Path(run_query(spark, CHECKPOINT_V2_QUERIES["rocksdb_v2_agg_window"], out / "q"))
+
+
+def _spark_sidecars(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.crc") if not p.name.startswith("."))
+
+
+def test_spark_sidecars_of_real_files_verify(v2_checkpoint):
+    sidecars = _spark_sidecars(v2_checkpoint)
+    assert len(sidecars) >= 4
+    for sidecar in sidecars:
+        doc = json.loads(sidecar.read_text())
+        main = sidecar.with_name(sidecar.name[:-len(".crc")])
+        data = main.read_bytes()
+        assert doc["algorithm"] == "CRC32C" and doc["mainFileSize"] == len(data)
+        assert integrity.crc32c(data) == doc["value"] & 0xFFFFFFFF
+        assert integrity.crc32c_pure(data) == doc["value"] & 0xFFFFFFFF  # the fallback agrees
+        integrity.verify_spark(data, sidecar.read_bytes(), str(main), str(sidecar))
+
+
+def test_spark_sidecar_catches_damage(v2_checkpoint, tmp_path):
+    cp = tmp_path / "cp"
+    shutil.copytree(v2_checkpoint, cp)
+    clean = arrow_rows(state_reader.read_state(str(cp)))
+    version = _latest_version(cp)
+    part = cp / "state" / "0" / "0"
+    # the file the latest read opens: the version's zip if there is one, else its changelog
+    target = (sorted(part.glob(f"{version}_*.zip")) or sorted(part.glob(f"{version}_*.changelog")))[0]
+    hadoop_sidecar_path(target).unlink()  # leave only Spark's sidecar to catch it
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x20
+    target.write_bytes(bytes(data))
+    with pytest.raises(errors.ChecksumMismatchError, match=r"CRC-32C in .*crc") as caught:
+        state_reader.read_state(str(cp))
+    assert str(target) in str(caught.value)
+    target.write_bytes(bytes(data[:-1]))
+    with pytest.raises(errors.ChecksumMismatchError, match="mainFileSize"):
+        state_reader.read_state(str(cp))
+    target.write_bytes(bytes(data))
+    sidecar = target.with_name(target.name + ".crc")
+    sidecar.write_text("{not json")
+    with pytest.raises(errors.ChecksumMismatchError, match="not a readable Spark checksum file"):
+        state_reader.read_state(str(cp))
+    data[len(data) // 2] ^= 0x20
+    target.write_bytes(bytes(data))
+    sidecar.write_text(json.dumps({"algorithm": "SHA-512", "value": 1}))  # a future algorithm: not checked
+    assert arrow_rows(state_reader.read_state(str(cp))) == clean
+
+
+def test_crc32c_check_value():
+    assert integrity.crc32c(b"123456789") == integrity.crc32c_pure(b"123456789") == 0xE3069283
+    payload = os.urandom(5000)
+    assert integrity.crc32c(payload) == integrity.crc32c_pure(payload)
+
+
+# -- codecs -------------------------------------------------------------------------
+
+
+def _read_without(package: str, cp: Path) -> subprocess.CompletedProcess:
+    """Read ``cp`` in a fresh interpreter where ``package`` cannot be imported."""
+    code = (f"import sys; sys.modules[{package!r}] = None\n"
+            "import state_reader\n"
+            "try:\n"
+            f"    state_reader.read_state({str(cp)!r})\n"
+            "except state_reader.StateReaderError as e:\n"
+            "    print(type(e).__name__, e)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.parametrize(("query", "module", "package"), [
+    ("agg_zstd", "zstandard", "zstandard"), ("agg_window", "xxhash", "xxhash"), ("agg_snappy", "cramjam", "cramjam"),
+])
+def test_codec_package_missing_names_the_package(checkpoints, query, module, package):
+    cp = Path(checkpoints(query))
+    result = _read_without(module, cp)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("CodecUnavailableError"), result.stdout + result.stderr
+    assert f"install the '{package}' package" in result.stdout and str(cp / "state" / "0") in result.stdout
+
+
+def test_unknown_codec_names_itself_and_the_file(checkpoints, tmp_path):
+    cp = _copy(checkpoints, tmp_path)
+    latest = _latest_version(cp) - 1
+    offsets = cp / "offsets" / str(latest)
+    offsets.write_text(offsets.read_text().replace('"lz4"', '"brotli"'))
+    delta = _delta_in_use(cp)
+    delta.write_bytes(b"\x0b\x02\x80" + delta.read_bytes())  # no stream magic we know
+    with pytest.raises(errors.CodecUnavailableError) as caught:
+        state_reader.read_state(str(cp), verify_checksums=False)
+    assert "'brotli'" in str(caught.value) and str(delta) in str(caught.value)
+
+
+# -- logs, metadata and schema files --------------------------------------------------
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(("rel", "content", "error", "expected"), [
+    ("offsets/{latest}", "v1\n" + DEEP, errors.OffsetMetadataUnavailableError, "holds no metadata line"),
+    ("offsets/{latest}", 'v1\n{"conf":[1,2]}', errors.OffsetMetadataUnavailableError, "holds no metadata line"),
+    ("state/0/_metadata/metadata", "v1\n" + DEEP, errors.OperatorMetadataReadError, "cannot be parsed"),
+    ("state/0/_metadata/metadata",
+     'v1\n{"operatorInfo":{"operatorId":1e999},"stateStoreInfo":[{"storeName":"default","numPartitions":2}]}',
+     errors.OperatorMetadataReadError, "cannot be parsed"),
+    ("state/0/_metadata/metadata", 'v1\n{"operatorInfo":"x","stateStoreInfo":{}}',
+     errors.OperatorMetadataReadError, "cannot be parsed"),
+    ("state/0/0/_metadata/schema", _utf("v1") + _utf(DEEP[:40_000]) + _utf("{}"), errors.SchemaReadError,
+     "cannot parse schema JSON"),
+    ("state/0/0/_metadata/schema",
+     _utf("v1") + _utf('{"type":"struct","fields":[{"name":"a","type":"decimal(99,2)","nullable":true}]}')
+     + _utf('{"type":"struct","fields":[]}'), errors.SchemaReadError, "precision must be 1..38"),
+    ("state/0/0/_metadata/schema", _utf("v1") + _utf('{"type":"struct","fields":{"a":1}}') + _utf("{}"),
+     errors.SchemaReadError, "cannot parse schema JSON"),
+    ("state/0/0/_metadata/schema", _utf("v9") + _utf("{}"), errors.SchemaReadError, "unsupported schema file version"),
+    ("state/0/0/_metadata/schema", b"", errors.SchemaReadError, "file ends at byte 0"),
+])
+def test_damaged_text_files(checkpoints, tmp_path, rel, content, error, expected):
+    cp = _copy(checkpoints, tmp_path)
+    path = cp / rel.format(latest=_latest_version(cp) - 1)
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(error) as caught:
+        state_reader.read_state(str(cp), verify_checksums=False)
+    assert str(path) in str(caught.value) and expected in str(caught.value)
+    # with its sidecar in place, the damage is reported as such first
+    with pytest.raises(errors.ChecksumMismatchError, match=str(path)):
+        state_reader.read_state(str(cp))
+
+
+def test_schema_file_missing(checkpoints, tmp_path):
+    cp = _copy(checkpoints, tmp_path)
+    schema = cp / "state" / "0" / "0" / "_metadata" / "schema"
+    schema.unlink()
+    with pytest.raises(errors.SchemaReadError) as caught:
+        state_reader.read_state(str(cp))
+    assert f"{schema} does not exist" in str(caught.value)
+
+
+def test_rows_that_do_not_fit_the_schema(spark, checkpoints, tmp_path):
+    """A schema that promises more value fields than the rows hold: refused, naming the field."""
+    cp = _copy(checkpoints, tmp_path, "agg_fmt2")
+    schema = cp / "state" / "0" / "0" / "_metadata" / "schema"
+    key = '{"type":"struct","fields":[{"name":"grp","type":"string","nullable":true}]}'
+    value = json.dumps({"type": "struct", "fields": [
+        {"name": f"f{i}", "type": "long", "nullable": True, "metadata": {}} for i in range(40)]})
+    schema.write_bytes(_utf("v1") + _utf(key) + _utf(value))
+    with pytest.raises(errors.RowDecodeError) as caught:
+        state_reader.read_state(str(cp), verify_checksums=False)
+    message = str(caught.value)
+    assert str(cp / "state" / "0") in message and "value" in message and "fixed bytes" in message
+    assert "STATE_READER_ROW_DOES_NOT_FIT_SCHEMA" in _spark_error(spark, cp, verifyChecksums="false")
+
+
+# -- RocksDB files naming paths outside the checkpoint ---------------------------------------
+
+
+@pytest.mark.parametrize("dfs_name", ["../../../../../../etc/passwd", "/etc/passwd", "..", "a/../../b.sst"])
+def test_snapshot_metadata_naming_outside_files(checkpoints, tmp_path, dfs_name):
+    cp = _copy(checkpoints, tmp_path, "rocksdb_agg_window")
+    zip_path = cp / "state" / "0" / "0" / f"{_latest_version(cp)}.zip"
+    with zipfile.ZipFile(zip_path) as src:
+        entries = [(info, src.read(info)) for info in src.infolist()]
+    with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as out:
+        for info, data in entries:
+            if info.filename == "metadata":
+                header, body = data.decode().split("\n", 1)
+                doc = json.loads(body)
+                doc["sstFiles"][0]["dfsSstFileName"] = dfs_name
+                data = (header + "\n" + json.dumps(doc)).encode()
+            out.writestr(info, data)
+    with pytest.raises(errors.UnsafeArchiveError) as caught:
+        state_reader.read_state(str(cp), verify_checksums=False)
+    assert str(zip_path) in str(caught.value) and repr(dfs_name) in str(caught.value)
+
+
+# -- storage -------------------------------------------------------------------------------
+
+
+def test_storage_that_cannot_be_opened():
+    with pytest.raises(errors.StorageError, match="nosuchfs://bucket/cp"):
+        state_reader.read_state("nosuchfs://bucket/cp")
+    try:
+        import gcsfs  # noqa: F401
+    except ImportError:
+        with pytest.raises(errors.StorageError, match=r"install .*'gcsfs'"):
+            state_reader.read_metadata("gs://bucket/cp")
+
+
+def test_unexpected_failures_become_ours():
+    """The entry points' last resort: anything else is wrapped, naming what was being read."""
+    with pytest.raises(errors.UnexpectedError, match=r"unexpected KeyError while reading somewhere") as caught:
+        with errors.unexpected_errors_as_ours("somewhere"):
+            {}["missing"]
+    assert isinstance(caught.value.__cause__, KeyError)
+    with pytest.raises(errors.TruncatedFileError), errors.unexpected_errors_as_ours("somewhere"):
+        raise errors.TruncatedFileError("ours pass through unchanged")
+
+
+def test_record_size_past_the_end_end_to_end(checkpoints, tmp_path):
+    cp = _copy(checkpoints, tmp_path)
+    delta = _delta_in_use(cp)
+    records = parse_frames(lz4_java_decode(delta.read_bytes()))
+    delta.write_bytes(lz4_java(frame(records, {(len(records) - 1, "value"): 10_000})))
+    with pytest.raises(errors.TruncatedFileError) as caught:
+        state_reader.read_state(str(cp), verify_checksums=False)
+    assert str(delta) in str(caught.value) and "value of 10000 bytes" in str(caught.value)
