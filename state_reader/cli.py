@@ -34,7 +34,7 @@ from .options import from_kwargs
 from .overview import describe_checkpoint
 from .reader import StateReadPlan, plan_state_read
 from .scan import read_table
-from .stats import batch_summary, collect_stats, parse_batch_range
+from .stats import StatsResult, batch_summary, collect_stats, parse_batch_range
 from .verify import verify_checkpoint
 
 EXIT_OK = 0
@@ -267,7 +267,7 @@ def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch
     return EXIT_OK
 
 
-def _stats_text(con: Console, result: Any, summary: pa.Table, detail: bool) -> None:
+def _stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bool) -> None:
     all_rows = result.table.to_pylist()
     for (op, store), provider in result.providers.items():
         batches = [r for r in summary.to_pylist() if r["operator_id"] == op and r["store_name"] == store]

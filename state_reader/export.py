@@ -122,12 +122,10 @@ class _JsonlWriter(_Writer):
 
 
 def _batches_with_progress(plan: StateReadPlan, flt: KeyFilter | None, partitions: list[int],
-                           show_progress: bool | None, path: str) -> Iterator[tuple[int, pa.RecordBatch | None]]:
+                           show_progress: bool | None, path: str) -> Iterator[pa.RecordBatch]:
     with progress(f"exporting to {os.path.basename(path)}", len(partitions), enabled=show_progress) as bar:
         for pid in partitions:
-            for batch in iter_batches(plan, key_filter=flt, partitions=[pid], show_progress=False):
-                yield pid, batch
-            yield pid, None  # partition done
+            yield from iter_batches(plan, key_filter=flt, partitions=[pid], show_progress=False)
             bar.advance()
 
 
@@ -157,10 +155,9 @@ def export_state(plan: StateReadPlan, path: str, *, fmt: str | None = None,
         else:
             writer = _JsonlWriter(tmp)
         try:
-            for _pid, batch in _batches_with_progress(plan, flt, chosen, show_progress, path):
-                if batch is not None:
-                    writer.write(batch)
-                    rows += batch.num_rows
+            for batch in _batches_with_progress(plan, flt, chosen, show_progress, path):
+                writer.write(batch)
+                rows += batch.num_rows
             if kind == "csv" and rows == 0:
                 writer.header_only(plan.arrow_schema)  # type: ignore[attr-defined]
         finally:

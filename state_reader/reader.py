@@ -9,7 +9,7 @@ partition are read by :meth:`StateReadPlan.read_partition`, wherever that runs.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -26,6 +26,7 @@ from .checkpoint import (
     JOIN_STORES,
     ROCKSDB_PROVIDER,
     Checkpoint,
+    OperatorMetadata,
 )
 from .errors import (
     InvalidOptionError,
@@ -38,7 +39,8 @@ from .options import StateStoreOptions
 from .schema_files import read_schema_v1v2
 from .spark_types import INTEGER, LONG, STRING, StructField, StructType
 from .storage import Storage
-from .transform_with_state import StateVariable, plan_variable
+from .transform_with_state import VALUE as VALUE_STATE
+from .transform_with_state import StateVariable, family_schema, plan_variable
 
 # Rows per RecordBatch handed to Spark; keeps executor memory per batch bounded.
 BATCH_ROWS = 65536
@@ -46,12 +48,14 @@ BATCH_ROWS = 65536
 
 @dataclass
 class JoinSidePlan:
-    """joinSide=left|right of a stream-stream join (state formats 1 and 2).
+    """joinSide=left|right of a stream-stream join (state formats 1 to 3).
 
     The buffered input rows of one side live in two stores: ``<side>-keyToNumValues``
     (join key -> number of rows) and ``<side>-keyWithIndexToValue`` (join key +
-    index -> row, plus a ``matched`` flag in format 2). A row is live when its
+    index -> row, plus a ``matched`` flag from format 2 on). A row is live when its
     index is below its key's count; the output hides the flag and the index.
+    Formats 1 and 2 keep the stores in sub-directories; format 3 keeps them as
+    virtual column families of the ``default`` store (``families`` set).
     """
 
     side: str
@@ -59,14 +63,20 @@ class JoinSidePlan:
     count_value_schema: StructType
     row_key_schema: StructType
     row_value_schema: StructType
+    families: tuple[StateVariable, StateVariable] | None = None
+
+    def _sub_plan(self, plan: StateReadPlan, index: int) -> StateReadPlan:
+        store = f"{self.side}-{('keyToNumValues', 'keyWithIndexToValue')[index]}"
+        key_schema = (self.count_key_schema, self.row_key_schema)[index]
+        value_schema = (self.count_value_schema, self.row_value_schema)[index]
+        if self.families is not None:
+            return replace(plan, join=None, variable=self.families[index], key_schema=key_schema,
+                           value_schema=value_schema)
+        return replace(plan, join=None, store_name=store, key_schema=key_schema, value_schema=value_schema)
 
     def decode_partition(self, plan: StateReadPlan, partition_id: int) -> tuple[pa.StructArray, pa.StructArray]:
-        counts_plan = replace(plan, join=None, store_name=f"{self.side}-keyToNumValues",
-                              key_schema=self.count_key_schema, value_schema=self.count_value_schema)
-        rows_plan = replace(plan, join=None, store_name=f"{self.side}-keyWithIndexToValue",
-                            key_schema=self.row_key_schema, value_schema=self.row_value_schema)
-        count_keys, count_values = counts_plan.decode_partition(partition_id)
-        row_keys, row_values = rows_plan.decode_partition(partition_id)
+        count_keys, count_values = self._sub_plan(plan, 0).decode_columns(partition_id)
+        row_keys, row_values = self._sub_plan(plan, 1).decode_columns(partition_id)
         n_key = len(self.count_key_schema.fields)
         counts = dict(zip(_row_identities(count_keys, n_key), count_values.field(0).to_pylist(), strict=True))
         index = row_keys.field(n_key).to_numpy(zero_copy_only=False)
@@ -323,10 +333,24 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions) -> StateRead
 
     join = None
     variable = None
+    join_families = _join_families(cp, metadata)
+    store_name = opts.store_name
     if operators.is_transform_with_state(operator_name) and metadata is not None and store_meta is not None:
         variable = plan_variable(cp, metadata, store_meta, opts.state_var_name, opts.read_registered_timers,
                                  opts.flatten_collection_types)
         key_schema, value_schema = variable.grouping_key, variable.family.value_schema
+    elif join_families is not None:
+        # join format 3: the four stores are column families of the default store
+        store_name = DEFAULT_STORE
+        if opts.join_side != "none":
+            count, rows = (join_families(f"{opts.join_side}-{s}") for s in ("keyToNumValues", "keyWithIndexToValue"))
+            join = JoinSidePlan(opts.join_side, count.family.key_schema, count.family.value_schema,
+                                rows.family.key_schema, rows.family.value_schema, (count, rows))
+            key_schema = join.count_key_schema
+            value_schema = StructType([f for f in join.row_value_schema.fields if f.name != "matched"])
+        else:
+            variable = join_families(opts.store_name)
+            key_schema, value_schema = variable.family.key_schema, variable.family.value_schema
     elif opts.join_side != "none":
         join = _join_side_plan(cp, opts.operator_id, opts.join_side)
         key_schema = join.count_key_schema
@@ -357,7 +381,7 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions) -> StateRead
     return StateReadPlan(
         storage=storage,
         operator_id=opts.operator_id,
-        store_name=opts.store_name,
+        store_name=store_name,
         batch_id=batch_id,
         provider=_detect_provider(cp, conf, opts.operator_id),
         codec=conf.get(CONF_CODEC),
@@ -372,6 +396,26 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions) -> StateRead
         variable=variable,
         change_feed_from_snapshots=opts.change_feed_from_snapshots,
     )
+
+
+def _join_families(cp: Checkpoint, metadata: OperatorMetadata | None) -> Callable[[str], StateVariable] | None:
+    """For join format 3+ (stores as column families): store name -> its column family, else None."""
+    if (metadata is None or metadata.operator_name != operators.JOIN
+            or not metadata.properties.get("useVirtualColumnFamilies")):
+        return None
+    default = metadata.store(DEFAULT_STORE)
+    if default is None:
+        return None
+
+    def family(name: str) -> StateVariable:
+        if name not in JOIN_STORES:
+            raise SchemaReadError(
+                f"Failed to read the state schema of store '{name}': join operator {metadata.operator_id} keeps "
+                f"its state in column families {', '.join(JOIN_STORES)}; read one with storeName, or use joinSide",
+                path=f"state/{metadata.operator_id}/_stateSchema")
+        return StateVariable(name, VALUE_STATE, True, family_schema(cp, metadata.operator_id, default, name))
+
+    return family
 
 
 def _join_side_plan(cp: Checkpoint, operator_id: int, side: str) -> JoinSidePlan:

@@ -9,6 +9,7 @@ record batches as soon as the partition is decoded.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -70,6 +71,6 @@ def iter_batches(plan: StateReadPlan, *, key_filter: KeyFilterSpec | KeyFilter |
             bar.advance()
 
 
-def read_table(plan: StateReadPlan, **kwargs) -> pa.Table:
+def read_table(plan: StateReadPlan, **kwargs: Any) -> pa.Table:
     """:func:`iter_batches` collected into one table with the plan's schema."""
     return pa.Table.from_batches(list(iter_batches(plan, **kwargs)), schema=plan.arrow_schema)

@@ -17,7 +17,14 @@ from typing import Any
 import pyarrow as pa
 
 from .checkpoint import Checkpoint
-from .errors import CommittedBatchUnavailableError, RequiredOptionError, StateReaderError, UnsupportedOptionError
+from .errors import (
+    CommittedBatchUnavailableError,
+    InvalidOptionError,
+    RequiredOptionError,
+    SchemaReadError,
+    StateReaderError,
+    UnsupportedOptionError,
+)
 from .metadata import infer_operator_metadata
 from .options import from_kwargs
 from .progress import progress
@@ -72,8 +79,6 @@ class StatsResult:
 
 def parse_batch_range(text: str | None) -> tuple[int | None, int | None]:
     """``"3..7"``, ``"3.."``, ``"..7"``, ``"5"`` -> (start, end); None/"" -> (None, None)."""
-    from .errors import InvalidOptionError
-
     if text is None or not text.strip():
         return None, None
     raw = text.strip()
@@ -99,8 +104,6 @@ def operator_stores(cp: Checkpoint, operator_id: int | None = None, store_name: 
     Stores come from operator metadata, or from the files for checkpoints
     written before Spark 4.0.
     """
-    from .errors import SchemaReadError
-
     known = cp.operator_ids
     if operator_id is not None and operator_id not in known:
         raise SchemaReadError(

@@ -161,8 +161,8 @@ class StoreFiles:
     def _add(self, out: VersionFiles, name: str) -> None:
         out.files.append(name)
         size = self.sizes.get(name)
-        if size is None and "/" not in name:
-            out.complete = False
+        if size is None:
+            out.complete = False  # listed as needed but not on disk: verify will say which
         out.bytes_on_disk += size or 0
 
     def _add_zip_data(self, out: VersionFiles, zip_name: str) -> None:

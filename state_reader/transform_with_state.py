@@ -102,11 +102,12 @@ def plan_variable(cp: Checkpoint, metadata: OperatorMetadata, store: StoreInfo, 
             f"Invalid value for option 'stateVarName': State variable {name} is not defined for the "
             f"transformWithState operator {metadata.operator_id} (defined: {defined}).")
     kind = TIMERS if read_timers else str(variables[name].get("stateVariableType", VALUE))
-    family = _family_schema(cp, metadata.operator_id, store, name)
+    family = family_schema(cp, metadata.operator_id, store, name)
     return StateVariable(name, kind, flatten, family)
 
 
-def _family_schema(cp: Checkpoint, operator_id: int, store: StoreInfo, name: str) -> ColumnFamilySchema:
+def family_schema(cp: Checkpoint, operator_id: int, store: StoreInfo, name: str) -> ColumnFamilySchema:
+    """Schema of column family ``name`` from the schema v3 files operator metadata v2 names."""
     if not store.schema_file_paths:
         raise SchemaReadError(f"operator metadata of operator {operator_id} names no schema file",
                               path=cp.storage.display(f"state/{operator_id}/_metadata"))

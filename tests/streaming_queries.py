@@ -357,3 +357,7 @@ CHECKPOINT_V2_QUERIES: dict[str, Query] = {
 QUERIES["tws"] = Query(_transform_with_state, confs=ROCKSDB_CHANGELOG, processing_time="1 second")
 QUERIES["tws_avro"] = Query(_transform_with_state, processing_time="1 second",
                             confs={**ROCKSDB_CHANGELOG, "spark.sql.streaming.stateStore.encodingFormat": "avro"})
+
+# stream-stream join state format 3: one store, a virtual column family per join store
+QUERIES["join_v3"] = Query(_join("inner"), output_mode="append", sources=2,
+                           confs={**ROCKSDB_CHANGELOG, "spark.sql.streaming.join.stateFormatVersion": "3"})

@@ -1,0 +1,26 @@
+"""Stream-stream join state format 3 (RocksDB, the four stores as column families
+of one store) against Spark's built-in reader."""
+
+from __future__ import annotations
+
+from oracle import assert_same_as_builtin
+
+from state_reader.checkpoint import Checkpoint
+from state_reader.storage import Storage
+
+STORES = ["left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue"]
+
+
+def test_join_v3_sides_stores_and_changes(spark, checkpoints):
+    path = checkpoints("join_v3")
+    batches = Checkpoint(Storage(path)).committed_batches
+    total = 0
+    for at in ({}, {"batchId": str(batches[2])}):
+        for side in ("left", "right"):
+            total += assert_same_as_builtin(spark, path, {"joinSide": side, **at})
+        for store in STORES:
+            total += assert_same_as_builtin(spark, path, {"storeName": store, **at})
+    assert total > 0
+    assert assert_same_as_builtin(spark, path, {"storeName": "left-keyWithIndexToValue", "readChangeFeed": "true",
+                                                "changeStartBatchId": "0"}) > 0
+    assert_same_as_builtin(spark, path, {}, fmt="state-metadata")
