@@ -115,7 +115,7 @@ def decode_avro(payloads: list[bytes | None], schema: StructType, source: str) -
         stream = io.BytesIO(payload)
         try:
             record = fastavro.schemaless_reader(stream, parsed, None)
-        except Exception as exc:  # noqa: BLE001 - fastavro raises many kinds on bad bytes
+        except Exception as exc:
             raise RowDecodeError(f"{source}: row {i} is not an Avro record of its schema: {exc!r}",
                                  path=source) from exc
         if stream.tell() != len(payload):

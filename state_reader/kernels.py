@@ -8,9 +8,12 @@ of every record:
 
 * with numba (``pip install 'state-reader[fast]'``) a compiled loop, a few
   nanoseconds per record, that releases the GIL so partitions walk in parallel;
-* without it, a Python loop over the stream viewed as big-endian int32 words
-  (every length Spark writes is a multiple of 4), which drops to a byte-exact
-  loop for anything irregular and for producing errors.
+  a compiled hash table then finds the last write of each key
+  (:func:`last_writes_numba`);
+* without it, a Python loop that checks runs of equally long records in bulk
+  with numpy (fixed-width keys and values make long runs), about 0.3 µs per
+  record otherwise, and hands anything irregular to a byte-exact loop that also
+  produces the errors.
 
 Both return the same positions and the same status for every input. numba is
 imported lazily and only for reads big enough to repay its start-up (about
@@ -123,85 +126,71 @@ def walk_records(buf: np.ndarray, start: int, end: int, allow_removes: bool, val
 
 
 def _walk_python(buf: np.ndarray, start: int, end: int, allow_removes: bool, value_skip: int) -> WalkResult:
-    # Fast part: the stream as big-endian int32 words. Well-formed records all
-    # start on a word boundary; the first thing that does not fit (the end
-    # marker, an odd length, anything past the end) hands over to the exact loop.
-    n_words = (end - start) // 4
-    region = buf[start:start + 4 * n_words]
-    in_place = region.flags.writeable and region.ctypes.data % 4 == 0
-    if in_place:
-        # swap the words to native order where they are (and back afterwards)
-        # rather than holding a second copy of the stream
-        array = region.view(np.int32)
-        array.byteswap(inplace=True)
-    else:
-        array = region.view(">i4").astype(np.int32)
-    try:
-        positions, i = _walk_words(array, n_words, allow_removes, value_skip)
-    finally:
-        if in_place:
-            array.byteswap(inplace=True)
-    fast = positions * 4 + start
-    rest, status, at, value = _walk_exact(buf, start + 4 * i, end, allow_removes, value_skip)
-    return (np.concatenate([fast, rest]) if len(rest) else fast), status, at, value
-
-
-def _walk_words(array: np.ndarray, n_words: int, allow_removes: bool, value_skip: int) -> tuple[np.ndarray, int]:
-    """Word index of each record start and the word where the fast walk stopped."""
-    words = memoryview(array)
+    # Fast part: every record that is plainly well-formed, one at a time, except
+    # that runs of records with the same two lengths are checked and stepped over
+    # in bulk. The first thing that does not fit (the end marker, a negative
+    # length, anything past the end) hands over to the exact loop, which also
+    # produces the status.
+    unpack = _INT.unpack_from
+    be32 = _view_be32(buf)
     chunks: list[np.ndarray] = []
     found: list[int] = []
     append = found.append
-    i = 0
-    last_k = last_v = -2
+    pos = start
+    last_step = -1
     streak = 0
     need = _STREAK  # identical records in a row before the next bulk check
     jump = 2 * _STREAK
-    try:
-        while True:
-            k = words[i]
-            if k < 0 or k & 3:
+    while pos + 4 <= end:
+        (k,) = unpack(buf, pos)
+        at = pos + 4 + k
+        if k < 0 or at + 4 > end:
+            break
+        (v,) = unpack(buf, at)
+        if v < value_skip:
+            if v != -1 or not allow_removes:
                 break
-            j = i + 1 + (k >> 2)
-            v = words[j]
-            if v < value_skip or v & 3:
-                if v != -1 or not allow_removes:
-                    break
-                nxt = j + 1
-            else:
-                nxt = j + 1 + (v >> 2)
-                if nxt > n_words:
-                    break
-            append(i)
-            if k != last_k or v != last_v:
-                last_k, last_v, streak = k, v, 0
-            else:
-                streak += 1
-                if streak >= need:
-                    # Records of one size in a row (fixed-width keys and values are
-                    # common): check whether the next ``jump`` records repeat both
-                    # lengths, all at once, and step over those that do.
-                    step = nxt - i
-                    count = min(jump, (n_words - nxt) // step)
-                    if count > 0:
-                        cand = nxt + step * np.arange(count, dtype=np.int64)
-                        same = (array[cand] == k) & (array[cand + (j - i)] == v)
-                        run = count if bool(same.all()) else int(np.argmin(same))
-                        if run:
-                            chunks.append(np.array(found, dtype=np.int64))
-                            found.clear()
-                            chunks.append(cand[:run])
-                            nxt += step * run
-                        jump = min(2 * jump, _MAX_JUMP) if run == count else 2 * _STREAK
-                        # a bulk check costs about as much as walking a few dozen records:
-                        # where runs stay short, check less and less often
-                        need = _STREAK if run >= 4 * _STREAK else min(2 * need, _MAX_NEED)
-                    streak = 0
-            i = nxt
-    except IndexError:
-        pass
+            nxt = at + 4
+        else:
+            nxt = at + 4 + v
+            if nxt > end:
+                break
+        append(pos)
+        step = nxt - pos
+        if step != last_step:
+            last_step = step
+            streak = 0
+        else:
+            streak += 1
+            if streak >= need:
+                # Records of one size in a row (fixed-width keys and values are
+                # common): check whether the next ``jump`` records repeat both
+                # lengths, all at once, and step over those that do.
+                count = min(jump, (end - nxt) // step)
+                if count > 0:
+                    cand = nxt + step * np.arange(count, dtype=np.int64)
+                    same = (be32[cand] == k) & (be32[cand + (at - pos)] == v)
+                    run = count if bool(same.all()) else int(np.argmin(same))
+                    if run:
+                        chunks.append(np.array(found, dtype=np.int64))
+                        found.clear()
+                        chunks.append(cand[:run])
+                        nxt += step * run
+                    jump = min(2 * jump, _MAX_JUMP) if run == count else 2 * _STREAK
+                    # a bulk check costs about as much as walking a few dozen records:
+                    # where runs stay short, check less and less often
+                    need = _STREAK if run >= 4 * _STREAK else min(2 * need, _MAX_NEED)
+                streak = 0
+        pos = nxt
     chunks.append(np.array(found, dtype=np.int64))
-    return np.concatenate(chunks), i
+    fast = np.concatenate(chunks)
+    rest, status, at, value = _walk_exact(buf, pos, end, allow_removes, value_skip)
+    return (np.concatenate([fast, rest]) if len(rest) else fast), status, at, value
+
+
+def _view_be32(buf: np.ndarray) -> np.ndarray:
+    """``buf`` as overlapping big-endian int32s: element i is the one whose bytes start at i."""
+    return np.ndarray(shape=(max(len(buf) - 3, 0),), dtype=">i4", buffer=buf, strides=(1,))
 
 
 def _walk_exact(buf: Any, pos: int, end: int, allow_removes: bool, value_skip: int) -> WalkResult:

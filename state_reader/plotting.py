@@ -9,7 +9,6 @@ median and the largest partitions, so skew stays visible with 200 partitions.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -28,29 +27,27 @@ def _require_matplotlib() -> Any:
     return Figure
 
 
-def _bytes_formatter(largest: float) -> Callable[[float, Any], str]:
-    """Tick labels in one unit, chosen from the largest value (no "1000 B" under "1.2 KiB")."""
+def _byte_unit(largest: float) -> tuple[str, float]:
+    """The unit to draw bytes in, so the ticks are round numbers of it."""
     unit, scale = "B", 1.0
     for name in ("KiB", "MiB", "GiB", "TiB"):
         if largest >= scale * 1024:
             unit, scale = name, scale * 1024
-    if unit == "B":
-        return lambda value, _pos=None: f"{value:.0f} B"
-    return lambda value, _pos=None: f"{value / scale:.3g} {unit}"
+    return unit, scale
 
 
-def _series(rows: list[dict[str, Any]], metric: str) -> tuple[list[int], dict[int, list[float]]]:
+def _series(rows: list[dict[str, Any]], metric: str, scale: float = 1.0) -> tuple[list[int], dict[int, list[float]]]:
     batches = sorted({r["batch_id"] for r in rows})
     index = {b: i for i, b in enumerate(batches)}
     by_partition: dict[int, list[float]] = {}
     for r in rows:
         line = by_partition.setdefault(r["partition_id"], [float("nan")] * len(batches))
-        line[index[r["batch_id"]]] = float(r[metric])
+        line[index[r["batch_id"]]] = float(r[metric]) / scale
     return batches, by_partition
 
 
-def _draw(ax: Any, rows: list[dict[str, Any]], metric: str, ylabel: str) -> None:
-    batches, lines = _series(rows, metric)
+def _draw(ax: Any, rows: list[dict[str, Any]], metric: str, ylabel: str, scale: float = 1.0) -> None:
+    batches, lines = _series(rows, metric, scale)
     if len(lines) <= MAX_PARTITION_LINES:
         for pid in sorted(lines):
             ax.plot(batches, lines[pid], marker="o", markersize=3, linewidth=1.5, label=f"partition {pid}")
@@ -71,14 +68,14 @@ def _draw(ax: Any, rows: list[dict[str, Any]], metric: str, ylabel: str) -> None
     if len(batches) <= 20:
         ax.set_xticks(batches)
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize="small", loc="upper left")
+    ax.legend(fontsize="small", loc="best")
 
 
 def figure_from_stats(table: pa.Table, *, title: str | None = None, width: float = 12.0,
                       row_height: float = 4.0, dpi: int = 100) -> Any:
     """A matplotlib ``Figure`` of a :func:`state_reader.stats` table."""
     figure_cls = _require_matplotlib()
-    from matplotlib.ticker import FuncFormatter, MaxNLocator
+    from matplotlib.ticker import MaxNLocator
 
     rows = table.to_pylist()
     stores = sorted({(r["operator_id"], r["store_name"]) for r in rows})
@@ -92,9 +89,8 @@ def figure_from_stats(table: pa.Table, *, title: str | None = None, width: float
         _draw(ax_rows, mine, "rows", "state rows")
         ax_rows.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax_rows.set_title(f"operator {op} · store {store}: rows per partition")
-        _draw(ax_bytes, mine, "decoded_bytes", "decoded size")
-        largest = max((r["decoded_bytes"] for r in mine), default=0)
-        ax_bytes.yaxis.set_major_formatter(FuncFormatter(_bytes_formatter(largest)))
+        unit, scale = _byte_unit(max((r["decoded_bytes"] for r in mine), default=0))
+        _draw(ax_bytes, mine, "decoded_bytes", f"decoded size ({unit})", scale)
         ax_bytes.set_title(f"operator {op} · store {store}: decoded bytes per partition")
     if title:
         fig.suptitle(title)

@@ -254,7 +254,16 @@ def _read_db(directory: str, zip_shown: str) -> dict[bytes, bytes]:
     except Exception as exc:  # rocksdict raises plain Exceptions
         raise CorruptFileError(f"RocksDB cannot open the snapshot {zip_shown}: {exc}", path=zip_shown) from exc
     try:
-        return dict(db.items())
+        # iterate by hand: a plain items() walk stops silently at a corrupt block
+        entries: dict[bytes, bytes] = {}
+        it = db.iter()
+        it.seek_to_first()
+        while it.valid():
+            entries[it.key()] = it.value()
+            it.next()
+        it.status()  # raises when the walk ended on an error rather than at the end
+        del it
+        return entries
     except Exception as exc:
         raise CorruptFileError(f"RocksDB cannot read the snapshot {zip_shown}: {exc}", path=zip_shown) from exc
     finally:

@@ -175,7 +175,6 @@ def _decode(plan: StateReadPlan, var: StateVariable, keys_rows: RowBuffer, value
             present: np.ndarray) -> tuple[pa.StructArray, list[pa.Array], np.ndarray]:
     """(grouping keys, value columns, owning row per output row), collections flattened."""
     from .rocksdb_encoding import KeyEncoderSpec, decode_keys
-
     from .rocksdb_provider import is_avro
 
     avro = is_avro(plan)

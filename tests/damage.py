@@ -134,3 +134,65 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class StallingProxy:
+    """A TCP proxy on 127.0.0.1 in front of a real server, which can be told to stall:
+    from then on it accepts connections and holds them open but forwards nothing, as a
+    server does that went away mid-read behind a load balancer. Stops with :meth:`close`."""
+
+    def __init__(self, upstream_port: int) -> None:
+        import threading
+
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.stalled = threading.Event()
+        self.closed = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.2)
+        self.port = self.listener.getsockname()[1]
+        self.sockets: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self.closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.sockets.append(client)
+            if self.stalled.is_set():
+                continue  # hold it open, answer nothing
+            upstream = socket.create_connection(self.upstream, timeout=5)
+            self.sockets.append(upstream)
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        src.settimeout(0.2)
+        while not self.closed.is_set():
+            try:
+                data = src.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not data:
+                return
+            while self.stalled.is_set() and not self.closed.is_set():
+                self.closed.wait(0.2)  # the bytes in hand are never delivered
+            try:
+                dst.sendall(data)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.closed.set()
+        self.thread.join(timeout=5)
+        for sock in [self.listener, *self.sockets]:
+            try:
+                sock.close()
+            except OSError:
+                pass

@@ -73,6 +73,12 @@ def _copy(checkpoints, tmp_path, name="agg_window"):
     return dst
 
 
+def _rewrite(path, content: bytes) -> None:
+    """Replace a file's bytes and drop Hadoop's checksum sidecar, as a hand edit would."""
+    path.write_bytes(content)
+    (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
+
+
 def test_offset_log_entry_missing(checkpoints, tmp_path):
     cp = _copy(checkpoints, tmp_path)
     (cp / "offsets" / "2").unlink()
@@ -83,21 +89,21 @@ def test_offset_log_entry_missing(checkpoints, tmp_path):
 
 def test_offset_log_without_metadata(checkpoints, tmp_path):
     cp = _copy(checkpoints, tmp_path)
-    (cp / "offsets" / "2").write_text("v1\n")
+    _rewrite(cp / "offsets" / "2", b"v1\n")
     with pytest.raises(errors.OffsetMetadataUnavailableError, match="offsets/2"):
         state_reader.read_state(str(cp), batch_id=2)
 
 
 def test_unparseable_operator_metadata(checkpoints, tmp_path):
     cp = _copy(checkpoints, tmp_path)
-    (cp / "state" / "0" / "_metadata" / "metadata").write_text("v1\n{not json")
+    _rewrite(cp / "state" / "0" / "_metadata" / "metadata", b"v1\n{not json")
     with pytest.raises(errors.OperatorMetadataReadError, match="_metadata/metadata"):
         state_reader.read_state(str(cp))
 
 
 def test_unreadable_schema_file(checkpoints, tmp_path):
     cp = _copy(checkpoints, tmp_path)
-    (cp / "state" / "0" / "0" / "_metadata" / "schema").write_bytes(b"\x00\x02v2\x00\x00")
+    _rewrite(cp / "state" / "0" / "0" / "_metadata" / "schema", b"\x00\x02v2\x00\x00")
     with pytest.raises(errors.SchemaReadError, match="_metadata/schema"):
         state_reader.read_state(str(cp))
 
@@ -121,9 +127,13 @@ def test_missing_delta_names_the_file_and_what_exists(checkpoints, tmp_path):
     assert "deltas 1, 3.." in str(caught.value)
 
 
-def test_unsupported_option_is_refused_not_ignored(checkpoints):
-    with pytest.raises(errors.UnsupportedOptionError, match="readChangeFeed"):
-        state_reader.read_state(checkpoints("agg_window"), read_change_feed=True, change_start_batch_id=0)
+def test_stale_checksum_sidecar_is_reported(checkpoints, tmp_path):
+    cp = _copy(checkpoints, tmp_path)
+    (cp / "state" / "0" / "_metadata" / "metadata").write_text("v1\n{not json")  # .crc left as it was
+    with pytest.raises(errors.ChecksumMismatchError, match="_metadata/metadata"):
+        state_reader.read_state(str(cp))
+    with pytest.raises(errors.OperatorMetadataReadError):
+        state_reader.read_state(str(cp), verify_checksums=False)
 
 
 def test_snake_case_options_map_mechanically():

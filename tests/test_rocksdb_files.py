@@ -41,6 +41,9 @@ def _rewrite_zip(zip_path: Path, extra: list[tuple[zipfile.ZipInfo, bytes]],
             out.writestr(info, data)
         for info, data in extra:
             out.writestr(info, data)
+    # a crafted zip comes without a matching checksum sidecar
+    (zip_path.parent / f".{zip_path.name}.crc").unlink(missing_ok=True)
+    (zip_path.parent / f"{zip_path.name}.crc").unlink(missing_ok=True)
 
 
 def _symlink(name: str, target: str) -> zipfile.ZipInfo:
@@ -191,3 +194,25 @@ def test_remote_read_downloads_only_needed_files(checkpoints, monkeypatch):
         assert len(state_reads) == len([r for r in read if r in state_reads]), "a file was read twice"
     fs.rm(root, recursive=True)
     assert os.path.isdir(local)
+
+
+def test_corrupt_sst_block_is_reported_not_skipped(tmp_path):
+    """RocksDB stops an items() walk quietly at a bad block; the reader must raise instead."""
+    import shutil
+    from pathlib import Path
+
+    import state_reader
+
+    golden = Path(__file__).resolve().parent / "golden" / "spark-4.0.5" / "agg_window_rocksdb_cl"
+    copy = tmp_path / "cp"
+    shutil.copytree(golden, copy)
+    ssts = sorted((copy / "state" / "0" / "0" / "SSTs").glob("*.sst"))
+    assert ssts
+    for sst in ssts:
+        data = bytearray(sst.read_bytes())
+        data[100] ^= 0xFF
+        sst.chmod(0o644)
+        sst.write_bytes(bytes(data))
+        (sst.parent / f".{sst.name}.crc").unlink(missing_ok=True)  # no sidecar to catch it first
+    with pytest.raises(state_reader.CorruptFileError, match="block checksum mismatch"):
+        state_reader.read_state(str(copy))
