@@ -50,11 +50,11 @@ _ENV = "STATE_READER_NUMBA"
 WalkResult = tuple[np.ndarray, int, int, int]
 
 _INT = struct.Struct(">i")
-# Python walk: records of identical lengths in a row before checking the next ones
-# in bulk, and the most records one bulk check covers.
-_STREAK = 8
+# Python walk: records walked one by one between bulk checks, the most records one
+# bulk check covers, and the most blocks skipped between bulk checks that failed.
+_BLOCK = 32
 _MAX_JUMP = 1 << 16
-_MAX_NEED = 1 << 12
+_MAX_BACKOFF = 64
 _numba_walk: Callable[..., Any] | None = None
 _numba_last_writes: Callable[..., Any] | None = None
 _numba_failed = False
@@ -126,62 +126,78 @@ def walk_records(buf: np.ndarray, start: int, end: int, allow_removes: bool, val
 
 
 def _walk_python(buf: np.ndarray, start: int, end: int, allow_removes: bool, value_skip: int) -> WalkResult:
-    # Fast part: every record that is plainly well-formed, one at a time, except
-    # that runs of records with the same two lengths are checked and stepped over
-    # in bulk. The first thing that does not fit (the end marker, a negative
-    # length, anything past the end) hands over to the exact loop, which also
-    # produces the status.
+    # Fast part: plainly well-formed records one at a time, in blocks; after a
+    # block of equally long records, the records that follow are checked in
+    # bulk with numpy and stepped over while they repeat both lengths (fixed-width
+    # keys and values make long runs). The first thing that does not fit (the end
+    # marker, a negative length, anything past the end) hands over to the exact
+    # loop, which also produces the status.
     unpack = _INT.unpack_from
     be32 = _view_be32(buf)
     chunks: list[np.ndarray] = []
     found: list[int] = []
     append = found.append
     pos = start
-    last_step = -1
-    streak = 0
-    need = _STREAK  # identical records in a row before the next bulk check
-    jump = 2 * _STREAK
-    while pos + 4 <= end:
-        (k,) = unpack(buf, pos)
-        at = pos + 4 + k
-        if k < 0 or at + 4 > end:
-            break
-        (v,) = unpack(buf, at)
-        if v < value_skip:
-            if v != -1 or not allow_removes:
+    skip = 0  # blocks to walk before the next bulk check
+    backoff = 1
+    jump = 4 * _BLOCK
+    walking = True
+    while walking:
+        for _ in range(_BLOCK):
+            if pos + 4 > end:
+                walking = False
                 break
-            nxt = at + 4
-        else:
-            nxt = at + 4 + v
-            if nxt > end:
+            (k,) = unpack(buf, pos)
+            at = pos + 4 + k
+            if k < 0 or at + 4 > end:
+                walking = False
                 break
-        append(pos)
-        step = nxt - pos
-        if step != last_step:
-            last_step = step
-            streak = 0
+            (v,) = unpack(buf, at)
+            if v < value_skip:
+                if v != -1 or not allow_removes:
+                    walking = False
+                    break
+                nxt = at + 4
+            else:
+                nxt = at + 4 + v
+                if nxt > end:
+                    walking = False
+                    break
+            append(pos)
+            pos = nxt
         else:
-            streak += 1
-            if streak >= need:
-                # Records of one size in a row (fixed-width keys and values are
-                # common): check whether the next ``jump`` records repeat both
-                # lengths, all at once, and step over those that do.
-                count = min(jump, (end - nxt) // step)
-                if count > 0:
-                    cand = nxt + step * np.arange(count, dtype=np.int64)
-                    same = (be32[cand] == k) & (be32[cand + (at - pos)] == v)
-                    run = count if bool(same.all()) else int(np.argmin(same))
-                    if run:
-                        chunks.append(np.array(found, dtype=np.int64))
-                        found.clear()
-                        chunks.append(cand[:run])
-                        nxt += step * run
-                    jump = min(2 * jump, _MAX_JUMP) if run == count else 2 * _STREAK
-                    # a bulk check costs about as much as walking a few dozen records:
-                    # where runs stay short, check less and less often
-                    need = _STREAK if run >= 4 * _STREAK else min(2 * need, _MAX_NEED)
-                streak = 0
-        pos = nxt
+            if skip:
+                skip -= 1
+                continue
+            step = pos - found[-1]
+            if len(found) < _BLOCK or pos - found[-_BLOCK] != _BLOCK * step:
+                continue
+            # the block's records were (very likely) all this long: check the next ones at once
+            count = min(jump, (end - pos) // step)
+            if count <= 0:
+                continue
+            (k,) = unpack(buf, found[-1])
+            (v,) = unpack(buf, found[-1] + 4 + k)
+            if 8 + k + max(v, 0) != step:
+                continue
+            cand = pos + step * np.arange(count, dtype=np.int64)
+            same = (be32[cand] == k) & (be32[cand + 4 + k] == v)
+            run = count if bool(same.all()) else int(np.argmin(same))
+            if run:
+                chunks.append(np.array(found, dtype=np.int64))
+                found.clear()
+                chunks.append(cand[:run])
+                pos += step * run
+            if run == count:
+                jump = min(2 * jump, _MAX_JUMP)
+                backoff = 1
+            else:
+                jump = 4 * _BLOCK
+                if run < 2 * _BLOCK:
+                    # a bulk check costs about as much as walking a few dozen
+                    # records: where runs stay short, check less and less often
+                    skip = backoff
+                    backoff = min(2 * backoff, _MAX_BACKOFF)
     chunks.append(np.array(found, dtype=np.int64))
     fast = np.concatenate(chunks)
     rest, status, at, value = _walk_exact(buf, pos, end, allow_removes, value_skip)
