@@ -52,14 +52,16 @@ def spark():
 @pytest.fixture(scope="session")
 def checkpoints(spark, tmp_path_factory):
     """Lazily written checkpoints: ``checkpoints("agg_fmt2")`` -> path."""
-    from streaming_queries import QUERIES, run_query
+    from streaming_queries import CHECKPOINT_V2_QUERIES, QUERIES, run_query
+
+    queries = {**QUERIES, **CHECKPOINT_V2_QUERIES}
 
     cache: dict[str, str] = {}
     base = tmp_path_factory.mktemp("checkpoints")
 
     def get(name: str) -> str:
         if name not in cache:
-            cache[name] = run_query(spark, QUERIES[name], base / name)
+            cache[name] = run_query(spark, queries[name], base / name)
         return cache[name]
 
     return get

@@ -37,17 +37,9 @@ def _state_files(path: str, suffix: str) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def v2_checkpoints(spark, tmp_path_factory):
-    """Checkpoints written with checkpoint format version 2, on first use."""
-    cache: dict[str, str] = {}
-    base = tmp_path_factory.mktemp("checkpoints_v2")
-
-    def get(name: str) -> str:
-        if name not in cache:
-            cache[name] = run_query(spark, CHECKPOINT_V2_QUERIES[name], base / name)
-        return cache[name]
-
-    return get
+def v2_checkpoints(checkpoints):
+    """Checkpoints written with checkpoint format version 2 (the session's checkpoint cache)."""
+    return checkpoints
 
 
 @pytest.mark.parametrize("name", ROCKSDB_NAMES)
