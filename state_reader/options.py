@@ -96,6 +96,10 @@ class _Options:
         if isinstance(raw, Mapping):  # from the Spark-free API: passed through as is
             out.update(raw)
         elif raw:
+            if not isinstance(raw, (str, bytes)):
+                raise InvalidOptionError(
+                    f"Invalid value for option '{STORAGE_OPTIONS}': a mapping or a JSON object is expected, "
+                    f"got {type(raw).__name__}")
             try:
                 parsed = json.loads(raw)
             except ValueError as exc:

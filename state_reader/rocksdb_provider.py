@@ -56,6 +56,7 @@ from .checkpoint import (
 )
 from .codecs import decompress
 from .errors import (
+    CodecUnavailableError,
     CorruptFileError,
     InvalidOptionError,
     MissingStateFileError,
@@ -228,7 +229,8 @@ def parse_snapshot_metadata(raw: bytes, zip_shown: str) -> SnapshotMetadata:
         num_keys = int(doc.get("numKeys", -1))
     except CorruptFileError:
         raise
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError, OverflowError,
+            RecursionError) as exc:
         raise CorruptFileError(f"{where} cannot be parsed: {exc!r}", path=zip_shown) from exc
     for f in sst_files:
         if not (_plain_name(f.local_name) and _plain_name(f.dfs_name)):
@@ -247,7 +249,11 @@ def parse_snapshot_metadata(raw: bytes, zip_shown: str) -> SnapshotMetadata:
 
 def _read_db(directory: str, zip_shown: str) -> dict[bytes, bytes]:
     """Every key and value of the RocksDB in ``directory``, opened read-only."""
-    from rocksdict import AccessType, Options, Rdict
+    try:
+        from rocksdict import AccessType, Options, Rdict
+    except ImportError as exc:
+        raise CodecUnavailableError(
+            f"{zip_shown} is a RocksDB snapshot; install the 'rocksdict' package to read it", path=zip_shown) from exc
 
     try:
         db = Rdict(directory, options=Options(raw_mode=True), access_type=AccessType.read_only())

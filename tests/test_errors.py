@@ -18,10 +18,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from damage import frame, hadoop_sidecar_path, lz4_java, lz4_java_decode, parse_frames
 from oracle import arrow_rows
-from streaming_queries import CHECKPOINT_V2_QUERIES, run_query
 
 import state_reader
 from state_reader import errors, integrity
@@ -208,10 +208,9 @@ def test_hadoop_sidecars_of_real_files_verify(checkpoints):
 
 
 @pytest.fixture(scope="module")
-def v2_checkpoint(spark, tmp_path_factory) -> Path:
+def v2_checkpoint(checkpoints) -> Path:
     """A RocksDB checkpoint of format version 2, whose zips and changelogs have Spark .crc sidecars."""
-    out = tmp_path_factory.mktemp("errors_v2")
-    return Path(run_query(spark, CHECKPOINT_V2_QUERIES["rocksdb_v2_agg_window"], out / "q"))
+    return Path(checkpoints("rocksdb_v2_agg_window"))
 
 
 def _spark_sidecars(root: Path) -> list[Path]:
@@ -417,3 +416,67 @@ def test_record_size_past_the_end_end_to_end(checkpoints, tmp_path):
     with pytest.raises(errors.TruncatedFileError) as caught:
         state_reader.read_state(str(cp), verify_checksums=False)
     assert str(delta) in str(caught.value) and "value of 10000 bytes" in str(caught.value)
+
+
+# -- gaps found in modules owned elsewhere: strict xfail, so fixing one turns its test red until
+# -- the marker is removed (each still ends in a StateReaderError today: UnexpectedError)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="unsaferow returns string columns holding invalid UTF-8 (an invalid Arrow table)")
+def test_invalid_utf8_in_a_string_is_not_returned_as_is(checkpoints, tmp_path):
+    cp = _copy(checkpoints, tmp_path)
+    version = _latest_version(cp)
+    found: list = []
+    for delta in sorted(cp.glob(f"state/0/*/{version}.delta")):  # a put whose key holds a user name
+        records = parse_frames(lz4_java_decode(delta.read_bytes()))
+        found = [(i, r, pos) for i, r in enumerate(records) if r.value is not None
+                 for pos in range(len(r.key)) if 0x61 <= r.key[pos] <= 0x7A]
+        if found:
+            break
+    assert found, "no key with a letter in it to damage"
+    index, record, pos = found[0]
+    key = bytearray(record.key)
+    key[pos] = 0xFF  # never valid in UTF-8
+    records[index] = type(record)(bytes(key), record.value)
+    delta.write_bytes(lz4_java(frame(records)))
+    for snapshot in cp.glob(f"state/0/*/{version}.snapshot"):  # so the state is rebuilt from the delta
+        snapshot.unlink()
+    with pytest.raises(errors.ChecksumMismatchError, match=str(delta)):  # setup check: the delta is read
+        state_reader.read_state(str(cp))
+    try:
+        table = state_reader.read_state(str(cp), verify_checksums=False)
+    except errors.RowDecodeError as exc:  # refusing the row is one right answer
+        assert str(delta.parent) in str(exc)
+        return
+    try:
+        table.validate(full=True)  # as a caller's first to_pylist() would trip over it
+    except pa.ArrowInvalid:
+        raise AssertionError("a string column with invalid UTF-8 was returned") from None
+    # replacing the bad bytes, as Spark's collect() does, is the other
+    assert "\ufffd" in json.dumps(table.to_pylist(), ensure_ascii=False)
+
+
+@pytest.mark.parametrize("body", ['{"sstFiles":[],"numKeys":1e999}', "[" * 100_000 + "]" * 100_000])
+def test_snapshot_metadata_json_edge_cases(checkpoints, tmp_path, body):
+    cp = _copy(checkpoints, tmp_path, "rocksdb_agg_window")
+    zip_path = cp / "state" / "0" / "0" / f"{_latest_version(cp)}.zip"
+    with zipfile.ZipFile(zip_path) as src:
+        entries = [(info, src.read(info)) for info in src.infolist()]
+    with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as out:
+        for info, data in entries:
+            out.writestr(info, ("v1\n" + body).encode() if info.filename == "metadata" else data)
+    with pytest.raises(errors.CorruptFileError, match=str(zip_path)):
+        state_reader.read_state(str(cp), verify_checksums=False)
+
+
+def test_rocksdict_missing_names_the_package(checkpoints):
+    result = _read_without("rocksdict", Path(checkpoints("rocksdb_agg_window")))
+    if not result.stdout.startswith(("CodecUnavailableError", "UnexpectedError")):
+        raise RuntimeError(result.stdout + result.stderr)  # some other failure than the one tracked here
+    assert result.stdout.startswith("CodecUnavailableError") and "rocksdict" in result.stdout, result.stdout
+
+
+def test_storage_options_of_the_wrong_type(tmp_path):
+    with pytest.raises(errors.InvalidOptionError, match="storageOptions"):
+        state_reader.read_state(str(tmp_path), storage_options=["not", "a", "mapping"])
