@@ -5,7 +5,10 @@ timed several times each, interleaved:
 
 * ``builtin``      ``spark.read.format("statestore").load(cp).toArrow()``
 * ``ours-spark``   ``spark.read.format("state_reader.statestore").load(cp).toArrow()``
-* ``ours``         ``state_reader.read_state(cp)`` (no Spark involved)
+* ``ours``         ``state_reader.read_state(cp)`` (no Spark involved) with the Python
+                   record walk and Arrow merge (``STATE_READER_NUMBA=0``)
+* ``ours-numba``   the same with the numba kernels (``STATE_READER_NUMBA=1``), when
+                   numba is installed
 * ``floor``        reading the files the state is rebuilt from and decompressing them,
                    nothing else, on one thread (RocksDB: only reading the zip and its
                    SST files, whose blocks only RocksDB itself can decompress, so

@@ -18,10 +18,10 @@ import time
 os.environ.setdefault("TZ", "UTC")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-import state_reader  # noqa: E402
+import state_reader
 
 
-def write_checkpoint(spark, root: str) -> str:  # noqa: ANN001
+def write_checkpoint(spark, root: str) -> str:
     """Three micro-batches of click events, counted per 10-second window and user."""
     from pyspark.sql import functions as F
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 
 _FILE_RE = re.compile(r"^(\d+)\.(delta|snapshot)$")
-# Each file starts at a multiple of this in the shared buffer, so the word walk stays aligned.
+# Each file starts at a multiple of this in the shared buffer (its words stay aligned).
 _ALIGN = 8
 # Bytes per record assumed when guessing how many records a read walks (a small
 # UnsafeRow key and value plus their two lengths).

@@ -46,6 +46,15 @@ from .transform_with_state import StateVariable, family_schema, plan_variable
 BATCH_ROWS = 65536
 
 
+def _constant_int32(n: int, value: int) -> pa.Array:
+    # from_buffers, not pa.array(ndarray): the latter imports pandas on first use (slow cold start)
+    return pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.full(n, value, dtype=np.int32))])
+
+
+def _constant_int64(n: int, value: int) -> pa.Array:
+    return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.full(n, value, dtype=np.int64))])
+
+
 @dataclass
 class JoinSidePlan:
     """joinSide=left|right of a stream-stream join (state formats 1 to 3).
@@ -212,7 +221,7 @@ class StateReadPlan:
         rows = len(columns[0])
         for lo in range(0, rows, BATCH_ROWS):
             n = min(BATCH_ROWS, rows - lo)
-            pid = pa.array(np.full(n, partition_id, dtype=np.int32))
+            pid = _constant_int32(n, partition_id)
             yield pa.RecordBatch.from_arrays([c.slice(lo, n) for c in columns] + [pid], schema=schema)
 
     def _read_partition_changes(self, partition_id: int) -> Iterator[pa.RecordBatch]:
@@ -224,10 +233,10 @@ class StateReadPlan:
             for lo in range(0, rows, BATCH_ROWS):
                 n = min(BATCH_ROWS, rows - lo)
                 yield pa.RecordBatch.from_arrays([
-                    pa.array(np.full(n, batch_id, dtype=np.int64)),
+                    _constant_int64(n, batch_id),
                     pa.array(kinds[lo:lo + n], pa.string()),
                     *(c.slice(lo, n) for c in columns),
-                    pa.array(np.full(n, partition_id, dtype=np.int32)),
+                    _constant_int32(n, partition_id),
                 ], schema=schema)
 
     def read_table(self) -> pa.Table:

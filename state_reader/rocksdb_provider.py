@@ -647,7 +647,8 @@ def _changes_from_snapshots(plan: StateReadPlan, directory: str, partition_id: i
     valid = np.fromiter((v is not None for _, _, v in records), dtype=bool, count=len(records))
     spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
     return ([kind for kind, _, _ in records],
-            decode_keys(RowBuffer.from_rows([k for _, k, _ in records], source + " key"), plan.key_schema, spec, is_avro(plan)),
+            decode_keys(RowBuffer.from_rows([k for _, k, _ in records], source + " key"), plan.key_schema, spec,
+                        is_avro(plan)),
             decode_values(RowBuffer.from_rows([v or b"" for _, _, v in records], source + " value"),
                           plan.value_schema, _row_checksum(plan), valid))
 

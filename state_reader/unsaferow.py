@@ -26,6 +26,8 @@ from .spark_types import ArrayType, DataType, MapType, StructType
 # addresses are forced to 0) and short reads near the end never leave it.
 _PAD = 64
 _MAX_ELEMENTS = 1 << 31
+# Rows whose fixed region (null bitset and slots) has at most this many words are read in one gather.
+_ROW_WORDS = 16
 
 _NUMPY_DTYPES = {
     "byte": "<i1", "short": "<i2", "integer": "<i4", "long": "<i8",
@@ -100,6 +102,14 @@ def _gather(buf: np.ndarray, addr: np.ndarray, width: int) -> np.ndarray:
     return buf[addr[:, None] + np.arange(width, dtype=np.int64)]
 
 
+def _from_word(word: np.ndarray, dtype: str) -> np.ndarray:
+    """The value of ``dtype`` in the low bytes of each little-endian slot word."""
+    width = np.dtype(dtype).itemsize
+    if width == 8:
+        return word.view(dtype)
+    return word.astype({4: np.uint32, 2: np.uint16, 1: np.uint8}[width]).view(dtype)
+
+
 def _int_array(values: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
     # pa.array() on a numpy array imports pandas when it is installed (0.5 s or more)
     data = np.ascontiguousarray(values)
@@ -146,27 +156,42 @@ class _Decoder:
         self.check_span(base, np.full(len(base), fixed, dtype=np.int64), limit, valid, path,
                         f"a row of {n_fields} fields needs {fixed} fixed bytes; the row")
         children = []
-        # each 64-bit word of the null bitset, read once for all the fields it covers
-        bitset = [_read(self.buf, base + 8 * w, "<u8") for w in range((n_fields + 63) // 64)]
+        n_bits = (n_fields + 63) // 64
+        # Narrow rows: every word of the fixed region (null bitset, then one slot per
+        # field) in one gather, since a row's words share cache lines; wide rows: the
+        # bitset words here and each slot when its field is decoded.
+        n_words = n_bits + n_fields
+        words = self._row_words(base, n_words) if n_words <= _ROW_WORDS and len(self.buf) >= 8 * n_words else None
+        bitset = ([words[:, w] for w in range(n_bits)] if words is not None else
+                  [_read(self.buf, base + 8 * w, "<u8") for w in range(n_bits)])
         for i, f in enumerate(st.fields):
             child_path = f"{path}.{f.name}" if path else f.name
             is_null = ((bitset[i // 64] >> np.uint64(i % 64)) & np.uint64(1)).astype(bool)
             child_valid = valid & ~is_null
-            slot = np.where(child_valid, base + (n_fields + 63) // 64 * 8 + 8 * i, 0)
-            children.append(self.value(f.data_type, slot, base, limit, child_valid, child_path))
+            slot = np.where(child_valid, base + n_bits * 8 + 8 * i, 0)
+            word = words[:, n_bits + i] if words is not None else None
+            children.append(self.value(f.data_type, slot, base, limit, child_valid, child_path, word))
         arrow_type = st.to_arrow()
         validity, nulls = _validity(valid)
         return pa.StructArray.from_buffers(arrow_type, len(base), [validity], null_count=nulls,
                                            children=children)
 
+    def _row_words(self, base: np.ndarray, n_words: int) -> np.ndarray:
+        """(len(base), n_words) little-endian words from each address (null rows read at 0)."""
+        rows = np.ndarray(shape=(len(self.buf) - 8 * n_words + 1, n_words), dtype="<u8", buffer=self.buf,
+                          strides=(1, 8))
+        return rows[np.minimum(base, len(self.buf) - 8 * n_words)]
+
     # -- one value per slot -------------------------------------------------
 
     def value(self, dt: DataType, slot: np.ndarray, container: np.ndarray, limit: np.ndarray,
-              valid: np.ndarray, path: str) -> pa.Array:
+              valid: np.ndarray, path: str, word: np.ndarray | None = None) -> pa.Array:
         """Decode values of ``dt`` whose slot (or packed element) is at ``slot``.
 
         ``container`` is the start of the row or array that variable-length
         offsets are relative to, ``limit`` where that row or array ends.
+        ``word`` is the 8-byte slot already read (struct fields), which lies in
+        the row's checked fixed region.
         """
         n = len(slot)
         kind = dt.kind
@@ -174,9 +199,11 @@ class _Decoder:
             return pa.nulls(n)
         width = dt.fixed_width
         if width is not None:
-            self.check_span(slot, np.full(n, width, dtype=np.int64), limit, valid, path, "a value")
-            return self.fixed(dt, slot, valid)
-        word = _read(self.buf, slot, "<u8")
+            if word is None:
+                self.check_span(slot, np.full(n, width, dtype=np.int64), limit, valid, path, "a value")
+            return self.fixed(dt, slot, valid, word)
+        if word is None:
+            word = _read(self.buf, slot, "<u8")
         start = np.where(valid, container + (word >> np.uint64(32)).astype(np.int64), 0)
         size = np.where(valid, (word & np.uint64(0xFFFFFFFF)).astype(np.int64), 0)
         self.check_span(start, size, limit, valid, path, "a variable-length value")
@@ -200,20 +227,23 @@ class _Decoder:
             return self.variant(dt, start, size, valid, path)
         raise self.fail(f"type {dt.json_name!r} cannot be decoded", path)
 
-    def fixed(self, dt: DataType, addr: np.ndarray, valid: np.ndarray) -> pa.Array:
+    def fixed(self, dt: DataType, addr: np.ndarray, valid: np.ndarray, word: np.ndarray | None = None) -> pa.Array:
+        """Fixed-width values at ``addr``, or taken from their slot ``word`` (values sit left-aligned
+        in the slot, so a narrow value is the word's low bytes)."""
         n = len(addr)
         kind = dt.kind
         if kind == "boolean":
             validity, nulls = _validity(valid)
-            bits = pa.py_buffer(np.packbits(self.buf[addr] != 0, bitorder="little"))
+            flags = (word & np.uint64(0xFF)) != 0 if word is not None else self.buf[addr] != 0
+            bits = pa.py_buffer(np.packbits(flags, bitorder="little"))
             return pa.Array.from_buffers(pa.bool_(), n, [validity, bits], null_count=nulls)
         if kind == "decimal":  # precision <= 18: the unscaled value as a long
-            unscaled = _read(self.buf, addr, "<i8")
+            unscaled = word.view("<i8") if word is not None else _read(self.buf, addr, "<i8")
             wide = np.empty((n, 2), dtype="<i8")
             wide[:, 0] = unscaled
             wide[:, 1] = unscaled >> 63
             return self._from_buffers(dt.to_arrow(), n, valid, wide)
-        raw = _read(self.buf, addr, _NUMPY_DTYPES[kind])
+        raw = _from_word(word, _NUMPY_DTYPES[kind]) if word is not None else _read(self.buf, addr, _NUMPY_DTYPES[kind])
         if kind == "year_month_interval":
             out = np.zeros(n, dtype=_MONTH_DAY_NANO)
             out["months"] = raw

@@ -98,7 +98,8 @@ def _arrow_values(arr: pa.Array) -> list[Any]:
         names = [t.field(i).name for i in range(t.num_fields)]
         cols = [_arrow_values(arr.field(i)) for i in range(t.num_fields)]
         valid = arr.is_valid().to_pylist()
-        return [dict(zip(_keys(names), [c[r] for c in cols], strict=True)) if valid[r] else None for r in range(len(arr))]
+        return [dict(zip(_keys(names), [c[r] for c in cols], strict=True)) if valid[r] else None
+                for r in range(len(arr))]
     if pa.types.is_map(t):
         keys = _arrow_values(arr.keys)
         items = _arrow_values(arr.items)

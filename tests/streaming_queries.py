@@ -102,7 +102,7 @@ def run_query(spark: SparkSession, query: Query, out: Path) -> str:
     return str(checkpoint)
 
 
-def _wait_for_commits(handle, commits: Path, count: int, timeout: float = 120.0) -> None:  # noqa: ANN001
+def _wait_for_commits(handle, commits: Path, count: int, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if handle.exception() is not None:
@@ -197,14 +197,14 @@ def _transform_with_state(df: DataFrame) -> DataFrame:
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     class Tracker(StatefulProcessor):
-        def init(self, handle) -> None:  # noqa: ANN001
+        def init(self, handle) -> None:
             self.handle = handle
             self.profile = handle.getValueState("profile", "visits long, total double, last string", 3600000)
             self.events = handle.getListState("events", "n int, tag string")
             self.counters = handle.getMapState("counters", "tag string", "cnt long, amount long", 3600000)
             self.plain = handle.getValueState("plain", "n int")
 
-        def handleInputRows(self, key, rows, timerValues):  # noqa: ANN001, N802
+        def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803 - PySpark's names
             import pandas as pd
 
             visits, total, last = self.profile.get() if self.profile.exists() else (0, 0.0, None)
@@ -215,7 +215,7 @@ def _transform_with_state(df: DataFrame) -> DataFrame:
                     visits += 1
                     total += float(row["amount"])
                     last = row["user"]
-                    events = (events + [(int(row["n"]), row["tag"])])[-3:]
+                    events = [*events, (int(row["n"]), row["tag"])][-3:]
                     tag = str(row["tag"])
                     cnt, amount = self.counters.getValue((tag,)) if self.counters.containsKey((tag,)) else (0, 0)
                     self.counters.updateValue((tag,), (cnt + 1, amount + int(row["amount"])))

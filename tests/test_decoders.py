@@ -39,7 +39,7 @@ def test_lz4_block_checksum_is_verified(checkpoints):
     raw = bytearray(_delta(checkpoints, "agg_window"))
     header = 21
     raw[header + 5] ^= 0x40  # flip a bit inside the first block's payload
-    with pytest.raises((errors.ChecksumMismatchError, errors.CorruptFileError), match="1.delta"):
+    with pytest.raises((errors.ChecksumMismatchError, errors.CorruptFileError), match=r"1\.delta"):
         codecs.decompress(bytes(raw), "lz4", "1.delta")
     clean = _delta(checkpoints, "agg_window")
     checksum_at = 17
@@ -147,7 +147,7 @@ def test_every_type_decodes_to_the_generating_values(checkpoints):
     for n, i in rows.items():
         if n is None:
             continue
-        col = lambda c: _column(keys, c)[i]  # noqa: E731
+        col = lambda c, i=i: _column(keys, c)[i]  # noqa: E731
         assert col("k_str") == f"héllo-{n}"
         assert col("k_long") == n * 10_000_000_000
         assert col("k_short") == n and col("k_byte") == n
@@ -164,7 +164,7 @@ def test_every_type_decodes_to_the_generating_values(checkpoints):
         assert col("k_arr") == [n, n + 1, None]
         assert col("k_sarr") == [f"x{n}", None, ""]
         # aggregation buffers repeat names (last, valueSet, ...): read them by position
-        value = lambda pos: values.field(pos).to_pylist()[i]  # noqa: E731
+        value = lambda pos, i=i: values.field(pos).to_pylist()[i]  # noqa: E731
         assert value(0) >= 1
         assert value(1) == [("k1", n), ("k2", 2 * n)]
         assert value(3) == [(n, f"v{n}")]

@@ -44,7 +44,7 @@ def _reference_path(case: dict, tmp_path: Path) -> str:
     return str(copy)
 
 
-def _has_year_month_interval(schema) -> bool:  # noqa: ANN001
+def _has_year_month_interval(schema) -> bool:
     return "interval year" in schema.json() or "interval month" in schema.json()
 
 

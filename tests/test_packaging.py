@@ -37,8 +37,9 @@ def test_spark_free_api_without_pyspark(checkpoints):
 def test_file_urls_and_relative_paths(checkpoints, monkeypatch):
     import os
 
-    import state_reader
     from oracle import arrow_rows
+
+    import state_reader
 
     path = checkpoints("agg_window")
     expected = arrow_rows(state_reader.read_state(path))
