@@ -129,6 +129,17 @@ def _null_bits(buf: np.ndarray, bitset_addr: np.ndarray, index: np.ndarray | int
     return ((words >> (np.asarray(index, dtype=np.uint64) % np.uint64(64))) & np.uint64(1)).astype(bool)
 
 
+def _valid_utf8(strings: pa.StringArray) -> pa.StringArray:
+    """Spark strings may hold invalid UTF-8 (e.g. cast from binary); replace bad bytes with
+    U+FFFD as Spark's own collect() does, rather than hand back an invalid Arrow array."""
+    try:
+        strings.validate(full=True)
+        return strings
+    except pa.ArrowInvalid:
+        raw = strings.view(pa.binary()).to_pylist()
+        return pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw], pa.string())
+
+
 class _Decoder:
     def __init__(self, rows: RowBuffer) -> None:
         self.buf = rows.buf
@@ -278,7 +289,10 @@ class _Decoder:
             if offsets64[-1] >= 2**31:
                 raise self.fail("more than 2 GiB of string data in one batch", "")
             offsets, data = pa.py_buffer(offsets64.astype(np.int32)), pa.py_buffer(values)
-        return pa.Array.from_buffers(arrow_type, n, [validity, offsets, data], null_count=nulls)
+        out = pa.Array.from_buffers(arrow_type, n, [validity, offsets, data], null_count=nulls)
+        if pa.types.is_string(arrow_type):
+            out = _valid_utf8(out)
+        return out
 
     @staticmethod
     def _ordered_spans(start: np.ndarray, size: np.ndarray,
