@@ -428,11 +428,13 @@ def test_invalid_utf8_in_a_string_is_not_returned_as_is(checkpoints, tmp_path):
     found: list = []
     for delta in sorted(cp.glob(f"state/0/*/{version}.delta")):  # a put whose key holds a user name
         records = parse_frames(lz4_java_decode(delta.read_bytes()))
-        found = [(i, r, pos) for i, r in enumerate(records) if r.value is not None
-                 for pos in range(len(r.key)) if 0x61 <= r.key[pos] <= 0x7A]
+        # damage the text of a user name, not a byte of a number that happens to look like a letter
+        found = [(i, r, r.key.find(name)) for i, r in enumerate(records) if r.value is not None
+                 for name in (b"ann", b"bob", "héllo".encode(), "日本".encode(), "🙂".encode())
+                 if name in r.key]
         if found:
             break
-    assert found, "no key with a letter in it to damage"
+    assert found, "no key with a user name in it to damage"
     index, record, pos = found[0]
     key = bytearray(record.key)
     key[pos] = 0xFF  # never valid in UTF-8
