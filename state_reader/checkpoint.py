@@ -53,6 +53,17 @@ def numeric_names(names: list[str] | None) -> list[int]:
     return sorted(int(n) for n in (names or []) if n.isdigit())
 
 
+def version_ranges(versions: set[int]) -> str:
+    """'1..4, 6' style summary of a set of versions, for messages about missing files."""
+    runs: list[list[int]] = []
+    for v in sorted(versions):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ", ".join(f"{lo}..{hi}" if lo != hi else f"{lo}" for lo, hi in runs) or "none"
+
+
 @dataclass(frozen=True)
 class StoreInfo:
     """One state store of an operator, as operator metadata describes it."""

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import codecs, kernels
-from .checkpoint import CONF_ROW_CHECKSUM
+from .checkpoint import CONF_ROW_CHECKSUM, version_ranges
 from .errors import CorruptFileError, MissingStateFileError, StateReaderError, TruncatedFileError
 from .storage import Storage
 from .unsaferow import _PAD, RowBuffer, _int_array, _view, decode_rows
@@ -196,7 +196,7 @@ class HDFSStore:
         return MissingStateFileError(
             f"{shown} does not exist; it is needed to rebuild the state. Files present in "
             f"{self.storage.display(self.directory)}: snapshots {sorted(self.snapshots) or 'none'}, "
-            f"deltas {_ranges(self.deltas)}", path=shown)
+            f"deltas {version_ranges(self.deltas)}", path=shown)
 
     def chain(self, version: int, start_snapshot: int | None = None) -> list[tuple[int, str]]:
         """The files ``version`` is rebuilt from, in order: (version, 'snapshot' | 'delta').
@@ -297,21 +297,6 @@ class HDFSStore:
         return {bytes(data[ks:ks + kl]): bytes(data[vs:vs + vl])
                 for ks, kl, vs, vl in zip(live.key_start.tolist(), live.key_len.tolist(),
                                           live.value_start.tolist(), live.value_len.tolist(), strict=True)}
-
-
-def _ranges(versions: set[int]) -> str:
-    """'1..4, 6' style summary of a set of versions."""
-    if not versions:
-        return "none"
-    items = sorted(versions)
-    parts, lo, prev = [], items[0], items[0]
-    for v in items[1:]:
-        if v != prev + 1:
-            parts.append(f"{lo}..{prev}" if lo != prev else f"{lo}")
-            lo = v
-        prev = v
-    parts.append(f"{lo}..{prev}" if lo != prev else f"{lo}")
-    return ", ".join(parts)
 
 
 def _store(plan: StateReadPlan, directory: str) -> HDFSStore:

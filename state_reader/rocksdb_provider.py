@@ -53,6 +53,7 @@ from .checkpoint import (
     CONF_ROW_CHECKSUM,
     DEFAULT_STORE,
     Checkpoint,
+    version_ranges,
 )
 from .codecs import decompress
 from .errors import (
@@ -311,9 +312,9 @@ class RocksDBStore:
             with_ids = {v for v, u in files if u is not None}
             parts = []
             if plain:
-                parts.append(_ranges(plain))
+                parts.append(version_ranges(plain))
             if with_ids:
-                parts.append(f"{_ranges(with_ids)} with unique ids")
+                parts.append(f"{version_ranges(with_ids)} with unique ids")
             return "; ".join(parts) or "none"
 
         return (f"Files present in {self.storage.display(self.directory)}: zips {summary(self.zips)}, "
@@ -495,18 +496,6 @@ class RocksDBStore:
         for v in range(start + 1, version + 1):
             self._apply(state, self.read_changelog(v, ids[v], why))
         return state
-
-
-def _ranges(versions: set[int]) -> str:
-    """'1..4, 6' style summary of a set of versions."""
-    items = sorted(versions)
-    runs: list[list[int]] = []
-    for v in items:
-        if runs and v == runs[-1][1] + 1:
-            runs[-1][1] = v
-        else:
-            runs.append([v, v])
-    return ", ".join(f"{lo}..{hi}" if lo != hi else f"{lo}" for lo, hi in runs) or "none"
 
 
 # -- checkpoint format 2 ----------------------------------------------------------

@@ -363,6 +363,15 @@ def test_rows_that_do_not_fit_the_schema(spark, checkpoints, tmp_path):
     assert "STATE_READER_ROW_DOES_NOT_FIT_SCHEMA" in _spark_error(spark, cp, verifyChecksums="false")
 
 
+def _rewrite_zip_metadata(zip_path: Path, change) -> None:
+    """Rewrite a snapshot zip with its Spark ``metadata`` entry passed through ``change``."""
+    with zipfile.ZipFile(zip_path) as src:
+        entries = [(info, src.read(info)) for info in src.infolist()]
+    with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as out:
+        for info, data in entries:
+            out.writestr(info, change(data) if info.filename == "metadata" else data)
+
+
 # -- RocksDB files naming paths outside the checkpoint ---------------------------------------
 
 
@@ -370,16 +379,14 @@ def test_rows_that_do_not_fit_the_schema(spark, checkpoints, tmp_path):
 def test_snapshot_metadata_naming_outside_files(checkpoints, tmp_path, dfs_name):
     cp = _copy(checkpoints, tmp_path, "rocksdb_agg_window")
     zip_path = cp / "state" / "0" / "0" / f"{_latest_version(cp)}.zip"
-    with zipfile.ZipFile(zip_path) as src:
-        entries = [(info, src.read(info)) for info in src.infolist()]
-    with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as out:
-        for info, data in entries:
-            if info.filename == "metadata":
-                header, body = data.decode().split("\n", 1)
-                doc = json.loads(body)
-                doc["sstFiles"][0]["dfsSstFileName"] = dfs_name
-                data = (header + "\n" + json.dumps(doc)).encode()
-            out.writestr(info, data)
+
+    def rename_first_sst(metadata: bytes) -> bytes:
+        header, body = metadata.decode().split("\n", 1)
+        doc = json.loads(body)
+        doc["sstFiles"][0]["dfsSstFileName"] = dfs_name
+        return (header + "\n" + json.dumps(doc)).encode()
+
+    _rewrite_zip_metadata(zip_path, rename_first_sst)
     with pytest.raises(errors.UnsafeArchiveError) as caught:
         state_reader.read_state(str(cp), verify_checksums=False)
     assert str(zip_path) in str(caught.value) and repr(dfs_name) in str(caught.value)
@@ -461,11 +468,7 @@ def test_invalid_utf8_in_a_string_is_not_returned_as_is(checkpoints, tmp_path):
 def test_snapshot_metadata_json_edge_cases(checkpoints, tmp_path, body):
     cp = _copy(checkpoints, tmp_path, "rocksdb_agg_window")
     zip_path = cp / "state" / "0" / "0" / f"{_latest_version(cp)}.zip"
-    with zipfile.ZipFile(zip_path) as src:
-        entries = [(info, src.read(info)) for info in src.infolist()]
-    with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as out:
-        for info, data in entries:
-            out.writestr(info, ("v1\n" + body).encode() if info.filename == "metadata" else data)
+    _rewrite_zip_metadata(zip_path, lambda _: ("v1\n" + body).encode())
     with pytest.raises(errors.CorruptFileError, match=str(zip_path)):
         state_reader.read_state(str(cp), verify_checksums=False)
 
