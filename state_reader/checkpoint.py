@@ -32,6 +32,8 @@ from .storage import Storage
 DEFAULT_STORE = "default"
 JOIN_STORES = ("left-keyToNumValues", "left-keyWithIndexToValue",
                "right-keyToNumValues", "right-keyWithIndexToValue")
+# join state format 4: column families of the default store, keys carry the event time
+JOIN_V4_STORES = ("left-keyWithTsToValues", "left-tsWithKey", "right-keyWithTsToValues", "right-tsWithKey")
 
 # Confs pinned in the offset log that decide how state is stored.
 CONF_PROVIDER = "spark.sql.streaming.stateStore.providerClass"

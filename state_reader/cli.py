@@ -153,7 +153,15 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _plan(checkpoint: str, storage_option: Sequence[str], **kwargs: Any) -> StateReadPlan:
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
     return plan_state_read(from_kwargs(checkpoint, {**kwargs, "storage_options": _storage_options(storage_option)}))
+
+
+def _shown_store(plan: StateReadPlan, store_name: str | None, join_side: str | None) -> str:
+    """What was read, in the user's words: a join side, a column family read as a store, or the store."""
+    if join_side:
+        return f"joinSide={join_side}"
+    return store_name or plan.store_name
 
 
 # ---------------------------------------------------------------------------
@@ -229,30 +237,32 @@ def metadata(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequen
 @click.option("--partition", "-p", "partitions", type=int, multiple=True, help="Only this partition (repeatable).")
 @click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann' and region_id > 3\".")
 @click.option("--state-var", "state_var_name", help="State variable of a transformWithState operator.")
+@click.option("--join-side", type=click.Choice(["left", "right"]),
+              help="A stream-stream join's buffered input rows of one side.")
 @click.option("--limit", "-n", type=click.IntRange(min=0), default=DEFAULT_LIMIT, show_default=True,
               help="Rows to show; 0 shows all.")
 @LAYOUT
 @common_options
 def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch_id: int | None,
-         partitions: tuple[int, ...], key_filter: str | None, state_var_name: str | None, limit: int, layout: str,
-         as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+         partitions: tuple[int, ...], key_filter: str | None, state_var_name: str | None, join_side: str | None,
+         limit: int, layout: str, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """The state of one store at one batch, as a table."""
     plan = _plan(checkpoint, storage_option, operator_id=operator_id, store_name=store_name, batch_id=batch_id,
-                 state_var_name=state_var_name)
+                 state_var_name=state_var_name, join_side=join_side)
     # one row more than shown tells whether there are more
     table = read_table(plan, key_filter=key_filter, partitions=list(partitions) or None,
                        limit=(limit + 1) if limit else None)
     truncated = bool(limit) and table.num_rows > limit
     if truncated:
         table = table.slice(0, limit)
-    where = {"operator_id": plan.operator_id, "store_name": plan.store_name, "batch_id": plan.batch_id,
-             "version": plan.version, "partitions": list(partitions) or plan.partitions}
+    where = {"operator_id": plan.operator_id, "store_name": _shown_store(plan, store_name, join_side),
+             "batch_id": plan.batch_id, "version": plan.version, "partitions": list(partitions) or plan.partitions}
     if as_json:
         _emit_json({**where, "key_filter": key_filter, "row_count": table.num_rows, "truncated": truncated,
                     "rows": json_rows(table)})
         return EXIT_OK
     con = _console()
-    head = (f"operator {plan.operator_id} · store {plan.store_name} · batch {plan.batch_id} "
+    head = (f"operator {plan.operator_id} · store {where['store_name']} · batch {plan.batch_id} "
             f"(version {plan.version}) · partitions {', '.join(map(str, where['partitions']))}")
     con.print(Text(head + (f" · key filter: {key_filter}" if key_filter else ""), style="bold"))
     if table.num_rows == 0:
@@ -421,22 +431,25 @@ def changes_command(checkpoint: str, start: int, end: int | None, operator_id: i
 @click.option("--partition", "-p", "partitions", type=int, multiple=True, help="Only this partition (repeatable).")
 @click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann'\".")
 @click.option("--state-var", "state_var_name", help="State variable of a transformWithState operator.")
+@click.option("--join-side", type=click.Choice(["left", "right"]),
+              help="A stream-stream join's buffered input rows of one side.")
 @common_options
 def export(checkpoint: str, out: str, fmt: str | None, operator_id: int | None, store_name: str | None,
            batch_id: int | None, partitions: tuple[int, ...], key_filter: str | None, state_var_name: str | None,
-           as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+           join_side: str | None, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """Write the state of one store at one batch to a file."""
     plan = _plan(checkpoint, storage_option, operator_id=operator_id, store_name=store_name, batch_id=batch_id,
-                 state_var_name=state_var_name)
+                 state_var_name=state_var_name, join_side=join_side)
+    shown_store = _shown_store(plan, store_name, join_side)
     result = export_state(plan, out, fmt=fmt, key_filter=key_filter, partitions=list(partitions) or None)
     size = os.path.getsize(out)
     if as_json:
         _emit_json({"path": out, "format": result.format, "rows": result.rows, "partitions": result.partitions,
-                    "bytes": size, "operator_id": plan.operator_id, "store_name": plan.store_name,
+                    "bytes": size, "operator_id": plan.operator_id, "store_name": shown_store,
                     "batch_id": plan.batch_id})
         return EXIT_OK
     _console().print(Text(f"wrote {result.rows} rows from {result.partitions} partitions of operator "
-                          f"{plan.operator_id} (store {plan.store_name}, batch {plan.batch_id}) to {out} "
+                          f"{plan.operator_id} (store {shown_store}, batch {plan.batch_id}) to {out} "
                           f"({result.format}, {human_bytes(size)})"))
     return EXIT_OK
 

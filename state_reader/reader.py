@@ -9,7 +9,7 @@ partition are read by :meth:`StateReadPlan.read_partition`, wherever that runs.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -24,6 +24,7 @@ from .checkpoint import (
     DEFAULT_STORE,
     HDFS_PROVIDER,
     JOIN_STORES,
+    JOIN_V4_STORES,
     ROCKSDB_PROVIDER,
     Checkpoint,
     OperatorMetadata,
@@ -39,8 +40,8 @@ from .options import StateStoreOptions
 from .schema_files import read_schema_v1v2
 from .spark_types import INTEGER, LONG, STRING, StructField, StructType
 from .storage import Storage
+from .transform_with_state import MULTI_VALUE, StateVariable, family_schemas, plan_variable
 from .transform_with_state import VALUE as VALUE_STATE
-from .transform_with_state import StateVariable, family_schema, plan_variable
 
 # Rows per RecordBatch handed to Spark; keeps executor memory per batch bounded.
 BATCH_ROWS = 65536
@@ -349,9 +350,13 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions) -> StateRead
                                  opts.flatten_collection_types)
         key_schema, value_schema = variable.grouping_key, variable.family.value_schema
     elif join_families is not None:
-        # join format 3: the four stores are column families of the default store
+        # join formats 3 and 4: the stores are column families of the default store
         store_name = DEFAULT_STORE
-        if opts.join_side != "none":
+        if opts.join_side != "none" and f"{opts.join_side}-keyWithTsToValues" in join_families.names:
+            # format 4: the side's rows are the values of keyWithTsToValues, one element per row
+            variable = replace(join_families(f"{opts.join_side}-keyWithTsToValues"), hidden=("matched",))
+            key_schema, value_schema = variable.grouping_key, variable.shown_value_schema
+        elif opts.join_side != "none":
             count, rows = (join_families(f"{opts.join_side}-{s}") for s in ("keyToNumValues", "keyWithIndexToValue"))
             join = JoinSidePlan(opts.join_side, count.family.key_schema, count.family.value_schema,
                                 rows.family.key_schema, rows.family.value_schema, (count, rows))
@@ -407,24 +412,43 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions) -> StateRead
     )
 
 
-def _join_families(cp: Checkpoint, metadata: OperatorMetadata | None) -> Callable[[str], StateVariable] | None:
-    """For join format 3+ (stores as column families): store name -> its column family, else None."""
+@dataclass
+class _JoinFamilies:
+    """The join stores of format 3 or 4, kept as column families of the default store."""
+
+    operator_id: int
+    schemas: dict[str, Any]
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n in (*JOIN_STORES, *JOIN_V4_STORES) if n in self.schemas]
+
+    def __call__(self, name: str) -> StateVariable:
+        if name not in self.names:
+            raise SchemaReadError(
+                f"Failed to read the state schema of store '{name}': join operator {self.operator_id} keeps "
+                f"its state in column families {', '.join(self.names)}; read one with storeName, or use joinSide",
+                path=f"state/{self.operator_id}/_stateSchema")
+        # format 4 values are lists of rows (several input rows can share a key and event time)
+        kind = MULTI_VALUE if name in JOIN_V4_STORES else VALUE_STATE
+        return StateVariable(name, kind, True, self.schemas[name])
+
+
+def join_column_families(cp: Checkpoint, metadata: OperatorMetadata | None) -> list[str]:
+    """The join stores kept as column families (join formats 3 and 4), else an empty list."""
+    families = _join_families(cp, metadata)
+    return families.names if families is not None else []
+
+
+def _join_families(cp: Checkpoint, metadata: OperatorMetadata | None) -> _JoinFamilies | None:
+    """For join formats 3 and 4 (stores as column families): the families, else None."""
     if (metadata is None or metadata.operator_name != operators.JOIN
             or not metadata.properties.get("useVirtualColumnFamilies")):
         return None
     default = metadata.store(DEFAULT_STORE)
     if default is None:
         return None
-
-    def family(name: str) -> StateVariable:
-        if name not in JOIN_STORES:
-            raise SchemaReadError(
-                f"Failed to read the state schema of store '{name}': join operator {metadata.operator_id} keeps "
-                f"its state in column families {', '.join(JOIN_STORES)}; read one with storeName, or use joinSide",
-                path=f"state/{metadata.operator_id}/_stateSchema")
-        return StateVariable(name, VALUE_STATE, True, family_schema(cp, metadata.operator_id, default, name))
-
-    return family
+    return _JoinFamilies(metadata.operator_id, family_schemas(cp, metadata.operator_id, default))
 
 
 def _join_side_plan(cp: Checkpoint, operator_id: int, side: str) -> JoinSidePlan:

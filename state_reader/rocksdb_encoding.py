@@ -12,6 +12,10 @@ Layout (``encodingFormat=unsaferow``; all lengths and ids little-endian)::
       RangeKeyScan(o)  int32 L | encoded row of one binary field per ordering column (L bytes)
                              | encoded row of the other key columns, in key order
                                (absent when every key column is an ordering column)
+      TimestampAsPrefix  int64 BE t | encoded row of the key columns but the last
+      TimestampAsPostfix encoded row of the key columns but the last | int64 BE t
+                         (join state format 4; the last key column is __event_time, a
+                         long stored with its sign bit flipped so that bytes sort by time)
     ordering column   = marker (0x00 negative, 0x01 zero/positive, 0x02 null then zero
                         bytes) | value big-endian, defaultSize bytes; negative
                         float/double have all bits flipped
@@ -60,6 +64,10 @@ _COMMA = 0x2C
 NO_PREFIX = "NoPrefixKeyStateEncoderSpec"
 PREFIX_SCAN = "PrefixKeyScanStateEncoderSpec"
 RANGE_SCAN = "RangeKeyScanStateEncoderSpec"
+TIMESTAMP_PREFIX = "TimestampAsPrefixKeyStateEncoderSpec"
+TIMESTAMP_POSTFIX = "TimestampAsPostfixKeyStateEncoderSpec"
+TIMESTAMP_BYTES = 8
+_SIGN_BIT = np.uint64(1 << 63)
 
 # Range-scan ordering columns: kind -> (big-endian numpy dtype of the value, is floating point)
 _ORDERING_TYPES = {
@@ -111,6 +119,8 @@ class KeyEncoderSpec:
                 return cls(PREFIX_SCAN, num_prefix_cols=int(spec.get("numColsPrefixKey", 0)))
             if kind == RANGE_SCAN:
                 return cls(RANGE_SCAN, ordering_ordinals=tuple(int(o) for o in spec.get("orderingOrdinals", ())))
+            if kind in (TIMESTAMP_PREFIX, TIMESTAMP_POSTFIX):
+                return cls(kind)
             raise UnsupportedOptionError(f"RocksDB key encoder {kind} is not supported by state_reader yet")
         if num_cols_prefix_key > 0:
             return cls(PREFIX_SCAN, num_prefix_cols=num_cols_prefix_key)
@@ -236,6 +246,8 @@ def decode_keys(keys: RowBuffer, schema: StructType, spec: KeyEncoderSpec, avro:
         if avro:
             raise UnsupportedOptionError(f"{keys.source}: Avro-encoded range-scan keys are not supported")
         return _decode_range_scan(keys, schema, spec.ordering_ordinals)
+    if spec.kind in (TIMESTAMP_PREFIX, TIMESTAMP_POSTFIX):
+        return _decode_timestamp_key(keys, schema, spec.kind == TIMESTAMP_PREFIX, avro)
     raise UnsupportedOptionError(f"RocksDB key encoder {spec.kind} is not supported by state_reader yet")
 
 
@@ -258,6 +270,23 @@ def _decode_range_scan(keys: RowBuffer, schema: StructType, ordinals: tuple[int,
     else:
         _require(rest, rest.lengths != 0, "range-scan key has bytes after its ordering columns")
     return _assemble(schema, [decoded[i] for i in range(len(fields))])
+
+
+def _decode_timestamp_key(keys: RowBuffer, schema: StructType, prefix: bool, avro: bool) -> pa.StructArray:
+    fields = schema.fields
+    if not fields or fields[-1].data_type.kind != "long":
+        raise CorruptFileError(
+            f"{keys.source}: a timestamp key encoder needs a long as the last key column, the key schema is "
+            f"{schema.json()}", path=keys.source)
+    _require(keys, keys.lengths < TIMESTAMP_BYTES + 1, "timestamp-encoded key is shorter than its timestamp")
+    at = keys.starts if prefix else keys.starts + keys.lengths - TIMESTAMP_BYTES
+    raw = keys.buf[at[:, None] + np.arange(TIMESTAMP_BYTES, dtype=np.int64)]
+    flipped = np.ascontiguousarray(raw).view(">u8").reshape(-1).astype("<u8")
+    times = (flipped ^ _SIGN_BIT).view("<i8")
+    row = _view(keys, keys.starts + TIMESTAMP_BYTES if prefix else keys.starts, keys.lengths - TIMESTAMP_BYTES)
+    others = _decode_payload(row, StructType(fields[:-1]), "key", avro)
+    event_time = pa.Array.from_buffers(pa.int64(), len(times), [None, pa.py_buffer(times)])
+    return _assemble(schema, [*_children(others), event_time])
 
 
 def _ordering_column(arr: pa.BinaryArray, dt: DataType, source: str, name: str) -> pa.Array:

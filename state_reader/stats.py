@@ -28,7 +28,7 @@ from .errors import (
 from .metadata import infer_operator_metadata
 from .options import from_kwargs
 from .progress import progress
-from .reader import StateReadPlan, plan_state_read
+from .reader import StateReadPlan, join_column_families, plan_state_read
 from .storage import Storage
 from .store_files import StoreFiles, unique_id_for
 
@@ -117,7 +117,8 @@ def operator_stores(cp: Checkpoint, operator_id: int | None = None, store_name: 
             meta = None
         if meta is None:
             meta = infer_operator_metadata(cp, op)
-        names = [s.name for s in meta.stores] if meta else []
+        # join formats 3 and 4 keep their four stores as column families of one store
+        names = join_column_families(cp, meta) or ([s.name for s in meta.stores] if meta else [])
         op_name = meta.operator_name if meta else None
         if store_name is not None:
             if names and store_name not in names:
@@ -201,14 +202,15 @@ def collect_stats(checkpoint: str, *, operator_id: int | None = None, store_name
             for batch in batches_by_store[(op, store)]:
                 plan = plan_latest if batch == latest else _plan(checkpoint, storage_options, op, store, batch)
                 for pid in plan.partitions:
-                    keys, values = plan.decode_partition(pid)
+                    decoded = plan.decode_columns(pid)
                     store_files = files.get(pid) or StoreFiles(storage, plan.store_dir(pid), plan.provider,
                                                                plan.codec)
                     uid = unique_id_for(cp, store_files, plan.version, op, pid, store)
                     vf = store_files.version_files(plan.version, uid)
                     row = {
                         "operator_id": op, "store_name": store, "batch_id": batch, "version": plan.version,
-                        "partition_id": pid, "rows": len(keys), "decoded_bytes": keys.nbytes + values.nbytes,
+                        "partition_id": pid, "rows": len(decoded[0]),
+                        "decoded_bytes": sum(c.nbytes for c in decoded),
                         "files": len(vf.files), "bytes_on_disk": vf.bytes_on_disk,
                         "delta_chain": vf.delta_chain, "snapshot_version": vf.snapshot_version,
                     }

@@ -21,7 +21,7 @@ timers          key, expiration_timestamp_ms            (same)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from .reader import StateReadPlan
 
 VALUE, LIST, MAP, TIMERS = "ValueState", "ListState", "MapState", "TimerState"
+# a family whose values are lists, shown one element per row in a ``value`` column (join state format 4)
+MULTI_VALUE = "MultiValue"
 _TIMER_FAMILIES = {"ProcessingTime": "$procTimers_keyToTimestamp", "EventTime": "$eventTimers_keyToTimestamp"}
 
 
@@ -48,6 +50,13 @@ class StateVariable:
     kind: str
     flatten: bool
     family: ColumnFamilySchema
+    # value fields left out of the output (the join's internal ``matched`` flag)
+    hidden: tuple[str, ...] = ()
+
+    @property
+    def shown_value_schema(self) -> StructType:
+        """The value schema without the hidden fields."""
+        return StructType([f for f in self.family.value_schema.fields if f.name not in self.hidden])
 
     @property
     def grouping_key(self) -> StructType:
@@ -58,7 +67,7 @@ class StateVariable:
 
     def value_columns(self) -> list[StructField]:
         """Output columns between ``key`` and ``partition_id``."""
-        value = self.family.value_schema
+        value = self.shown_value_schema
         if self.kind == LIST:
             if self.flatten:
                 return [StructField("list_element", value)]
@@ -74,8 +83,7 @@ class StateVariable:
 
     def change_columns(self) -> list[StructField]:
         """Output columns of a change feed (collections are always one row per item)."""
-        flat = StateVariable(self.name, self.kind, True, self.family)
-        return flat.value_columns()
+        return replace(self, flatten=True).value_columns()
 
 
 def plan_variable(cp: Checkpoint, metadata: OperatorMetadata, store: StoreInfo, state_var_name: str | None,
@@ -106,13 +114,14 @@ def plan_variable(cp: Checkpoint, metadata: OperatorMetadata, store: StoreInfo, 
     return StateVariable(name, kind, flatten, family)
 
 
-def family_schema(cp: Checkpoint, operator_id: int, store: StoreInfo, name: str) -> ColumnFamilySchema:
-    """Schema of column family ``name`` from the schema v3 files operator metadata v2 names."""
+def family_schemas(cp: Checkpoint, operator_id: int, store: StoreInfo) -> dict[str, ColumnFamilySchema]:
+    """Every column family's schema, from the schema v3 files operator metadata v2 names."""
     if not store.schema_file_paths:
         raise SchemaReadError(f"operator metadata of operator {operator_id} names no schema file",
                               path=cp.storage.display(f"state/{operator_id}/_metadata"))
-    # the newest schema file describes the current schema of every family
-    for stored in reversed(store.schema_file_paths):
+    out: dict[str, ColumnFamilySchema] = {}
+    # files are listed oldest first: a family's newest schema wins
+    for stored in store.schema_file_paths:
         rel = cp.resolve_schema_path(operator_id, stored)
         shown = cp.storage.display(rel)
         try:
@@ -121,11 +130,17 @@ def family_schema(cp: Checkpoint, operator_id: int, store: StoreInfo, name: str)
             raise SchemaReadError(
                 f"Failed to read the state schema of operator {operator_id}: {shown} does not exist "
                 f"(operator metadata names {stored})", path=shown) from None
-        for family in families:
-            if family.name == name:
-                return family
-    raise SchemaReadError(f"no schema for state variable {name} in the schema files of operator {operator_id}",
-                          path=cp.storage.display(f"state/{operator_id}/_stateSchema"))
+        out.update((family.name, family) for family in families)
+    return out
+
+
+def family_schema(cp: Checkpoint, operator_id: int, store: StoreInfo, name: str) -> ColumnFamilySchema:
+    """Schema of column family ``name`` from the schema v3 files operator metadata v2 names."""
+    family = family_schemas(cp, operator_id, store).get(name)
+    if family is None:
+        raise SchemaReadError(f"no schema for state variable {name} in the schema files of operator {operator_id}",
+                              path=cp.storage.display(f"state/{operator_id}/_stateSchema"))
+    return family
 
 
 # -- decoding -------------------------------------------------------------------
@@ -182,8 +197,9 @@ def _decode(plan: StateReadPlan, var: StateVariable, keys_rows: RowBuffer, value
     keys = decode_keys(keys_rows, var.family.key_schema, spec, avro)
     row_checksum = plan.conf.get(CONF_ROW_CHECKSUM, "false").lower() == "true"
     n = len(keys)
-    if var.kind == LIST:
+    if var.kind in (LIST, MULTI_VALUE):
         owners, elements = _elements(plan, value_rows, present, var.family.value_schema)
+        elements = _hide(elements, var)
         absent = np.flatnonzero(~present)  # deletes in a change feed: one row, no element
         if len(absent):
             owners = np.concatenate([owners, absent])
@@ -191,10 +207,19 @@ def _decode(plan: StateReadPlan, var: StateVariable, keys_rows: RowBuffer, value
         return keys, [elements], owners
     if var.kind == TIMERS:
         return keys.field(0), [keys.field(1)], np.arange(n)
-    values = _values_or_null(value_rows, present, var.family.value_schema, row_checksum, avro)
+    values = _hide(_values_or_null(value_rows, present, var.family.value_schema, row_checksum, avro), var)
     if var.kind == MAP:
         return keys.field(0), [keys.field(1), values], np.arange(n)
     return keys, [values], np.arange(n)
+
+
+def _hide(values: pa.StructArray, var: StateVariable) -> pa.StructArray:
+    """``values`` without the variable's hidden fields."""
+    if not var.hidden:
+        return values
+    shown = [i for i, f in enumerate(var.family.value_schema.fields) if f.name not in var.hidden]
+    return pa.StructArray.from_arrays([values.field(i) for i in shown], fields=list(var.shown_value_schema.to_arrow()),
+                                      mask=values.is_null() if values.null_count else None)
 
 
 def _values_or_null(rows: RowBuffer, present: np.ndarray, schema: StructType, row_checksum: bool,
@@ -230,7 +255,7 @@ def state_columns(plan: StateReadPlan, var: StateVariable, entries: list[tuple[b
     """The output columns (key first, partition_id excluded) of one partition's state."""
     keys_rows, value_rows, present = _family_rows(plan, entries, family_id, source)
     keys, columns, owners = _decode(plan, var, keys_rows, value_rows, present)
-    if var.flatten or var.kind in (VALUE, TIMERS):
+    if var.flatten or var.kind in (VALUE, TIMERS, MULTI_VALUE):
         return [keys.take(pa.array(owners)), *columns]
     order, offsets = _group(keys, owners)
     group_keys = keys.take(pa.array(owners[order][offsets[:-1]])) if len(order) else keys.slice(0, 0)
@@ -256,10 +281,9 @@ def change_columns(plan: StateReadPlan, var: StateVariable, records: list[tuple[
     all_keys = RowBuffer.from_rows([k for k, _ in entries], source + " key")
     in_family = column_family_ids(all_keys) == family_id if entries else np.zeros(0, dtype=bool)
     kinds = [k for k, keep in zip(kinds_all, in_family, strict=True) if keep]
-    flat = StateVariable(var.name, var.kind, True, var.family)
-    keys, columns, owners = _decode(plan, flat, keys_rows, value_rows, present)
+    keys, columns, owners = _decode(plan, replace(var, flatten=True), keys_rows, value_rows, present)
     out_kinds = [kinds[o] for o in owners]
-    if var.kind == LIST:
+    if var.kind in (LIST, MULTI_VALUE):
         # a put replaces the list: Spark reports its first element as the update and the rest as appends
         for i in range(1, len(owners)):
             if owners[i] == owners[i - 1] and out_kinds[i] == "update":

@@ -137,7 +137,7 @@ def verify_checkpoint(checkpoint: str, *, operator_id: int | None = None,
                 at_version = plan if version == plan.version else dataclasses.replace(plan, batch_id=version - 1)
                 report.versions_checked += 1
                 try:
-                    at_version.decode_partition(pid)
+                    at_version.decode_columns(pid)
                     report.versions_ok += 1
                 except Exception as exc:  # every failure is a finding, ours or not
                     report.problems.append(_problem(plan.operator_id, plan.store_name, pid, version, exc))

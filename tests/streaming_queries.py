@@ -192,6 +192,18 @@ def _join(how: str) -> Callable[[DataFrame, DataFrame], DataFrame]:
     return build
 
 
+def _join_batches() -> list[list[dict]]:
+    """Pairs of rows that share a join key and an event time (and one null key per batch)."""
+    batches = []
+    for b in range(6):
+        rows = []
+        for i in range(8):
+            rows.append({"ts": T0 + b * 8 + (i // 2) * 2, "user": "u", "grp": None if i == 7 else "ab"[(i // 2) % 2],
+                         "n": b * 10 + i, "amount": b * i, "price": 1.0 * i, "ok": True, "tag": f"t{i}"})
+        batches.append(rows)
+    return batches
+
+
 def _transform_with_state(df: DataFrame) -> DataFrame:
     """transformWithStateInPandas with every kind of state variable, TTL and a timer per key."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -361,3 +373,7 @@ QUERIES["tws_avro"] = Query(_transform_with_state, processing_time="1 second",
 # stream-stream join state format 3: one store, a virtual column family per join store
 QUERIES["join_v3"] = Query(_join("inner"), output_mode="append", sources=2,
                            confs={**ROCKSDB_CHANGELOG, "spark.sql.streaming.join.stateFormatVersion": "3"})
+
+# stream-stream join state format 4 (4.3): event time in the keys, lists of rows as values
+QUERIES["join_v4"] = Query(_join("left_outer"), output_mode="append", sources=2, batches=_join_batches,
+                           confs={**ROCKSDB_CHANGELOG, "spark.sql.streaming.join.stateFormatVersion": "4"})
