@@ -7,13 +7,16 @@ the operators whose state layout gives them away.
 
 from __future__ import annotations
 
-from .checkpoint import JOIN_STORES
-from .spark_types import StructType
+from collections.abc import Mapping
+
+from .checkpoint import CONF_FMGWS_FORMAT, JOIN_STORES
+from .spark_types import LONG, StructField, StructType
 
 TRANSFORM_WITH_STATE = ("transformWithStateExec", "transformWithStateInPandasExec",
                         "transformWithStateInPySparkExec")
 JOIN = "symmetricHashJoin"
 SESSION_WINDOW = "sessionWindowStateStoreSaveExec"
+FLAT_MAP_GROUPS_WITH_STATE = ("flatMapGroupsWithState", "applyInPandasWithState")
 
 # field metadata Spark puts on a session window column
 _SESSION_WINDOW_METADATA = "spark.sessionWindow"
@@ -38,3 +41,22 @@ def infer_num_cols_prefix_key(operator_name: str | None, key_schema: StructType 
     if operator_name == SESSION_WINDOW and key_schema is not None:
         return max(len(key_schema.fields) - 1, 0)
     return 0
+
+
+def fmgws_value_schema(operator_name: str | None, conf: Mapping[str, str], value_schema: StructType) -> StructType:
+    """The value schema flatMapGroupsWithState state really has.
+
+    State format 1 declares its trailing ``timeoutTimestamp`` as an integer but
+    writes the timeout (epoch milliseconds) as a long into that 8-byte slot, so it
+    is read as a long. Checkpoints without operator metadata (before Spark 4.0)
+    are recognised by the format conf and the field alone.
+    """
+    fields = value_schema.fields
+    if not fields or fields[-1].name != "timeoutTimestamp" or fields[-1].data_type.kind != "integer":
+        return value_schema
+    if operator_name is not None and operator_name not in FLAT_MAP_GROUPS_WITH_STATE:
+        return value_schema
+    if conf.get(CONF_FMGWS_FORMAT, "2").strip() != "1":
+        return value_schema
+    last = fields[-1]
+    return StructType([*fields[:-1], StructField(last.name, LONG, last.nullable, last.metadata)])

@@ -373,6 +373,8 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions) -> StateRead
         key_schema, value_schema = _store_schema(cp, opts.operator_id, opts.store_name)
 
     conf = cp.offset_conf(batch_id)
+    if variable is None and join is None:
+        value_schema = operators.fmgws_value_schema(operator_name, conf, value_schema)
     if store_meta is not None and metadata.version == 1:
         num_cols_prefix_key = store_meta.num_cols_prefix_key
     else:  # no metadata (written before Spark 4.0): recognise session windows by their schema

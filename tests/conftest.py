@@ -52,9 +52,9 @@ def spark():
 @pytest.fixture(scope="session")
 def checkpoints(spark, tmp_path_factory):
     """Lazily written checkpoints: ``checkpoints("agg_fmt2")`` -> path."""
-    from streaming_queries import CHECKPOINT_V2_QUERIES, QUERIES, run_query
+    from streaming_queries import CHECKPOINT_V2_QUERIES, FMGWS_TIMEOUT_QUERIES, QUERIES, run_query
 
-    queries = {**QUERIES, **CHECKPOINT_V2_QUERIES}
+    queries = {**QUERIES, **CHECKPOINT_V2_QUERIES, **FMGWS_TIMEOUT_QUERIES}
 
     cache: dict[str, str] = {}
     base = tmp_path_factory.mktemp("checkpoints")
