@@ -36,6 +36,7 @@ from .errors import (
     SchemaReadError,
     UnsupportedOptionError,
 )
+from .grouping import group_ids
 from .options import StateStoreOptions
 from .schema_files import read_schema_v1v2
 from .spark_types import INTEGER, LONG, STRING, StructField, StructType
@@ -88,11 +89,16 @@ class JoinSidePlan:
         count_keys, count_values = self._sub_plan(plan, 0).decode_columns(partition_id)
         row_keys, row_values = self._sub_plan(plan, 1).decode_columns(partition_id)
         n_key = len(self.count_key_schema.fields)
-        counts = dict(zip(_row_identities(count_keys, n_key), count_values.field(0).to_pylist(), strict=True))
-        index = row_keys.field(n_key).to_numpy(zero_copy_only=False)
-        live = np.fromiter((i < (counts.get(k) or 0) for k, i in zip(_row_identities(row_keys, n_key), index,
-                                                                          strict=True)),
-                           dtype=bool, count=len(index))
+        # a row is live when its index is below its join key's count
+        join_keys = [pa.StructArray.from_arrays([keys.field(i) for i in range(n_key)],
+                                                fields=list(self.count_key_schema.to_arrow()))
+                     for keys in (count_keys, row_keys)]
+        ids = group_ids(pa.concat_arrays(join_keys))
+        count_ids, row_ids = ids[:len(count_keys)], ids[len(count_keys):]
+        count_of = np.zeros(int(ids.max(initial=-1)) + 1, dtype=np.int64)
+        count_of[count_ids] = count_values.field(0).fill_null(0).to_numpy(zero_copy_only=False)
+        index = row_keys.field(n_key).fill_null(-1).to_numpy(zero_copy_only=False)
+        live = (index >= 0) & (index < count_of[row_ids])
         keys = pa.StructArray.from_arrays([row_keys.field(i) for i in range(n_key)],
                                           fields=list(plan.key_schema.to_arrow()))
         shown = [i for i, f in enumerate(self.row_value_schema.fields) if f.name != "matched"]
@@ -100,12 +106,6 @@ class JoinSidePlan:
                                             fields=list(plan.value_schema.to_arrow()))
         mask = pa.array(live)
         return keys.filter(mask), values.filter(mask)
-
-
-def _row_identities(keys: pa.StructArray, n_fields: int) -> list[tuple]:
-    """Hashable identity of the first ``n_fields`` fields of each row (join keys)."""
-    columns = [keys.field(i).to_pylist() for i in range(n_fields)]
-    return [tuple(repr(c[r]) for c in columns) for r in range(len(keys))]
 
 
 @dataclass

@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from .checkpoint import CONF_MERGE_OPERATOR, CONF_ROW_CHECKSUM, Checkpoint, OperatorMetadata, StoreInfo
 from .errors import InvalidOptionError, SchemaReadError
+from .grouping import dense_ids, group_ids
 from .schema_files import ColumnFamilySchema, read_schema_v3
 from .spark_types import LONG, ArrayType, MapType, StructField, StructType
 from .unsaferow import RowBuffer, decode_rows
@@ -239,13 +240,14 @@ def _values_or_null(rows: RowBuffer, present: np.ndarray, schema: StructType, ro
 
 def _group(keys: pa.StructArray, owners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Order output rows by grouping key: (permutation, list offsets per distinct key)."""
-    identity = [tuple(repr(v) for v in keys.field(i).to_pylist()) for i in range(keys.type.num_fields)]
-    per_row = list(zip(*identity, strict=True)) if identity else [() for _ in range(len(keys))]
-    first: dict[tuple, int] = {}
-    group = np.array([first.setdefault(per_row[o], len(first)) for o in owners], dtype=np.int64)
+    of_owner = group_ids(keys)
+    if not len(owners):
+        return np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    # groups numbered in order of first appearance among the output rows
+    group = dense_ids(of_owner[owners])
     order = np.argsort(group, kind="stable")
-    counts = np.bincount(group, minlength=len(first))
-    offsets = np.zeros(len(first) + 1, dtype=np.int64)
+    counts = np.bincount(group)
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     return order, offsets
 
