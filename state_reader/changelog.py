@@ -97,16 +97,30 @@ def _lineage(data: bytes, pos: int, path: str) -> tuple[list[LineageItem], int]:
     return lineage, start + n
 
 
-def _records_v1(data: bytes, pos: int, path: str) -> list[Record]:
+def _records(data: bytes, pos: int, path: str, typed: bool) -> list[Record]:
+    """Records up to the end marker: v1/v3 (``typed`` False) or v2/v4 (a type byte per record)."""
     out: list[Record] = []
     n = len(data)
     unpack = _INT.unpack_from
+    end = "end-of-file record" if typed else "end-of-file marker"
     while True:
+        start = pos
+        kind = PUT
+        if typed:
+            if pos >= n:
+                raise TruncatedFileError(f"{path}: ends at byte {n} without the {end}", path=path)
+            kind = data[pos]
+            pos += 1
+            if kind == _END:
+                break
+            if kind not in RECORD_TYPE_NAMES:
+                raise CorruptFileError(f"{path}: unknown record type 0x{kind:02x} at byte {start}", path=path)
         if pos + 4 > n:
-            raise TruncatedFileError(f"{path}: ends at byte {n} without the end-of-file marker", path=path)
+            raise TruncatedFileError(f"{path}: ends at byte {n} without the {end}" if not typed
+                                     else f"{path}: record at byte {start} is cut off", path=path)
         (key_len,) = unpack(data, pos)
         pos += 4
-        if key_len == -1:
+        if key_len == -1 and not typed:
             break
         if key_len < 0:
             raise CorruptFileError(f"{path}: negative key size {key_len} at byte {pos - 4}", path=path)
@@ -117,48 +131,11 @@ def _records_v1(data: bytes, pos: int, path: str) -> list[Record]:
         pos += key_len
         (value_len,) = unpack(data, pos)
         pos += 4
-        if value_len < 0:  # any negative size marks a delete, as Spark reads it
-            out.append((DELETE, key, None))
-            continue
-        if pos + value_len > n:
-            raise TruncatedFileError(
-                f"{path}: value of {value_len} bytes at byte {pos} runs past the end ({n} bytes)", path=path)
-        out.append((PUT, key, data[pos:pos + value_len]))
-        pos += value_len
-    if pos != n:
-        raise CorruptFileError(f"{path}: {n - pos} bytes follow the end-of-file marker", path=path)
-    return out
-
-
-def _records_v2(data: bytes, pos: int, path: str) -> list[Record]:
-    out: list[Record] = []
-    n = len(data)
-    unpack = _INT.unpack_from
-    while True:
-        if pos >= n:
-            raise TruncatedFileError(f"{path}: ends at byte {n} without the end-of-file record", path=path)
-        kind = data[pos]
-        pos += 1
-        if kind == _END:
-            break
-        if kind not in RECORD_TYPE_NAMES:
-            raise CorruptFileError(f"{path}: unknown record type 0x{kind:02x} at byte {pos - 1}", path=path)
-        if pos + 4 > n:
-            raise TruncatedFileError(f"{path}: record at byte {pos - 1} is cut off", path=path)
-        (key_len,) = unpack(data, pos)
-        pos += 4
-        if key_len < 0 or pos + key_len + 4 > n:
-            raise TruncatedFileError(
-                f"{path}: key of {key_len} bytes at byte {pos} does not fit in the file ({n} bytes)", path=path)
-        key = data[pos:pos + key_len]
-        pos += key_len
-        (value_len,) = unpack(data, pos)
-        pos += 4
-        if kind == DELETE:
-            if value_len != -1:
+        # v1/v3: any negative size marks a delete, as Spark reads it; v2/v4 say so in the type
+        if kind == DELETE or (not typed and value_len < 0):
+            if typed and value_len != -1:
                 raise CorruptFileError(
-                    f"{path}: delete record at byte {pos - 9 - key_len} has value size {value_len}, "
-                    "expected -1", path=path)
+                    f"{path}: delete record at byte {start} has value size {value_len}, expected -1", path=path)
             out.append((DELETE, key, None))
             continue
         if value_len < 0 or pos + value_len > n:
@@ -168,7 +145,7 @@ def _records_v2(data: bytes, pos: int, path: str) -> list[Record]:
         out.append((kind, key, data[pos:pos + value_len]))
         pos += value_len
     if pos != n:
-        raise CorruptFileError(f"{path}: {n - pos} bytes follow the end-of-file record", path=path)
+        raise CorruptFileError(f"{path}: {n - pos} bytes follow the {end}", path=path)
     return out
 
 
@@ -192,7 +169,7 @@ def parse_changelog(data: bytes, path: str) -> Changelog:
     lineage: list[LineageItem] = []
     if version >= 3:
         lineage, pos = _lineage(data, pos, path)
-    records = _records_v1(data, pos, path) if version in (1, 3) else _records_v2(data, pos, path)
+    records = _records(data, pos, path, typed=has_column_families(version))
     return Changelog(format_version=version, lineage=lineage, records=records)
 
 
