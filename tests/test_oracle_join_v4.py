@@ -33,6 +33,9 @@ def test_join_v4_stores_and_changes(spark, checkpoints):
     for store in JOIN_V4_STORES:
         assert assert_same_as_builtin(spark, path, {"storeName": store, "readChangeFeed": "true",
                                                     "changeStartBatchId": "0"}) > 0
+        # replay partition 0 from the snapshot of batch 0 on (every changelog after it applied)
+        assert_same_as_builtin(spark, path, {"storeName": store, "snapshotStartBatchId": "0",
+                                             "snapshotPartitionId": "0"})
     assert_same_as_builtin(spark, path, {}, fmt="state-metadata")
 
 
