@@ -341,6 +341,7 @@ QUERIES: dict[str, Query] = {
     "exotic_types": Query(_exotic, confs=HDFS, batches=_types_batches, schema=TYPES_SCHEMA),
     "join_inner": Query(_join("inner"), output_mode="append", confs=HDFS, sources=2),
     "join_left_outer": Query(_join("left_outer"), output_mode="append", confs=HDFS, sources=2),
+    "join_right_outer": Query(_join("right_outer"), output_mode="append", confs=HDFS, sources=2),
     "dedup": Query(_dedup, output_mode="append", confs=HDFS),
     "dedup_within": Query(_dedup_within, output_mode="append", confs=HDFS),
     "session_window": Query(_session_window, output_mode="append", confs=HDFS),

@@ -14,7 +14,7 @@ from state_reader.storage import Storage
 QUERY_NAMES = sorted(n for n, q in QUERIES.items()
                      if "RocksDB" not in q.confs.get("spark.sql.streaming.stateStore.providerClass", "")
                      and q.sources == 1 and n != "exotic_types")
-JOIN_QUERIES = ["join_inner", "join_left_outer"]
+JOIN_QUERIES = ["join_inner", "join_left_outer", "join_right_outer"]
 JOIN_STORES = ["left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues",
                "right-keyWithIndexToValue"]
 
