@@ -2,13 +2,16 @@
 ``state_reader.state-metadata``.
 
 A thin adapter over :mod:`state_reader.reader` and :mod:`state_reader.metadata`:
-options arrive as Spark passes them, planning happens on the driver, and each
-state partition becomes one Spark input partition whose executor reads and
-decodes its files and yields Arrow record batches.
+options arrive as Spark passes them, planning happens on the driver, and the
+state partitions are shared out among Spark input partitions (as many as Spark
+has cores, see :func:`group_partitions`) whose executors read and decode their
+files and yield Arrow record batches.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -16,7 +19,7 @@ import pyspark.sql.datasource as _spark_datasource
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType as SparkStructType
 
-from .errors import UnsupportedTypeError, unexpected_errors_as_ours
+from .errors import InvalidOptionError, UnsupportedTypeError, unexpected_errors_as_ours
 from .key_filter import And, Comparison, InList, KeyFilter, Not, NullCheck, Predicate, evaluate
 from .metadata import metadata_schema, read_metadata_table
 from .options import StateMetadataOptions
@@ -27,10 +30,59 @@ STATESTORE = "state_reader.statestore"
 STATE_METADATA = "state_reader.state-metadata"
 
 
+# Data source option (ours): state partitions read by one Spark input partition.
+PARTITIONS_PER_TASK = "partitionsPerTask"
+
+
 class _StatePartition(InputPartition):
-    def __init__(self, partition_id: int) -> None:
-        super().__init__(partition_id)
-        self.partition_id = partition_id
+    """One Spark input partition: the state partitions it reads, in ascending order."""
+
+    def __init__(self, partition_ids: tuple[int, ...]) -> None:
+        super().__init__(partition_ids)
+        self.partition_ids = partition_ids
+
+
+def group_partitions(ids: list[int], per_task: int | None, cores: int | None) -> list[_StatePartition]:
+    """Share state partitions out among Spark input partitions, contiguous and evenly sized.
+
+    Each Spark task of a Python data source costs a Python worker round trip
+    (tens to hundreds of milliseconds), much more than reading a small state
+    partition, so by default there are as many input partitions as Spark has
+    cores (``cores``), never fewer. ``per_task`` (the ``partitionsPerTask``
+    option) sets how many state partitions one input partition reads at most
+    instead; 1 gives one input partition per state partition, as does an
+    unknown core count.
+    """
+    if not ids:
+        return []
+    if per_task is not None:
+        tasks = -(-len(ids) // per_task)
+    elif cores:
+        tasks = min(len(ids), cores)
+    else:
+        tasks = len(ids)
+    size, extra = divmod(len(ids), tasks)
+    groups, lo = [], 0
+    for i in range(tasks):
+        hi = lo + size + (1 if i < extra else 0)
+        groups.append(_StatePartition(tuple(ids[lo:hi])))
+        lo = hi
+    return groups
+
+
+def _partitions_per_task(options: dict[str, str]) -> int | None:
+    """The ``partitionsPerTask`` option (case-insensitive name): a positive integer, or None for automatic."""
+    text = next((str(v) for k, v in options.items() if k.lower() == PARTITIONS_PER_TASK.lower()), None)
+    if text is None or text.strip().lower() in ("", "auto"):
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidOptionError(
+            f"Invalid value for option '{PARTITIONS_PER_TASK}': {text!r}; a positive integer or 'auto' is expected")
+    return value
 
 
 def _check_arrow_transport(schema: StructType, where: str) -> None:
@@ -48,6 +100,10 @@ def _check_arrow_transport(schema: StructType, where: str) -> None:
 class StateStoreDataSource(DataSource):
     """``spark.read.format("state_reader.statestore")``: the state of one store."""
 
+    # Spark's default parallelism when register() made this class (PySpark plans a
+    # Python data source in a Python worker, which has no SparkSession to ask); None: unknown
+    spark_cores: int | None = None
+
     @classmethod
     def name(cls) -> str:
         return STATESTORE
@@ -64,20 +120,27 @@ class StateStoreDataSource(DataSource):
         _check_arrow_transport(plan.output_schema, plan.storage.display(plan.store_dir(0)))
         return SparkStructType.fromJson(plan.output_schema.to_json())
 
+    def _grouping(self) -> tuple[int | None, int | None]:
+        """(``partitionsPerTask``, Spark's cores) for :func:`group_partitions`."""
+        return _partitions_per_task(dict(self.options)), self.spark_cores
+
     def reader(self, schema: SparkStructType) -> StateStoreReader:
-        return StateStoreReader(self._plan())
+        return StateStoreReader(self._plan(), *self._grouping())
 
 
 class StateStoreReader(DataSourceReader):
-    def __init__(self, plan: StateReadPlan) -> None:
+    def __init__(self, plan: StateReadPlan, per_task: int | None = None, cores: int | None = None) -> None:
         self.plan = plan
+        self.per_task = per_task
+        self.cores = cores
 
     def partitions(self) -> list[InputPartition]:
-        return [_StatePartition(p) for p in self.plan.partitions]
+        return list(group_partitions(self.plan.partitions, self.per_task, self.cores))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        with unexpected_errors_as_ours(f"partition {partition.value} of {self.plan.storage.display('')}"):
-            yield from self.plan.read_partition(partition.value)
+        for partition_id in partition.partition_ids:  # type: ignore[attr-defined]
+            with unexpected_errors_as_ours(f"partition {partition_id} of {self.plan.storage.display('')}"):
+                yield from self.plan.read_partition(partition_id)
 
 
 # --- filter pushdown (pyspark 4.1+) ------------------------------------------
@@ -153,8 +216,8 @@ def spark_filter_to_predicate(flt: object, key_type: pa.StructType) -> tuple[str
 class PushdownStateStoreReader(StateStoreReader):
     """:class:`StateStoreReader` that takes the filters it can apply exactly (see above)."""
 
-    def __init__(self, plan: StateReadPlan) -> None:
-        super().__init__(plan)
+    def __init__(self, plan: StateReadPlan, per_task: int | None = None, cores: int | None = None) -> None:
+        super().__init__(plan, per_task, cores)
         self.key_predicates: list[Predicate] = []
         self.partition_predicates: list[Predicate] = []
 
@@ -175,7 +238,7 @@ class PushdownStateStoreReader(StateStoreReader):
             column = pa.StructArray.from_arrays([pa.array(ids, pa.int32())], names=["partition_id"])
             keep = evaluate(And(tuple(self.partition_predicates)), column).to_pylist()
             ids = [p for p, k in zip(ids, keep, strict=True) if k]
-        return [_StatePartition(p) for p in ids]
+        return list(group_partitions(ids, self.per_task, self.cores))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not self.key_predicates:
@@ -192,7 +255,7 @@ class PushdownStateStoreDataSource(StateStoreDataSource):
     """``state_reader.statestore`` with filter pushdown, registered when Spark has it enabled."""
 
     def reader(self, schema: SparkStructType) -> StateStoreReader:
-        return PushdownStateStoreReader(self._plan())
+        return PushdownStateStoreReader(self._plan(), *self._grouping())
 
 
 def _pushdown_enabled(spark) -> bool:
@@ -249,14 +312,49 @@ def _allow_duplicate_struct_fields(spark) -> None:
         system.setProperty(ARROW_CONFLICT_PROPERTY, ARROW_CONFLICT_APPEND)
 
 
+def _spark_parallelism(spark) -> int | None:
+    """Spark's default parallelism (its cores, or ``spark.default.parallelism``); None when unknown."""
+    try:
+        context = getattr(spark, "sparkContext", None)  # Spark Connect sessions raise here
+        if context is not None:
+            return max(1, int(context.defaultParallelism))
+    except Exception:  # no SparkContext here (Spark Connect): the confs below may still tell
+        pass
+    try:
+        setting = spark.conf.get("spark.default.parallelism", None)
+        if setting:
+            return max(1, int(setting))
+        master = str(spark.conf.get("spark.master", ""))
+    except Exception:  # a conf this session cannot read: unknown
+        return None
+    match = re.fullmatch(r"local\[(\d+|\*)(?:,\d+)?\]", master.strip())
+    if match:
+        return os.cpu_count() if match.group(1) == "*" else max(1, int(match.group(1)))
+    return 1 if master.strip() == "local" else None
+
+
+def _with_cores(base: type[StateStoreDataSource], cores: int | None) -> type[StateStoreDataSource]:
+    """A subclass of ``base`` that knows Spark's cores.
+
+    Made at run time, so cloudpickle ships it to the planning worker by value,
+    class attribute included (a module-level class would travel by name only).
+    """
+    return type(base.__name__, (base,), {"spark_cores": cores, "__module__": __name__,
+                                         "__qualname__": f"{base.__qualname__}.with_cores",
+                                         "__doc__": base.__doc__})
+
+
 def register(spark) -> None:
     """Register both data sources with a SparkSession.
 
     With ``spark.sql.python.filterPushdown.enabled=true`` (pyspark 4.1+) set
     before this call, ``statestore`` takes filters on ``key.<field>`` and
     ``partition_id`` (see :func:`spark_filter_to_predicate`); call it again after
-    changing that conf.
+    changing that conf. Spark's default parallelism at this call sets how many
+    Spark input partitions a read has (see :func:`group_partitions`); call it
+    again after the cluster grew, or set ``partitionsPerTask``.
     """
     _allow_duplicate_struct_fields(spark)
-    spark.dataSource.register(PushdownStateStoreDataSource if _pushdown_enabled(spark) else StateStoreDataSource)
+    base = PushdownStateStoreDataSource if _pushdown_enabled(spark) else StateStoreDataSource
+    spark.dataSource.register(_with_cores(base, _spark_parallelism(spark)))
     spark.dataSource.register(StateMetadataDataSource)
