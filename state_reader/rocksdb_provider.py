@@ -24,13 +24,16 @@ back to a snapshot: the newest of them with a zip is loaded and the changelogs o
 the later ones, then ``V_u.changelog``, are applied. Files of retried tasks carry
 other ids and are never used.
 
-A snapshot is rebuilt in a private temporary directory (zip entries checked before
+A snapshot's SST files are read directly when numba is there (see "reading SST
+files directly" below). Otherwise, or for what that reader leaves aside, the
+snapshot is rebuilt in a private temporary directory (zip entries checked before
 anything is written, SSTs copied under their local names), opened read-only with
 rocksdict, iterated, closed and deleted. The checkpoint itself is only read.
 """
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -40,13 +43,14 @@ import stat
 import tempfile
 import zipfile
 import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from . import changelog as changelog_format
+from . import kernels
 from .checkpoint import (
     CONF_ENCODING,
     CONF_MERGE_OPERATOR,
@@ -75,6 +79,7 @@ from .rocksdb_encoding import (
     select,
     strip_column_family,
 )
+from .sst import SstNotSupportedError, read_sst_rows
 from .storage import Storage
 from .unsaferow import RowBuffer
 
@@ -120,15 +125,53 @@ class SnapshotMetadata:
     column_families: dict[str, int]
 
 
-@dataclass
 class StoreState:
-    """Encoded RocksDB keys -> values of a store at one version."""
+    """Encoded RocksDB keys -> values of a store at one version.
 
-    entries: dict[bytes, bytes]
-    # virtual column family name -> id, from the snapshot the state was built on
-    column_families: dict[str, int] = field(default_factory=dict)
-    # True when the store keeps virtual column families (ids prefix every key)
-    uses_column_families: bool = False
+    Kept as a snapshot gives them, two RowBuffers of unique keys and their values
+    (``rows``), until something needs a dict (``entries``, which changelogs are
+    applied to); from then on as that dict.
+    """
+
+    def __init__(self, entries: dict[bytes, bytes] | None = None, column_families: dict[str, int] | None = None,
+                 uses_column_families: bool = False, rows: tuple[RowBuffer, RowBuffer] | None = None) -> None:
+        self._entries = entries if entries is not None or rows is not None else {}
+        self.rows = rows
+        # virtual column family name -> id, from the snapshot the state was built on
+        self.column_families = column_families or {}
+        # True when the store keeps virtual column families (ids prefix every key)
+        self.uses_column_families = uses_column_families
+
+    @property
+    def entries(self) -> dict[bytes, bytes]:
+        """Keys -> values as a dict of ``bytes``."""
+        if self._entries is None:
+            assert self.rows is not None
+            keys, values = self.rows
+            self._entries = dict(zip(_row_bytes(keys), _row_bytes(values), strict=True))
+            self.rows = None
+        return self._entries
+
+    @entries.setter
+    def entries(self, value: dict[bytes, bytes]) -> None:
+        self._entries = value
+        self.rows = None
+
+    def row_buffers(self, source: str) -> tuple[RowBuffer, RowBuffer]:
+        """Keys and values as RowBuffers (no copy when they are kept that way)."""
+        if self.rows is not None:
+            keys, values = self.rows
+            keys.source, values.source = source + " key", source + " value"
+            return keys, values
+        entries = self.entries
+        return (RowBuffer.from_rows(list(entries), source + " key"),
+                RowBuffer.from_rows(list(entries.values()), source + " value"))
+
+
+def _row_bytes(rows: RowBuffer) -> list[bytes]:
+    """Each row of a RowBuffer as a ``bytes`` object."""
+    data = rows.buf[:rows.size].tobytes()
+    return [data[s:s + n] for s, n in zip(rows.starts.tolist(), rows.lengths.tolist(), strict=True)]
 
 
 # -- zip extraction -----------------------------------------------------------
@@ -164,24 +207,51 @@ def _check_entry(info: zipfile.ZipInfo, zip_shown: str) -> list[str]:
     return parts
 
 
-def _extract_zip(raw: bytes, target: str, zip_shown: str) -> bytes:
-    """Extract a snapshot zip into ``target`` (checked first); return its ``metadata`` bytes."""
+def _open_zip(raw: bytes, zip_shown: str) -> zipfile.ZipFile:
     try:
-        archive = zipfile.ZipFile(io.BytesIO(raw))
+        return zipfile.ZipFile(io.BytesIO(raw))
     except _ZIP_ERRORS as exc:
         raise CorruptFileError(f"{zip_shown} is not a readable zip file: {exc}", path=zip_shown) from exc
+
+
+def _checked_entries(archive: zipfile.ZipFile, zip_shown: str) -> list[tuple[zipfile.ZipInfo, list[str]]]:
+    """Every entry of a snapshot zip with its path components; UnsafeArchiveError for anything hostile."""
+    infos = archive.infolist()
+    if len(infos) > MAX_ZIP_ENTRIES:
+        raise UnsafeArchiveError(
+            f"{zip_shown}: {len(infos)} entries, more than the {MAX_ZIP_ENTRIES} a snapshot may have",
+            path=zip_shown)
+    checked = [(info, _check_entry(info, zip_shown)) for info in infos]
+    total = sum(info.file_size for info in infos)
+    if total > MAX_ZIP_BYTES:
+        raise UnsafeArchiveError(
+            f"{zip_shown}: entries unpack to {total} bytes, more than the {MAX_ZIP_BYTES} allowed "
+            f"(largest: {max(infos, key=lambda i: i.file_size).filename!r})", path=zip_shown)
+    return checked
+
+
+def _zip_metadata(raw: bytes, zip_shown: str) -> tuple[bytes, int]:
+    """A snapshot zip's ``metadata`` bytes and the bytes of its WAL (``*.log``) entries, extracting nothing.
+
+    The entries are checked as for :func:`_extract_zip`, so a hostile zip is refused either way.
+    """
+    with _open_zip(raw, zip_shown) as archive:
+        checked = _checked_entries(archive, zip_shown)
+        wal = sum(info.file_size for info, parts in checked if parts[-1].endswith(".log"))
+        entry = next((info for info, parts in checked if parts == [ZIP_METADATA] and not info.is_dir()), None)
+        if entry is None:
+            raise CorruptFileError(f"{zip_shown} has no '{ZIP_METADATA}' entry", path=zip_shown)
+        try:
+            return archive.read(entry), wal
+        except _ZIP_ERRORS as exc:
+            raise CorruptFileError(f"{zip_shown}: cannot extract an entry: {exc}", path=zip_shown) from exc
+
+
+def _extract_zip(raw: bytes, target: str, zip_shown: str) -> bytes:
+    """Extract a snapshot zip into ``target`` (checked first); return its ``metadata`` bytes."""
+    archive = _open_zip(raw, zip_shown)
     with archive:
-        infos = archive.infolist()
-        if len(infos) > MAX_ZIP_ENTRIES:
-            raise UnsafeArchiveError(
-                f"{zip_shown}: {len(infos)} entries, more than the {MAX_ZIP_ENTRIES} a snapshot may have",
-                path=zip_shown)
-        checked = [(info, _check_entry(info, zip_shown)) for info in infos]
-        total = sum(info.file_size for info in infos)
-        if total > MAX_ZIP_BYTES:
-            raise UnsafeArchiveError(
-                f"{zip_shown}: entries unpack to {total} bytes, more than the {MAX_ZIP_BYTES} allowed "
-                f"(largest: {max(infos, key=lambda i: i.file_size).filename!r})", path=zip_shown)
+        checked = _checked_entries(archive, zip_shown)
         root = os.path.realpath(target)
         metadata: bytes | None = None
         try:
@@ -248,8 +318,8 @@ def parse_snapshot_metadata(raw: bytes, zip_shown: str) -> SnapshotMetadata:
     return SnapshotMetadata(sst_files, log_files, num_keys, column_families)
 
 
-def _read_db(directory: str, zip_shown: str) -> dict[bytes, bytes]:
-    """Every key and value of the RocksDB in ``directory``, opened read-only."""
+def _read_db(directory: str, zip_shown: str) -> tuple[list[bytes], list[bytes]]:
+    """Every key and value of the RocksDB in ``directory``, opened read-only, in key order."""
     try:
         from rocksdict import AccessType, Options, Rdict
     except ImportError as exc:
@@ -260,21 +330,35 @@ def _read_db(directory: str, zip_shown: str) -> dict[bytes, bytes]:
         db = Rdict(directory, options=Options(raw_mode=True), access_type=AccessType.read_only())
     except Exception as exc:  # rocksdict raises plain Exceptions
         raise CorruptFileError(f"RocksDB cannot open the snapshot {zip_shown}: {exc}", path=zip_shown) from exc
+    # a million bytes objects in lists: the cyclic GC would walk the growing lists again and again
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
     try:
         # iterate by hand: a plain items() walk stops silently at a corrupt block
-        entries: dict[bytes, bytes] = {}
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        add_key, add_value = keys.append, values.append
         it = db.iter()
+        key, value, step, valid = it.key, it.value, it.next, it.valid
         it.seek_to_first()
-        while it.valid():
-            entries[it.key()] = it.value()
-            it.next()
+        while valid():
+            add_key(key())
+            add_value(value())
+            step()
         it.status()  # raises when the walk ended on an error rather than at the end
-        del it
-        return entries
+        del it, key, value, step, valid
+        return keys, values
     except Exception as exc:
         raise CorruptFileError(f"RocksDB cannot read the snapshot {zip_shown}: {exc}", path=zip_shown) from exc
     finally:
         db.close()
+        if gc_was_enabled:
+            gc.enable()
+
+
+# snapshots read by one read_state at least this big (in entries, scaled) load numba; see kernels.NUMBA_MIN_RECORDS:
+# rocksdict costs about ten times more per entry than the HDFS Python walk
+_ROCKSDICT_COST_SCALE = 8
 
 
 # -- one store ----------------------------------------------------------------
@@ -288,8 +372,10 @@ class RocksDBStore:
     """The files of one store (operator, partition, store name) of the RocksDB provider."""
 
     def __init__(self, storage: Storage, directory: str, codec: str | None, row_checksum: bool = False,
-                 delimiter: bytes = b",") -> None:
+                 delimiter: bytes = b",", records_hint_scale: int = 1) -> None:
         self.storage = storage
+        # stores the whole read loads (its partitions): scales the size that decides on numba
+        self.records_hint_scale = records_hint_scale
         self.directory = directory
         self.codec = codec
         self.row_checksum = row_checksum
@@ -339,22 +425,53 @@ class RocksDBStore:
         shown = self._shown(name)
         return changelog_format.parse_changelog(decompress(raw, self.codec, shown), shown)
 
-    def load_snapshot(self, version: int, unique_id: str | None, why: str) -> StoreState:
-        """Rebuild the RocksDB of one zip in a temporary directory and read all of it."""
+    def load_snapshot(self, version: int, unique_id: str | None, why: str, as_dict: bool = False) -> StoreState:
+        """Read all of one zip's RocksDB: its SST files directly, or rebuilt in a temporary directory.
+
+        ``as_dict``: changelogs will be applied, so keep the state as a dict from the start.
+        """
         name = _file_name(version, unique_id, "zip")
         shown = self._shown(name)
         raw = self._read(name, self._missing(version, unique_id, "zip", why))
+        metadata, wal_bytes = _zip_metadata(raw, shown)
+        meta = parse_snapshot_metadata(metadata, shown)
+        ssts: dict[DataFile, bytes] = {}
+        if self._sst_wanted(meta, wal_bytes):
+            ssts = {f: self._read_data_file(SST_DIR, f, shown) for f in meta.sst_files}
+            try:
+                rows = read_sst_rows([(data, self.storage.display(f"{self.directory}/{SST_DIR}/{f.dfs_name}"))
+                                      for f, data in ssts.items()], shown)
+            except (SstNotSupportedError, ImportError):
+                pass  # left to rocksdict
+            else:
+                state = StoreState(None, meta.column_families, bool(meta.column_families), rows=rows)
+                if as_dict:
+                    state.entries  # noqa: B018 - converts the rows now, before changelogs land on them
+                return state
         workdir = tempfile.mkdtemp(prefix="state_reader_rocksdb_")
         try:
-            meta = parse_snapshot_metadata(_extract_zip(raw, workdir, shown), shown)
+            _extract_zip(raw, workdir, shown)
             del raw
             for sub, files in ((SST_DIR, meta.sst_files), (LOG_DIR, meta.log_files)):
                 for f in files:
-                    self._copy_data_file(sub, f, workdir, shown)
-            entries = _read_db(workdir, shown)
+                    data = ssts.pop(f, None) if sub == SST_DIR else None
+                    self._write_data_file(data if data is not None else self._read_data_file(sub, f, shown),
+                                          f, workdir, shown)
+            keys, values = _read_db(workdir, shown)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        return StoreState(entries, meta.column_families, uses_column_families=bool(meta.column_families))
+        families = meta.column_families
+        if as_dict:
+            return StoreState(dict(zip(keys, values, strict=True)), families, bool(families))
+        rows = (RowBuffer.from_rows(keys, shown), RowBuffer.from_rows(values, shown))
+        return StoreState(None, families, bool(families), rows=rows)
+
+    def _sst_wanted(self, meta: SnapshotMetadata, wal_bytes: int) -> bool:
+        """Whether to read the SST files directly: numba wanted for a read this big, and nothing in a WAL."""
+        if wal_bytes or any(f.size != 0 for f in meta.log_files):
+            return False
+        entries = meta.num_keys if meta.num_keys >= 0 else sum(f.size for f in meta.sst_files) // 32
+        return kernels.numba_wanted(entries * self.records_hint_scale * _ROCKSDICT_COST_SCALE)
 
     def column_families(self, version: int) -> dict[str, int]:
         """Virtual column family ids as of ``version``, from the metadata of the newest zip at or
@@ -381,7 +498,8 @@ class RocksDBStore:
             raise CorruptFileError(f"{shown} is not a readable zip file: {exc}", path=shown) from exc
         return parse_snapshot_metadata(metadata, shown).column_families
 
-    def _copy_data_file(self, sub: str, f: DataFile, workdir: str, zip_shown: str) -> None:
+    def _read_data_file(self, sub: str, f: DataFile, zip_shown: str) -> bytes:
+        """An SST or log file a snapshot lists, checked against its recorded size."""
         rel = f"{self.directory}/{sub}/{f.dfs_name}"
         shown = self.storage.display(rel)
         try:
@@ -392,6 +510,10 @@ class RocksDBStore:
         if f.size >= 0 and len(data) != f.size:
             raise CorruptFileError(
                 f"{shown} has {len(data)} bytes but the snapshot {zip_shown} records {f.size}", path=shown)
+        return data
+
+    def _write_data_file(self, data: bytes, f: DataFile, workdir: str, zip_shown: str) -> None:
+        """Write a data file under its local name into the private temporary directory."""
         dest = os.path.join(workdir, *f.local_name.split("/"))
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         try:
@@ -437,7 +559,7 @@ class RocksDBStore:
             raise self._missing(gap, None, "changelog", f"version {version} is rebuilt from {base} "
                                 f"and the changelogs {start + 1}..{version}")
         why = f"version {version} is rebuilt from it"
-        state = self.load_snapshot(start, None, why) if start else StoreState({})
+        state = self.load_snapshot(start, None, why, as_dict=start < version) if start else StoreState({})
         for v in range(start + 1, version + 1):
             self._apply(state, self.read_changelog(v, None, why))
         return state
@@ -471,7 +593,7 @@ class RocksDBStore:
             raise self._missing(missing[0], missing[1], "changelog",
                                 f"the lineage in {shown} needs it to rebuild version {version}")
         lineage_why = f"the lineage in {shown} needs it"
-        state = self.load_snapshot(*chain[base], lineage_why) if base is not None else StoreState({})
+        state = self.load_snapshot(*chain[base], lineage_why, as_dict=True) if base is not None else StoreState({})
         for v, u in replay[:-1]:
             self._apply(state, self.read_changelog(v, u, lineage_why))
         self._apply(state, last)
@@ -492,7 +614,7 @@ class RocksDBStore:
         missing = next((v for v in range(start + 1, version + 1) if (v, ids[v]) not in self.changelogs), None)
         if missing is not None:
             raise self._missing(missing, ids[missing], "changelog", why)
-        state = self.load_snapshot(start, ids[start], why)
+        state = self.load_snapshot(start, ids[start], why, as_dict=start < version)
         for v in range(start + 1, version + 1):
             self._apply(state, self.read_changelog(v, ids[v], why))
         return state
@@ -552,7 +674,7 @@ def is_avro(plan: StateReadPlan) -> bool:
 def _store(plan: StateReadPlan, directory: str) -> RocksDBStore:
     is_avro(plan)
     return RocksDBStore(plan.storage, directory, plan.codec, _row_checksum(plan),
-                        merge_delimiter(plan.conf.get(CONF_MERGE_OPERATOR)))
+                        merge_delimiter(plan.conf.get(CONF_MERGE_OPERATOR)), max(len(plan.partitions), 1))
 
 
 def load_store(plan: StateReadPlan, directory: str, partition_id: int) -> StoreState:
@@ -577,8 +699,7 @@ def read_store(plan: StateReadPlan, directory: str, partition_id: int,
     """
     state = load_store(plan, directory, partition_id)
     source = f"{plan.storage.display(directory)} (version {plan.version})"
-    keys = RowBuffer.from_rows(list(state.entries), source + " key")
-    values = RowBuffer.from_rows(list(state.entries.values()), source + " value")
+    keys, values = state.row_buffers(source)
     state.entries = {}
     if state.uses_column_families or column_family is not None:
         keys, values = _column_family(keys, values, state, column_family, source)
