@@ -6,15 +6,15 @@ timed several times each, interleaved:
 * ``builtin``      ``spark.read.format("statestore").load(cp).toArrow()``
 * ``ours-spark``   ``spark.read.format("state_reader.statestore").load(cp).toArrow()``
 * ``ours``         ``state_reader.read_state(cp)`` (no Spark involved) with the Python
-                   record walk and Arrow merge (``STATE_READER_NUMBA=0``)
-* ``ours-numba``   the same with the numba kernels (``STATE_READER_NUMBA=1``), when
-                   numba is installed
+                   record walk and Arrow merge (``STATE_READER_NUMBA=0``; RocksDB:
+                   iterated with rocksdict)
+* ``ours-numba``   the same with the numba kernels (``STATE_READER_NUMBA=1``; RocksDB:
+                   the SST files read directly), when numba is installed
 * ``floor``        reading the files the state is rebuilt from and decompressing them,
-                   nothing else, on one thread (RocksDB: only reading the zip and its
-                   SST files, whose blocks only RocksDB itself can decompress, so
-                   that floor is far lower than anything that yields rows)
+                   nothing else, on one thread (RocksDB: the zip and the SST files,
+                   whose data blocks are lz4-decompressed)
 
-then the peak memory of the Spark-free read (in a fresh process), and cold
+then the peak memory of the Spark-free read (in fresh processes), and cold
 starts: a fresh process importing state_reader and reading the 1M-key (or
 largest) HDFS checkpoint, against a fresh SparkSession's first read of it, and
 ``state-reader metadata`` when the CLI exists.
@@ -80,6 +80,33 @@ def _lz4_java(data: bytes) -> int:
     return total
 
 
+def _sst_blocks(data: bytes) -> int:
+    """Decompressed size of an SST file's data blocks, decompressing every one (no checksums).
+
+    Finding the blocks takes state_reader's SST reader, which needs numba; without it, the bytes read.
+    """
+    import cramjam
+
+    from state_reader.sst import _SstFile
+
+    try:
+        starts, lengths, kinds, sizes = _SstFile(data, "sst").data_layout()
+    except ImportError:
+        return len(data)
+    view = memoryview(data)
+    out = bytearray(int(sizes.sum()))
+    target = memoryview(out)
+    at = 0
+    for start, length, kind, size in zip(starts.tolist(), lengths.tolist(), kinds.tolist(), sizes.tolist(),
+                                         strict=True):
+        if kind == 0:
+            target[at:at + size] = view[start:start + length]
+        else:  # lz4, the benchmark checkpoints' codec
+            cramjam.lz4.decompress_block_into(view[start:start + length], target[at:at + size], output_len=size)
+        at += size
+    return at
+
+
 def _hdfs_files(store: Path, version: int) -> list[Path]:
     snapshots = [int(p.stem) for p in store.glob("*.snapshot") if p.stem.isdigit() and int(p.stem) <= version]
     start = max(snapshots, default=0)
@@ -103,7 +130,7 @@ def floor_read(cp: Path) -> int:
                     if info.filename == "metadata":
                         meta = body
             for sst in json.loads(meta.split(b"\n", 1)[1]).get("sstFiles", []):
-                total += len((store / "SSTs" / sst["dfsSstFileName"]).read_bytes())
+                total += _sst_blocks((store / "SSTs" / sst["dfsSstFileName"]).read_bytes())
         else:
             for path in _hdfs_files(store, version):
                 total += _lz4_java(path.read_bytes())
@@ -226,14 +253,23 @@ def peak_memory(cp: Path, warm_cp: Path) -> dict:
     """Peak RSS of fresh processes reading ``cp`` with read_state, against the table's size.
 
     ``cold``: growth over the RSS right after ``import state_reader``, so modules
-    loaded on first use (pyarrow.compute, pandas through pyarrow) count;
-    ``warm``: growth over the RSS after a tiny read of ``warm_cp`` loaded them.
-    Both with the default (automatic) choice of record walk.
+    loaded on first use (pyarrow.compute, pandas through pyarrow, numba) count,
+    with the default (automatic) choice of path; ``warm`` (Python path) and
+    ``warm-numba``: growth over the RSS after a tiny read of ``warm_cp`` on the
+    same path loaded them (numba's compiled code alone is about 120 MB).
     """
+    from state_reader import kernels
+
+    runs = [("cold", None, []), ("warm", "0", [str(warm_cp)])]
+    if kernels.numba_available():
+        runs.append(("warm-numba", "1", [str(warm_cp)]))
     out = {}
-    for name, extra in (("cold", []), ("warm", [str(warm_cp)])):
+    for name, numba, extra in runs:
+        env = {k: v for k, v in os.environ.items() if k != "STATE_READER_NUMBA"}
+        if numba is not None:
+            env["STATE_READER_NUMBA"] = numba
         done = subprocess.run([sys.executable, "-c", _PEAK, str(cp), *extra], capture_output=True, text=True,
-                              check=True)
+                              check=True, env=env)
         got = json.loads(done.stdout.strip().splitlines()[-1])
         out[name] = got["peak"] - got["before"]
         out["table"] = got["table"]
@@ -303,12 +339,17 @@ def report(results: list[dict], memory: dict, cold: dict, cold_cp: str) -> str:
             f"{m['ours'] / m['floor']:.1f}x | {opt(nb and nb / m['floor'], '.1f')}x | "
             f"{m['ours'] / r['rows'] * 1e9:.0f} | {opt(nb and nb / r['rows'] * 1e9, '.0f')} |")
     lines += ["", "Peak memory of the Spark-free read, fresh processes (growth of peak RSS over the RSS after "
-              "`import state_reader` (cold) or after a tiny read that loaded the lazily imported modules (warm)):",
-              "", "| provider | keys | table | cold growth | cold / table | warm growth | warm / table |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+              "`import state_reader` (cold, automatic path) or after a tiny read on the same path that loaded the "
+              "lazily imported modules (warm: Python path, warm numba: numba path)):",
+              "", "| provider | keys | table | cold growth | cold / table | warm growth | warm / table "
+              "| warm numba growth | warm numba / table |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (provider, keys), mem in memory.items():
+        numba = mem.get("warm-numba")
+        numba_cells = "- | -" if numba is None else f"{_mb(numba)} | {numba / mem['table']:.2f}"
         lines.append(f"| {provider} | {keys:,} | {_mb(mem['table'])} | {_mb(mem['cold'])} | "
-                     f"{mem['cold'] / mem['table']:.2f} | {_mb(mem['warm'])} | {mem['warm'] / mem['table']:.2f} |")
+                     f"{mem['cold'] / mem['table']:.2f} | {_mb(mem['warm'])} | {mem['warm'] / mem['table']:.2f} | "
+                     f"{numba_cells} |")
     if cold:
         lines += ["", f"Cold start, fresh process, {cold_cp} (median wall time):", "",
                   "| what | seconds |", "|---|---:|"]
