@@ -33,6 +33,7 @@ rocksdict, iterated, closed and deleted. The checkpoint itself is only read.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import json
@@ -41,8 +42,10 @@ import re
 import shutil
 import stat
 import tempfile
+import threading
 import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -330,9 +333,6 @@ def _read_db(directory: str, zip_shown: str) -> tuple[list[bytes], list[bytes]]:
         db = Rdict(directory, options=Options(raw_mode=True), access_type=AccessType.read_only())
     except Exception as exc:  # rocksdict raises plain Exceptions
         raise CorruptFileError(f"RocksDB cannot open the snapshot {zip_shown}: {exc}", path=zip_shown) from exc
-    # a million bytes objects in lists: the cyclic GC would walk the growing lists again and again
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
     try:
         # iterate by hand: a plain items() walk stops silently at a corrupt block
         keys: list[bytes] = []
@@ -341,10 +341,11 @@ def _read_db(directory: str, zip_shown: str) -> tuple[list[bytes], list[bytes]]:
         it = db.iter()
         key, value, step, valid = it.key, it.value, it.next, it.valid
         it.seek_to_first()
-        while valid():
-            add_key(key())
-            add_value(value())
-            step()
+        with _gc_paused():
+            while valid():
+                add_key(key())
+                add_value(value())
+                step()
         it.status()  # raises when the walk ended on an error rather than at the end
         del it, key, value, step, valid
         return keys, values
@@ -352,8 +353,32 @@ def _read_db(directory: str, zip_shown: str) -> tuple[list[bytes], list[bytes]]:
         raise CorruptFileError(f"RocksDB cannot read the snapshot {zip_shown}: {exc}", path=zip_shown) from exc
     finally:
         db.close()
-        if gc_was_enabled:
-            gc.enable()
+
+
+_gc_lock = threading.Lock()
+_gc_pauses = 0
+_gc_was_enabled = True
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC (a process-wide switch) while any thread is inside; restore it after the last.
+
+    A million ``bytes`` objects appended to lists would otherwise make the GC walk them again and again.
+    """
+    global _gc_pauses, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pauses == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 # snapshots read by one read_state at least this big (in entries, scaled) load numba; see kernels.NUMBA_MIN_RECORDS:
