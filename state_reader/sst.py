@@ -270,27 +270,17 @@ def _decompressors() -> dict[int, Any]:
 
 
 _DECOMPRESS_INTO: dict[int, Any] = {}
+_VARINT32, _VARINT64 = 28, 56  # the largest shift of a varint32 / varint64
 
 
-def _read_varint32(buf: np.ndarray, pos: int, limit: int) -> tuple[int, int]:  # pragma: no cover - compiled
-    """(value, next position) of a varint32 in ``buf[pos:limit]``; value -1 when it is not one."""
+def _read_varint(buf: np.ndarray, pos: int, limit: int, max_shift: int) -> tuple[int, int]:  # pragma: no cover
+    """(value, next position) of a varint in ``buf[pos:limit]``; value -1 when it is not one.
+
+    ``max_shift`` 28 reads a varint32, 56 a varint64 below 2**63.
+    """
     value = 0
     shift = 0
-    while pos < limit and shift <= 28:
-        byte = np.int64(buf[pos])
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-    return -1, pos
-
-
-def _read_varint64(buf: np.ndarray, pos: int, limit: int) -> tuple[int, int]:  # pragma: no cover - compiled
-    """(value, next position) of a varint64 below 2**63 in ``buf[pos:limit]``; value -1 when it is not one."""
-    value = 0
-    shift = 0
-    while pos < limit and shift <= 56:
+    while pos < limit and shift <= max_shift:
         byte = np.int64(buf[pos])
         pos += 1
         value |= (byte & 0x7F) << shift
@@ -330,11 +320,11 @@ def _index_handles(block: np.ndarray, delta: bool, offsets: np.ndarray,
         at_restart = r < restarts and pos == _k_le32(block, limit + 4 * r)
         if at_restart:
             r += 1
-        shared, pos = _k_varint(block, pos, limit)
-        unshared, pos = _k_varint(block, pos, limit)
+        shared, pos = _k_varint(block, pos, limit, _VARINT32)
+        unshared, pos = _k_varint(block, pos, limit, _VARINT32)
         value_end = limit
         if not delta:
-            value_len, pos = _k_varint(block, pos, limit)
+            value_len, pos = _k_varint(block, pos, limit, _VARINT32)
             value_end = pos + unshared + value_len
             if value_len < 0:
                 return n, _SST_CORRUPT
@@ -343,10 +333,10 @@ def _index_handles(block: np.ndarray, delta: bool, offsets: np.ndarray,
         key_len = shared + unshared
         pos += unshared
         if not delta or at_restart:
-            offset, pos = _k_varint64(block, pos, value_end)
-            size, pos = _k_varint64(block, pos, value_end)
+            offset, pos = _k_varint(block, pos, value_end, _VARINT64)
+            size, pos = _k_varint(block, pos, value_end, _VARINT64)
         else:
-            change, pos = _k_varint64(block, pos, value_end)
+            change, pos = _k_varint(block, pos, value_end, _VARINT64)
             offset += size + 5
             size += (change >> 1) ^ -(change & 1)
         if offset < 0 or size < 0 or n >= len(offsets):
@@ -369,7 +359,7 @@ def _block_sizes(data: np.ndarray, kinds: np.ndarray, starts: np.ndarray, length
     for b in range(len(kinds)):
         if kinds[b] == 0:
             continue
-        size, pos = _k_varint(data, starts[b], starts[b] + lengths[b])
+        size, pos = _k_varint(data, starts[b], starts[b] + lengths[b], _VARINT32)
         if size < 0:
             return b
         out[b] = size
@@ -412,9 +402,9 @@ def _sst_walk(buf: np.ndarray, block_start: np.ndarray, block_end: np.ndarray, b
         prev_len = 0
         first = n
         while pos < limit:
-            shared, pos = _k_varint(buf, pos, limit)
-            unshared, pos = _k_varint(buf, pos, limit)
-            value_len, pos = _k_varint(buf, pos, limit)
+            shared, pos = _k_varint(buf, pos, limit, _VARINT32)
+            unshared, pos = _k_varint(buf, pos, limit, _VARINT32)
+            value_len, pos = _k_varint(buf, pos, limit, _VARINT32)
             if shared < 0 or unshared < 0 or value_len < 0:
                 return n, kpos, _SST_CORRUPT, b
             length = shared + unshared
@@ -551,8 +541,7 @@ def _sst_merge(key_out: np.ndarray, rec_key: np.ndarray, rec_len: np.ndarray, re
 
 
 # the helpers the kernels call: plain Python until _compiled() replaces them by their compiled versions
-_k_varint: Any = _read_varint32
-_k_varint64: Any = _read_varint64
+_k_varint: Any = _read_varint
 _k_le32: Any = _le32
 _k_compare: Any = _compare
 _k_emit: Any = _emit
@@ -569,13 +558,13 @@ _compile_lock = threading.Lock()
 
 def _compiled() -> _Kernels:
     """The kernels above, compiled by numba on first use (machine code cached on disk)."""
-    global _sst_kernels, _k_varint, _k_varint64, _k_le32, _k_compare, _k_emit
+    global _sst_kernels, _k_varint, _k_le32, _k_compare, _k_emit
     with _compile_lock:  # read_table's threads may get here together
         if _sst_kernels is None:
             import numba
 
             jit = numba.njit(cache=True, nogil=True)
-            _k_varint, _k_varint64, _k_le32 = jit(_read_varint32), jit(_read_varint64), jit(_le32)
+            _k_varint, _k_le32 = jit(_read_varint), jit(_le32)
             _k_compare, _k_emit = jit(_compare), jit(_emit)
             _sst_kernels = _Kernels(jit(_index_handles), jit(_block_sizes), jit(_sst_walk), jit(_sst_merge))
         return _sst_kernels
