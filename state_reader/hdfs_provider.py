@@ -150,8 +150,13 @@ def _last_writes(buf: np.ndarray, key_start: np.ndarray, key_len: np.ndarray, us
     spans = pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), 2 * n - 1,
                                   [None, pa.py_buffer(bounds if large else bounds.astype(np.int32)),
                                    pa.py_buffer(buf)])
-    reversed_keys = spans.take(_int_array(np.arange(2 * n - 2, -1, -2, dtype=np.int64), pa.int64()))
-    codes = np.frombuffer(pc.dictionary_encode(reversed_keys).indices.buffers()[1], dtype=np.int32, count=n)
+    # temporaries from the system allocator: Arrow's default pool would keep their pages after the read
+    pool = pa.system_memory_pool()
+    reversed_keys = pc.take(spans, _int_array(np.arange(2 * n - 2, -1, -2, dtype=np.int64), pa.int64()),
+                            memory_pool=pool)
+    codes = np.frombuffer(pc.dictionary_encode(reversed_keys, memory_pool=pool).indices.buffers()[1],
+                          dtype=np.int32, count=n)
+    del reversed_keys
     # codes are numbered in order of first appearance: a code is new where it exceeds all before it
     first = np.empty(n, dtype=bool)
     first[0] = True

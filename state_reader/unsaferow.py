@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .errors import RowDecodeError
 from .spark_types import ArrayType, DataType, MapType, StructType
@@ -331,7 +332,8 @@ class _Decoder:
             bounds = bounds.astype(np.int32)
         both = pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), 2 * n - 1,
                                      [None, pa.py_buffer(bounds), pa.py_buffer(self.buf)])
-        taken = both.take(_int_array(np.arange(0, 2 * n, 2, dtype=np.int64), pa.int64()))
+        taken = pc.take(both, _int_array(np.arange(0, 2 * n, 2, dtype=np.int64), pa.int64()),
+                        memory_pool=pa.system_memory_pool())
         _, offsets, data = taken.buffers()
         if large:
             offsets = pa.py_buffer(np.frombuffer(offsets, dtype=np.int64, count=n + 1,
