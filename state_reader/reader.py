@@ -38,7 +38,7 @@ from .errors import (
 )
 from .grouping import group_ids
 from .options import StateStoreOptions
-from .schema_files import read_schema_v1v2
+from .schema_files import ColumnFamilySchema, read_schema_v1v2
 from .spark_types import INTEGER, LONG, STRING, StructField, StructType
 from .storage import Storage
 from .transform_with_state import MULTI_VALUE, StateVariable, family_schemas, plan_variable
@@ -419,7 +419,7 @@ class _JoinFamilies:
     """The join stores of format 3 or 4, kept as column families of the default store."""
 
     operator_id: int
-    schemas: dict[str, Any]
+    schemas: dict[str, ColumnFamilySchema]
 
     @property
     def names(self) -> list[str]:

@@ -205,7 +205,7 @@ def collect_stats(checkpoint: str, *, operator_id: int | None = None, store_name
                     decoded = plan.decode_columns(pid)
                     store_files = files.get(pid) or StoreFiles(storage, plan.store_dir(pid), plan.provider,
                                                                plan.codec)
-                    uid = unique_id_for(cp, store_files, plan.version, op, pid, store)
+                    uid = unique_id_for(cp, store_files, plan.version, op, pid, plan.store_name)
                     vf = store_files.version_files(plan.version, uid)
                     row = {
                         "operator_id": op, "store_name": store, "batch_id": batch, "version": plan.version,
