@@ -98,11 +98,6 @@ def _read(buf: np.ndarray, addr: np.ndarray, dtype: str) -> np.ndarray:
     return _view(buf, dtype)[addr]
 
 
-def _gather(buf: np.ndarray, addr: np.ndarray, width: int) -> np.ndarray:
-    """(len(addr), width) bytes starting at each address."""
-    return buf[addr[:, None] + np.arange(width, dtype=np.int64)]
-
-
 def _from_word(word: np.ndarray, dtype: str) -> np.ndarray:
     """The value of ``dtype`` in the low bytes of each little-endian slot word."""
     width = np.dtype(dtype).itemsize
