@@ -3,13 +3,42 @@ streaming query over JSON files, one file per micro-batch, into a checkpoint."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
+import shutil
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 
 os.environ.setdefault("TZ", "UTC")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def example_arguments(doc: str, extra: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    """The command line of an example: ``--keep DIR`` and whatever ``extra`` adds."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--keep", help="write the checkpoint here and keep it")
+    if extra is not None:
+        extra(parser)
+    return parser.parse_args()
+
+
+@contextlib.contextmanager
+def workspace(keep: str | None, prefix: str) -> Iterator[str]:
+    """Where the example writes its input and checkpoint: ``keep`` (kept), else a temporary directory."""
+    root = keep or tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield root
+    finally:
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def cli_hint(checkpoint: str) -> str:
+    """The line that ends an example: the same look from a terminal."""
+    return f"From a terminal: state-reader stats {checkpoint}   (run with --keep DIR to keep the checkpoint)"
 
 
 def spark_session(shuffle_partitions: int = 2):

@@ -10,11 +10,7 @@ complains their count looks wrong; we look at exactly their state.
 
 from __future__ import annotations
 
-import argparse
-import shutil
-import tempfile
-
-from _streaming import run_query, spark_session
+from _streaming import example_arguments, run_query, spark_session, workspace
 
 import state_reader
 
@@ -34,40 +30,36 @@ def build(stream):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keep", help="write the checkpoint here and keep it")
-    args = parser.parse_args()
+    args = example_arguments(__doc__)
     spark = spark_session()
-    root = args.keep or tempfile.mkdtemp(prefix="state-reader-two-step-")
-    try:
-        checkpoint = run_query(spark, root, clicks(), "ts long, user string, ms int", build)
-        state_reader.register(spark)
+    with workspace(args.keep, "state-reader-two-step-") as root:
+        try:
+            checkpoint = run_query(spark, root, clicks(), "ts long, user string, ms int", build)
+            state_reader.register(spark)
 
-        print("== step 1: which operators and stores? (state-metadata) ==")
-        meta = spark.read.format("state_reader.state-metadata").load(checkpoint)
-        meta.show(truncate=False)
-        row = meta.where("operatorName = 'stateStoreSave'").first()
-        operator_id, store, last_batch = row.operatorId, row.stateStoreName, row.maxBatchId
+            print("== step 1: which operators and stores? (state-metadata) ==")
+            meta = spark.read.format("state_reader.state-metadata").load(checkpoint)
+            meta.show(truncate=False)
+            row = meta.where("operatorName = 'stateStoreSave'").first()
+            operator_id, store, last_batch = row.operatorId, row.stateStoreName, row.maxBatchId
 
-        print(f"== step 2: operator {operator_id}, store '{store}', batch {last_batch}: cleo's windows ==")
-        state = (spark.read.format("state_reader.statestore").option("operatorId", operator_id)
-                 .option("storeName", store).option("batchId", last_batch).load(checkpoint))
-        state.where("key.user = 'cleo'").select("key.window", "value.*", "partition_id").show(truncate=False)
+            print(f"== step 2: operator {operator_id}, store '{store}', batch {last_batch}: cleo's windows ==")
+            state = (spark.read.format("state_reader.statestore").option("operatorId", operator_id)
+                     .option("storeName", store).option("batchId", last_batch).load(checkpoint))
+            state.where("key.user = 'cleo'").select("key.window", "value.*", "partition_id").show(truncate=False)
 
-        print("== the same without Spark ==")
-        table = state_reader.read_state(checkpoint, operator_id=operator_id, key_filter="user = 'cleo'")
-        # the value is the aggregation buffer: count and sum, under the buffer's own names
-        for r in table.select(["key", "value", "partition_id"]).to_pylist():
-            print(f"  window {r['key']['window']['start']:%H:%M:%S}  count={r['value']['count']}  "
-                  f"sum(ms)={r['value']['sum']}  partition {r['partition_id']}")
-        print("\nFrom a terminal (run this example with --keep DIR to keep the checkpoint):")
-        print(f"  state-reader metadata {checkpoint}")
-        print(f"  state-reader show {checkpoint} --key-filter \"user = 'cleo'\"")
-        return 0
-    finally:
-        spark.stop()
-        if not args.keep:
-            shutil.rmtree(root, ignore_errors=True)
+            print("== the same without Spark ==")
+            table = state_reader.read_state(checkpoint, operator_id=operator_id, key_filter="user = 'cleo'")
+            # the value is the aggregation buffer: count and sum, under the buffer's own names
+            for r in table.select(["key", "value", "partition_id"]).to_pylist():
+                print(f"  window {r['key']['window']['start']:%H:%M:%S}  count={r['value']['count']}  "
+                      f"sum(ms)={r['value']['sum']}  partition {r['partition_id']}")
+            print("\nFrom a terminal (run this example with --keep DIR to keep the checkpoint):")
+            print(f"  state-reader metadata {checkpoint}")
+            print(f"  state-reader show {checkpoint} --key-filter \"user = 'cleo'\"")
+            return 0
+        finally:
+            spark.stop()
 
 
 if __name__ == "__main__":

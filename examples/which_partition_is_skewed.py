@@ -12,12 +12,8 @@ its skew (largest / median); ``read_state`` then shows which keys make it big.
 
 from __future__ import annotations
 
-import argparse
-import shutil
-import tempfile
-
 import pyarrow.compute as pc
-from _streaming import run_query, spark_session
+from _streaming import cli_hint, example_arguments, run_query, spark_session, workspace
 
 import state_reader
 from state_reader.stats import batch_summary
@@ -43,16 +39,13 @@ def build(stream):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keep", help="write the checkpoint here and keep it")
-    args = parser.parse_args()
-    spark = spark_session(shuffle_partitions=PARTITIONS)
-    root = args.keep or tempfile.mkdtemp(prefix="state-reader-skew-")
-    try:
-        checkpoint = run_query(spark, root, orders(), "ts long, customer string, order_id string", build)
-    finally:
-        spark.stop()
-    try:
+    args = example_arguments(__doc__)
+    with workspace(args.keep, "state-reader-skew-") as root:
+        spark = spark_session(shuffle_partitions=PARTITIONS)
+        try:
+            checkpoint = run_query(spark, root, orders(), "ts long, customer string, order_id string", build)
+        finally:
+            spark.stop()
         table = state_reader.stats(checkpoint)
         last = batch_summary(table).to_pylist()[-1]
         batch = last["batch_id"]
@@ -79,11 +72,8 @@ def main() -> int:
             key = in_hot.column("key")[i].as_py()
             count = pc.struct_field(value, [0])[i].as_py()
             print(f"  {key}: {count} orders, collect_list buffer of {sizes[i].as_py()} bytes")
-        print(f"\nFrom a terminal: state-reader stats {checkpoint}   (run with --keep DIR to keep the checkpoint)")
+        print("\n" + cli_hint(checkpoint))
         return 0
-    finally:
-        if not args.keep:
-            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -14,15 +14,12 @@ window is ever closed and evicted, and the state grows with every batch.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import itertools
 import json
 import os
-import shutil
-import tempfile
 
-from _streaming import run_query, spark_session
+from _streaming import cli_hint, example_arguments, run_query, spark_session, workspace
 
 import state_reader
 from state_reader.stats import batch_summary
@@ -59,18 +56,18 @@ def watermarks(checkpoint: str) -> dict[int, int]:
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def _out_option(parser) -> None:
     parser.add_argument("--out", default="state_growth.png", help="where to write the plot")
-    parser.add_argument("--keep", help="write the checkpoint here and keep it")
-    args = parser.parse_args()
-    spark = spark_session()
-    root = args.keep or tempfile.mkdtemp(prefix="state-reader-growing-")
-    try:
-        checkpoint = run_query(spark, root, readings(), "ts long, device string, value int", build)
-    finally:
-        spark.stop()  # from here on, no Spark: state_reader reads the files itself
-    try:
+
+
+def main() -> int:
+    args = example_arguments(__doc__, _out_option)
+    with workspace(args.keep, "state-reader-growing-") as root:
+        spark = spark_session()
+        try:
+            checkpoint = run_query(spark, root, readings(), "ts long, device string, value int", build)
+        finally:
+            spark.stop()  # from here on, no Spark: state_reader reads the files itself
         table = state_reader.stats(checkpoint)
         summary = batch_summary(table).to_pylist()
         marks = watermarks(checkpoint)
@@ -88,11 +85,8 @@ def main() -> int:
         fig = state_reader.plot_state_size(checkpoint, title="state size per partition: the watermark stalled")
         fig.savefig(args.out)
         print(f"\nplot written to {args.out}")
-        print(f"From a terminal: state-reader stats {checkpoint}   (run with --keep DIR to keep the checkpoint)")
+        print(cli_hint(checkpoint))
         return 0
-    finally:
-        if not args.keep:
-            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
