@@ -152,6 +152,24 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+def store_read_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """What to read (``show``, ``export``): operator, store, batch, partitions, key filter, variable, join side."""
+    options = [
+        click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0)."),
+        click.option("--store", "-s", "store_name", help="Store name (default 'default')."),
+        click.option("--batch", "-b", "batch_id", type=int, help="Batch id (default: the latest committed)."),
+        click.option("--partition", "-p", "partitions", type=int, multiple=True,
+                     help="Only this partition (repeatable)."),
+        click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann' and region_id > 3\"."),
+        click.option("--state-var", "state_var_name", help="State variable of a transformWithState operator."),
+        click.option("--join-side", type=click.Choice(["left", "right"]),
+                     help="A stream-stream join's buffered input rows of one side."),
+    ]
+    for option in reversed(options):  # the first listed shows first in --help
+        func = option(func)
+    return func
+
+
 def _plan(checkpoint: str, storage_option: Sequence[str], **kwargs: Any) -> StateReadPlan:
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     return plan_state_read(from_kwargs(checkpoint, {**kwargs, "storage_options": _storage_options(storage_option)}))
@@ -231,14 +249,7 @@ def metadata(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequen
 
 @cli.command(epilog=KEY_FILTER_HELP)
 @click.argument("checkpoint")
-@click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0).")
-@click.option("--store", "-s", "store_name", help="Store name (default 'default').")
-@click.option("--batch", "-b", "batch_id", type=int, help="Batch id (default: the latest committed).")
-@click.option("--partition", "-p", "partitions", type=int, multiple=True, help="Only this partition (repeatable).")
-@click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann' and region_id > 3\".")
-@click.option("--state-var", "state_var_name", help="State variable of a transformWithState operator.")
-@click.option("--join-side", type=click.Choice(["left", "right"]),
-              help="A stream-stream join's buffered input rows of one side.")
+@store_read_options
 @click.option("--limit", "-n", type=click.IntRange(min=0), default=DEFAULT_LIMIT, show_default=True,
               help="Rows to show; 0 shows all.")
 @LAYOUT
@@ -425,14 +436,7 @@ def changes_command(checkpoint: str, start: int, end: int | None, operator_id: i
 @click.option("--to", "out", required=True, metavar="FILE", help="Output file: .parquet, .csv or .jsonl.")
 @click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "jsonl"]),
               help="Output format (default: from the extension).")
-@click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0).")
-@click.option("--store", "-s", "store_name", help="Store name (default 'default').")
-@click.option("--batch", "-b", "batch_id", type=int, help="Batch id (default: the latest committed).")
-@click.option("--partition", "-p", "partitions", type=int, multiple=True, help="Only this partition (repeatable).")
-@click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann'\".")
-@click.option("--state-var", "state_var_name", help="State variable of a transformWithState operator.")
-@click.option("--join-side", type=click.Choice(["left", "right"]),
-              help="A stream-stream join's buffered input rows of one side.")
+@store_read_options
 @common_options
 def export(checkpoint: str, out: str, fmt: str | None, operator_id: int | None, store_name: str | None,
            batch_id: int | None, partitions: tuple[int, ...], key_filter: str | None, state_var_name: str | None,
