@@ -196,3 +196,21 @@ class StallingProxy:
                 sock.close()
             except OSError:
                 pass
+
+
+def golden_copy_with_damaged_ssts(tmp_path: Path) -> Path:
+    """A copy of a golden RocksDB checkpoint (Spark 4.0.5) with one byte of each SST of partition 0 flipped."""
+    import shutil
+
+    golden = Path(__file__).resolve().parent / "golden" / "spark-4.0.5" / "agg_window_rocksdb_cl"
+    copy = tmp_path / "cp"
+    shutil.copytree(golden, copy)
+    ssts = sorted((copy / "state" / "0" / "0" / "SSTs").glob("*.sst"))
+    assert ssts
+    for sst in ssts:
+        data = bytearray(sst.read_bytes())
+        data[100] ^= 0xFF
+        sst.chmod(0o644)
+        sst.write_bytes(bytes(data))
+        (sst.parent / f".{sst.name}.crc").unlink(missing_ok=True)  # no sidecar to catch it first
+    return copy

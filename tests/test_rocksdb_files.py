@@ -196,23 +196,13 @@ def test_remote_read_downloads_only_needed_files(checkpoints, monkeypatch):
     assert os.path.isdir(local)
 
 
-def test_corrupt_sst_block_is_reported_not_skipped(tmp_path):
+def test_corrupt_sst_block_is_reported_not_skipped(tmp_path, monkeypatch):
     """RocksDB stops an items() walk quietly at a bad block; the reader must raise instead."""
-    import shutil
-    from pathlib import Path
+    from damage import golden_copy_with_damaged_ssts
 
     import state_reader
 
-    golden = Path(__file__).resolve().parent / "golden" / "spark-4.0.5" / "agg_window_rocksdb_cl"
-    copy = tmp_path / "cp"
-    shutil.copytree(golden, copy)
-    ssts = sorted((copy / "state" / "0" / "0" / "SSTs").glob("*.sst"))
-    assert ssts
-    for sst in ssts:
-        data = bytearray(sst.read_bytes())
-        data[100] ^= 0xFF
-        sst.chmod(0o644)
-        sst.write_bytes(bytes(data))
-        (sst.parent / f".{sst.name}.crc").unlink(missing_ok=True)  # no sidecar to catch it first
+    monkeypatch.setenv("STATE_READER_NUMBA", "0")  # through rocksdict (test_sst covers the SST reader)
+    copy = golden_copy_with_damaged_ssts(tmp_path)
     with pytest.raises(state_reader.CorruptFileError, match="block checksum mismatch"):
         state_reader.read_state(str(copy))

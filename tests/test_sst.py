@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 from pathlib import Path
 
 import pytest
+from damage import golden_copy_with_damaged_ssts
 from oracle import arrow_rows
 
 import state_reader
@@ -163,14 +163,7 @@ def test_golden_checkpoints_read_the_same_either_way(checkpoint, numba_on, monke
 
 
 def test_corrupt_block_is_reported_by_the_sst_reader(tmp_path, numba_on):
-    copy = tmp_path / "cp"
-    shutil.copytree(GOLDEN / "spark-4.0.5" / "agg_window_rocksdb_cl", copy)
-    for sst_file in sorted((copy / "state" / "0" / "0" / "SSTs").glob("*.sst")):
-        data = bytearray(sst_file.read_bytes())
-        data[100] ^= 0xFF
-        sst_file.chmod(0o644)
-        sst_file.write_bytes(bytes(data))
-        (sst_file.parent / f".{sst_file.name}.crc").unlink(missing_ok=True)  # no sidecar to catch it first
+    copy = golden_copy_with_damaged_ssts(tmp_path)
     with pytest.raises(errors.CorruptFileError, match="block checksum mismatch"):
         state_reader.read_state(str(copy))
 
