@@ -86,6 +86,12 @@ def _lz4_check(xxhash: Any, chunk: Any, pos: int, checksum: int, path: str) -> N
             f"(stored 0x{checksum:08x}, computed 0x{actual:08x})", path=path)
 
 
+def _lz4_length_check(written: int, dlen: int, pos: int, path: str) -> None:
+    if written != dlen:
+        raise CorruptFileError(
+            f"{path}: lz4 block at byte {pos} decompressed to {written} bytes, header says {dlen}", path=path)
+
+
 def _lz4_failed(pos: int, path: str, exc: Exception) -> CorruptFileError:
     return CorruptFileError(f"{path}: lz4 block at byte {pos} does not decompress: {exc}", path=path)
 
@@ -104,10 +110,7 @@ def decompress_lz4(data: bytes, path: str) -> bytes:
                 chunk = block.decompress(payload, uncompressed_size=dlen)
             except Exception as exc:
                 raise _lz4_failed(pos, path, exc) from exc
-            if len(chunk) != dlen:
-                raise CorruptFileError(
-                    f"{path}: lz4 block at byte {pos} decompressed to {len(chunk)} bytes, "
-                    f"header says {dlen}", path=path)
+            _lz4_length_check(len(chunk), dlen, pos, path)
         _lz4_check(xxhash, chunk, pos, checksum, path)
         out.append(chunk)
     return b"".join(out)
@@ -144,19 +147,13 @@ def decompress_lz4_into(data: bytes, path: str, out: np.ndarray,
                 written = into(view[start:start + clen], target, output_len=dlen)
             except Exception as exc:
                 raise _lz4_failed(pos, path, exc) from exc
-            if written != dlen:
-                raise CorruptFileError(
-                    f"{path}: lz4 block at byte {pos} decompressed to {written} bytes, "
-                    f"header says {dlen}", path=path)
+            _lz4_length_check(written, dlen, pos, path)
         else:
             try:
                 chunk = block.decompress(view[start:start + clen], uncompressed_size=dlen)
             except Exception as exc:
                 raise _lz4_failed(pos, path, exc) from exc
-            if len(chunk) != dlen:
-                raise CorruptFileError(
-                    f"{path}: lz4 block at byte {pos} decompressed to {len(chunk)} bytes, "
-                    f"header says {dlen}", path=path)
+            _lz4_length_check(len(chunk), dlen, pos, path)
             target[:] = chunk
         if digest(target, seed=_LZ4_XXHASH_SEED) & 0x0FFFFFFF != checksum:
             _lz4_check(xxhash, target, pos, checksum, path)

@@ -389,17 +389,12 @@ def evaluate(predicate: Predicate, keys: pa.StructArray) -> pa.BooleanArray:
         indices, _ = resolve_field(predicate.path, key_type)
         values = _field_values(keys, indices)
         return pc.is_valid(values) if predicate.negated else pc.is_null(values)
-    if isinstance(predicate, And):
+    if isinstance(predicate, (And, Or)):
+        combine = pc.and_kleene if isinstance(predicate, And) else pc.or_kleene
         masks = [evaluate(p, keys) for p in predicate.parts]
         out = masks[0]
         for m in masks[1:]:
-            out = pc.and_kleene(out, m)
-        return out
-    if isinstance(predicate, Or):
-        masks = [evaluate(p, keys) for p in predicate.parts]
-        out = masks[0]
-        for m in masks[1:]:
-            out = pc.or_kleene(out, m)
+            out = combine(out, m)
         return out
     if isinstance(predicate, Not):
         return pc.invert(evaluate(predicate.part, keys))
