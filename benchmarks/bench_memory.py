@@ -55,7 +55,7 @@ def measure(checkpoint: str, mode: str) -> dict:
     """Run one mode in this process; return its figures (called in a child interpreter)."""
     import pyarrow as pa
 
-    from state_reader.reader import plan_state_read
+    from state_reader.core.planner import plan_state_read
 
     plan = plan_state_read({"path": checkpoint})
     for module in ("lz4.block", "xxhash", "cramjam", "zstandard", "rocksdict", "google_crc32c"):

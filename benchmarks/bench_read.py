@@ -87,7 +87,7 @@ def _sst_blocks(data: bytes) -> int:
     """
     import cramjam
 
-    from state_reader.sst import _SstFile
+    from state_reader.formats.sst import _SstFile
 
     try:
         starts, lengths, kinds, sizes = _SstFile(data, "sst").data_layout()
@@ -167,7 +167,7 @@ def _with_numba(setting: str, fn: Callable[[], object]) -> object:
 def bench_checkpoint(spark, cp: Path, repeats: int) -> dict:
     """Medians (and all runs) of every method on one checkpoint."""
     import state_reader
-    from state_reader import kernels
+    from state_reader.formats import kernels
 
     path = str(cp)
     methods: dict[str, Callable[[], object]] = {
@@ -258,7 +258,7 @@ def peak_memory(cp: Path, warm_cp: Path) -> dict:
     ``warm-numba``: growth over the RSS after a tiny read of ``warm_cp`` on the
     same path loaded them (numba's compiled code alone is about 120 MB).
     """
-    from state_reader import kernels
+    from state_reader.formats import kernels
 
     runs = [("cold", None, []), ("warm", "0", [str(warm_cp)])]
     if kernels.numba_available():
@@ -278,12 +278,12 @@ def peak_memory(cp: Path, warm_cp: Path) -> dict:
 
 
 def _cli_command() -> list[str] | None:
-    if importlib.util.find_spec("state_reader.cli") is None:
+    if importlib.util.find_spec("state_reader.fronts.cli") is None:
         return None
     script = Path(sys.executable).with_name("state-reader")
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-m", "state_reader.cli"]
+    return [sys.executable, "-m", "state_reader.fronts.cli"]
 
 
 def cold_starts(cp: Path, repeats: int) -> dict:
@@ -312,7 +312,7 @@ def _mb(n: float) -> str:
 
 
 def report(results: list[dict], memory: dict, cold: dict, cold_cp: str) -> str:
-    from state_reader import kernels as _fast
+    from state_reader.formats import kernels as _fast
 
     lines = [
         f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, Python {platform.python_version()}, "

@@ -18,8 +18,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from .changefeed import changes
-from .errors import (
+from state_reader.core.key_filter import KeyFilterSpec
+from state_reader.core.metadata import read_metadata_table
+from state_reader.core.options import from_kwargs
+from state_reader.core.planner import plan_state_read
+from state_reader.core.scan import read_table as _read_filtered
+from state_reader.errors import (
     ChecksumMismatchError,
     CodecUnavailableError,
     CommittedBatchUnavailableError,
@@ -44,13 +48,9 @@ from .errors import (
     UnsupportedOptionError,
     unexpected_errors_as_ours,
 )
-from .key_filter import KeyFilterSpec
-from .metadata import read_metadata_table
-from .options import from_kwargs
-from .plotting import plot_state_size
-from .reader import plan_state_read
-from .scan import read_table as _read_filtered
-from .stats import stats
+from state_reader.fronts.changefeed import changes
+from state_reader.fronts.plotting import plot_state_size
+from state_reader.fronts.stats import stats
 
 __version__ = "0.1.0"
 
@@ -154,6 +154,6 @@ def read_metadata(
 
 def register(spark: Any) -> None:
     """Register ``state_reader.statestore`` and ``state_reader.state-metadata`` with ``spark``."""
-    from .datasource import register as _register
+    from state_reader.fronts.datasource import register as _register
 
     _register(spark)

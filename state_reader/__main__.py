@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from state_reader.fronts.cli import main
 
 sys.exit(main())

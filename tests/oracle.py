@@ -168,7 +168,7 @@ def assert_same_as_builtin(spark, path: str, options: dict[str, str], fmt: str =
     Returns the number of rows, so callers can check the read was not vacuous.
     """
     import state_reader
-    from state_reader.options import snake_case
+    from state_reader.core.options import snake_case
 
     builtin = spark.read.format(fmt).options(**options).load(path)
     ours = spark.read.format(f"state_reader.{fmt}").options(**options).load(path)

@@ -11,12 +11,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from state_reader import codecs, errors
-from state_reader.hdfs_provider import HDFSStore, parse_records
-from state_reader.schema_files import read_schema_v1v2
-from state_reader.spark_types import parse_struct
-from state_reader.storage import Storage
-from state_reader.unsaferow import RowBuffer, decode_rows
+from state_reader import errors
+from state_reader.formats import codecs
+from state_reader.formats.schema_files import read_schema_v1v2
+from state_reader.formats.spark_types import parse_struct
+from state_reader.formats.unsaferow import RowBuffer, decode_rows
+from state_reader.io.storage import Storage
+from state_reader.providers.hdfs import HDFSStore, parse_records
 
 
 def _delta(checkpoints, name: str) -> bytes:

@@ -24,7 +24,8 @@ from damage import frame, hadoop_sidecar_path, lz4_java, lz4_java_decode, parse_
 from oracle import arrow_rows
 
 import state_reader
-from state_reader import errors, integrity
+from state_reader import errors
+from state_reader.io import integrity
 
 ROOT = Path(__file__).resolve().parents[1]
 

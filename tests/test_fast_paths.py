@@ -18,11 +18,12 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from state_reader import codecs, errors, kernels
-from state_reader.hdfs_provider import HDFSStore, parse_records
-from state_reader.spark_types import parse_struct
-from state_reader.storage import Storage
-from state_reader.unsaferow import RowBuffer, decode_rows
+from state_reader import errors
+from state_reader.formats import codecs, kernels
+from state_reader.formats.spark_types import parse_struct
+from state_reader.formats.unsaferow import RowBuffer, decode_rows
+from state_reader.io.storage import Storage
+from state_reader.providers.hdfs import HDFSStore, parse_records
 
 END = struct.pack(">i", -1)
 HAVE_NUMBA = kernels._compile() is not None
@@ -219,7 +220,7 @@ def test_rows_decode_in_place_and_from_copies_alike():
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 6), st.sampled_from([0, 3, 8, 16, 24])), max_size=60))
 def test_last_writes_agree(picks):
-    from state_reader.hdfs_provider import _last_writes
+    from state_reader.providers.hdfs import _last_writes
 
     keys = [bytes([i]) * size for i, size in picks]
     blob = b"".join(b"\xff" * 4 + k for k in keys) + bytes(64)

@@ -34,7 +34,7 @@ from oracle import arrow_rows
 
 import state_reader
 from state_reader.errors import ChecksumMismatchError, StateReaderError, UnexpectedError
-from state_reader.storage import Storage
+from state_reader.io.storage import Storage
 
 EXAMPLES = int(os.environ.get("STATE_READER_FUZZ_EXAMPLES", "200"))
 READ_SECONDS = 20  # one read of these small checkpoints takes milliseconds

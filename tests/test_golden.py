@@ -12,8 +12,8 @@ import pytest
 from oracle import assert_same_as_builtin
 
 import state_reader
-from state_reader.checkpoint import Checkpoint
-from state_reader.storage import Storage
+from state_reader.io.storage import Storage
+from state_reader.model.checkpoint import Checkpoint
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 MANIFEST = json.loads((GOLDEN / "manifest.json").read_text())

@@ -14,7 +14,7 @@ import pytest
 from oracle import arrow_rows
 
 import state_reader
-from state_reader.key_filter import (
+from state_reader.core.key_filter import (
     And,
     Comparison,
     InList,
@@ -129,7 +129,7 @@ def test_spark_filters_taken_only_when_exact():
     )
     from pyspark.sql.datasource import Not as SparkNot
 
-    from state_reader.datasource import spark_filter_to_predicate
+    from state_reader.fronts.datasource import spark_filter_to_predicate
 
     key = pa.struct([("user", pa.string()), ("n", pa.int32()), ("price", pa.float64()), ("d", pa.date32()),
                      ("w", pa.struct([("start", pa.timestamp("us", tz="UTC"))]))])

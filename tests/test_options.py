@@ -35,7 +35,7 @@ BAD_OPTIONS = [
 
 
 def _api(path, options):
-    from state_reader.options import snake_case
+    from state_reader.core.options import snake_case
 
     return state_reader.read_state(path, **{snake_case(k): v for k, v in options.items()})
 
@@ -137,7 +137,7 @@ def test_stale_checksum_sidecar_is_reported(checkpoints, tmp_path):
 
 
 def test_snake_case_options_map_mechanically():
-    from state_reader.options import camel_case, snake_case
+    from state_reader.core.options import camel_case, snake_case
 
     for camel in ("batchId", "operatorId", "storeName", "joinSide", "readChangeFeed", "changeStartBatchId",
                   "snapshotStartBatchId", "stateVarName", "readRegisteredTimers", "flattenCollectionTypes"):

@@ -7,8 +7,8 @@ import pytest
 from oracle import assert_same_as_builtin
 from streaming_queries import QUERIES
 
-from state_reader.checkpoint import Checkpoint
-from state_reader.storage import Storage
+from state_reader.io.storage import Storage
+from state_reader.model.checkpoint import Checkpoint
 
 # HDFS single-source queries; exotic_types holds intervals PySpark cannot collect (see test_decoders)
 QUERY_NAMES = sorted(n for n, q in QUERIES.items()

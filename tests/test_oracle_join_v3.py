@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from oracle import assert_same_as_builtin
 
-from state_reader.checkpoint import Checkpoint
-from state_reader.storage import Storage
+from state_reader.io.storage import Storage
+from state_reader.model.checkpoint import Checkpoint
 
 STORES = ["left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue"]
 

@@ -16,8 +16,8 @@ from oracle import arrow_rows, assert_same_as_builtin, diff, spark_rows
 from streaming_queries import _join_batches
 
 import state_reader
-from state_reader.checkpoint import JOIN_V4_STORES, Checkpoint
-from state_reader.storage import Storage
+from state_reader.io.storage import Storage
+from state_reader.model.checkpoint import JOIN_V4_STORES, Checkpoint
 
 EPOCH = datetime.datetime(1970, 1, 1)
 

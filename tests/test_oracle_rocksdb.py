@@ -15,8 +15,8 @@ from oracle import arrow_rows, assert_same_as_builtin, diff, spark_rows
 from streaming_queries import CHECKPOINT_V2, CHECKPOINT_V2_QUERIES, QUERIES, run_query
 
 import state_reader
-from state_reader.checkpoint import Checkpoint
-from state_reader.storage import Storage
+from state_reader.io.storage import Storage
+from state_reader.model.checkpoint import Checkpoint
 
 ROCKSDB_NAMES = sorted(n for n in QUERIES if n.startswith("rocksdb_"))
 V2_NAMES = sorted(CHECKPOINT_V2_QUERIES)
@@ -61,7 +61,7 @@ def test_join_stores_by_name(spark, tmp_path):
     from pyspark.sql import functions as F
     from streaming_queries import ROCKSDB_CHANGELOG, Query
 
-    from state_reader.checkpoint import JOIN_STORES
+    from state_reader.model.checkpoint import JOIN_STORES
 
     def join(df):
         left = df.select(F.col("grp").alias("lk"), F.col("ts").alias("lt"), "n").withWatermark("lt", "5 seconds")

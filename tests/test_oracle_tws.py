@@ -8,8 +8,8 @@ import pytest
 from oracle import assert_same_as_builtin
 
 import state_reader
-from state_reader.checkpoint import Checkpoint
-from state_reader.storage import Storage
+from state_reader.io.storage import Storage
+from state_reader.model.checkpoint import Checkpoint
 
 VARIABLES = ["profile", "events", "counters", "plain"]
 

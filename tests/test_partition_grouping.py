@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from oracle import assert_same_as_builtin, diff, spark_rows
 
-from state_reader.datasource import _partitions_per_task, group_partitions
 from state_reader.errors import InvalidOptionError
+from state_reader.fronts.datasource import _partitions_per_task, group_partitions
 
 
 def _groups(ids, per_task, cores):

@@ -11,7 +11,7 @@ from damage import fingerprint
 from streaming_queries import ROCKSDB_CHANGELOG, Query, _join, run_query
 
 import state_reader
-from state_reader.options import snake_case
+from state_reader.core.options import snake_case
 
 JOIN_STORE = "left-keyWithIndexToValue"
 

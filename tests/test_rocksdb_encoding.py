@@ -14,9 +14,8 @@ from collections import Counter
 import pytest
 from streaming_queries import ROCKSDB_CHANGELOG, Query, run_query
 
-from state_reader.checkpoint import Checkpoint
-from state_reader.codecs import codec_name
-from state_reader.rocksdb_encoding import (
+from state_reader.formats.codecs import codec_name
+from state_reader.formats.rocksdb_encoding import (
     RANGE_SCAN,
     KeyEncoderSpec,
     column_family_ids,
@@ -25,10 +24,11 @@ from state_reader.rocksdb_encoding import (
     select,
     strip_column_family,
 )
-from state_reader.rocksdb_provider import RocksDBStore
-from state_reader.schema_files import read_schema_v3
-from state_reader.storage import Storage
-from state_reader.unsaferow import RowBuffer
+from state_reader.formats.schema_files import read_schema_v3
+from state_reader.formats.unsaferow import RowBuffer
+from state_reader.io.storage import Storage
+from state_reader.model.checkpoint import Checkpoint
+from state_reader.providers.rocksdb import RocksDBStore
 
 
 def _timers(df):

@@ -14,10 +14,10 @@ import pytest
 from oracle import arrow_rows
 
 import state_reader
-from state_reader import rocksdb_provider
-from state_reader.checkpoint import Checkpoint
 from state_reader.errors import MissingStateFileError, UnsafeArchiveError
-from state_reader.storage import Storage
+from state_reader.io.storage import Storage
+from state_reader.model.checkpoint import Checkpoint
+from state_reader.providers import rocksdb as rocksdb_provider
 
 
 def _copy(src: str, dst: Path) -> Path:

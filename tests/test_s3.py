@@ -18,8 +18,8 @@ from damage import StallingProxy, free_port
 from oracle import arrow_rows, spark_rows
 
 import state_reader
+from state_reader.core.planner import plan_state_read
 from state_reader.errors import ChecksumMismatchError, CorruptFileError, StorageError
-from state_reader.reader import plan_state_read
 
 boto3 = pytest.importorskip("boto3")
 pytest.importorskip("s3fs")

@@ -17,8 +17,10 @@ from damage import golden_copy_with_damaged_ssts
 from oracle import arrow_rows
 
 import state_reader
-from state_reader import errors, rocksdb_provider, sst
-from state_reader.sst import SstNotSupportedError, read_sst_rows
+from state_reader import errors
+from state_reader.formats import sst
+from state_reader.formats.sst import SstNotSupportedError, read_sst_rows
+from state_reader.providers import rocksdb as rocksdb_provider
 
 pytest.importorskip("numba")
 rocksdict = pytest.importorskip("rocksdict")
@@ -148,8 +150,8 @@ def numba_on(monkeypatch):
 
 @pytest.mark.parametrize("checkpoint", GOLDEN_ROCKSDB, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_golden_checkpoints_read_the_same_either_way(checkpoint, numba_on, monkeypatch):
-    from state_reader.checkpoint import Checkpoint
-    from state_reader.storage import Storage
+    from state_reader.io.storage import Storage
+    from state_reader.model.checkpoint import Checkpoint
 
     sides = [{"join_side": "left"}, {"join_side": "right"}] if "join" in checkpoint.name else [{}]
     for batch in Checkpoint(Storage(str(checkpoint))).committed_batches:
@@ -182,7 +184,7 @@ def test_reader_leaves_no_temporary_directory(tmp_path, numba_on, monkeypatch):
 def test_damage_past_the_checksums_gives_our_errors(tmp_path, monkeypatch):
     """Blocks whose checksums hold but whose contents are wrong reach the compiled loops;
     they must answer with our errors (or leave the file to rocksdict), never crash."""
-    from state_reader import sst
+    from state_reader.formats import sst
 
     _write_db(tmp_path / "db", compression="lz4", checksum="crc32c", seed=3)
     datas = [data for data, _ in _ssts(tmp_path / "db")]

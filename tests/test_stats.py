@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import state_reader
-from state_reader.stats import STATS_SCHEMA, SUMMARY_SCHEMA, batch_summary, collect_stats, parse_batch_range
+from state_reader.fronts.stats import STATS_SCHEMA, SUMMARY_SCHEMA, batch_summary, collect_stats, parse_batch_range
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -125,7 +125,7 @@ def test_plot_state_size_figure(agg, tmp_path):
 def test_plot_many_partitions_shows_band_and_top():
     import pyarrow as pa
 
-    from state_reader.plotting import figure_from_stats
+    from state_reader.fronts.plotting import figure_from_stats
 
     rows = [{"operator_id": 0, "store_name": "default", "batch_id": b, "version": b + 1, "partition_id": p,
              "rows": b * (50 if p == 7 else 1), "decoded_bytes": 100 * b, "files": 1, "bytes_on_disk": 10,

@@ -1,0 +1,269 @@
+"""Options of the ``statestore`` and ``state-metadata`` readers.
+
+Names, defaults and validation follow Spark's built-in reader
+(``StateSourceOptions``), so both fronts accept exactly what Spark accepts and
+refuse the rest with the same error conditions. The Spark-free API takes the
+same options in snake_case; :func:`camel_case` maps them mechanically.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from state_reader.errors import (
+    ConflictingOptionsError,
+    EmptyOptionError,
+    InvalidOptionError,
+    NegativeOptionError,
+    RequiredOptionError,
+)
+
+PATH = "path"
+BATCH_ID = "batchId"
+OPERATOR_ID = "operatorId"
+STORE_NAME = "storeName"
+JOIN_SIDE = "joinSide"
+SNAPSHOT_START_BATCH_ID = "snapshotStartBatchId"
+SNAPSHOT_PARTITION_ID = "snapshotPartitionId"
+READ_CHANGE_FEED = "readChangeFeed"
+CHANGE_START_BATCH_ID = "changeStartBatchId"
+CHANGE_END_BATCH_ID = "changeEndBatchId"
+STATE_VAR_NAME = "stateVarName"
+READ_REGISTERED_TIMERS = "readRegisteredTimers"
+FLATTEN_COLLECTION_TYPES = "flattenCollectionTypes"
+# ours, not the built-in's
+INFER_MISSING_METADATA = "inferMissingMetadata"
+INCLUDE_HIDDEN_COLUMNS = "includeHiddenColumns"
+CHANGE_FEED_FROM_SNAPSHOTS = "changeFeedFromSnapshots"
+STORAGE_OPTIONS = "storageOptions"
+VERIFY_CHECKSUMS = "verifyChecksums"
+STORAGE_PREFIX = "storage."
+
+JOIN_SIDES = ("left", "right", "none")
+
+
+def camel_case(name: str) -> str:
+    """``change_start_batch_id`` -> ``changeStartBatchId``."""
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def snake_case(name: str) -> str:
+    """``changeStartBatchId`` -> ``change_start_batch_id``."""
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+
+
+class _Options:
+    """Case-insensitive view of string options, as Spark's CaseInsensitiveStringMap."""
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self._map = {str(k).lower(): v for k, v in options.items() if v is not None}
+
+    def get(self, name: str) -> str | None:
+        value = self._map.get(name.lower())
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+
+    def long(self, name: str) -> int | None:
+        text = self.get(name)
+        if text is None:
+            return None
+        try:
+            return int(text.strip())
+        except ValueError:
+            raise InvalidOptionError(f"Invalid value for option '{name}': {text!r} is not an integer") from None
+
+    def boolean(self, name: str, default: bool) -> bool:
+        text = self.get(name)
+        if text is None:
+            return default
+        lowered = text.strip().lower()
+        if lowered not in ("true", "false"):
+            raise InvalidOptionError(f"Invalid value for option '{name}': {text!r}. Boolean value is expected")
+        return lowered == "true"
+
+    def storage_options(self) -> dict[str, Any]:
+        """fsspec options: ``storageOptions`` (a JSON object) plus ``storage.<name>`` entries."""
+        out: dict[str, Any] = {}
+        raw = self._map.get(STORAGE_OPTIONS.lower())
+        if isinstance(raw, Mapping):  # from the Spark-free API: passed through as is
+            out.update(raw)
+        elif raw:
+            if not isinstance(raw, (str, bytes)):
+                raise InvalidOptionError(
+                    f"Invalid value for option '{STORAGE_OPTIONS}': a mapping or a JSON object is expected, "
+                    f"got {type(raw).__name__}")
+            try:
+                parsed = json.loads(raw)
+            except ValueError as exc:
+                raise InvalidOptionError(f"Invalid value for option '{STORAGE_OPTIONS}': not JSON ({exc})") from None
+            if not isinstance(parsed, dict):
+                raise InvalidOptionError(f"Invalid value for option '{STORAGE_OPTIONS}': a JSON object is expected")
+            out.update(parsed)
+        for key, value in self._map.items():
+            if key.startswith(STORAGE_PREFIX):
+                out[key[len(STORAGE_PREFIX):]] = _loose_json(value)
+        return out
+
+
+def _loose_json(value: Any) -> Any:
+    """A storage option value: JSON when it parses as JSON, else the string itself."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+@dataclass(frozen=True)
+class StateStoreOptions:
+    """Validated ``statestore`` options. ``batch_id`` None = the latest committed batch."""
+
+    path: str
+    batch_id: int | None = None
+    operator_id: int = 0
+    store_name: str = "default"
+    join_side: str = "none"
+    snapshot_start_batch_id: int | None = None
+    snapshot_partition_id: int | None = None
+    read_change_feed: bool = False
+    change_start_batch_id: int | None = None
+    change_end_batch_id: int | None = None
+    state_var_name: str | None = None
+    read_registered_timers: bool = False
+    flatten_collection_types: bool = True
+    # ours: a RocksDB change feed without changelog files, by comparing consecutive snapshots
+    change_feed_from_snapshots: bool = False
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    # check files against their .crc sidecars when there are any (Hadoop's and Spark's)
+    verify_checksums: bool = True
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> StateStoreOptions:
+        """Validate options given by name (case-insensitive), in Spark's order of checks."""
+        opts = _Options(options)
+        path = opts.get(PATH)
+        if path is None or path == "":
+            raise RequiredOptionError(f"'{PATH}' must be specified.")
+        operator_id = opts.long(OPERATOR_ID)
+        operator_id = 0 if operator_id is None else operator_id
+        if operator_id < 0:
+            raise NegativeOptionError(f"'{OPERATOR_ID}' cannot be negative (got {operator_id}).")
+        store_name_raw = opts.get(STORE_NAME)
+        store_name = "default" if store_name_raw is None else store_name_raw.strip()
+        if not store_name:
+            raise EmptyOptionError(f"'{STORE_NAME}' cannot be empty.")
+        state_var_name = opts.get(STATE_VAR_NAME)
+        state_var_name = state_var_name.strip() if state_var_name is not None else None
+        read_timers = opts.boolean(READ_REGISTERED_TIMERS, False)
+        if read_timers and state_var_name is not None:
+            raise ConflictingOptionsError(
+                f"Options '{READ_REGISTERED_TIMERS}' and '{STATE_VAR_NAME}' cannot be specified together.")
+        flatten = opts.boolean(FLATTEN_COLLECTION_TYPES, True)
+        join_side = opts.get(JOIN_SIDE) or "none"
+        if join_side not in JOIN_SIDES:
+            raise InvalidOptionError(
+                f"Invalid value for option '{JOIN_SIDE}': {join_side!r}. Valid values are {','.join(JOIN_SIDES)}")
+        if join_side != "none" and store_name != "default":
+            raise ConflictingOptionsError(
+                f"Options '{JOIN_SIDE}' and '{STORE_NAME}' cannot be specified together "
+                f"(joinSide={join_side}, storeName={store_name}).")
+        batch_id = opts.long(BATCH_ID)
+        snap_start = opts.long(SNAPSHOT_START_BATCH_ID)
+        snap_part = opts.long(SNAPSHOT_PARTITION_ID)
+        read_change_feed = opts.boolean(READ_CHANGE_FEED, False)
+        change_start = opts.long(CHANGE_START_BATCH_ID)
+        change_end = opts.long(CHANGE_END_BATCH_ID)
+        if read_change_feed:
+            for name, given in ((JOIN_SIDE, join_side != "none"), (BATCH_ID, batch_id is not None),
+                                (SNAPSHOT_START_BATCH_ID, snap_start is not None),
+                                (SNAPSHOT_PARTITION_ID, snap_part is not None)):
+                if given:
+                    raise ConflictingOptionsError(
+                        f"Options '{name}' and '{READ_CHANGE_FEED}' cannot be specified together.")
+            if change_start is None:
+                raise RequiredOptionError(f"'{CHANGE_START_BATCH_ID}' must be specified with {READ_CHANGE_FEED}.")
+            if change_start < 0:
+                raise NegativeOptionError(f"'{CHANGE_START_BATCH_ID}' cannot be negative (got {change_start}).")
+            if change_end is not None and change_end < change_start:
+                raise InvalidOptionError(
+                    f"Invalid value for option '{CHANGE_END_BATCH_ID}': {CHANGE_END_BATCH_ID} cannot be "
+                    f"smaller than {CHANGE_START_BATCH_ID} ({change_end} < {change_start}).")
+        else:
+            for name, value in ((CHANGE_START_BATCH_ID, change_start), (CHANGE_END_BATCH_ID, change_end)):
+                if value is not None:
+                    raise InvalidOptionError(
+                        f"Invalid value for option '{name}': Only specify this option when "
+                        f"{READ_CHANGE_FEED} is set to true.")
+            if batch_id is not None and batch_id < 0:
+                raise NegativeOptionError(f"'{BATCH_ID}' cannot be negative (got {batch_id}).")
+            if snap_start is not None and snap_start < 0:
+                raise NegativeOptionError(f"'{SNAPSHOT_START_BATCH_ID}' cannot be negative (got {snap_start}).")
+            if snap_start is not None and batch_id is not None and snap_start > batch_id:
+                raise InvalidOptionError(
+                    f"Invalid value for option '{SNAPSHOT_START_BATCH_ID}': value should be less than "
+                    f"or equal to {batch_id}")
+            if snap_part is not None and snap_part < 0:
+                raise NegativeOptionError(f"'{SNAPSHOT_PARTITION_ID}' cannot be negative (got {snap_part}).")
+            if snap_part is not None and snap_start is None:
+                raise RequiredOptionError(
+                    f"'{SNAPSHOT_START_BATCH_ID}' must be specified with {SNAPSHOT_PARTITION_ID}.")
+            if snap_part is None and snap_start is not None:
+                raise RequiredOptionError(
+                    f"'{SNAPSHOT_PARTITION_ID}' must be specified with {SNAPSHOT_START_BATCH_ID}.")
+        return cls(
+            path=path, batch_id=batch_id, operator_id=operator_id, store_name=store_name,
+            join_side=join_side, snapshot_start_batch_id=snap_start, snapshot_partition_id=snap_part,
+            read_change_feed=read_change_feed, change_start_batch_id=change_start,
+            change_end_batch_id=change_end, state_var_name=state_var_name,
+            read_registered_timers=read_timers, flatten_collection_types=flatten,
+            change_feed_from_snapshots=opts.boolean(CHANGE_FEED_FROM_SNAPSHOTS, False),
+            storage_options=opts.storage_options(),
+            verify_checksums=opts.boolean(VERIFY_CHECKSUMS, True),
+        )
+
+
+@dataclass(frozen=True)
+class StateMetadataOptions:
+    """Validated ``state-metadata`` options."""
+
+    path: str
+    batch_id: int | None = None
+    infer_missing_metadata: bool = False
+    include_hidden_columns: bool = False
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    # check files against their .crc sidecars when there are any (Hadoop's and Spark's)
+    verify_checksums: bool = True
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> StateMetadataOptions:
+        opts = _Options(options)
+        path = opts.get(PATH)
+        if path is None or path == "":
+            raise RequiredOptionError(f"'{PATH}' must be specified.")
+        batch_id = opts.long(BATCH_ID)
+        if batch_id is not None and batch_id < 0:
+            raise NegativeOptionError(f"'{BATCH_ID}' cannot be negative (got {batch_id}).")
+        return cls(path=path, batch_id=batch_id,
+                   infer_missing_metadata=opts.boolean(INFER_MISSING_METADATA, False),
+                   include_hidden_columns=opts.boolean(INCLUDE_HIDDEN_COLUMNS, False),
+                   storage_options=opts.storage_options(),
+                   verify_checksums=opts.boolean(VERIFY_CHECKSUMS, True))
+
+
+def from_kwargs(path: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Spark-free keyword arguments (snake_case) -> data source options (camelCase)."""
+    out: dict[str, Any] = {PATH: path}
+    for name, value in kwargs.items():
+        if value is None:
+            continue
+        out[camel_case(name)] = value
+    return out

@@ -1,0 +1,340 @@
+"""Decompression of state files (HDFS .delta/.snapshot, RocksDB .changelog).
+
+Spark compresses these with ``spark.sql.streaming.stateStore.compression.codec``
+(lz4 by default), using the stream formats of the JVM libraries it bundles:
+lz4-java's ``LZ4BlockOutputStream``, zstd-jni, snappy-java's
+``SnappyOutputStream`` and ning's ``LZFOutputStream``. Each is decoded here from
+its framing; the block payloads go to well-kept Python bindings.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from state_reader.errors import ChecksumMismatchError, CodecUnavailableError, CorruptFileError, TruncatedFileError
+
+# --- lz4-java block stream ----------------------------------------------------
+# header: magic(8) token(1) compressedLen(4 LE) decompressedLen(4 LE) checksum(4 LE)
+_LZ4_MAGIC = b"LZ4Block"
+_LZ4_HEADER = struct.Struct("<8sBiii")
+_LZ4_METHOD_RAW = 0x10
+_LZ4_METHOD_LZ4 = 0x20
+_LZ4_XXHASH_SEED = 0x9747B28C
+_LZ4_MAX_BLOCK = 1 << 25  # lz4-java caps block size at 32 MiB
+
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_SNAPPY_MAGIC = b"\x82SNAPPY\x00"
+_LZF_MAGIC = b"ZV"
+
+
+def _need(module: str, package: str, codec: str, path: str):
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError as exc:
+        raise CodecUnavailableError(
+            f"{path} is compressed with {codec}; install the '{package}' package to read it",
+            path=path,
+        ) from exc
+
+
+def _lz4_blocks(data: bytes, path: str) -> Iterator[tuple[int, int, int, int, int, int]]:
+    """Check and yield the data blocks of an lz4-java stream in order:
+    (header position, method, payload start, payload length, decompressed length, stored checksum)."""
+    pos, n = 0, len(data)
+    while pos < n:
+        if n - pos < _LZ4_HEADER.size:
+            raise TruncatedFileError(
+                f"{path}: lz4 block header at byte {pos} is cut off ({n - pos} of "
+                f"{_LZ4_HEADER.size} bytes)", path=path)
+        magic, token, clen, dlen, checksum = _LZ4_HEADER.unpack_from(data, pos)
+        if magic != _LZ4_MAGIC:
+            raise CorruptFileError(
+                f"{path}: expected lz4 block magic 'LZ4Block' at byte {pos}, found {magic!r}",
+                path=path)
+        method = token & 0xF0
+        if clen < 0 or dlen < 0 or dlen > _LZ4_MAX_BLOCK or clen > _LZ4_MAX_BLOCK:
+            raise CorruptFileError(
+                f"{path}: lz4 block at byte {pos} has impossible lengths "
+                f"(compressed {clen}, decompressed {dlen})", path=path)
+        start = pos + _LZ4_HEADER.size
+        end = start + clen
+        if end > n:
+            raise TruncatedFileError(
+                f"{path}: lz4 block at byte {pos} needs {clen} payload bytes, file has {n - start}",
+                path=path)
+        if dlen:  # a zero-length block ends a stream; concatenated streams may follow
+            if method == _LZ4_METHOD_RAW:
+                if clen != dlen:
+                    raise CorruptFileError(
+                        f"{path}: raw lz4 block at byte {pos} has lengths {clen} != {dlen}", path=path)
+            elif method != _LZ4_METHOD_LZ4:
+                raise CorruptFileError(
+                    f"{path}: lz4 block at byte {pos} has unknown method 0x{token:02x}", path=path)
+            yield pos, method, start, clen, dlen, checksum & 0xFFFFFFFF
+        pos = end
+
+
+def _lz4_check(xxhash: Any, chunk: Any, pos: int, checksum: int, path: str) -> None:
+    actual = xxhash.xxh32_intdigest(chunk, seed=_LZ4_XXHASH_SEED) & 0x0FFFFFFF
+    if actual != checksum:
+        raise ChecksumMismatchError(
+            f"{path}: lz4 block at byte {pos} fails its checksum "
+            f"(stored 0x{checksum:08x}, computed 0x{actual:08x})", path=path)
+
+
+def _lz4_length_check(written: int, dlen: int, pos: int, path: str) -> None:
+    if written != dlen:
+        raise CorruptFileError(
+            f"{path}: lz4 block at byte {pos} decompressed to {written} bytes, header says {dlen}", path=path)
+
+
+def _lz4_failed(pos: int, path: str, exc: Exception) -> CorruptFileError:
+    return CorruptFileError(f"{path}: lz4 block at byte {pos} does not decompress: {exc}", path=path)
+
+
+def decompress_lz4(data: bytes, path: str) -> bytes:
+    """Decode an lz4-java LZ4BlockOutputStream stream, verifying each block's checksum."""
+    block = _need("lz4.block", "lz4", "lz4", path)
+    xxhash = _need("xxhash", "xxhash", "lz4", path)
+    out = []
+    for pos, method, start, clen, dlen, checksum in _lz4_blocks(data, path):
+        payload = data[start:start + clen]
+        if method == _LZ4_METHOD_RAW:
+            chunk = payload
+        else:
+            try:
+                chunk = block.decompress(payload, uncompressed_size=dlen)
+            except Exception as exc:
+                raise _lz4_failed(pos, path, exc) from exc
+            _lz4_length_check(len(chunk), dlen, pos, path)
+        _lz4_check(xxhash, chunk, pos, checksum, path)
+        out.append(chunk)
+    return b"".join(out)
+
+
+def lz4_blocks(data: bytes, path: str) -> list[tuple[int, int, int, int, int, int]]:
+    """Every data block of an lz4-java stream, headers checked as by :func:`decompress_lz4`:
+    (header position, method, payload start, payload length, decompressed length, stored checksum).
+    The decompressed size of the stream is the sum of the fifth items."""
+    return list(_lz4_blocks(data, path))
+
+
+def decompress_lz4_into(data: bytes, path: str, out: np.ndarray,
+                        blocks: list[tuple[int, int, int, int, int, int]] | None = None) -> int:
+    """Decode an lz4-java stream straight into ``out`` (uint8, at least the decompressed size).
+
+    Same checks and errors as :func:`decompress_lz4`, without assembling the
+    output from per-block copies; ``blocks`` are those of :func:`lz4_blocks`
+    when the caller already has them. Returns the number of bytes written.
+    """
+    xxhash = _need("xxhash", "xxhash", "lz4", path)
+    digest = xxhash.xxh32_intdigest
+    view = memoryview(data)
+    target_view = memoryview(out)
+    into = _lz4_block_into()
+    block = None if into is not None else _need("lz4.block", "lz4", "lz4", path)
+    at = 0
+    for pos, method, start, clen, dlen, checksum in (blocks if blocks is not None else _lz4_blocks(data, path)):
+        target = target_view[at:at + dlen]
+        if method == _LZ4_METHOD_RAW:
+            target[:] = view[start:start + clen]
+        elif into is not None:
+            try:
+                written = into(view[start:start + clen], target, output_len=dlen)
+            except Exception as exc:
+                raise _lz4_failed(pos, path, exc) from exc
+            _lz4_length_check(written, dlen, pos, path)
+        else:
+            try:
+                chunk = block.decompress(view[start:start + clen], uncompressed_size=dlen)
+            except Exception as exc:
+                raise _lz4_failed(pos, path, exc) from exc
+            _lz4_length_check(len(chunk), dlen, pos, path)
+            target[:] = chunk
+        if digest(target, seed=_LZ4_XXHASH_SEED) & 0x0FFFFFFF != checksum:
+            _lz4_check(xxhash, target, pos, checksum, path)
+        at += dlen
+    return at
+
+
+def _lz4_block_into() -> Callable[..., int] | None:
+    """cramjam's raw-block decoder that writes into a given buffer (releases the GIL), if present."""
+    try:
+        import cramjam
+    except ImportError:
+        return None
+    return getattr(getattr(cramjam, "lz4", None), "decompress_block_into", None)
+
+
+def decompress_zstd(data: bytes, path: str) -> bytes:
+    """Decode a zstd stream: one or more frames, content size not recorded."""
+    zstandard = _need("zstandard", "zstandard", "zstd", path)
+    out = []
+    rest = data
+    try:
+        while rest:
+            frame = zstandard.ZstdDecompressor().decompressobj()
+            out.append(frame.decompress(rest))
+            if not frame.eof:
+                raise TruncatedFileError(f"{path}: zstd stream ends inside a frame", path=path)
+            rest = frame.unused_data
+    except zstandard.ZstdError as exc:
+        raise CorruptFileError(f"{path}: zstd stream does not decompress: {exc}", path=path) from exc
+    return b"".join(out)
+
+
+def decompress_snappy(data: bytes, path: str) -> bytes:
+    """Decode snappy-java's SnappyOutputStream: header, then length-prefixed raw chunks."""
+    cramjam = _need("cramjam", "cramjam", "snappy", path)
+    if len(data) < 16 or data[:8] != _SNAPPY_MAGIC:
+        raise CorruptFileError(f"{path}: missing snappy-java stream header", path=path)
+    out = []
+    pos, n = 16, len(data)
+    while pos < n:
+        if n - pos < 4:
+            raise TruncatedFileError(f"{path}: snappy chunk length at byte {pos} is cut off", path=path)
+        (clen,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if clen < 0 or pos + clen > n:
+            raise TruncatedFileError(
+                f"{path}: snappy chunk at byte {pos - 4} claims {clen} bytes, file has {n - pos}",
+                path=path)
+        try:
+            out.append(bytes(cramjam.snappy.decompress_raw(data[pos:pos + clen])))
+        except Exception as exc:
+            raise CorruptFileError(
+                f"{path}: snappy chunk at byte {pos - 4} does not decompress: {exc}", path=path
+            ) from exc
+        pos += clen
+    return b"".join(out)
+
+
+def _lzf_chunk(src: bytes, out_len: int, path: str) -> bytes:
+    # liblzf: control byte < 32 = literal run, otherwise back reference
+    out = bytearray()
+    i, n = 0, len(src)
+    try:
+        while i < n:
+            ctrl = src[i]
+            i += 1
+            if ctrl < 32:
+                run = ctrl + 1
+                if i + run > n:
+                    raise IndexError
+                out += src[i:i + run]
+                i += run
+            else:
+                length = ctrl >> 5
+                if length == 7:
+                    length += src[i]
+                    i += 1
+                ref = len(out) - ((ctrl & 0x1F) << 8) - src[i] - 1
+                i += 1
+                if ref < 0:
+                    raise IndexError
+                for _ in range(length + 2):
+                    out.append(out[ref])
+                    ref += 1
+    except IndexError:
+        raise CorruptFileError(f"{path}: lzf chunk is malformed", path=path) from None
+    if len(out) != out_len:
+        raise CorruptFileError(
+            f"{path}: lzf chunk decompressed to {len(out)} bytes, header says {out_len}", path=path)
+    return bytes(out)
+
+
+def decompress_lzf(data: bytes, path: str) -> bytes:
+    """Decode ning compress-lzf's LZFOutputStream chunks."""
+    out = []
+    pos, n = 0, len(data)
+    while pos < n:
+        if n - pos < 5 or data[pos:pos + 2] != _LZF_MAGIC:
+            raise CorruptFileError(f"{path}: expected an lzf chunk header at byte {pos}", path=path)
+        kind = data[pos + 2]
+        if kind == 0:
+            (length,) = struct.unpack_from(">H", data, pos + 3)
+            start = pos + 5
+            if start + length > n:
+                raise TruncatedFileError(f"{path}: lzf chunk at byte {pos} is cut off", path=path)
+            out.append(data[start:start + length])
+            pos = start + length
+        elif kind == 1:
+            if n - pos < 7:
+                raise TruncatedFileError(f"{path}: lzf chunk header at byte {pos} is cut off", path=path)
+            clen, ulen = struct.unpack_from(">HH", data, pos + 3)
+            start = pos + 7
+            if start + clen > n:
+                raise TruncatedFileError(f"{path}: lzf chunk at byte {pos} is cut off", path=path)
+            out.append(_lzf_chunk(data[start:start + clen], ulen, path))
+            pos = start + clen
+        else:
+            raise CorruptFileError(f"{path}: lzf chunk at byte {pos} has unknown type {kind}", path=path)
+    return b"".join(out)
+
+
+_DECODERS: dict[str, Callable[[bytes, str], bytes]] = {
+    "lz4": decompress_lz4,
+    "zstd": decompress_zstd,
+    "snappy": decompress_snappy,
+    "lzf": decompress_lzf,
+}
+
+# Spark accepts fully qualified codec class names as well as short names.
+_CLASS_NAMES = {
+    "org.apache.spark.io.lz4compressioncodec": "lz4",
+    "org.apache.spark.io.zstdcompressioncodec": "zstd",
+    "org.apache.spark.io.snappycompressioncodec": "snappy",
+    "org.apache.spark.io.lzfcompressioncodec": "lzf",
+}
+
+
+def codec_name(conf_value: str | None) -> str:
+    """Short codec name for the value of the compression conf (default lz4)."""
+    if not conf_value:
+        return "lz4"
+    value = conf_value.strip().lower()
+    return _CLASS_NAMES.get(value, value)
+
+
+def sniff(data: bytes) -> str | None:
+    """Codec whose stream magic starts ``data``, or None."""
+    if data.startswith(_LZ4_MAGIC):
+        return "lz4"
+    if data.startswith(_ZSTD_MAGIC):
+        return "zstd"
+    if data.startswith(_SNAPPY_MAGIC):
+        return "snappy"
+    if data.startswith(_LZF_MAGIC):
+        return "lzf"
+    return None
+
+
+def stream_codec(data: bytes, codec: str | None) -> str:
+    """Short name of the codec that ``data`` is decoded with: the recorded one unless the
+    bytes carry another codec's magic (a conf that was changed, or a missing offset log)."""
+    name = codec_name(codec)
+    sniffed = sniff(data)
+    if sniffed is not None and sniffed != name:
+        name = sniffed
+    return name
+
+
+def decompress(data: bytes, codec: str | None, path: str) -> bytes:
+    """Decompress a state file written with ``codec`` (short name or class name).
+
+    The recorded codec is trusted first; when the bytes carry another codec's
+    magic (a conf that was changed, or a missing offset log) the magic wins.
+    """
+    name = stream_codec(data, codec)
+    decoder = _DECODERS.get(name)
+    if decoder is None:
+        raise CodecUnavailableError(
+            f"{path} uses compression codec {codec!r}, which state_reader cannot decode "
+            f"(known: {', '.join(sorted(_DECODERS))})", path=path)
+    if not data:
+        raise TruncatedFileError(f"{path} is empty; a {name} stream was expected", path=path)
+    return decoder(data, path)

@@ -1,0 +1,252 @@
+"""The one sequential step of reading HDFS state files, compiled when numba is there.
+
+A decompressed ``.delta``/``.snapshot`` stream is a chain of records whose
+lengths say where the next one starts (see :mod:`state_reader.hdfs_provider`),
+so finding the records cannot be vectorised. Everything after that is
+columnar numpy/Arrow work. This module walks the chain and returns the start
+of every record:
+
+* with numba (``pip install 'state-reader[fast]'``) a compiled loop, a few
+  nanoseconds per record, that releases the GIL so partitions walk in parallel;
+  a compiled hash table then finds the last write of each key
+  (:func:`last_writes_numba`);
+* without it, a Python loop that checks runs of equally long records in bulk
+  with numpy (fixed-width keys and values make long runs), about 0.3 µs per
+  record otherwise, and hands anything irregular to a byte-exact loop that also
+  produces the errors.
+
+Both return the same positions and the same status for every input. numba is
+imported lazily and only for reads big enough to repay its start-up (about
+half a second plus loading the cached machine code), or when it is already
+loaded; ``STATE_READER_NUMBA=0`` / ``1`` turns it off / on regardless.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+# Status codes of a walk; hdfs_provider turns them into exceptions.
+OK = 0
+NO_END_MARKER = 1      # the stream ends before the -1 marker
+NEGATIVE_KEY = 2       # key length < -1
+KEY_PAST_END = 3       # key (or the value length after it) runs past the end
+REMOVE_IN_SNAPSHOT = 4  # a removal where removals are not allowed
+NEGATIVE_VALUE = 5     # value length < -1
+VALUE_PAST_END = 6     # value runs past the end, or is shorter than its checksum
+TRAILING_BYTES = 7     # bytes after the end marker
+
+# Records walked by one read below which a process that has not loaded numba yet
+# stays with the Python loop: importing numba and loading its cached code costs
+# about as much as walking this many records in Python.
+NUMBA_MIN_RECORDS = 3_000_000
+_ENV = "STATE_READER_NUMBA"
+
+WalkResult = tuple[np.ndarray, int, int, int]
+
+_INT = struct.Struct(">i")
+# Python walk: records walked one by one between bulk checks, the most records one
+# bulk check covers, and the most blocks skipped between bulk checks that failed.
+_BLOCK = 32
+_MAX_JUMP = 1 << 16
+_MAX_BACKOFF = 64
+_numba_walk: Callable[..., Any] | None = None
+_numba_last_writes: Callable[..., Any] | None = None
+_numba_failed = False
+
+
+def _compile() -> Callable[..., Any] | None:
+    """The numba walk, compiled (or loaded from numba's cache) on first use; None without numba."""
+    global _numba_walk, _numba_last_writes, _numba_failed
+    if _numba_walk is not None or _numba_failed:
+        return _numba_walk
+    try:
+        from state_reader.formats._numba_walk import last_writes, walk
+    except ImportError:
+        _numba_failed = True
+        return None
+    _numba_last_writes = last_writes
+    _numba_walk = walk
+    return walk
+
+
+def numba_wanted(records_hint: int) -> bool:
+    """Whether a read that walks about ``records_hint`` records should use numba."""
+    setting = os.environ.get(_ENV, "").strip().lower()
+    if setting in ("0", "false", "no", "off"):
+        return False
+    if setting in ("1", "true", "yes", "on"):
+        return _compile() is not None
+    if _numba_failed:
+        return False
+    if _numba_walk is not None or "numba" in sys.modules:
+        return _compile() is not None
+    return records_hint >= NUMBA_MIN_RECORDS and _compile() is not None
+
+
+def numba_available() -> bool:
+    """Whether numba can be imported (without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("numba") is not None
+
+
+def describe() -> str:
+    """Which walker this process uses for large reads, for benchmark reports."""
+    setting = os.environ.get(_ENV, "").strip().lower()
+    if setting in ("0", "false", "no", "off"):
+        return "record walk: Python loop (numba off by STATE_READER_NUMBA=0)"
+    if not numba_available():
+        return "record walk: Python loop (numba not installed)"
+    from importlib.metadata import version
+
+    if setting in ("1", "true", "yes", "on"):
+        return f"record walk: numba {version('numba')} (forced on)"
+    return (f"record walk: numba {version('numba')} for reads of about {NUMBA_MIN_RECORDS:,} records "
+            "or more, or once loaded; Python loop otherwise")
+
+
+def walk_records(buf: np.ndarray, start: int, end: int, allow_removes: bool, value_skip: int,
+                 use_numba: bool = False) -> WalkResult:
+    """Start of every record in ``buf[start:end]``, then (status, byte position, length) of the walk.
+
+    Positions are absolute in ``buf``; on an error they cover the records before it.
+    """
+    kernel = _compile() if use_numba else None
+    if kernel is not None:
+        out = np.empty(max((end - start) // 8, 1), dtype=np.int64)
+        n, status, at, value = kernel(buf, start, end, allow_removes, value_skip, out)
+        return out[:n].copy(), int(status), int(at), int(value)
+    return _walk_python(buf, start, end, allow_removes, value_skip)
+
+
+def _walk_python(buf: np.ndarray, start: int, end: int, allow_removes: bool, value_skip: int) -> WalkResult:
+    # Fast part: plainly well-formed records one at a time, in blocks; after a
+    # block of equally long records, the records that follow are checked in
+    # bulk with numpy and stepped over while they repeat both lengths (fixed-width
+    # keys and values make long runs). The first thing that does not fit (the end
+    # marker, a negative length, anything past the end) hands over to the exact
+    # loop, which also produces the status.
+    unpack = _INT.unpack_from
+    be32 = _view_be32(buf)
+    chunks: list[np.ndarray] = []
+    found: list[int] = []
+    append = found.append
+    pos = start
+    skip = 0  # blocks to walk before the next bulk check
+    backoff = 1
+    jump = 4 * _BLOCK
+    walking = True
+    while walking:
+        for _ in range(_BLOCK):
+            if pos + 4 > end:
+                walking = False
+                break
+            (k,) = unpack(buf, pos)
+            at = pos + 4 + k
+            if k < 0 or at + 4 > end:
+                walking = False
+                break
+            (v,) = unpack(buf, at)
+            if v < value_skip:
+                if v != -1 or not allow_removes:
+                    walking = False
+                    break
+                nxt = at + 4
+            else:
+                nxt = at + 4 + v
+                if nxt > end:
+                    walking = False
+                    break
+            append(pos)
+            pos = nxt
+        else:
+            if skip:
+                skip -= 1
+                continue
+            step = pos - found[-1]
+            if len(found) < _BLOCK or pos - found[-_BLOCK] != _BLOCK * step:
+                continue
+            # the block's records were (very likely) all this long: check the next ones at once
+            count = min(jump, (end - pos) // step)
+            if count <= 0:
+                continue
+            (k,) = unpack(buf, found[-1])
+            (v,) = unpack(buf, found[-1] + 4 + k)
+            if 8 + k + max(v, 0) != step:
+                continue
+            cand = pos + step * np.arange(count, dtype=np.int64)
+            same = (be32[cand] == k) & (be32[cand + 4 + k] == v)
+            run = count if bool(same.all()) else int(np.argmin(same))
+            if run:
+                chunks.append(np.array(found, dtype=np.int64))
+                found.clear()
+                chunks.append(cand[:run])
+                pos += step * run
+            if run == count:
+                jump = min(2 * jump, _MAX_JUMP)
+                backoff = 1
+            else:
+                jump = 4 * _BLOCK
+                if run < 2 * _BLOCK:
+                    # a bulk check costs about as much as walking a few dozen
+                    # records: where runs stay short, check less and less often
+                    skip = backoff
+                    backoff = min(2 * backoff, _MAX_BACKOFF)
+    chunks.append(np.array(found, dtype=np.int64))
+    fast = np.concatenate(chunks)
+    rest, status, at, value = _walk_exact(buf, pos, end, allow_removes, value_skip)
+    return (np.concatenate([fast, rest]) if len(rest) else fast), status, at, value
+
+
+def _view_be32(buf: np.ndarray) -> np.ndarray:
+    """``buf`` as overlapping big-endian int32s: element i is the one whose bytes start at i."""
+    return np.ndarray(shape=(max(len(buf) - 3, 0),), dtype=">i4", buffer=buf, strides=(1,))
+
+
+def _walk_exact(buf: Any, pos: int, end: int, allow_removes: bool, value_skip: int) -> WalkResult:
+    """Byte-exact walk with every check, in stream order (the reference for the kernel)."""
+    unpack = _INT.unpack_from
+    found: list[int] = []
+    while True:
+        if pos + 4 > end:
+            return np.array(found, dtype=np.int64), NO_END_MARKER, pos, 0
+        (k,) = unpack(buf, pos)
+        if k == -1:
+            pos += 4
+            break
+        if k < 0:
+            return np.array(found, dtype=np.int64), NEGATIVE_KEY, pos, k
+        if pos + 8 + k > end:
+            return np.array(found, dtype=np.int64), KEY_PAST_END, pos + 4, k
+        at = pos + 4 + k
+        (v,) = unpack(buf, at)
+        if v == -1:
+            if not allow_removes:
+                return np.array(found, dtype=np.int64), REMOVE_IN_SNAPSHOT, at, 0
+            found.append(pos)
+            pos = at + 4
+            continue
+        if v < 0:
+            return np.array(found, dtype=np.int64), NEGATIVE_VALUE, at, v
+        if at + 4 + v > end or v < value_skip:
+            return np.array(found, dtype=np.int64), VALUE_PAST_END, at + 4, v
+        found.append(pos)
+        pos = at + 4 + v
+    status = OK if pos == end else TRAILING_BYTES
+    return np.array(found, dtype=np.int64), status, pos, 0
+
+
+def last_writes_numba(buf: np.ndarray, key_start: np.ndarray, key_len: np.ndarray) -> np.ndarray:
+    """Index of the last record of each distinct key (exact byte comparison), ascending; numba only."""
+    if _compile() is None or _numba_last_writes is None:
+        raise RuntimeError("numba is not available")
+    keep = np.zeros(len(key_start), dtype=np.bool_)
+    _numba_last_writes(buf, np.ascontiguousarray(key_start, dtype=np.int64),
+                       np.ascontiguousarray(key_len, dtype=np.int64), keep)
+    return np.flatnonzero(keep)

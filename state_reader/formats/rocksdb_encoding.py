@@ -1,0 +1,376 @@
+"""How the RocksDB provider encodes state rows into RocksDB keys and values.
+
+Layout (``encodingFormat=unsaferow``; all lengths and ids little-endian)::
+
+    encoded row   = 0x00 (encoding version) | UnsafeRow
+    key           = [cf id: int16]  key body            cf id only in stores with
+                                                        virtual column families
+    key body, by key encoder spec:
+      NoPrefix         encoded row of the key
+      PrefixKeyScan(n) int32 L | encoded row of the first n key columns (L bytes)
+                             | encoded row of the other key columns
+      RangeKeyScan(o)  int32 L | encoded row of one binary field per ordering column (L bytes)
+                             | encoded row of the other key columns, in key order
+                               (absent when every key column is an ordering column)
+      TimestampAsPrefix  int64 BE t | encoded row of the key columns but the last
+      TimestampAsPostfix encoded row of the key columns but the last | int64 BE t
+                         (join state format 4; the last key column is __event_time, a
+                         long stored with its sign bit flipped so that bytes sort by time)
+    ordering column   = marker (0x00 negative, 0x01 zero/positive, 0x02 null then zero
+                        bytes) | value big-endian, defaultSize bytes; negative
+                        float/double have all bits flipped
+    single value  = encoded row of the value
+    multi value   = element (delimiter element)*, element = int32 L | encoded row (L bytes)
+    row checksum  (spark.sql.streaming.stateStore.rowChecksum.enabled):
+        value          = int32 CRC-32C | int32 L | encoded value (L bytes), per element
+        changelog key of a delete = int32 CRC-32C | key
+    merge         = existing value | delimiter | operand, where the delimiter is ','
+                    for mergeOperatorVersion 1 (and every checkpoint that does not
+                    record it) and nothing for version 2
+
+The delimiter RocksDB itself inserts when rocksdict combines merge operands at
+read time is always ',' (it cannot know Spark's), so multi values are split by
+their lengths and a ',' between elements is accepted whatever the version.
+
+Decoding is columnar: every key or value of a store is in one
+:class:`~state_reader.unsaferow.RowBuffer`; the framing above only moves row start
+offsets and lengths, so no row bytes are copied.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from state_reader.errors import CorruptFileError, RowDecodeError, UnsupportedOptionError
+from state_reader.formats.spark_types import DataType, StructField, StructType
+from state_reader.formats.unsaferow import RowBuffer, decode_rows
+
+STATE_ENCODING_VERSION = 0
+VIRTUAL_CF_PREFIX_BYTES = 2
+CHECKSUM_BYTES = 4
+LENGTH_BYTES = 4
+
+# mergeOperatorVersion -> delimiter of RocksDB's StringAppendOperator as Spark configures it
+MERGE_DELIMITERS = {1: b",", 2: b""}
+DEFAULT_MERGE_OPERATOR_VERSION = 1
+_COMMA = 0x2C
+
+NO_PREFIX = "NoPrefixKeyStateEncoderSpec"
+PREFIX_SCAN = "PrefixKeyScanStateEncoderSpec"
+RANGE_SCAN = "RangeKeyScanStateEncoderSpec"
+TIMESTAMP_PREFIX = "TimestampAsPrefixKeyStateEncoderSpec"
+TIMESTAMP_POSTFIX = "TimestampAsPostfixKeyStateEncoderSpec"
+TIMESTAMP_BYTES = 8
+_SIGN_BIT = np.uint64(1 << 63)
+
+# Range-scan ordering columns: kind -> (big-endian numpy dtype of the value, is floating point)
+_ORDERING_TYPES = {
+    "byte": (">i1", False), "short": (">i2", False), "integer": (">i4", False), "long": (">i8", False),
+    "date": (">i4", False), "timestamp": (">i8", False), "timestamp_ntz": (">i8", False),
+    "float": (">u4", True), "double": (">u8", True),
+}
+_NEGATIVE, _POSITIVE, _NULL = 0x00, 0x01, 0x02
+_BINARY = DataType("binary", json_name="binary")
+
+
+def merge_delimiter(conf_value: str | None) -> bytes:
+    """Delimiter Spark's merge operator puts between merged values, from the recorded conf."""
+    version = int(conf_value) if conf_value and conf_value.strip() else DEFAULT_MERGE_OPERATOR_VERSION
+    try:
+        return MERGE_DELIMITERS[version]
+    except KeyError:
+        raise UnsupportedOptionError(
+            f"spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion={conf_value} is not known "
+            f"(known: {', '.join(map(str, MERGE_DELIMITERS))})") from None
+
+
+def merge(existing: bytes | None, operand: bytes, delimiter: bytes) -> bytes:
+    """The value after a merge record: the operand appended to what the key held."""
+    return operand if existing is None else existing + delimiter + operand
+
+
+def delete_record_key(key: bytes, row_checksum: bool) -> bytes:
+    """The RocksDB key a changelog delete record removes (drops the row checksum, if any)."""
+    return key[CHECKSUM_BYTES:] if row_checksum else key
+
+
+@dataclass(frozen=True)
+class KeyEncoderSpec:
+    """Which key encoder wrote a store's keys."""
+
+    kind: str = NO_PREFIX
+    num_prefix_cols: int = 0
+    ordering_ordinals: tuple[int, ...] = ()
+
+    @classmethod
+    def from_plan(cls, spec: Mapping[str, Any] | None, num_cols_prefix_key: int) -> KeyEncoderSpec:
+        """From a schema v3 encoder spec (JSON) if there is one, else operator metadata's numColsPrefixKey."""
+        if spec:
+            kind = str(spec.get("keyStateEncoderType", NO_PREFIX))
+            if kind == NO_PREFIX:
+                return cls()
+            if kind == PREFIX_SCAN:
+                return cls(PREFIX_SCAN, num_prefix_cols=int(spec.get("numColsPrefixKey", 0)))
+            if kind == RANGE_SCAN:
+                return cls(RANGE_SCAN, ordering_ordinals=tuple(int(o) for o in spec.get("orderingOrdinals", ())))
+            if kind in (TIMESTAMP_PREFIX, TIMESTAMP_POSTFIX):
+                return cls(kind)
+            raise UnsupportedOptionError(f"RocksDB key encoder {kind} is not supported by state_reader yet")
+        if num_cols_prefix_key > 0:
+            return cls(PREFIX_SCAN, num_prefix_cols=num_cols_prefix_key)
+        return cls()
+
+
+# -- row spans ------------------------------------------------------------------
+
+
+def _view(rows: RowBuffer, starts: np.ndarray, lengths: np.ndarray) -> RowBuffer:
+    """The same bytes with other row spans (no copy)."""
+    out = copy.copy(rows)
+    out.starts = np.asarray(starts, dtype=np.int64)
+    out.lengths = np.asarray(lengths, dtype=np.int64)
+    return out
+
+
+def select(rows: RowBuffer, mask: np.ndarray) -> RowBuffer:
+    """The rows where ``mask`` is true."""
+    return _view(rows, rows.starts[mask], rows.lengths[mask])
+
+
+def _int32(rows: RowBuffer, addr: np.ndarray) -> np.ndarray:
+    """int32 LE at each address (addresses must leave 4 readable bytes)."""
+    raw = rows.buf[addr[:, None] + np.arange(4, dtype=np.int64)]
+    return np.ascontiguousarray(raw).view("<i4").reshape(-1).astype(np.int64)
+
+
+def _fail(rows: RowBuffer, bad: np.ndarray, what: str) -> RowDecodeError:
+    i = int(np.argmax(bad))
+    return RowDecodeError(f"{rows.source}: row {i} ({int(rows.lengths[i])} bytes): {what}", path=rows.source)
+
+
+def _require(rows: RowBuffer, bad: np.ndarray, what: str) -> None:
+    if bad.any():
+        raise _fail(rows, bad, what)
+
+
+def _strip_version(rows: RowBuffer, what: str, valid: np.ndarray | None = None) -> RowBuffer:
+    """Encoded rows -> their UnsafeRows, checking the encoding version byte (of valid rows only)."""
+    checked = np.ones(len(rows.starts), dtype=bool) if valid is None else valid
+    _require(rows, checked & (rows.lengths < 1), f"an encoded {what} needs at least its version byte")
+    version = rows.buf[rows.starts]
+    bad = checked & (version != STATE_ENCODING_VERSION)
+    if bad.any():
+        raise _fail(rows, bad, f"encoded {what} has encoding version {int(version[np.argmax(bad)])}, "
+                               f"expected {STATE_ENCODING_VERSION}")
+    return _view(rows, np.where(checked, rows.starts + 1, 0), np.where(checked, rows.lengths - 1, 0))
+
+
+def _length_prefixed(rows: RowBuffer, what: str) -> tuple[RowBuffer, RowBuffer]:
+    """``int32 L | L bytes | rest`` -> (the L-byte parts, the rests)."""
+    _require(rows, rows.lengths < LENGTH_BYTES, f"{what} is shorter than its int32 length")
+    size = _int32(rows, rows.starts)
+    _require(rows, (size < 0) | (LENGTH_BYTES + size > rows.lengths),
+             f"{what} length does not fit in the key")
+    head = _view(rows, rows.starts + LENGTH_BYTES, size)
+    rest = _view(rows, rows.starts + LENGTH_BYTES + size, rows.lengths - LENGTH_BYTES - size)
+    return head, rest
+
+
+# -- column families ------------------------------------------------------------
+
+
+def column_family_ids(keys: RowBuffer) -> np.ndarray:
+    """The virtual column family id that starts each key (int16 LE)."""
+    _require(keys, keys.lengths < VIRTUAL_CF_PREFIX_BYTES, "key is shorter than its column family id")
+    raw = keys.buf[keys.starts[:, None] + np.arange(VIRTUAL_CF_PREFIX_BYTES, dtype=np.int64)]
+    return np.ascontiguousarray(raw).view("<i2").reshape(-1)
+
+
+def strip_column_family(keys: RowBuffer) -> RowBuffer:
+    """Keys without their virtual column family id."""
+    column_family_ids(keys)  # validates the lengths
+    return _view(keys, keys.starts + VIRTUAL_CF_PREFIX_BYTES, keys.lengths - VIRTUAL_CF_PREFIX_BYTES)
+
+
+# -- keys -----------------------------------------------------------------------
+
+
+def _assemble(schema: StructType, children: list[pa.Array]) -> pa.StructArray:
+    n = len(children[0]) if children else 0
+    return pa.StructArray.from_buffers(schema.to_arrow(), n, [None], children=children)
+
+
+def _children(arr: pa.StructArray) -> list[pa.Array]:
+    return [arr.field(i) for i in range(arr.type.num_fields)]
+
+
+def _decode_payload(rows: RowBuffer, schema: StructType, what: str, avro: bool, schema_id: bool = True,
+                    valid: np.ndarray | None = None) -> pa.StructArray:
+    """Version byte, then an UnsafeRow or (Avro encoding) an optional schema id and an Avro record."""
+    stripped = _strip_version(rows, what, valid)
+    if not avro:
+        return decode_rows(stripped, schema, valid=valid)
+    from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, decode_avro
+
+    skip = SCHEMA_ID_BYTES if schema_id else 0
+    checked = np.ones(len(rows.starts), dtype=bool) if valid is None else valid
+    _require(stripped, checked & (stripped.lengths < skip), f"an Avro {what} is shorter than its schema id")
+    raw = stripped.buf
+    payloads = [raw[start + skip:start + length].tobytes() if ok else None
+                for start, length, ok in zip(stripped.starts, stripped.lengths, checked, strict=True)]
+    return decode_avro(payloads, schema, rows.source)
+
+
+def decode_keys(keys: RowBuffer, schema: StructType, spec: KeyEncoderSpec, avro: bool = False) -> pa.StructArray:
+    """Decode encoded keys (column family id already stripped) into a StructArray of ``schema``."""
+    if spec.kind == NO_PREFIX:
+        return _decode_payload(keys, schema, "key", avro)
+    fields = schema.fields
+    if spec.kind == PREFIX_SCAN:
+        n = spec.num_prefix_cols
+        if not 0 < n <= len(fields):
+            raise CorruptFileError(
+                f"{keys.source}: prefix-scan encoder with {n} prefix columns does not fit a key of "
+                f"{len(fields)} columns", path=keys.source)
+        head, rest = _length_prefixed(keys, "prefix-scan key")
+        prefix = _decode_payload(head, StructType(fields[:n]), "key prefix", avro, schema_id=False)
+        remaining = _decode_payload(rest, StructType(fields[n:]), "key remainder", avro)
+        return _assemble(schema, _children(prefix) + _children(remaining))
+    if spec.kind == RANGE_SCAN:
+        if avro:
+            raise UnsupportedOptionError(f"{keys.source}: Avro-encoded range-scan keys are not supported")
+        return _decode_range_scan(keys, schema, spec.ordering_ordinals)
+    if spec.kind in (TIMESTAMP_PREFIX, TIMESTAMP_POSTFIX):
+        return _decode_timestamp_key(keys, schema, spec.kind == TIMESTAMP_PREFIX, avro)
+    raise UnsupportedOptionError(f"RocksDB key encoder {spec.kind} is not supported by state_reader yet")
+
+
+def _decode_range_scan(keys: RowBuffer, schema: StructType, ordinals: tuple[int, ...]) -> pa.StructArray:
+    fields = schema.fields
+    if not ordinals or any(not 0 <= o < len(fields) for o in ordinals) or len(set(ordinals)) != len(ordinals):
+        raise CorruptFileError(
+            f"{keys.source}: range-scan ordering ordinals {list(ordinals)} do not fit a key of "
+            f"{len(fields)} columns", path=keys.source)
+    head, rest = _length_prefixed(keys, "range-scan key")
+    binaries = StructType([StructField(f"_{i}", _BINARY, False) for i in range(len(ordinals))])
+    ordered = decode_rows(_strip_version(head, "range-scan prefix"), binaries)
+    decoded = {o: _ordering_column(ordered.field(i), fields[o].data_type, keys.source, fields[o].name)
+               for i, o in enumerate(ordinals)}
+    others = [i for i in range(len(fields)) if i not in decoded]
+    if others:
+        remaining = decode_rows(_strip_version(rest, "range-scan remainder"),
+                                StructType([fields[i] for i in others]))
+        decoded.update(zip(others, _children(remaining), strict=True))
+    else:
+        _require(rest, rest.lengths != 0, "range-scan key has bytes after its ordering columns")
+    return _assemble(schema, [decoded[i] for i in range(len(fields))])
+
+
+def _decode_timestamp_key(keys: RowBuffer, schema: StructType, prefix: bool, avro: bool) -> pa.StructArray:
+    fields = schema.fields
+    if not fields or fields[-1].data_type.kind != "long":
+        raise CorruptFileError(
+            f"{keys.source}: a timestamp key encoder needs a long as the last key column, the key schema is "
+            f"{schema.json()}", path=keys.source)
+    _require(keys, keys.lengths < TIMESTAMP_BYTES + 1, "timestamp-encoded key is shorter than its timestamp")
+    at = keys.starts if prefix else keys.starts + keys.lengths - TIMESTAMP_BYTES
+    raw = keys.buf[at[:, None] + np.arange(TIMESTAMP_BYTES, dtype=np.int64)]
+    flipped = np.ascontiguousarray(raw).view(">u8").reshape(-1).astype("<u8")
+    times = (flipped ^ _SIGN_BIT).view("<i8")
+    row = _view(keys, keys.starts + TIMESTAMP_BYTES if prefix else keys.starts, keys.lengths - TIMESTAMP_BYTES)
+    others = _decode_payload(row, StructType(fields[:-1]), "key", avro)
+    event_time = pa.Array.from_buffers(pa.int64(), len(times), [None, pa.py_buffer(times)])
+    return _assemble(schema, [*_children(others), event_time])
+
+
+def _ordering_column(arr: pa.BinaryArray, dt: DataType, source: str, name: str) -> pa.Array:
+    """Range-scan ``marker | big-endian value`` binaries -> values of type ``dt``."""
+    if dt.kind not in _ORDERING_TYPES:
+        raise UnsupportedOptionError(
+            f"{source}: range-scan ordering column {name!r} of type {dt.json_name} cannot be decoded")
+    big_endian, floating = _ORDERING_TYPES[dt.kind]
+    width = np.dtype(big_endian).itemsize
+    n = len(arr)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset:arr.offset + n + 1].astype(np.int64)
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if n else np.zeros(0, np.uint8)
+    sizes = np.diff(offsets)
+    if (sizes != width + 1).any():
+        i = int(np.argmax(sizes != width + 1))
+        raise RowDecodeError(
+            f"{source}: range-scan column {name!r} of row {i} has {int(sizes[i])} bytes, expected {width + 1}",
+            path=source)
+    start = offsets[:-1]
+    marker = data[start] if n else np.zeros(0, np.uint8)
+    if (marker > _NULL).any():
+        raise RowDecodeError(f"{source}: range-scan column {name!r} has an unknown marker byte", path=source)
+    raw = np.ascontiguousarray(data[start[:, None] + 1 + np.arange(width)]).view(big_endian).reshape(-1)
+    if floating:  # negative values were stored with every bit flipped
+        raw = np.where(marker == _NEGATIVE, ~raw, raw)
+        values = raw.astype(raw.dtype.newbyteorder("<")).view("<f4" if width == 4 else "<f8")
+    else:
+        values = raw.astype(raw.dtype.newbyteorder("<"))
+    valid = marker != _NULL
+    nulls = int(n - np.count_nonzero(valid))
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(dt.to_arrow(), n, [validity, pa.py_buffer(np.ascontiguousarray(values))],
+                                 null_count=nulls)
+
+
+# -- values ---------------------------------------------------------------------
+
+
+def decode_values(values: RowBuffer, schema: StructType, row_checksum: bool,
+                  valid: np.ndarray | None = None, avro: bool = False) -> pa.StructArray:
+    """Decode single encoded values (optionally framed with a row checksum) into a StructArray.
+
+    Rows where ``valid`` is False (the missing value of a delete) come back null unread.
+    """
+    checked = np.ones(len(values.starts), dtype=bool) if valid is None else np.asarray(valid, dtype=bool)
+    if row_checksum:
+        header = CHECKSUM_BYTES + LENGTH_BYTES
+        _require(values, checked & (values.lengths < header), "value is shorter than its checksum and length")
+        size = np.where(checked, _int32(values, values.starts + CHECKSUM_BYTES), 0)
+        _require(values, checked & (size != values.lengths - header),
+                 "value length after the row checksum does not match the value")
+        values = _view(values, np.where(checked, values.starts + header, 0), size)
+    return _decode_payload(values, schema, "value", avro, valid=checked)
+
+
+def split_multi_value(value: bytes, merge_operator_version: int, row_checksum: bool,
+                      source: str) -> list[tuple[int, int]]:
+    """(start, length) of each encoded element (version byte + UnsafeRow) of a multi value.
+
+    Elements are found by their lengths; a ',' between two elements is skipped when
+    the merge operator puts one there (version 1) or when reading past it gives a
+    plausible element, since RocksDB adds ',' when it combines operands at read time.
+    """
+    header = (CHECKSUM_BYTES if row_checksum else 0) + LENGTH_BYTES
+    n = len(value)
+
+    def element_at(pos: int) -> int | None:
+        """Length of a plausible element at ``pos``, else None."""
+        if pos + header > n:
+            return None
+        size = int.from_bytes(value[pos + header - LENGTH_BYTES:pos + header], "little", signed=True)
+        if size < 1 or pos + header + size > n or value[pos + header] != STATE_ENCODING_VERSION:
+            return None
+        return size
+
+    out: list[tuple[int, int]] = []
+    pos = 0
+    while pos < n:
+        size = element_at(pos)
+        if size is None:
+            raise CorruptFileError(f"{source}: no valid list element at byte {pos} of a {n}-byte value",
+                                   path=source)
+        out.append((pos + header, size))
+        pos += header + size
+        if pos < n and value[pos] == _COMMA and (merge_operator_version == 1 or element_at(pos + 1) is not None):
+            pos += 1
+    return out

@@ -1,0 +1,141 @@
+"""State schema files: v1/v2 (``state/<op>/0/[<store>/]_metadata/schema``) and v3
+(``state/<op>/_stateSchema/<store>/<batch>_<uuid>``).
+
+Both are Java ``DataOutputStream`` output: ``writeUTF`` strings (2-byte big-endian
+length + modified UTF-8) and big-endian ints. JSON documents longer than 65535
+characters are split into chunks, preceded by an int32 chunk count.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from state_reader.errors import SchemaReadError
+from state_reader.formats.spark_types import StructType, parse_struct
+
+# The user-key schema of a column family without one is written as this literal.
+_EMPTY_USER_KEY = "{    }"
+
+
+def decode_modified_utf8(raw: bytes) -> str:
+    """Java modified UTF-8: NUL as C0 80, supplementary characters as surrogate pairs."""
+    text = raw.replace(b"\xc0\x80", b"\x00").decode("utf-8", "surrogatepass")
+    if any("\ud800" <= ch <= "\udfff" for ch in text):
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    return text
+
+
+class _JavaReader:
+    def __init__(self, data: bytes, path: str) -> None:
+        self.data = data
+        self.pos = 0
+        self.path = path
+
+    def _take(self, n: int, what: str) -> bytes:
+        if self.pos + n > len(self.data):
+            raise SchemaReadError(
+                f"{self.path}: file ends at byte {len(self.data)} while reading {what} "
+                f"({n} bytes at byte {self.pos})", path=self.path)
+        out = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return out
+
+    def utf(self, what: str) -> str:
+        (n,) = struct.unpack(">H", self._take(2, what))
+        try:
+            return decode_modified_utf8(self._take(n, what))
+        except UnicodeDecodeError as exc:
+            raise SchemaReadError(f"{self.path}: {what} is not valid UTF-8: {exc}", path=self.path) from exc
+
+    def int32(self, what: str) -> int:
+        return struct.unpack(">i", self._take(4, what))[0]
+
+    def int16(self, what: str) -> int:
+        return struct.unpack(">h", self._take(2, what))[0]
+
+    def chunked(self, what: str) -> str:
+        count = self.int32(what + " chunk count")
+        if count < 0 or count > len(self.data):
+            raise SchemaReadError(f"{self.path}: {what} has an impossible chunk count {count}", path=self.path)
+        return "".join(self.utf(what) for _ in range(count))
+
+    def at_end(self) -> bool:
+        return self.pos == len(self.data)
+
+
+def read_schema_v1v2(data: bytes, path: str) -> tuple[StructType, StructType]:
+    """(key schema, value schema) of a v1/v2 schema file."""
+    reader = _JavaReader(data, path)
+    version = reader.utf("version")
+    if version == "v1":
+        key, value = reader.utf("key schema"), reader.utf("value schema")
+    elif version == "v2":
+        key, value = reader.chunked("key schema"), reader.chunked("value schema")
+    elif version == "v3":
+        families = read_schema_v3(data, path)
+        default = [f for f in families if f.name == "default"] or families
+        return default[0].key_schema, default[0].value_schema
+    else:
+        raise SchemaReadError(f"{path}: unsupported schema file version {version!r}", path=path)
+    return parse_struct(key, path), parse_struct(value, path)
+
+
+@dataclass(frozen=True)
+class ColumnFamilySchema:
+    """One column family of a v3 schema file."""
+
+    name: str
+    key_schema: StructType
+    value_schema: StructType
+    key_encoder: dict[str, Any]
+    user_key_schema: StructType | None
+    key_schema_id: int = 0
+    value_schema_id: int = 0
+
+
+def _read_v3(data: bytes, path: str, with_ids: bool) -> list[ColumnFamilySchema]:
+    reader = _JavaReader(data, path)
+    version = reader.utf("version")
+    if version != "v3":
+        raise SchemaReadError(f"{path}: expected schema file version v3, found {version!r}", path=path)
+    count = reader.int32("column family count")
+    if count < 0 or count > len(data):
+        raise SchemaReadError(f"{path}: impossible column family count {count}", path=path)
+    families = []
+    for _ in range(count):
+        name = reader.utf("column family name")
+        key_id = reader.int16("key schema id") if with_ids else 0
+        key = reader.chunked(f"key schema of {name}")
+        value_id = reader.int16("value schema id") if with_ids else 0
+        value = reader.chunked(f"value schema of {name}")
+        spec_text = reader.chunked(f"key encoder spec of {name}")
+        user_key = reader.chunked(f"user key schema of {name}")
+        try:
+            spec = json.loads(spec_text)
+        except ValueError as exc:
+            raise SchemaReadError(f"{path}: key encoder spec of {name} is not JSON", path=path) from exc
+        user_key_schema = None if user_key.strip() in (_EMPTY_USER_KEY, "{}", "") else parse_struct(user_key, path)
+        families.append(ColumnFamilySchema(name, parse_struct(key, path), parse_struct(value, path),
+                                           spec, user_key_schema, key_id, value_id))
+    if not reader.at_end():
+        raise SchemaReadError(f"{path}: {len(data) - reader.pos} unexpected bytes after the last column family",
+                              path=path)
+    return families
+
+
+def read_schema_v3(data: bytes, path: str) -> list[ColumnFamilySchema]:
+    """Column families of a v3 schema file.
+
+    Released writers (4.0+) put an int16 schema id before the key and the value
+    schema; pre-release 4.0 code did not. Try the released layout first.
+    """
+    try:
+        return _read_v3(data, path, with_ids=True)
+    except SchemaReadError as first:
+        try:
+            return _read_v3(data, path, with_ids=False)
+        except SchemaReadError:
+            raise first from None

@@ -1,0 +1,287 @@
+"""Spark SQL data types as written in schema JSON, and their Arrow equivalents.
+
+State schemas are stored as Spark's ``StructType.json`` text. They are parsed
+into the small type model below (no pyspark needed) which knows, for each type,
+how it is stored in an UnsafeRow and which Arrow type represents it. The Arrow
+mapping is the one PySpark uses (``to_arrow_schema`` with time zone UTC), so a
+table built here has exactly the schema Spark's Arrow path expects.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from state_reader.errors import SchemaReadError
+
+# PySpark carries Spark field metadata on Arrow fields under this key.
+ARROW_METADATA_KEY = b"SPARK::metadata::json"
+
+# kind -> (UnsafeRow slot width in an array, Arrow type); None width = variable length
+_ATOMIC: dict[str, tuple[int | None, pa.DataType]] = {
+    "boolean": (1, pa.bool_()),
+    "byte": (1, pa.int8()),
+    "short": (2, pa.int16()),
+    "integer": (4, pa.int32()),
+    "long": (8, pa.int64()),
+    "float": (4, pa.float32()),
+    "double": (8, pa.float64()),
+    "date": (4, pa.date32()),
+    "timestamp": (8, pa.timestamp("us", tz="UTC")),
+    "timestamp_ntz": (8, pa.timestamp("us")),
+    "string": (None, pa.string()),
+    "binary": (None, pa.binary()),
+    "void": (8, pa.null()),
+    # No Arrow/PySpark mapping exists for these two; an interval is the faithful choice.
+    "interval": (None, pa.month_day_nano_interval()),
+    "year_month_interval": (4, pa.month_day_nano_interval()),
+    "day_time_interval": (8, pa.duration("us")),
+    "time": (8, pa.time64("ns")),
+    "variant": (None, pa.struct([
+        pa.field("value", pa.binary(), nullable=False),
+        pa.field("metadata", pa.binary(), nullable=False, metadata={b"variant": b"true"}),
+    ])),
+}
+
+_YM_UNITS = ("year", "month")
+_DT_UNITS = ("day", "hour", "minute", "second")
+
+
+@dataclass(frozen=True)
+class DataType:
+    """A Spark SQL type. ``kind`` is one of the atomic kinds, 'decimal', 'struct', 'array', 'map'."""
+
+    kind: str
+    precision: int = 0
+    scale: int = 0
+    json_name: str = ""
+
+    @property
+    def fixed_width(self) -> int | None:
+        """Bytes per element inside an UnsafeArrayData; None for variable-length types."""
+        if self.kind == "decimal":
+            return 8 if self.precision <= 18 else None
+        return _ATOMIC[self.kind][0]
+
+    def to_arrow(self) -> pa.DataType:
+        if self.kind == "decimal":
+            return pa.decimal128(self.precision, self.scale)
+        return _ATOMIC[self.kind][1]
+
+    def to_json(self) -> Any:
+        return self.json_name
+
+    def kinds(self) -> list[str]:
+        """Kinds of this type and of every type nested in it."""
+        return [self.kind]
+
+
+@dataclass(frozen=True)
+class StructField:
+    name: str
+    data_type: DataType
+    nullable: bool = True
+    metadata: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def to_arrow(self) -> pa.Field:
+        md = {ARROW_METADATA_KEY: json.dumps(self.metadata, sort_keys=True).encode("utf-8")} if self.metadata else None
+        return pa.field(self.name, self.data_type.to_arrow(), nullable=self.nullable, metadata=md)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "type": self.data_type.to_json(),
+                "nullable": self.nullable, "metadata": self.metadata}
+
+
+@dataclass(frozen=True)
+class StructType(DataType):
+    fields: tuple[StructField, ...] = ()
+
+    def __init__(self, fields: list[StructField] | tuple[StructField, ...]) -> None:
+        object.__setattr__(self, "kind", "struct")
+        object.__setattr__(self, "precision", 0)
+        object.__setattr__(self, "scale", 0)
+        object.__setattr__(self, "json_name", "struct")
+        object.__setattr__(self, "fields", tuple(fields))
+
+    @property
+    def fixed_width(self) -> int | None:
+        return None
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.fields]
+
+    def kinds(self) -> list[str]:
+        return ["struct", *(k for f in self.fields for k in f.data_type.kinds())]
+
+    def to_arrow(self) -> pa.DataType:
+        return pa.struct([f.to_arrow() for f in self.fields])
+
+    def to_arrow_schema(self) -> pa.Schema:
+        return pa.schema([f.to_arrow() for f in self.fields])
+
+    def to_json(self) -> dict:
+        return {"type": "struct", "fields": [f.to_json() for f in self.fields]}
+
+    def json(self) -> str:
+        """Compact JSON text, as Spark's ``StructType.json``."""
+        return json.dumps(self.to_json(), separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class ArrayType(DataType):
+    element: DataType = None  # type: ignore[assignment]
+    contains_null: bool = True
+
+    def __init__(self, element: DataType, contains_null: bool = True) -> None:
+        object.__setattr__(self, "kind", "array")
+        object.__setattr__(self, "precision", 0)
+        object.__setattr__(self, "scale", 0)
+        object.__setattr__(self, "json_name", "array")
+        object.__setattr__(self, "element", element)
+        object.__setattr__(self, "contains_null", contains_null)
+
+    @property
+    def fixed_width(self) -> int | None:
+        return None
+
+    def to_arrow(self) -> pa.DataType:
+        return pa.list_(pa.field("element", self.element.to_arrow(), nullable=self.contains_null))
+
+    def kinds(self) -> list[str]:
+        return ["array", *self.element.kinds()]
+
+    def to_json(self) -> dict:
+        return {"type": "array", "elementType": self.element.to_json(), "containsNull": self.contains_null}
+
+
+@dataclass(frozen=True)
+class MapType(DataType):
+    key: DataType = None  # type: ignore[assignment]
+    value: DataType = None  # type: ignore[assignment]
+    value_contains_null: bool = True
+
+    def __init__(self, key: DataType, value: DataType, value_contains_null: bool = True) -> None:
+        object.__setattr__(self, "kind", "map")
+        object.__setattr__(self, "precision", 0)
+        object.__setattr__(self, "scale", 0)
+        object.__setattr__(self, "json_name", "map")
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "value_contains_null", value_contains_null)
+
+    @property
+    def fixed_width(self) -> int | None:
+        return None
+
+    def to_arrow(self) -> pa.DataType:
+        return pa.map_(pa.field("key", self.key.to_arrow(), nullable=False),
+                       pa.field("value", self.value.to_arrow(), nullable=self.value_contains_null))
+
+    def kinds(self) -> list[str]:
+        return ["map", *self.key.kinds(), *self.value.kinds()]
+
+    def to_json(self) -> dict:
+        return {"type": "map", "keyType": self.key.to_json(), "valueType": self.value.to_json(),
+                "valueContainsNull": self.value_contains_null}
+
+
+@dataclass(frozen=True)
+class UserDefinedType(DataType):
+    """A UDT is stored as its ``sqlType``; the JSON is kept to hand back to Spark."""
+
+    sql_type: DataType = None  # type: ignore[assignment]
+    raw: str = ""
+
+    def __init__(self, sql_type: DataType, raw: dict) -> None:
+        object.__setattr__(self, "kind", sql_type.kind)
+        object.__setattr__(self, "precision", sql_type.precision)
+        object.__setattr__(self, "scale", sql_type.scale)
+        object.__setattr__(self, "json_name", "udt")
+        object.__setattr__(self, "sql_type", sql_type)
+        object.__setattr__(self, "raw", json.dumps(raw, sort_keys=True))
+
+    @property
+    def fixed_width(self) -> int | None:
+        return self.sql_type.fixed_width
+
+    def to_arrow(self) -> pa.DataType:
+        return self.sql_type.to_arrow()
+
+    def to_json(self) -> Any:
+        return json.loads(self.raw)
+
+
+_DECIMAL_RE = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(-?\d+)\s*\)$")
+_INTERVAL_RE = re.compile(r"^interval (\w+)(?: to (\w+))?$")
+_CHAR_RE = re.compile(r"^(?:var)?char\(\d+\)$")
+_TIME_RE = re.compile(r"^time\(\d+\)$")
+
+
+def _atomic(name: str) -> DataType:
+    lowered = name.strip().lower()
+    if lowered in _ATOMIC and lowered not in ("year_month_interval", "day_time_interval", "time"):
+        return DataType(lowered, json_name=name)
+    if lowered == "decimal":
+        return DataType("decimal", precision=10, scale=0, json_name=name)
+    m = _DECIMAL_RE.match(lowered)
+    if m:
+        precision, scale = int(m.group(1)), int(m.group(2))
+        if not 1 <= precision <= 38 or scale > precision:  # Spark's DecimalType bounds
+            raise ValueError(f"invalid decimal type {name!r}: precision must be 1..38 and scale at most precision")
+        return DataType("decimal", precision=precision, scale=scale, json_name=name)
+    m = _INTERVAL_RE.match(lowered)
+    if m:
+        units = {m.group(1), m.group(2) or m.group(1)}
+        if units <= set(_YM_UNITS):
+            return DataType("year_month_interval", json_name=name)
+        if units <= set(_DT_UNITS):
+            return DataType("day_time_interval", json_name=name)
+    if _CHAR_RE.match(lowered) or lowered.startswith("string collate"):
+        return DataType("string", json_name=name)
+    if _TIME_RE.match(lowered):
+        return DataType("time", json_name=name)
+    raise ValueError(f"unknown Spark data type {name!r}")
+
+
+def from_json_value(obj: Any) -> DataType:
+    """Parse one type from its decoded Spark JSON form."""
+    if isinstance(obj, str):
+        return _atomic(obj)
+    if not isinstance(obj, dict) or "type" not in obj:
+        raise ValueError(f"not a Spark data type: {obj!r}")
+    kind = obj["type"]
+    if kind == "struct":
+        return StructType([
+            StructField(f["name"], from_json_value(f["type"]), bool(f.get("nullable", True)),
+                        dict(f.get("metadata") or {}))
+            for f in obj.get("fields", [])
+        ])
+    if kind == "array":
+        return ArrayType(from_json_value(obj["elementType"]), bool(obj.get("containsNull", True)))
+    if kind == "map":
+        return MapType(from_json_value(obj["keyType"]), from_json_value(obj["valueType"]),
+                       bool(obj.get("valueContainsNull", True)))
+    if kind == "udt":
+        return UserDefinedType(from_json_value(obj["sqlType"]), obj)
+    raise ValueError(f"unknown Spark data type {kind!r}")
+
+
+def parse_struct(text: str, source: str) -> StructType:
+    """Parse a ``StructType.json`` string; ``source`` names its file for errors."""
+    try:
+        parsed = from_json_value(json.loads(text))
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        raise SchemaReadError(f"{source}: cannot parse schema JSON: {exc!r}", path=source) from exc
+    if not isinstance(parsed, StructType):
+        raise SchemaReadError(f"{source}: schema is not a struct", path=source)
+    return parsed
+
+
+LONG = DataType("long", json_name="long")
+INTEGER = DataType("integer", json_name="integer")
+STRING = DataType("string", json_name="string")

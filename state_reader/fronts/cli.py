@@ -1,0 +1,599 @@
+"""``state-reader``: look at a streaming checkpoint's state from a terminal.
+
+A thin front over the Spark-free API: each command calls one core function
+(``describe_checkpoint``, ``plan_state_read`` + ``scan``, ``collect_stats``,
+``changes``, ``export_state``, ``verify_checkpoint``, ``figure_from_stats``) and
+only formats what comes back. Every command takes ``--json``. Failures print one
+line (the error's message) and exit with 1; ``--debug`` adds the traceback.
+``verify`` exits with 2 when it finds damage.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+import pyarrow as pa
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from state_reader import __version__
+from state_reader.core.options import from_kwargs
+from state_reader.core.planner import StateReadPlan, plan_state_read
+from state_reader.core.scan import read_table
+from state_reader.errors import StateReaderError
+from state_reader.fronts.changefeed import change_counts, changes
+from state_reader.fronts.export import export_state
+from state_reader.fronts.flatten import display_rows, json_rows, render_cell
+from state_reader.fronts.overview import describe_checkpoint
+from state_reader.fronts.stats import StatsResult, batch_summary, collect_stats, parse_batch_range
+from state_reader.fronts.verify import verify_checkpoint
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_DAMAGED = 2
+DEFAULT_LIMIT = 50
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+SKEW_WARN = 2.0  # largest partition over median at which we call it skewed
+
+
+# ---------------------------------------------------------------------------
+# output helpers
+
+
+def _console() -> Console:
+    # pipes get no colour; give them a wide page so tables are not squeezed to 80 columns
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+    return Console(highlight=False, width=width)
+
+
+def _emit_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, ensure_ascii=False, indent=2, allow_nan=False, default=str))
+
+
+def human_bytes(n: float | None) -> str:
+    """``1536`` -> ``1.5 KiB``."""
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """A one-line bar chart: ``▁▃▅█``."""
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    if hi == lo:
+        return SPARK_BLOCKS[3] * len(values)
+    return "".join(SPARK_BLOCKS[round((v - lo) / (hi - lo) * (len(SPARK_BLOCKS) - 1))] for v in values)
+
+
+CELL_WIDTH = 48  # longest cell shown in table layout; records layout shows everything
+
+
+def _data_table(names: list[str], rows: list[list[Any]]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in names:
+        table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=CELL_WIDTH)
+    for row in rows:
+        # Text(): state values must never be read as rich markup
+        table.add_row(*(Text(render_cell(v), style="dim" if v is None else "") for v in row))
+    return table
+
+
+def _records(names: list[str], rows: list[list[Any]]) -> Table:
+    """One block per row, one line per column: readable however many columns there are."""
+    grid = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for i, row in enumerate(rows):
+        if i:
+            grid.add_row("", "")
+        grid.add_row(Text(f"row {i + 1}", style="bold cyan"), "")
+        for name, value in zip(names, row, strict=True):
+            grid.add_row(Text(name), Text(render_cell(value), style="dim" if value is None else ""))
+    return grid
+
+
+def _print_rows(con: Console, names: list[str], rows: list[list[Any]], layout: str) -> None:
+    """A table when the rows fit the screen (or ``layout`` says so), else records."""
+    if layout == "auto":
+        widths = [max([len(n)] + [min(len(render_cell(r[i])), CELL_WIDTH) for r in rows]) for i, n in
+                  enumerate(names)]
+        layout = "table" if sum(w + 3 for w in widths) <= con.width else "records"
+    con.print(_data_table(names, rows) if layout == "table" else _records(names, rows))
+
+
+KEY_FILTER_HELP = """\b
+Key filters compare key fields (a leading 'key.' is optional) with literals:
+  user = 'ann'            region_id > 3 and not grp in ('a', 'b')
+  window.start >= '2024-01-01 10:00:00'       tag is null or n != 0
+Operators: = != < <= > >= in, not in, is [not] null, and, or, not, ( ).
+Timestamps are UTC unless the text has an offset; `back quotes` for odd names.
+"""
+
+
+LAYOUT = click.option("--layout", type=click.Choice(["auto", "table", "records"]), default="auto",
+                      show_default=True, help="Rows as a table, or one block per row (records).")
+
+
+def _storage_options(pairs: Sequence[str]) -> dict[str, Any] | None:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--storage-option")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out or None
+
+
+def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--json``, ``--debug`` and ``--storage-option`` on every command."""
+    func = click.option("-o", "--storage-option", "storage_option", multiple=True, metavar="KEY=VALUE",
+                        help="fsspec storage option for remote checkpoints (repeatable; VALUE may be JSON).")(func)
+    func = click.option("--debug", is_flag=True, help="Show the full traceback of an error.")(func)
+    func = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(func)
+    return func
+
+
+def store_read_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """What to read (``show``, ``export``): operator, store, batch, partitions, key filter, variable, join side."""
+    options = [
+        click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0)."),
+        click.option("--store", "-s", "store_name", help="Store name (default 'default')."),
+        click.option("--batch", "-b", "batch_id", type=int, help="Batch id (default: the latest committed)."),
+        click.option("--partition", "-p", "partitions", type=int, multiple=True,
+                     help="Only this partition (repeatable)."),
+        click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann' and region_id > 3\"."),
+        click.option("--state-var", "state_var_name", help="State variable of a transformWithState operator."),
+        click.option("--join-side", type=click.Choice(["left", "right"]),
+                     help="A stream-stream join's buffered input rows of one side."),
+    ]
+    for option in reversed(options):  # the first listed shows first in --help
+        func = option(func)
+    return func
+
+
+def _plan(checkpoint: str, storage_option: Sequence[str], **kwargs: Any) -> StateReadPlan:
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    return plan_state_read(from_kwargs(checkpoint, {**kwargs, "storage_options": _storage_options(storage_option)}))
+
+
+def _shown_store(plan: StateReadPlan, store_name: str | None, join_side: str | None) -> str:
+    """What was read, in the user's words: a join side, a column family read as a store, or the store."""
+    if join_side:
+        return f"joinSide={join_side}"
+    return store_name or plan.store_name
+
+
+# ---------------------------------------------------------------------------
+# commands
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="state-reader")
+@click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
+def cli(debug: bool) -> None:
+    """See inside the state of a Spark Structured Streaming checkpoint.
+
+    CHECKPOINT is a local path or an fsspec URL (s3://, gs://, abfs://, file://).
+    Start with `state-reader metadata CHECKPOINT`.
+    """
+
+
+@cli.command()
+@click.argument("checkpoint")
+@common_options
+def metadata(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+    """Operators, stores, batches, provider, codec, state formats."""
+    info = describe_checkpoint(checkpoint, storage_options=_storage_options(storage_option))
+    if as_json:
+        _emit_json(info)
+        return EXIT_OK
+    con = _console()
+    b = info["batches"]
+    formats = " · ".join(f"{k} v{v}" for k, v in info["state_format_versions"].items()) or "not recorded"
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("checkpoint", Text(info["checkpoint"]))
+    grid.add_row("batches", f"{b['first']}..{b['last']} ({b['count']} committed, latest {b['latest_committed']})")
+    codec = info["codec"] + ("" if info["codec_recorded"] else " (default; not recorded)")
+    parts = [info["provider"], f"codec {codec}"]
+    if info["shuffle_partitions"] is not None:
+        parts.append(f"{info['shuffle_partitions']} shuffle partitions")
+    grid.add_row("state store", " · ".join(parts))
+    grid.add_row("state formats", formats)
+    if info["encoding_format"] or info["row_checksum"]:
+        extra = []
+        if info["encoding_format"]:
+            extra.append(f"encoding {info['encoding_format']}")
+        if info["row_checksum"]:
+            extra.append(f"row checksums {info['row_checksum']}")
+        grid.add_row("", " · ".join(extra))
+    grid.add_row("operator metadata", info["operator_metadata"])
+    con.print(grid)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("op", "operator", "store", "partitions", "dirs on disk", "provider", "properties"):
+        table.add_column(col)
+    for op in info["operators"]:
+        for i, store in enumerate(op["stores"]):
+            first = i == 0
+            table.add_row(str(op["operator_id"]) if first else "",
+                          Text(op["operator_name"] or "unknown") if first else "",
+                          Text(store["store_name"]), str(store["num_partitions"]),
+                          str(op["partitions_on_disk"]) if first else "", op["provider"] if first else "",
+                          Text(op["operator_properties"] or "") if first else "")
+    if info["operators"]:
+        con.print(table)
+    else:
+        con.print("no stateful operators (no state/ directory)")
+    return EXIT_OK
+
+
+@cli.command(epilog=KEY_FILTER_HELP)
+@click.argument("checkpoint")
+@store_read_options
+@click.option("--limit", "-n", type=click.IntRange(min=0), default=DEFAULT_LIMIT, show_default=True,
+              help="Rows to show; 0 shows all.")
+@LAYOUT
+@common_options
+def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch_id: int | None,
+         partitions: tuple[int, ...], key_filter: str | None, state_var_name: str | None, join_side: str | None,
+         limit: int, layout: str, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+    """The state of one store at one batch, as a table."""
+    plan = _plan(checkpoint, storage_option, operator_id=operator_id, store_name=store_name, batch_id=batch_id,
+                 state_var_name=state_var_name, join_side=join_side)
+    # one row more than shown tells whether there are more
+    table = read_table(plan, key_filter=key_filter, partitions=list(partitions) or None,
+                       limit=(limit + 1) if limit else None)
+    truncated = bool(limit) and table.num_rows > limit
+    if truncated:
+        table = table.slice(0, limit)
+    where = {"operator_id": plan.operator_id, "store_name": _shown_store(plan, store_name, join_side),
+             "batch_id": plan.batch_id, "version": plan.version, "partitions": list(partitions) or plan.partitions}
+    if as_json:
+        _emit_json({**where, "key_filter": key_filter, "row_count": table.num_rows, "truncated": truncated,
+                    "rows": json_rows(table)})
+        return EXIT_OK
+    con = _console()
+    head = (f"operator {plan.operator_id} · store {where['store_name']} · batch {plan.batch_id} "
+            f"(version {plan.version}) · partitions {', '.join(map(str, where['partitions']))}")
+    con.print(Text(head + (f" · key filter: {key_filter}" if key_filter else ""), style="bold"))
+    if table.num_rows == 0:
+        con.print("no rows" + (" match the key filter" if key_filter else ""))
+        return EXIT_OK
+    names, rows = display_rows(table)
+    _print_rows(con, names, rows, layout)
+    if truncated:
+        con.print(f"first {limit} rows shown; there are more (--limit 0 shows all)")
+    else:
+        con.print(f"{table.num_rows} row{'s' if table.num_rows != 1 else ''}")
+    return EXIT_OK
+
+
+def _stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bool) -> None:
+    all_rows = result.table.to_pylist()
+    for (op, store), provider in result.providers.items():
+        batches = [r for r in summary.to_pylist() if r["operator_id"] == op and r["store_name"] == store]
+        parts = [r for r in all_rows if r["operator_id"] == op and r["store_name"] == store]
+        if not batches:
+            continue
+        name = result.operator_names.get(op) or "unknown"
+        kind = "rocksdb" if "RocksDB" in provider else "hdfs"
+        con.print(Text(f"operator {op} ({name}) · store {store} · {kind}", style="bold"))
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("batch", "rows", "Δ rows", "decoded", "on disk", "files", "chain", "largest partition",
+                    "max/median"):
+            table.add_column(col, justify="left" if col == "largest partition" else "right")
+        prev = None
+        for r in batches:
+            delta = "" if prev is None else f"{r['rows'] - prev:+d}"
+            skew = r["rows_skew"]
+            skew_text = Text("-" if skew is None else f"{skew:.2f}×",
+                             style="yellow" if skew is not None and skew >= SKEW_WARN else "")
+            table.add_row(str(r["batch_id"]), str(r["rows"]), delta, human_bytes(r["decoded_bytes"]),
+                          human_bytes(r["bytes_on_disk"]), str(r["files"]), str(r["max_delta_chain"]),
+                          f"{r['max_partition']} ({r['max_partition_rows']} rows)", skew_text)
+            prev = r["rows"]
+        con.print(table)
+        first, last = batches[0], batches[-1]
+        counts = [r["rows"] for r in batches]
+        change = last["rows"] - first["rows"]
+        pct = f" ({change / first['rows']:+.0%})" if first["rows"] else ""
+        con.print(f"rows  {sparkline(counts)}  {first['rows']} → {last['rows']} over batches "
+                  f"{first['batch_id']}..{last['batch_id']}{pct}")
+        con.print(f"bytes {sparkline([r['decoded_bytes'] for r in batches])}  "
+                  f"{human_bytes(first['decoded_bytes'])} → {human_bytes(last['decoded_bytes'])} decoded, "
+                  f"{human_bytes(last['bytes_on_disk'])} on disk")
+        if len(batches) >= 3 and all(b >= a for a, b in itertools.pairwise(counts)) and counts[-1] > counts[0]:
+            con.print(Text("state grew in every batch: is a watermark holding back eviction?", style="yellow"))
+        latest_parts = sorted((p for p in parts if p["batch_id"] == last["batch_id"]),
+                              key=lambda p: (-p["rows"], p["partition_id"]))
+        total = last["rows"] or 1
+        ptable = Table(box=box.SIMPLE_HEAD, pad_edge=False,
+                       title=f"partitions at batch {last['batch_id']} (largest first)", title_justify="left")
+        for col in ("partition", "rows", "share", "decoded", "on disk", "files", "chain", "snapshot"):
+            ptable.add_column(col, justify="right")
+        for p in latest_parts[:10]:
+            ptable.add_row(str(p["partition_id"]), str(p["rows"]), f"{p['rows'] / total:.0%}",
+                           human_bytes(p["decoded_bytes"]), human_bytes(p["bytes_on_disk"]), str(p["files"]),
+                           str(p["delta_chain"]),
+                           "-" if p["snapshot_version"] is None else str(p["snapshot_version"]))
+        con.print(ptable)
+        if len(latest_parts) > 10:
+            con.print(f"… and {len(latest_parts) - 10} more partitions (--json lists all)")
+        skew = last["rows_skew"]
+        verdict = ("skewed" if skew is not None and skew >= SKEW_WARN else "even") if skew is not None else "n/a"
+        con.print(Text(
+            f"skew at batch {last['batch_id']}: partition {last['max_partition']} holds "
+            f"{last['max_partition_rows']} of {last['rows']} rows; largest/median "
+            f"{'-' if skew is None else f'{skew:.2f}×'} ({verdict}); median partition "
+            f"{last['median_partition_rows']:g} rows", style="yellow" if verdict == "skewed" else ""))
+        if detail:
+            dtable = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="every batch and partition",
+                           title_justify="left")
+            for col in ("batch", "partition", "rows", "decoded", "on disk", "files", "chain", "snapshot"):
+                dtable.add_column(col, justify="right")
+            for p in parts:
+                dtable.add_row(str(p["batch_id"]), str(p["partition_id"]), str(p["rows"]),
+                               human_bytes(p["decoded_bytes"]), human_bytes(p["bytes_on_disk"]), str(p["files"]),
+                               str(p["delta_chain"]),
+                               "-" if p["snapshot_version"] is None else str(p["snapshot_version"]))
+            con.print(dtable)
+        con.print()
+
+
+@cli.command()
+@click.argument("checkpoint")
+@click.option("--operator", "-O", "operator_id", type=int, help="Only this operator (default: all).")
+@click.option("--store", "-s", "store_name", help="Only this store (default: all).")
+@click.option("--batches", "batch_range", metavar="A..B",
+              help="Batches A..B, A.., ..B or B (default: every batch whose state is on disk).")
+@click.option("--detail", is_flag=True, help="Also list every (batch, partition).")
+@common_options
+def stats(checkpoint: str, operator_id: int | None, store_name: str | None, batch_range: str | None, detail: bool,
+          as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+    """State size per partition and batch: growth, skew."""
+    start, end = parse_batch_range(batch_range)
+    result = collect_stats(checkpoint, operator_id=operator_id, store_name=store_name, start_batch=start,
+                           end_batch=end, storage_options=_storage_options(storage_option))
+    summary = batch_summary(result.table)
+    skipped = [{"operator_id": op, "store_name": s, "reason": why} for op, s, why in result.skipped]
+    if as_json:
+        _emit_json({"batches": result.batches, "summary": json_rows(summary),
+                    "partitions": json_rows(result.table), "skipped": skipped})
+        return EXIT_OK
+    con = _console()
+    _stats_text(con, result, summary, detail)
+    for s in skipped:
+        con.print(Text(f"operator {s['operator_id']} store {s['store_name']} skipped: {s['reason']}", style="dim"))
+    return EXIT_OK
+
+
+@cli.command(name="changes", epilog=KEY_FILTER_HELP)
+@click.argument("checkpoint")
+@click.option("--from", "start", type=click.IntRange(min=0), required=True, help="First batch of the change feed.")
+@click.option("--to", "end", type=click.IntRange(min=0), help="Last batch (default: the latest committed).")
+@click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0).")
+@click.option("--store", "-s", "store_name", help="Store name (default 'default').")
+@click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann'\".")
+@click.option("--limit", "-n", type=click.IntRange(min=0), default=DEFAULT_LIMIT, show_default=True,
+              help="Rows to show; 0 shows all.")
+@LAYOUT
+@common_options
+def changes_command(checkpoint: str, start: int, end: int | None, operator_id: int | None, store_name: str | None,
+                    key_filter: str | None, limit: int, layout: str, as_json: bool, debug: bool,
+                    storage_option: Sequence[str]) -> int:
+    """The change feed: what batches FROM..TO changed."""
+    table = changes(checkpoint, start, end, operator_id=operator_id, store_name=store_name, key_filter=key_filter,
+                    storage_options=_storage_options(storage_option))
+    counts = change_counts(table)
+    total = table.num_rows
+    truncated = bool(limit) and total > limit
+    shown = table.slice(0, limit) if truncated else table
+    if as_json:
+        _emit_json({"start_batch": start, "end_batch": end, "key_filter": key_filter, "counts": counts,
+                    "row_count": total, "truncated": truncated, "rows": json_rows(shown)})
+        return EXIT_OK
+    con = _console()
+    span = f"{start}..{end}" if end is not None else f"{start}..latest"
+    con.print(Text(f"changes in batches {span}" + (f" · key filter: {key_filter}" if key_filter else ""),
+                   style="bold"))
+    if total == 0:
+        con.print("no changes")
+        return EXIT_OK
+    by_batch: dict[int, list[str]] = {}
+    for c in counts:
+        by_batch.setdefault(c["batch_id"], []).append(
+            f"{c['rows']} {c['change_type']}{'s' if c['rows'] != 1 else ''}")
+    for batch, parts in by_batch.items():
+        con.print(f"  batch {batch}: {', '.join(parts)}")
+    names, rows = display_rows(shown)
+    _print_rows(con, names, rows, layout)
+    con.print(f"first {limit} of {total} rows shown (--limit 0 shows all)" if truncated else f"{total} rows")
+    return EXIT_OK
+
+
+@cli.command(epilog=KEY_FILTER_HELP)
+@click.argument("checkpoint")
+@click.option("--to", "out", required=True, metavar="FILE", help="Output file: .parquet, .csv or .jsonl.")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "jsonl"]),
+              help="Output format (default: from the extension).")
+@store_read_options
+@common_options
+def export(checkpoint: str, out: str, fmt: str | None, operator_id: int | None, store_name: str | None,
+           batch_id: int | None, partitions: tuple[int, ...], key_filter: str | None, state_var_name: str | None,
+           join_side: str | None, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+    """Write the state of one store at one batch to a file."""
+    plan = _plan(checkpoint, storage_option, operator_id=operator_id, store_name=store_name, batch_id=batch_id,
+                 state_var_name=state_var_name, join_side=join_side)
+    shown_store = _shown_store(plan, store_name, join_side)
+    result = export_state(plan, out, fmt=fmt, key_filter=key_filter, partitions=list(partitions) or None)
+    size = os.path.getsize(out)
+    if as_json:
+        _emit_json({"path": out, "format": result.format, "rows": result.rows, "partitions": result.partitions,
+                    "bytes": size, "operator_id": plan.operator_id, "store_name": shown_store,
+                    "batch_id": plan.batch_id})
+        return EXIT_OK
+    _console().print(Text(f"wrote {result.rows} rows from {result.partitions} partitions of operator "
+                          f"{plan.operator_id} (store {shown_store}, batch {plan.batch_id}) to {out} "
+                          f"({result.format}, {human_bytes(size)})"))
+    return EXIT_OK
+
+
+@cli.command()
+@click.argument("checkpoint")
+@click.option("--operator", "-O", "operator_id", type=int, help="Only this operator (default: all).")
+@common_options
+def verify(checkpoint: str, operator_id: int | None, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+    """Decode every retained version; exit 2 on damage."""
+    report = verify_checkpoint(checkpoint, operator_id=operator_id, storage_options=_storage_options(storage_option))
+    code = EXIT_OK if report.ok else EXIT_DAMAGED
+    if as_json:
+        _emit_json(report.as_dict())
+        return code
+    con = _console()
+    for s in report.stores:
+        ps = s["partitions"]
+        if ps:
+            lo = min(p["first_version"] for p in ps)
+            hi = max(p["last_version"] for p in ps)
+            span = f"versions {lo}..{hi} (batches {lo - 1}..{hi - 1})"
+        else:
+            span = "no versions"
+        con.print(Text(f"operator {s['operator_id']} ({s['operator_name'] or 'unknown'}) · store {s['store_name']} · "
+                       f"{len(ps)} partitions · {span}"))
+    for s in report.skipped:
+        con.print(Text(f"operator {s['operator_id']} store {s['store_name']} skipped: {s['reason']}", style="dim"))
+    if report.ok:
+        con.print(Text(f"OK: {report.versions_checked} versions decoded without error", style="green bold"))
+        return code
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="problems", title_justify="left")
+    for col in ("op", "store", "partition", "version", "batch", "error", "file", "message"):
+        table.add_column(col, overflow="fold")
+    for p in report.problems:
+        table.add_row(str(p.operator_id), Text(p.store_name), "-" if p.partition_id is None else str(p.partition_id),
+                      "-" if p.version is None else str(p.version), "-" if p.batch_id is None else str(p.batch_id),
+                      p.error_class, Text(_relative(p.path, report.checkpoint)), Text(p.message))
+    con.print(table)
+    con.print(Text(f"DAMAGED: {len(report.problems)} of {report.versions_checked} versions failed", style="red bold"))
+    for path, n in report.damaged_files().items():
+        con.print(Text(f"  {path}: breaks {n} version{'s' if n != 1 else ''}"))
+    return code
+
+
+@cli.command()
+@click.argument("checkpoint")
+@click.option("--out", required=True, metavar="FILE.png", help="Image file to write (PNG, SVG or PDF by extension).")
+@click.option("--operator", "-O", "operator_id", type=int, help="Only this operator (default: all).")
+@click.option("--store", "-s", "store_name", help="Only this store (default: all).")
+@click.option("--batches", "batch_range", metavar="A..B", help="Batches A..B, A.., ..B or B.")
+@common_options
+def plot(checkpoint: str, out: str, operator_id: int | None, store_name: str | None, batch_range: str | None,
+         as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+    """Plot state rows and bytes per partition over batches."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    from state_reader.fronts.plotting import figure_from_stats
+
+    start, end = parse_batch_range(batch_range)
+    result = collect_stats(checkpoint, operator_id=operator_id, store_name=store_name, start_batch=start,
+                           end_batch=end, storage_options=_storage_options(storage_option))
+    fig = figure_from_stats(result.table, title=f"state of {checkpoint}")
+    fig.savefig(out)
+    width, height = (round(float(v)) for v in fig.get_size_inches() * fig.dpi)
+    stores = len(result.providers)
+    if as_json:
+        _emit_json({"path": out, "width": width, "height": height, "stores": stores, "batches": result.batches})
+        return EXIT_OK
+    span = f"{result.batches[0]}..{result.batches[-1]}" if result.batches else "none"
+    _console().print(Text(f"wrote {out} ({width}×{height} px): {stores} store{'s' if stores != 1 else ''}, "
+                          f"batches {span}"))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------
+# entry point
+
+
+def _relative(path: str | None, root: str) -> str:
+    """``path`` inside the checkpoint ``root`` as ``state/0/1/1.delta``."""
+    if not path:
+        return "-"
+    prefix = root.rstrip("/") + "/"
+    return path[len(prefix):] if path.startswith(prefix) else path
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 1 error, 2 damage found by ``verify``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args or os.environ.get("STATE_READER_DEBUG", "") not in ("", "0")
+    as_json = "--json" in args
+    try:
+        code = cli.main(args=args, prog_name="state-reader", standalone_mode=False)
+        return code if isinstance(code, int) else EXIT_OK
+    except StateReaderError as exc:
+        if debug:
+            traceback.print_exc()
+        if as_json:
+            _emit_json({"error": {"class": exc.error_class, "message": exc.message, "path": exc.path}})
+        click.echo(f"error: {_one_line(exc.message)}", err=True)
+        return EXIT_ERROR
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return EXIT_ERROR
+    except click.exceptions.NoArgsIsHelpError as exc:
+        # bare `state-reader` (or a group without a command): the help is the answer
+        click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
+        return EXIT_OK
+    except click.ClickException as exc:
+        if debug:
+            traceback.print_exc()
+        hint = ""
+        ctx = getattr(exc, "ctx", None)
+        if ctx is not None:
+            hint = f" (see '{ctx.command_path} --help')"
+        if as_json:
+            _emit_json({"error": {"class": "USAGE", "message": _one_line(exc.format_message()), "path": None}})
+        click.echo(f"error: {_one_line(exc.format_message())}{hint}", err=True)
+        return EXIT_ERROR
+    except BrokenPipeError:
+        # `state-reader show ... | head`: the reader went away; that is fine
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    except Exception as exc:  # one line for the user, the traceback on request
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: unexpected {type(exc).__name__}: {_one_line(str(exc))} "
+                   "(run with --debug for the traceback)", err=True)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Plots of state size over batches (matplotlib, no pyplot: no global figures, any backend).
+
+One row of two charts per (operator, store): state rows per partition and
+decoded bytes per partition, over batches. Up to :data:`MAX_PARTITION_LINES`
+partitions get a line each; beyond that the chart shows the min–max band, the
+median and the largest partitions, so skew stays visible with 200 partitions.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import pyarrow as pa
+
+from state_reader.fronts.stats import stats
+
+MAX_PARTITION_LINES = 10
+TOP_PARTITIONS = 3
+
+
+def _require_matplotlib() -> Any:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ImportError("plotting needs matplotlib: pip install 'state-reader[cli]'") from None
+    return Figure
+
+
+def _byte_unit(largest: float) -> tuple[str, float]:
+    """The unit to draw bytes in, so the ticks are round numbers of it."""
+    unit, scale = "B", 1.0
+    for name in ("KiB", "MiB", "GiB", "TiB"):
+        if largest >= scale * 1024:
+            unit, scale = name, scale * 1024
+    return unit, scale
+
+
+def _series(rows: list[dict[str, Any]], metric: str, scale: float = 1.0) -> tuple[list[int], dict[int, list[float]]]:
+    batches = sorted({r["batch_id"] for r in rows})
+    index = {b: i for i, b in enumerate(batches)}
+    by_partition: dict[int, list[float]] = {}
+    for r in rows:
+        line = by_partition.setdefault(r["partition_id"], [float("nan")] * len(batches))
+        line[index[r["batch_id"]]] = float(r[metric]) / scale
+    return batches, by_partition
+
+
+def _draw(ax: Any, rows: list[dict[str, Any]], metric: str, ylabel: str, scale: float = 1.0) -> None:
+    batches, lines = _series(rows, metric, scale)
+    if len(lines) <= MAX_PARTITION_LINES:
+        for pid in sorted(lines):
+            ax.plot(batches, lines[pid], marker="o", markersize=3, linewidth=1.5, label=f"partition {pid}")
+    else:
+        columns = list(zip(*lines.values(), strict=True))
+        finite = [[v for v in col if v == v] for col in columns]
+        ax.fill_between(batches, [min(c) if c else 0 for c in finite], [max(c) if c else 0 for c in finite],
+                        alpha=0.2, label=f"min–max of {len(lines)} partitions")
+        ax.plot(batches, [statistics.median(c) if c else 0 for c in finite], linewidth=2, color="black",
+                label="median partition")
+        top = sorted(lines, key=lambda p: lines[p][-1] if lines[p][-1] == lines[p][-1] else -1,
+                     reverse=True)[:TOP_PARTITIONS]
+        for pid in top:
+            ax.plot(batches, lines[pid], marker="o", markersize=3, linewidth=1.2, label=f"partition {pid}")
+    ax.set_xlabel("batch")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    if len(batches) <= 20:
+        ax.set_xticks(batches)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small", loc="best")
+
+
+def figure_from_stats(table: pa.Table, *, title: str | None = None, width: float = 12.0,
+                      row_height: float = 4.0, dpi: int = 100) -> Any:
+    """A matplotlib ``Figure`` of a :func:`state_reader.stats` table."""
+    figure_cls = _require_matplotlib()
+    from matplotlib.ticker import MaxNLocator
+
+    rows = table.to_pylist()
+    stores = sorted({(r["operator_id"], r["store_name"]) for r in rows})
+    n = max(len(stores), 1)
+    fig = figure_cls(figsize=(width, row_height * n), dpi=dpi, layout="constrained")
+    axes = fig.subplots(n, 2, squeeze=False)
+    if not stores:
+        axes[0][0].text(0.5, 0.5, "no state", ha="center", va="center")
+    for (op, store), (ax_rows, ax_bytes) in zip(stores, axes, strict=False):  # one row when empty
+        mine = [r for r in rows if r["operator_id"] == op and r["store_name"] == store]
+        _draw(ax_rows, mine, "rows", "state rows")
+        ax_rows.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax_rows.set_title(f"operator {op} · store {store}: rows per partition")
+        unit, scale = _byte_unit(max((r["decoded_bytes"] for r in mine), default=0))
+        _draw(ax_bytes, mine, "decoded_bytes", f"decoded size ({unit})", scale)
+        ax_bytes.set_title(f"operator {op} · store {store}: decoded bytes per partition")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def plot_state_size(checkpoint: str, *, operator_id: int | None = None, store_name: str | None = None,
+                    start_batch: int | None = None, end_batch: int | None = None,
+                    storage_options: dict[str, Any] | None = None, title: str | None = None) -> Any:
+    """State rows and decoded bytes per partition over batches, as a matplotlib ``Figure``.
+
+    The arguments select what :func:`state_reader.stats` measures. In a notebook
+    the figure displays itself; elsewhere ``fig.savefig("state.png")``.
+    """
+    table = stats(checkpoint, operator_id=operator_id, store_name=store_name, start_batch=start_batch,
+                  end_batch=end_batch, storage_options=storage_options)
+    return figure_from_stats(table, title=title or f"state of {checkpoint}")

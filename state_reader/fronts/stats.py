@@ -1,0 +1,280 @@
+"""State size per partition and batch, and how it spreads over partitions.
+
+:func:`stats` answers "how big is the state, where, and is it growing?": for each
+store of each operator, each batch and each partition, the rows and decoded
+bytes (decoding with the same plan ``read_state`` uses), plus the files the
+version is rebuilt from, their bytes on disk and the delta chain since the last
+snapshot. :func:`batch_summary` folds that into one row per batch with the skew
+between partitions (largest over median).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from state_reader.core.metadata import infer_operator_metadata
+from state_reader.core.options import from_kwargs
+from state_reader.core.planner import StateReadPlan, join_column_families, plan_state_read
+from state_reader.errors import (
+    CommittedBatchUnavailableError,
+    InvalidOptionError,
+    RequiredOptionError,
+    SchemaReadError,
+    StateReaderError,
+    UnsupportedOptionError,
+)
+from state_reader.io.storage import Storage
+from state_reader.model.checkpoint import Checkpoint
+from state_reader.progress import progress
+from state_reader.providers.store_files import StoreFiles, unique_id_for
+
+STATS_SCHEMA = pa.schema([
+    pa.field("operator_id", pa.int32()),
+    pa.field("store_name", pa.string()),
+    pa.field("batch_id", pa.int64()),
+    pa.field("version", pa.int64()),
+    pa.field("partition_id", pa.int32()),
+    pa.field("rows", pa.int64()),
+    pa.field("decoded_bytes", pa.int64()),  # Arrow size of the decoded keys and values
+    pa.field("files", pa.int32()),  # files the version is rebuilt from (snapshot, deltas, SSTs)
+    pa.field("bytes_on_disk", pa.int64()),  # their size
+    pa.field("delta_chain", pa.int32()),  # deltas/changelogs replayed after the snapshot
+    pa.field("snapshot_version", pa.int64()),  # null: rebuilt from the empty state
+])
+
+SUMMARY_SCHEMA = pa.schema([
+    pa.field("operator_id", pa.int32()),
+    pa.field("store_name", pa.string()),
+    pa.field("batch_id", pa.int64()),
+    pa.field("partitions", pa.int32()),
+    pa.field("rows", pa.int64()),
+    pa.field("decoded_bytes", pa.int64()),
+    pa.field("bytes_on_disk", pa.int64()),
+    pa.field("files", pa.int32()),
+    pa.field("max_delta_chain", pa.int32()),
+    pa.field("max_partition", pa.int32()),  # the partition with the most rows
+    pa.field("max_partition_rows", pa.int64()),
+    pa.field("median_partition_rows", pa.float64()),
+    pa.field("rows_skew", pa.float64()),  # max / median rows; null when the median is 0
+    pa.field("max_bytes_partition", pa.int32()),
+    pa.field("bytes_skew", pa.float64()),  # max / median decoded bytes
+])
+
+
+@dataclass
+class StatsResult:
+    """:func:`collect_stats` output: the table and the stores it could not read."""
+
+    table: pa.Table
+    batches: list[int]
+    # (operator_id, store_name, reason) of stores left out (e.g. unsupported operators)
+    skipped: list[tuple[int, str, str]] = field(default_factory=list)
+    providers: dict[tuple[int, str], str] = field(default_factory=dict)
+    operator_names: dict[int, str | None] = field(default_factory=dict)
+
+
+def parse_batch_range(text: str | None) -> tuple[int | None, int | None]:
+    """``"3..7"``, ``"3.."``, ``"..7"``, ``"5"`` -> (start, end); None/"" -> (None, None)."""
+    if text is None or not text.strip():
+        return None, None
+    raw = text.strip()
+    lo, sep, hi = raw.partition("..")
+    try:
+        start = int(lo) if lo.strip() else None
+        end = int(hi) if hi.strip() else None
+        if not sep:
+            end = start
+    except ValueError:
+        raise InvalidOptionError(f"batch range {raw!r} is not A..B, A.., ..B or B (batch ids)") from None
+    if (start is not None and start < 0) or (end is not None and end < 0):
+        raise InvalidOptionError(f"batch range {raw!r}: batch ids cannot be negative")
+    if start is not None and end is not None and end < start:
+        raise InvalidOptionError(f"batch range {raw!r}: the end is before the start")
+    return start, end
+
+
+def operator_stores(cp: Checkpoint, operator_id: int | None = None, store_name: str | None = None,
+                    batch_id: int | None = None) -> list[tuple[int, str, str | None]]:
+    """(operator id, store name, operator name) of every store to look at.
+
+    Stores come from operator metadata, or from the files for checkpoints
+    written before Spark 4.0.
+    """
+    known = cp.operator_ids
+    if operator_id is not None and operator_id not in known:
+        raise SchemaReadError(
+            f"the checkpoint {cp.location} has no state for operator {operator_id} "
+            f"(operators: {', '.join(map(str, known)) or 'none'})", path=cp.storage.display("state"))
+    out = []
+    for op in [operator_id] if operator_id is not None else known:
+        try:
+            meta = cp.operator_metadata(op, batch_id)
+        except StateReaderError:
+            meta = None
+        if meta is None:
+            meta = infer_operator_metadata(cp, op)
+        # join formats 3 and 4 keep their four stores as column families of one store
+        names = join_column_families(cp, meta) or ([s.name for s in meta.stores] if meta else [])
+        op_name = meta.operator_name if meta else None
+        if store_name is not None:
+            if names and store_name not in names:
+                raise SchemaReadError(
+                    f"operator {op} of {cp.location} has no store '{store_name}' (stores: {', '.join(names)})",
+                    path=cp.storage.display(f"state/{op}"))
+            names = [store_name]
+        out.extend((op, name, op_name) for name in names)
+    return out
+
+
+def _plan(checkpoint: str, storage_options: dict[str, Any] | None, operator_id: int, store_name: str,
+          batch_id: int) -> StateReadPlan:
+    return plan_state_read(from_kwargs(checkpoint, {
+        "operator_id": operator_id, "store_name": store_name, "batch_id": batch_id,
+        "storage_options": storage_options}))
+
+
+def _default_batches(cp: Checkpoint, files: list[StoreFiles]) -> list[int]:
+    """Committed batches whose versions every partition can still rebuild."""
+    committed = cp.committed_batches
+    if not committed:
+        return []
+    last = committed[-1] + 1
+    firsts = [min(v, default=last) for v in (f.retained_versions(last, {b + 1 for b in committed})
+                                              for f in files)]
+    first_batch = max(firsts, default=1) - 1
+    return [b for b in committed if b >= first_batch]
+
+
+def collect_stats(checkpoint: str, *, operator_id: int | None = None, store_name: str | None = None,
+                  start_batch: int | None = None, end_batch: int | None = None,
+                  storage_options: dict[str, Any] | None = None,
+                  show_progress: bool | None = None) -> StatsResult:
+    """Compute the :data:`STATS_SCHEMA` table; see :func:`stats`."""
+    storage = Storage(checkpoint, dict(storage_options or {}))
+    cp = Checkpoint(storage)
+    latest = cp.latest_committed_batch()  # fails clearly for a missing or empty checkpoint
+    committed = cp.committed_batches
+    for b in (start_batch, end_batch):
+        if b is not None and b not in committed:
+            cp.require_committed(b)  # raises with the committed range
+    targets = operator_stores(cp, operator_id, store_name, latest)
+    result = StatsResult(pa.Table.from_pylist([], schema=STATS_SCHEMA), [])
+    work: list[tuple[int, str, StateReadPlan, dict[int, StoreFiles]]] = []
+    for op, store, op_name in targets:
+        result.operator_names[op] = op_name
+        try:
+            plan = _plan(checkpoint, storage_options, op, store, latest)
+        except (UnsupportedOptionError, RequiredOptionError) as exc:
+            if operator_id is not None and store_name is not None:
+                raise
+            result.skipped.append((op, store, exc.message))
+            continue
+        files = {p: StoreFiles(storage, plan.store_dir(p), plan.provider, plan.codec) for p in plan.partitions}
+        result.providers[(op, store)] = plan.provider
+        work.append((op, store, plan, files))
+    if not work and result.skipped:
+        op, store, why = result.skipped[0]
+        raise UnsupportedOptionError(f"operator {op}, store '{store}': {why}")
+
+    batches_by_store = {}
+    for op, store, _plan_latest, files in work:
+        if start_batch is None and end_batch is None:
+            chosen = _default_batches(cp, list(files.values()))
+        else:
+            lo = start_batch if start_batch is not None else committed[0]
+            hi = end_batch if end_batch is not None else latest
+            chosen = [b for b in committed if lo <= b <= hi]
+        batches_by_store[(op, store)] = chosen
+    result.batches = sorted({b for bs in batches_by_store.values() for b in bs})
+    if work and not result.batches:
+        raise CommittedBatchUnavailableError(
+            f"No committed batch in the range {start_batch}..{end_batch} of {cp.storage.display('commits')} "
+            f"(committed batches: {committed[0]}..{committed[-1]})", path=cp.location)
+
+    total = sum(len(batches_by_store[(op, s)]) * len(f) for op, s, _, f in work)
+    columns: dict[str, list[Any]] = {name: [] for name in STATS_SCHEMA.names}
+    with progress("measuring state", total, enabled=show_progress) as bar:
+        for op, store, plan_latest, files in work:
+            for batch in batches_by_store[(op, store)]:
+                plan = plan_latest if batch == latest else _plan(checkpoint, storage_options, op, store, batch)
+                for pid in plan.partitions:
+                    decoded = plan.decode_columns(pid)
+                    store_files = files.get(pid) or StoreFiles(storage, plan.store_dir(pid), plan.provider,
+                                                               plan.codec)
+                    uid = unique_id_for(cp, store_files, plan.version, op, pid, plan.store_name)
+                    vf = store_files.version_files(plan.version, uid)
+                    row = {
+                        "operator_id": op, "store_name": store, "batch_id": batch, "version": plan.version,
+                        "partition_id": pid, "rows": len(decoded[0]),
+                        "decoded_bytes": sum(c.nbytes for c in decoded),
+                        "files": len(vf.files), "bytes_on_disk": vf.bytes_on_disk,
+                        "delta_chain": vf.delta_chain, "snapshot_version": vf.snapshot_version,
+                    }
+                    for name, value in row.items():
+                        columns[name].append(value)
+                    bar.advance(description=f"measuring operator {op} · batch {batch}")
+    result.table = pa.Table.from_pydict(columns, schema=STATS_SCHEMA)
+    return result
+
+
+def stats(checkpoint: str, *, operator_id: int | None = None, store_name: str | None = None,
+          start_batch: int | None = None, end_batch: int | None = None,
+          storage_options: dict[str, Any] | None = None, show_progress: bool | None = None) -> pa.Table:
+    """State size per operator, store, batch and partition, as a ``pyarrow.Table``.
+
+    Columns (:data:`STATS_SCHEMA`): ``operator_id``, ``store_name``,
+    ``batch_id``, ``version``, ``partition_id``, ``rows``, ``decoded_bytes``
+    (Arrow size of the decoded keys and values), ``files`` and
+    ``bytes_on_disk`` (the snapshot, deltas/changelogs and SSTs the version is
+    rebuilt from), ``delta_chain`` (deltas replayed after the snapshot) and
+    ``snapshot_version`` (null: rebuilt from the empty state).
+
+    Every operator and store unless ``operator_id`` / ``store_name`` is given;
+    batches ``start_batch``..``end_batch`` (committed ones), by default every
+    committed batch whose state files are still on disk. Each (batch, partition)
+    is decoded, so narrow the range on large checkpoints. Operators this reader
+    cannot read yet are left out (an error if nothing else is left).
+    ``batch_summary(stats(cp))`` gives one row per batch with the skew.
+    """
+    return collect_stats(checkpoint, operator_id=operator_id, store_name=store_name, start_batch=start_batch,
+                         end_batch=end_batch, storage_options=storage_options,
+                         show_progress=show_progress).table
+
+
+def _skew(values: list[float]) -> float | None:
+    median = statistics.median(values) if values else 0
+    return (max(values) / median) if median else None
+
+
+def batch_summary(table: pa.Table) -> pa.Table:
+    """One row per (operator, store, batch) of a :func:`stats` table: totals and skew.
+
+    ``rows_skew`` is the largest partition's rows over the median partition's
+    (1.0 = even; null when the median partition is empty); ``bytes_skew`` the
+    same for decoded bytes.
+    """
+    groups: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
+    for row in table.to_pylist():
+        groups.setdefault((row["operator_id"], row["store_name"], row["batch_id"]), []).append(row)
+    out = []
+    for (op, store, batch), rows in groups.items():
+        by_rows = max(rows, key=lambda r: (r["rows"], -r["partition_id"]))
+        by_bytes = max(rows, key=lambda r: (r["decoded_bytes"], -r["partition_id"]))
+        counts = [r["rows"] for r in rows]
+        out.append({
+            "operator_id": op, "store_name": store, "batch_id": batch, "partitions": len(rows),
+            "rows": sum(counts), "decoded_bytes": sum(r["decoded_bytes"] for r in rows),
+            "bytes_on_disk": sum(r["bytes_on_disk"] for r in rows), "files": sum(r["files"] for r in rows),
+            "max_delta_chain": max(r["delta_chain"] for r in rows),
+            "max_partition": by_rows["partition_id"], "max_partition_rows": by_rows["rows"],
+            "median_partition_rows": float(statistics.median(counts)),
+            "rows_skew": _skew([float(c) for c in counts]),
+            "max_bytes_partition": by_bytes["partition_id"],
+            "bytes_skew": _skew([float(r["decoded_bytes"]) for r in rows]),
+        })
+    out.sort(key=lambda r: (r["operator_id"], r["store_name"], r["batch_id"]))
+    return pa.Table.from_pylist(out, schema=SUMMARY_SCHEMA)

@@ -1,0 +1,146 @@
+"""Checksum sidecars written next to checkpoint files, and their verification.
+
+Two kinds exist (see the state format notes, sections 1.8 and 1.9):
+
+* Hadoop's ``ChecksumFileSystem`` writes a hidden ``.<name>.crc`` beside every
+  file it writes on a local filesystem::
+
+      "crc\\0" | int32 BE bytes-per-checksum (512) | uint32 BE CRC-32 of each chunk
+
+* Spark 4.1+ (checkpoint format version 2) writes a visible ``<name>.crc`` beside
+  RocksDB ``.zip`` and ``.changelog`` files: one JSON object whose ``value`` is the
+  CRC-32C of the whole file as a signed int32, with ``mainFileSize``.
+
+Object stores usually have neither; a missing sidecar is never an error.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections.abc import Callable
+
+import numpy as np
+
+from state_reader.errors import ChecksumMismatchError
+
+HADOOP_MAGIC = b"crc\x00"
+_HADOOP_HEADER = struct.Struct(">4si")
+# Hadoop writes 512; anything outside this range is not a checksum file it wrote.
+_MAX_BYTES_PER_CHECKSUM = 1 << 24
+
+SIDECAR_SUFFIX = ".crc"
+_BYPASS = "read with verifyChecksums=false (verify_checksums=False) to skip the check"
+
+
+def hadoop_sidecar(name: str) -> str:
+    """Name of the hidden Hadoop checksum file of ``name``."""
+    return f".{name}{SIDECAR_SUFFIX}"
+
+
+def spark_sidecar(name: str) -> str:
+    """Name of Spark's checksum sidecar of ``name``."""
+    return f"{name}{SIDECAR_SUFFIX}"
+
+
+# -- CRC-32C --------------------------------------------------------------------
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_TABLE = _crc32c_table()
+
+
+def crc32c_pure(data: bytes) -> int:
+    """CRC-32C (Castagnoli) in plain Python: slow, used only when no binding is installed."""
+    crc = 0xFFFFFFFF
+    table = _TABLE
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def _pick_crc32c() -> Callable[[bytes], int]:
+    try:
+        import google_crc32c
+
+        return lambda data: int(google_crc32c.value(bytes(data)))
+    except ImportError:
+        pass
+    try:
+        import crc32c
+
+        return lambda data: int(crc32c.crc32c(data))
+    except ImportError:
+        pass
+    return crc32c_pure
+
+
+crc32c: Callable[[bytes], int] = _pick_crc32c()
+
+
+# -- verification -----------------------------------------------------------------
+
+
+def verify_hadoop(data: bytes, sidecar: bytes, shown: str, sidecar_shown: str) -> None:
+    """Check ``data`` against a Hadoop ``.crc`` file; ChecksumMismatchError names the first bad chunk."""
+    if len(sidecar) < _HADOOP_HEADER.size or sidecar[:4] != HADOOP_MAGIC:
+        raise ChecksumMismatchError(
+            f"{sidecar_shown} is not a Hadoop checksum file (expected the magic 'crc\\0' and a chunk size, "
+            f"found {sidecar[:8]!r}), so {shown} cannot be verified; {_BYPASS}", path=shown)
+    _, chunk = _HADOOP_HEADER.unpack_from(sidecar)
+    body = len(sidecar) - _HADOOP_HEADER.size
+    if not 0 < chunk <= _MAX_BYTES_PER_CHECKSUM or body % 4:
+        raise ChecksumMismatchError(
+            f"{sidecar_shown} is malformed (chunk size {chunk}, {body} bytes of checksums), so {shown} cannot "
+            f"be verified; {_BYPASS}", path=shown)
+    stored = np.frombuffer(sidecar, dtype=">u4", offset=_HADOOP_HEADER.size)
+    needed = -(-len(data) // chunk)
+    if needed != len(stored):
+        raise ChecksumMismatchError(
+            f"{shown} has {len(data)} bytes, but its checksum file {sidecar_shown} covers "
+            f"{len(stored)} chunks of {chunk} bytes (a file of {max(0, (len(stored) - 1) * chunk) + 1}.."
+            f"{len(stored) * chunk} bytes): the file was truncated or extended after it was written",
+            path=shown)
+    view = memoryview(data)
+    for i, expected in enumerate(stored.tolist()):
+        actual = zlib.crc32(view[i * chunk:(i + 1) * chunk]) & 0xFFFFFFFF
+        if actual != expected:
+            end = min(len(data), (i + 1) * chunk)
+            raise ChecksumMismatchError(
+                f"{shown}: bytes {i * chunk}..{end - 1} do not match the CRC-32 in {sidecar_shown} "
+                f"(stored 0x{expected:08x}, computed 0x{actual:08x}): the file is damaged", path=shown)
+
+
+def verify_spark(data: bytes, sidecar: bytes, shown: str, sidecar_shown: str) -> None:
+    """Check ``data`` against a Spark checksum sidecar (JSON with the CRC-32C of the whole file)."""
+    try:
+        doc = json.loads(sidecar.decode("utf-8"))
+        algorithm = str(doc["algorithm"])
+        value = int(doc["value"])
+        size = doc.get("mainFileSize")
+        size = None if size is None else int(size)
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
+        raise ChecksumMismatchError(
+            f"{sidecar_shown} is not a readable Spark checksum file ({exc!r}), so {shown} cannot be verified; "
+            f"{_BYPASS}", path=shown) from exc
+    if algorithm.upper().replace("-", "") != "CRC32C":
+        return  # written by a later Spark with another algorithm: nothing we can check
+    if size is not None and size != len(data):
+        raise ChecksumMismatchError(
+            f"{shown} has {len(data)} bytes, but {sidecar_shown} records mainFileSize {size}: "
+            "the file was truncated, extended or replaced after it was written", path=shown)
+    actual = crc32c(data)
+    if actual != value & 0xFFFFFFFF:
+        raise ChecksumMismatchError(
+            f"{shown} does not match the CRC-32C in {sidecar_shown} (stored 0x{value & 0xFFFFFFFF:08x}, "
+            f"computed 0x{actual:08x}): the file is damaged", path=shown)

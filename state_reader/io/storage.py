@@ -1,0 +1,208 @@
+"""All file access goes through here: one fsspec filesystem per checkpoint.
+
+Paths inside the package are always '/'-joined strings relative to a root, so
+decoding code never sees a URL scheme. The reader only ever reads: no writes,
+no locks, no renames.
+
+With ``verify_checksums`` (the default) every file read is checked against the
+checksum sidecars beside it, when there are any (see :mod:`state_reader.integrity`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+
+from state_reader.errors import StateReaderError, StorageError
+from state_reader.io.integrity import SIDECAR_SUFFIX, hadoop_sidecar, spark_sidecar, verify_hadoop, verify_spark
+
+# Hadoop's scheme names for S3 that fsspec does not know under those names.
+_SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
+
+
+def _split_url(url: str) -> tuple[str, str, str]:
+    """Return (fsspec protocol, scheme as given, path without scheme) for a path or URL."""
+    if "://" not in url:
+        if url.startswith("file:"):  # Hadoop writes file:/abs/path
+            return "file", "file", url[len("file:"):]
+        return "file", "file", url
+    scheme, rest = url.split("://", 1)
+    given = scheme.lower()
+    return _SCHEME_ALIASES.get(given, given), given, rest
+
+
+@dataclass
+class Storage:
+    """Read-only access to the files of one checkpoint.
+
+    ``root`` is the checkpoint root as a path the filesystem understands; every
+    method takes paths relative to it.
+    """
+
+    url: str
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    # check files against their .crc sidecars (Hadoop's hidden ones and Spark's) when present
+    verify_checksums: bool = True
+
+    def __post_init__(self) -> None:
+        protocol, scheme, path = _split_url(self.url)
+        self.protocol = protocol
+        self.scheme = scheme
+        if not isinstance(self.storage_options, dict):
+            raise StorageError(
+                f"storage options for {self.url!r} must be a mapping of names to values, "
+                f"got {type(self.storage_options).__name__}", path=self.url)
+        try:
+            self.fs = fsspec.filesystem(protocol, **self.storage_options)
+        except ImportError as exc:
+            raise StorageError(
+                f"cannot open {self.url!r}: the fsspec implementation of '{protocol}://' is not installed "
+                f"({exc}); for s3:// and s3a:// install 's3fs', for gs:// 'gcsfs', for abfs:// 'adlfs'",
+                path=self.url) from exc
+        except Exception as exc:  # unknown protocol, or options the filesystem refuses
+            raise StorageError(
+                f"cannot open a filesystem for {self.url!r} with storage options "
+                f"{sorted(self.storage_options)}: {type(exc).__name__}: {exc}", path=self.url) from exc
+        if protocol == "file":
+            path = posixpath.abspath(path) if path else path
+        self.root = path.rstrip("/") or "/"
+        # directory -> names seen by the last listing; tells which sidecars exist without probing
+        self._listed: dict[str, set[str]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # fsspec filesystems pickle, but rebuilding keeps executors independent
+        return {"url": self.url, "storage_options": self.storage_options,
+                "verify_checksums": self.verify_checksums}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.url = state["url"]
+        self.storage_options = state["storage_options"]
+        self.verify_checksums = state.get("verify_checksums", True)
+        self.__post_init__()
+
+    def full(self, rel: str) -> str:
+        """Filesystem path of ``rel`` (relative to the root)."""
+        return posixpath.join(self.root, rel) if rel else self.root
+
+    def display(self, rel: str) -> str:
+        """Path of ``rel`` as the user would write it, for error messages."""
+        if self.protocol == "file":
+            return self.full(rel)
+        return f"{self.scheme}://{self.full(rel)}"
+
+    def _wrap(self, exc: Exception, rel: str, what: str) -> StateReaderError:
+        if isinstance(exc, StateReaderError):
+            return exc
+        return StorageError(f"{what} {self.display(rel)} failed: {exc}", path=self.display(rel))
+
+    def _fresh(self, rel: str) -> None:
+        """Drop what the filesystem cached about ``rel``: a live query keeps adding files."""
+        try:
+            self.fs.invalidate_cache(self.full(rel))
+        except Exception:  # a cache that cannot be dropped only means an older listing
+            pass
+
+    def list_names(self, rel: str) -> list[str] | None:
+        """Names of the entries of directory ``rel``, or None if it does not exist."""
+        self._fresh(rel)
+        try:
+            entries = self.fs.ls(self.full(rel), detail=False)
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            return None
+        except Exception as exc:
+            raise self._wrap(exc, rel, "listing") from exc
+        names = []
+        for entry in entries:
+            name = posixpath.basename(str(entry).rstrip("/"))
+            if name:
+                names.append(name)
+        self._listed[rel] = set(names)
+        return names
+
+    def list_sizes(self, rel: str) -> dict[str, int] | None:
+        """File name -> size of directory ``rel``, or None if it does not exist."""
+        self._fresh(rel)
+        try:
+            entries = self.fs.ls(self.full(rel), detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except Exception as exc:
+            raise self._wrap(exc, rel, "listing") from exc
+        out = {}
+        seen = set()
+        for entry in entries:
+            name = posixpath.basename(str(entry["name"]).rstrip("/"))
+            seen.add(name)
+            if name and entry.get("type") != "directory":
+                out[name] = int(entry.get("size") or 0)
+        self._listed[rel] = seen
+        return out
+
+    def isdir(self, rel: str) -> bool:
+        try:
+            return bool(self.fs.isdir(self.full(rel)))
+        except Exception as exc:
+            raise self._wrap(exc, rel, "checking") from exc
+
+    def exists(self, rel: str) -> bool:
+        try:
+            return bool(self.fs.exists(self.full(rel)))
+        except Exception as exc:
+            raise self._wrap(exc, rel, "checking") from exc
+
+    def read_bytes(self, rel: str) -> bytes:
+        """Whole content of file ``rel``; FileNotFoundError if it is absent.
+
+        With ``verify_checksums`` the bytes are checked against the file's checksum
+        sidecars first; a mismatch raises ChecksumMismatchError naming the file.
+        """
+        data = self._read_raw(rel)
+        if self.verify_checksums:
+            self._verify(rel, data)
+        return data
+
+    def _read_raw(self, rel: str) -> bytes:
+        try:
+            with self.fs.open(self.full(rel), "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            raise
+        except IsADirectoryError:
+            raise FileNotFoundError(self.display(rel)) from None
+        except Exception as exc:
+            raise self._wrap(exc, rel, "reading") from exc
+
+    def _names_for_sidecars(self, directory: str, name: str) -> set[str] | None:
+        """Names in ``directory`` as recently listed (listing it when ``name`` is not among
+        them), or None when it cannot be listed and sidecars must be probed."""
+        names = self._listed.get(directory)
+        if names is not None and name in names:
+            return names
+        try:
+            self.list_names(directory)
+        except StateReaderError:
+            return None
+        return self._listed.get(directory)
+
+    def _verify(self, rel: str, data: bytes) -> None:
+        directory, name = posixpath.split(rel)
+        if name.endswith(SIDECAR_SUFFIX):
+            return
+        names = self._names_for_sidecars(directory, name)
+        for sidecar, check in ((hadoop_sidecar(name), verify_hadoop), (spark_sidecar(name), verify_spark)):
+            if names is not None and sidecar not in names:
+                continue
+            sidecar_rel = posixpath.join(directory, sidecar)
+            try:
+                raw = self._read_raw(sidecar_rel)
+            except FileNotFoundError:
+                continue  # removed since the listing (maintenance): nothing to check against
+            check(data, raw, self.display(rel), self.display(sidecar_rel))
+
+    def read_text(self, rel: str) -> str:
+        return self.read_bytes(rel).decode("utf-8")

@@ -1,0 +1,301 @@
+"""The checkpoint directory: commit and offset logs, operators, partitions,
+stores and operator metadata.
+
+Layout (relative to the checkpoint root)::
+
+    commits/<batch>            committed batches ("v1"/"v2" + JSON)
+    offsets/<batch>            planned batches; line 2 holds the pinned SQL confs
+    state/<op>/_metadata/metadata      operator metadata v1 (Spark 4.0+)
+    state/<op>/_metadata/v2/<batch>    operator metadata v2 (transformWithState, join v3+)
+    state/<op>/_stateSchema/<store>/   schema v3 files
+    state/<op>/<partition>/[<store>/]  state files of one store
+
+Batch ``b`` commits state store version ``b + 1``; version 0 is empty.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from state_reader.errors import (
+    CommittedBatchUnavailableError,
+    OffsetLogUnavailableError,
+    OffsetMetadataUnavailableError,
+    OperatorMetadataReadError,
+)
+from state_reader.io.storage import Storage
+
+DEFAULT_STORE = "default"
+JOIN_STORES = ("left-keyToNumValues", "left-keyWithIndexToValue",
+               "right-keyToNumValues", "right-keyWithIndexToValue")
+# join state format 4: column families of the default store, keys carry the event time
+JOIN_V4_STORES = ("left-keyWithTsToValues", "left-tsWithKey", "right-keyWithTsToValues", "right-tsWithKey")
+
+# Confs pinned in the offset log that decide how state is stored.
+CONF_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+CONF_CODEC = "spark.sql.streaming.stateStore.compression.codec"
+CONF_SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+CONF_AGG_FORMAT = "spark.sql.streaming.aggregation.stateFormatVersion"
+CONF_JOIN_FORMAT = "spark.sql.streaming.join.stateFormatVersion"
+CONF_FMGWS_FORMAT = "spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion"
+CONF_ROW_CHECKSUM = "spark.sql.streaming.stateStore.rowChecksum.enabled"
+CONF_ENCODING = "spark.sql.streaming.stateStore.encodingFormat"
+CONF_MERGE_OPERATOR = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
+
+HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def numeric_names(names: list[str] | None) -> list[int]:
+    """Sorted integer values of the names that are plain non-negative integers."""
+    return sorted(int(n) for n in (names or []) if n.isdigit())
+
+
+def version_ranges(versions: set[int]) -> str:
+    """'1..4, 6' style summary of a set of versions, for messages about missing files."""
+    runs: list[list[int]] = []
+    for v in sorted(versions):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ", ".join(f"{lo}..{hi}" if lo != hi else f"{lo}" for lo, hi in runs) or "none"
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    """One state store of an operator, as operator metadata describes it."""
+
+    name: str
+    num_cols_prefix_key: int
+    num_partitions: int
+    schema_file_paths: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OperatorMetadata:
+    """``state/<op>/_metadata``: what operator wrote the state, and its stores."""
+
+    version: int  # 1 or 2; 0 = inferred from the layout (no metadata file)
+    operator_id: int
+    operator_name: str | None
+    stores: tuple[StoreInfo, ...]
+    properties_json: str | None = None
+
+    def store(self, name: str) -> StoreInfo | None:
+        for s in self.stores:
+            if s.name == name:
+                return s
+        return None
+
+    @cached_property
+    def properties(self) -> dict[str, Any]:
+        return json.loads(self.properties_json) if self.properties_json else {}
+
+
+@dataclass
+class Checkpoint:
+    """Read-only view of one streaming checkpoint."""
+
+    storage: Storage
+    _offset_cache: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
+
+    @property
+    def location(self) -> str:
+        return self.storage.display("")
+
+    # -- logs ---------------------------------------------------------------
+
+    @cached_property
+    def committed_batches(self) -> list[int]:
+        """Batch ids with a commit log entry, ascending."""
+        return numeric_names(self.storage.list_names("commits"))
+
+    def latest_committed_batch(self) -> int:
+        """The newest committed batch; CommittedBatchUnavailableError if there is none."""
+        batches = self.committed_batches
+        # Spark walks ids downward and takes the first readable entry
+        for batch in reversed(batches):
+            if self._readable_log("commits", batch):
+                return batch
+        if not self.storage.exists(""):
+            raise CommittedBatchUnavailableError(
+                f"No committed batch found: checkpoint location {self.location} does not exist",
+                path=self.location)
+        if batches or self.storage.list_names("commits") is not None:
+            raise CommittedBatchUnavailableError(
+                f"No committed batch found in {self.storage.display('commits')} "
+                f"(checkpoint location {self.location}); has the query completed a batch?",
+                path=self.location)
+        raise CommittedBatchUnavailableError(
+            f"No committed batch found: {self.location} is not a streaming checkpoint "
+            f"({self._what_is_there()})", path=self.location)
+
+    def _what_is_there(self) -> str:
+        """Why the location is not a checkpoint, for the error message: what it holds instead."""
+        if not self.storage.isdir(""):
+            return "it is a file, not a directory"
+        names = sorted(n for n in self.storage.list_names("") or [] if not n.startswith("."))
+        parts = ["it has no commits/ directory"]
+        parts.append(f"it holds {', '.join(names[:8])}{', ...' if len(names) > 8 else ''}" if names
+                     else "it is empty")
+        # a directory inside a checkpoint (state/, state/0, commits/) is a common mistake
+        here = self.storage.root.rstrip("/")
+        for _ in range(3):
+            here = here.rsplit("/", 1)[0] if "/" in here.strip("/") else ""
+            if not here:
+                break
+            parent = Storage(here if self.storage.protocol == "file" else f"{self.storage.scheme}://{here}",
+                             self.storage.storage_options, verify_checksums=False)
+            if parent.list_names("commits") is not None:
+                parts.append(f"its parent {parent.display('')} is a checkpoint: pass that instead")
+                break
+        return "; ".join(parts)
+
+    def require_committed(self, batch_id: int) -> None:
+        """CommittedBatchUnavailableError unless ``batch_id`` has a commit log entry."""
+        if batch_id not in self.committed_batches:
+            have = self.committed_batches
+            span = f"{have[0]}..{have[-1]}" if have else "none"
+            raise CommittedBatchUnavailableError(
+                f"No committed batch found for batchId {batch_id} in "
+                f"{self.storage.display('commits')} (committed batches: {span})",
+                path=self.location)
+
+    def _readable_log(self, log: str, batch: int) -> bool:
+        try:
+            text = self.storage.read_text(f"{log}/{batch}")
+        except (FileNotFoundError, UnicodeDecodeError):
+            return False
+        return text.startswith("v")
+
+    def commit_entry(self, batch_id: int) -> tuple[int, dict[str, Any]]:
+        """(log version, JSON) of ``commits/<batch_id>``."""
+        rel = f"commits/{batch_id}"
+        try:
+            lines = self.storage.read_text(rel).split("\n")
+            version = int(lines[0].strip().lstrip("v"))
+            return version, json.loads(lines[1]) if len(lines) > 1 and lines[1].strip() else {}
+        except FileNotFoundError:
+            raise CommittedBatchUnavailableError(
+                f"No committed batch found for batchId {batch_id}: {self.storage.display(rel)} is missing",
+                path=self.storage.display(rel)) from None
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            raise CommittedBatchUnavailableError(
+                f"commit log entry {self.storage.display(rel)} is unreadable: {exc}",
+                path=self.storage.display(rel)) from exc
+
+    def offset_conf(self, batch_id: int) -> dict[str, str]:
+        """SQL confs recorded in ``offsets/<batch_id>`` (line 2, ``conf``)."""
+        if batch_id in self._offset_cache:
+            return self._offset_cache[batch_id]
+        rel = f"offsets/{batch_id}"
+        try:
+            lines = self.storage.read_text(rel).split("\n")
+        except FileNotFoundError:
+            raise OffsetLogUnavailableError(
+                f"The offset log for batch {batch_id} does not exist: {self.storage.display(rel)} "
+                f"(checkpoint location {self.location})", path=self.storage.display(rel)) from None
+        except UnicodeDecodeError as exc:
+            raise OffsetLogUnavailableError(
+                f"The offset log {self.storage.display(rel)} is not text: {exc}",
+                path=self.storage.display(rel)) from exc
+        try:
+            metadata = json.loads(lines[1]) if len(lines) > 1 and lines[1].strip() else None
+        except (ValueError, RecursionError):
+            metadata = None
+        if not isinstance(metadata, dict) or not isinstance(metadata.get("conf") or {}, dict):
+            raise OffsetMetadataUnavailableError(
+                f"The offset log {self.storage.display(rel)} holds no metadata line "
+                f"(expected JSON with 'conf' on line 2)", path=self.storage.display(rel))
+        conf = {str(k): str(v) for k, v in (metadata.get("conf") or {}).items()}
+        self._offset_cache[batch_id] = conf
+        return conf
+
+    def latest_conf(self) -> dict[str, str]:
+        """Confs of the newest offset log entry, or {} when there is none."""
+        for batch in reversed(numeric_names(self.storage.list_names("offsets"))):
+            try:
+                return self.offset_conf(batch)
+            except (OffsetLogUnavailableError, OffsetMetadataUnavailableError):
+                continue
+        return {}
+
+    # -- state layout -------------------------------------------------------
+
+    @cached_property
+    def operator_ids(self) -> list[int]:
+        return numeric_names(self.storage.list_names("state"))
+
+    def partition_ids(self, operator_id: int) -> list[int]:
+        return numeric_names(self.storage.list_names(f"state/{operator_id}"))
+
+    def store_dir(self, operator_id: int, partition_id: int, store_name: str) -> str:
+        """Relative directory of one store's files."""
+        base = f"state/{operator_id}/{partition_id}"
+        return base if store_name == DEFAULT_STORE else f"{base}/{store_name}"
+
+    def schema_file(self, operator_id: int, store_name: str) -> str:
+        """Relative path of the v1/v2 schema file of a store (partition 0 only)."""
+        return posixpath.join(self.store_dir(operator_id, 0, store_name), "_metadata", "schema")
+
+    # -- operator metadata --------------------------------------------------
+
+    def operator_metadata(self, operator_id: int, batch_id: int | None) -> OperatorMetadata | None:
+        """Metadata of an operator as of ``batch_id`` (v2 wins over v1); None if absent."""
+        base = f"state/{operator_id}/_metadata"
+        v2_batches = numeric_names(self.storage.list_names(f"{base}/v2"))
+        if v2_batches:
+            eligible = [b for b in v2_batches if batch_id is None or b <= batch_id] or v2_batches[:1]
+            return self._parse_metadata(f"{base}/v2/{eligible[-1]}", operator_id)
+        if self.storage.exists(f"{base}/metadata"):
+            return self._parse_metadata(f"{base}/metadata", operator_id)
+        return None
+
+    def _parse_metadata(self, rel: str, operator_id: int) -> OperatorMetadata:
+        shown = self.storage.display(rel)
+        try:
+            text = self.storage.read_text(rel)
+            header, _, body = text.partition("\n")
+            version = int(header.strip().lstrip("v"))
+            doc = json.loads(body)
+            info = doc["operatorInfo"]
+            stores = tuple(
+                StoreInfo(
+                    name=s["storeName"],
+                    num_cols_prefix_key=int(s.get("numColsPrefixKey", 0)),
+                    num_partitions=int(s["numPartitions"]),
+                    schema_file_paths=tuple(s.get("stateSchemaFilePaths") or ()),
+                )
+                for s in doc["stateStoreInfo"]
+            )
+            return OperatorMetadata(
+                version=version,
+                operator_id=int(info["operatorId"]),
+                operator_name=info.get("operatorName"),
+                stores=stores,
+                properties_json=doc.get("operatorPropertiesJson"),
+            )
+        except FileNotFoundError:
+            raise OperatorMetadataReadError(f"operator metadata {shown} is missing", path=shown) from None
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError,
+                UnicodeDecodeError) as exc:
+            raise OperatorMetadataReadError(
+                f"operator metadata {shown} of operator {operator_id} cannot be parsed: {exc!r}",
+                path=shown) from exc
+
+    def resolve_schema_path(self, operator_id: int, stored: str) -> str:
+        """Relative path of a schema v3 file named by (possibly stale) operator metadata.
+
+        Metadata v2 stores absolute URIs from where the query ran; a moved or
+        copied checkpoint keeps the part after ``/state/<op>/_stateSchema/``.
+        """
+        marker = f"/state/{operator_id}/_stateSchema/"
+        idx = stored.rfind(marker)
+        if idx >= 0:
+            return f"state/{operator_id}/_stateSchema/{stored[idx + len(marker):]}"
+        return f"state/{operator_id}/_stateSchema/{posixpath.basename(stored)}"

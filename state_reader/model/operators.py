@@ -1,0 +1,62 @@
+"""What each stateful operator keeps in state, as far as a reader must know.
+
+Operator names are the ``operatorName`` strings of operator metadata. Checkpoints
+written before Spark 4.0 have no metadata; :func:`infer_operator_name` recognises
+the operators whose state layout gives them away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from state_reader.formats.spark_types import LONG, StructField, StructType
+from state_reader.model.checkpoint import CONF_FMGWS_FORMAT, JOIN_STORES
+
+TRANSFORM_WITH_STATE = ("transformWithStateExec", "transformWithStateInPandasExec",
+                        "transformWithStateInPySparkExec")
+JOIN = "symmetricHashJoin"
+SESSION_WINDOW = "sessionWindowStateStoreSaveExec"
+FLAT_MAP_GROUPS_WITH_STATE = ("flatMapGroupsWithState", "applyInPandasWithState")
+
+# field metadata Spark puts on a session window column
+_SESSION_WINDOW_METADATA = "spark.sessionWindow"
+
+
+def is_transform_with_state(operator_name: str | None) -> bool:
+    return operator_name in TRANSFORM_WITH_STATE
+
+
+def infer_operator_name(store_names: list[str], value_schema: StructType | None) -> str | None:
+    """Operator name for a store layout without metadata, when the layout tells."""
+    if set(store_names) >= set(JOIN_STORES):
+        return JOIN
+    if value_schema is not None and any(
+            _SESSION_WINDOW_METADATA in f.metadata for f in value_schema.fields):
+        return SESSION_WINDOW
+    return None
+
+
+def infer_num_cols_prefix_key(operator_name: str | None, key_schema: StructType | None) -> int:
+    """Session windows scan keys by the grouping columns: all key columns but the start time."""
+    if operator_name == SESSION_WINDOW and key_schema is not None:
+        return max(len(key_schema.fields) - 1, 0)
+    return 0
+
+
+def fmgws_value_schema(operator_name: str | None, conf: Mapping[str, str], value_schema: StructType) -> StructType:
+    """The value schema flatMapGroupsWithState state really has.
+
+    State format 1 declares its trailing ``timeoutTimestamp`` as an integer but
+    writes the timeout (epoch milliseconds) as a long into that 8-byte slot, so it
+    is read as a long. Checkpoints without operator metadata (before Spark 4.0)
+    are recognised by the format conf and the field alone.
+    """
+    fields = value_schema.fields
+    if not fields or fields[-1].name != "timeoutTimestamp" or fields[-1].data_type.kind != "integer":
+        return value_schema
+    if operator_name is not None and operator_name not in FLAT_MAP_GROUPS_WITH_STATE:
+        return value_schema
+    if conf.get(CONF_FMGWS_FORMAT, "2").strip() != "1":
+        return value_schema
+    last = fields[-1]
+    return StructType([*fields[:-1], StructField(last.name, LONG, last.nullable, last.metadata)])

@@ -1,0 +1,838 @@
+"""RocksDBStateStoreProvider files -> the state of one store at one version.
+
+Files in a store directory (a partition directory, or a join store's sub-directory)::
+
+    <v>.zip                  snapshot of version v: RocksDB's CURRENT, MANIFEST-*, OPTIONS-*
+                             (and possibly an empty *.log) plus Spark's ``metadata``:
+                             a ``v1`` line, then JSON with ``sstFiles`` / ``logFiles``
+                             ([{localFileName, dfsSstFileName | dfsLogFileName, sizeBytes}]),
+                             ``numKeys`` and, from Spark 4.0, ``columnFamilyMapping``
+                             ({name: virtual column family id}) and related fields
+    SSTs/<n>-<uuid>.sst      data files named by the zips' sstFiles, shared between zips
+    logs/<n>-<uuid>.log      WAL files named by logFiles (localFileName may be archive/<name>)
+    <v>.changelog            changes made by version v (changelog checkpointing), see
+                             :mod:`state_reader.changelog`
+    <v>_<uuid>.zip, <v>_<uuid>.changelog   the same, checkpoint format version 2
+
+Version V with checkpoint format 1: the newest zip S <= V (none: the empty state),
+then the changelogs S+1..V applied in order.
+
+Checkpoint format 2: ``commits/<V-1>`` names the unique id u of V in
+``stateUniqueIds[operator][partition][store index]``. ``V_u.zip`` is the state if it
+exists; otherwise the lineage of ``V_u.changelog`` lists the (version, id) pairs
+back to a snapshot: the newest of them with a zip is loaded and the changelogs of
+the later ones, then ``V_u.changelog``, are applied. Files of retried tasks carry
+other ids and are never used.
+
+A snapshot's SST files are read directly when numba is there (see "reading SST
+files directly" below). Otherwise, or for what that reader leaves aside, the
+snapshot is rebuilt in a private temporary directory (zip entries checked before
+anything is written, SSTs copied under their local names), opened read-only with
+rocksdict, iterated, closed and deleted. The checkpoint itself is only read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import io
+import json
+import os
+import re
+import shutil
+import stat
+import tempfile
+import threading
+import zipfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from state_reader.errors import (
+    CodecUnavailableError,
+    CorruptFileError,
+    InvalidOptionError,
+    MissingStateFileError,
+    UnsafeArchiveError,
+    UnsupportedOptionError,
+)
+from state_reader.formats import changelog as changelog_format
+from state_reader.formats import kernels
+from state_reader.formats.codecs import decompress
+from state_reader.formats.rocksdb_encoding import (
+    KeyEncoderSpec,
+    column_family_ids,
+    decode_keys,
+    decode_values,
+    delete_record_key,
+    merge,
+    merge_delimiter,
+    select,
+    strip_column_family,
+)
+from state_reader.formats.sst import SstNotSupportedError, read_sst_rows
+from state_reader.formats.unsaferow import RowBuffer
+from state_reader.io.storage import Storage
+from state_reader.model.checkpoint import (
+    CONF_ENCODING,
+    CONF_MERGE_OPERATOR,
+    CONF_ROW_CHECKSUM,
+    DEFAULT_STORE,
+    Checkpoint,
+    version_ranges,
+)
+
+if TYPE_CHECKING:
+    from state_reader.core.planner import StateReadPlan
+
+_FILE_RE = re.compile(r"^(\d+)(?:_([0-9A-Za-z][0-9A-Za-z-]*))?\.(zip|changelog)$")
+SST_DIR = "SSTs"
+LOG_DIR = "logs"
+LOG_ARCHIVE_DIR = "archive"
+ZIP_METADATA = "metadata"
+ZIP_METADATA_VERSION = "v1"
+
+# Bounds on what one snapshot zip may unpack to; Spark's zips hold a few small
+# RocksDB metadata files (the data is in SSTs/), so these are generous.
+MAX_ZIP_ENTRIES = 10_000
+MAX_ZIP_BYTES = 1 << 30
+
+# what zipfile raises on damaged archives
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error,
+               ValueError)
+
+# (version, unique id or None) of a zip or changelog
+FileId = tuple[int, "str | None"]
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """An SST or log file a snapshot needs: its name in the DB directory and in the checkpoint."""
+
+    local_name: str
+    dfs_name: str
+    size: int
+
+
+@dataclass
+class SnapshotMetadata:
+    """Spark's ``metadata`` entry of a snapshot zip."""
+
+    sst_files: list[DataFile]
+    log_files: list[DataFile]
+    num_keys: int
+    column_families: dict[str, int]
+
+
+class StoreState:
+    """Encoded RocksDB keys -> values of a store at one version.
+
+    Kept as a snapshot gives them, two RowBuffers of unique keys and their values
+    (``rows``), until something needs a dict (``entries``, which changelogs are
+    applied to); from then on as that dict.
+    """
+
+    def __init__(self, entries: dict[bytes, bytes] | None = None, column_families: dict[str, int] | None = None,
+                 uses_column_families: bool = False, rows: tuple[RowBuffer, RowBuffer] | None = None) -> None:
+        self._entries = entries if entries is not None or rows is not None else {}
+        self.rows = rows
+        # virtual column family name -> id, from the snapshot the state was built on
+        self.column_families = column_families or {}
+        # True when the store keeps virtual column families (ids prefix every key)
+        self.uses_column_families = uses_column_families
+
+    @property
+    def entries(self) -> dict[bytes, bytes]:
+        """Keys -> values as a dict of ``bytes``."""
+        if self._entries is None:
+            assert self.rows is not None
+            keys, values = self.rows
+            self._entries = dict(zip(_row_bytes(keys), _row_bytes(values), strict=True))
+            self.rows = None
+        return self._entries
+
+    @entries.setter
+    def entries(self, value: dict[bytes, bytes]) -> None:
+        self._entries = value
+        self.rows = None
+
+    def row_buffers(self, source: str) -> tuple[RowBuffer, RowBuffer]:
+        """Keys and values as RowBuffers (no copy when they are kept that way)."""
+        if self.rows is not None:
+            keys, values = self.rows
+            keys.source, values.source = source + " key", source + " value"
+            return keys, values
+        entries = self.entries
+        return (RowBuffer.from_rows(list(entries), source + " key"),
+                RowBuffer.from_rows(list(entries.values()), source + " value"))
+
+
+def _row_bytes(rows: RowBuffer) -> list[bytes]:
+    """Each row of a RowBuffer as a ``bytes`` object."""
+    data = rows.buf[:rows.size].tobytes()
+    return [data[s:s + n] for s, n in zip(rows.starts.tolist(), rows.lengths.tolist(), strict=True)]
+
+
+# -- zip extraction -----------------------------------------------------------
+
+
+def _plain_name(name: Any) -> bool:
+    """A single path component: no separators, not '.' or '..', no NUL."""
+    return (isinstance(name, str) and name not in ("", ".", "..")
+            and not any(c in name for c in ("/", "\\", "\x00")))
+
+
+def _check_entry(info: zipfile.ZipInfo, zip_shown: str) -> list[str]:
+    """Path components of a zip entry; UnsafeArchiveError when it could leave the target directory."""
+    name = info.filename
+
+    def refuse(why: str) -> UnsafeArchiveError:
+        return UnsafeArchiveError(f"{zip_shown}: entry {name!r} {why}; refusing to extract it", path=zip_shown)
+
+    if not name or "\x00" in name:
+        raise refuse("has an empty or NUL-containing name")
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        raise refuse("is an absolute path")
+    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise refuse("contains '..'")
+    if not parts:
+        raise refuse("names no file")
+    kind = stat.S_IFMT(info.external_attr >> 16)
+    if kind == stat.S_IFLNK:
+        raise refuse("is a symbolic link")
+    if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
+        raise refuse(f"is a special file (mode {oct(info.external_attr >> 16)})")
+    return parts
+
+
+def _open_zip(raw: bytes, zip_shown: str) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(io.BytesIO(raw))
+    except _ZIP_ERRORS as exc:
+        raise CorruptFileError(f"{zip_shown} is not a readable zip file: {exc}", path=zip_shown) from exc
+
+
+def _checked_entries(archive: zipfile.ZipFile, zip_shown: str) -> list[tuple[zipfile.ZipInfo, list[str]]]:
+    """Every entry of a snapshot zip with its path components; UnsafeArchiveError for anything hostile."""
+    infos = archive.infolist()
+    if len(infos) > MAX_ZIP_ENTRIES:
+        raise UnsafeArchiveError(
+            f"{zip_shown}: {len(infos)} entries, more than the {MAX_ZIP_ENTRIES} a snapshot may have",
+            path=zip_shown)
+    checked = [(info, _check_entry(info, zip_shown)) for info in infos]
+    total = sum(info.file_size for info in infos)
+    if total > MAX_ZIP_BYTES:
+        raise UnsafeArchiveError(
+            f"{zip_shown}: entries unpack to {total} bytes, more than the {MAX_ZIP_BYTES} allowed "
+            f"(largest: {max(infos, key=lambda i: i.file_size).filename!r})", path=zip_shown)
+    return checked
+
+
+def _zip_metadata(raw: bytes, zip_shown: str) -> tuple[bytes, int]:
+    """A snapshot zip's ``metadata`` bytes and the bytes of its WAL (``*.log``) entries, extracting nothing.
+
+    The entries are checked as for :func:`_extract_zip`, so a hostile zip is refused either way.
+    """
+    with _open_zip(raw, zip_shown) as archive:
+        checked = _checked_entries(archive, zip_shown)
+        wal = sum(info.file_size for info, parts in checked if parts[-1].endswith(".log"))
+        entry = next((info for info, parts in checked if parts == [ZIP_METADATA] and not info.is_dir()), None)
+        if entry is None:
+            raise CorruptFileError(f"{zip_shown} has no '{ZIP_METADATA}' entry", path=zip_shown)
+        try:
+            return archive.read(entry), wal
+        except _ZIP_ERRORS as exc:
+            raise CorruptFileError(f"{zip_shown}: cannot extract an entry: {exc}", path=zip_shown) from exc
+
+
+def _extract_zip(raw: bytes, target: str, zip_shown: str) -> bytes:
+    """Extract a snapshot zip into ``target`` (checked first); return its ``metadata`` bytes."""
+    archive = _open_zip(raw, zip_shown)
+    with archive:
+        checked = _checked_entries(archive, zip_shown)
+        root = os.path.realpath(target)
+        metadata: bytes | None = None
+        try:
+            for info, parts in checked:
+                if parts == [ZIP_METADATA] and not info.is_dir():
+                    metadata = archive.read(info)
+                    continue
+                dest = os.path.join(root, *parts)
+                # belt and braces: the checked components must stay under the root
+                if os.path.commonpath([root, os.path.realpath(dest)]) != root:
+                    raise UnsafeArchiveError(
+                        f"{zip_shown}: entry {info.filename!r} resolves outside the extraction directory",
+                        path=zip_shown)
+                if info.is_dir():
+                    os.makedirs(dest, exist_ok=True)
+                    continue
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                with archive.open(info) as src, open(dest, "xb") as dst:
+                    shutil.copyfileobj(src, dst)
+        except FileExistsError as exc:
+            raise CorruptFileError(f"{zip_shown}: entry {exc.filename!r} appears twice", path=zip_shown) from exc
+        except _ZIP_ERRORS as exc:
+            raise CorruptFileError(f"{zip_shown}: cannot extract an entry: {exc}", path=zip_shown) from exc
+    if metadata is None:
+        raise CorruptFileError(f"{zip_shown} has no '{ZIP_METADATA}' entry", path=zip_shown)
+    return metadata
+
+
+def parse_snapshot_metadata(raw: bytes, zip_shown: str) -> SnapshotMetadata:
+    """Parse and check the ``metadata`` entry of a snapshot zip."""
+    where = f"{zip_shown} (entry '{ZIP_METADATA}')"
+    try:
+        header, _, body = raw.decode("utf-8").partition("\n")
+        if header.strip() != ZIP_METADATA_VERSION:
+            raise CorruptFileError(
+                f"{where}: version line {header.strip()!r}, expected {ZIP_METADATA_VERSION!r}", path=zip_shown)
+        doc = json.loads(body)
+        sst_files = [DataFile(f["localFileName"], f["dfsSstFileName"], int(f.get("sizeBytes", -1)))
+                     for f in doc.get("sstFiles") or []]
+        log_files = [DataFile(f["localFileName"], f["dfsLogFileName"], int(f.get("sizeBytes", -1)))
+                     for f in doc.get("logFiles") or []]
+        column_families = {}
+        for name, info in (doc.get("columnFamilyMapping") or {}).items():
+            # released 4.x writers store the id; some versions a {cfId, isInternal} object
+            column_families[str(name)] = int(info["cfId"] if isinstance(info, dict) else info)
+        num_keys = int(doc.get("numKeys", -1))
+    except CorruptFileError:
+        raise
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError, OverflowError,
+            RecursionError) as exc:
+        raise CorruptFileError(f"{where} cannot be parsed: {exc!r}", path=zip_shown) from exc
+    for f in sst_files:
+        if not (_plain_name(f.local_name) and _plain_name(f.dfs_name)):
+            raise UnsafeArchiveError(
+                f"{where}: SST entry {f.local_name!r} -> {f.dfs_name!r} is not a plain file name", path=zip_shown)
+    for f in log_files:
+        local = f.local_name
+        if local.startswith(LOG_ARCHIVE_DIR + "/"):
+            local = local[len(LOG_ARCHIVE_DIR) + 1:]
+        if not (_plain_name(local) and _plain_name(f.dfs_name)):
+            raise UnsafeArchiveError(
+                f"{where}: log entry {f.local_name!r} -> {f.dfs_name!r} is not a plain file name "
+                f"(or {LOG_ARCHIVE_DIR}/<name>)", path=zip_shown)
+    return SnapshotMetadata(sst_files, log_files, num_keys, column_families)
+
+
+def _read_db(directory: str, zip_shown: str) -> tuple[list[bytes], list[bytes]]:
+    """Every key and value of the RocksDB in ``directory``, opened read-only, in key order."""
+    try:
+        from rocksdict import AccessType, Options, Rdict
+    except ImportError as exc:
+        raise CodecUnavailableError(
+            f"{zip_shown} is a RocksDB snapshot; install the 'rocksdict' package to read it", path=zip_shown) from exc
+
+    try:
+        db = Rdict(directory, options=Options(raw_mode=True), access_type=AccessType.read_only())
+    except Exception as exc:  # rocksdict raises plain Exceptions
+        raise CorruptFileError(f"RocksDB cannot open the snapshot {zip_shown}: {exc}", path=zip_shown) from exc
+    try:
+        # iterate by hand: a plain items() walk stops silently at a corrupt block
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        add_key, add_value = keys.append, values.append
+        it = db.iter()
+        key, value, step, valid = it.key, it.value, it.next, it.valid
+        it.seek_to_first()
+        with _gc_paused():
+            while valid():
+                add_key(key())
+                add_value(value())
+                step()
+        it.status()  # raises when the walk ended on an error rather than at the end
+        del it, key, value, step, valid
+        return keys, values
+    except Exception as exc:
+        raise CorruptFileError(f"RocksDB cannot read the snapshot {zip_shown}: {exc}", path=zip_shown) from exc
+    finally:
+        db.close()
+
+
+_gc_lock = threading.Lock()
+_gc_pauses = 0
+_gc_was_enabled = True
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC (a process-wide switch) while any thread is inside; restore it after the last.
+
+    A million ``bytes`` objects appended to lists would otherwise make the GC walk them again and again.
+    """
+    global _gc_pauses, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pauses == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pauses -= 1
+            if _gc_pauses == 0 and _gc_was_enabled:
+                gc.enable()
+
+
+# snapshots read by one read_state at least this big (in entries, scaled) load numba; see kernels.NUMBA_MIN_RECORDS:
+# rocksdict costs about ten times more per entry than the HDFS Python walk
+_ROCKSDICT_COST_SCALE = 8
+
+
+# -- one store ----------------------------------------------------------------
+
+
+def _file_name(version: int, unique_id: str | None, kind: str) -> str:
+    return f"{version}.{kind}" if unique_id is None else f"{version}_{unique_id}.{kind}"
+
+
+class RocksDBStore:
+    """The files of one store (operator, partition, store name) of the RocksDB provider."""
+
+    def __init__(self, storage: Storage, directory: str, codec: str | None, row_checksum: bool = False,
+                 delimiter: bytes = b",", records_hint_scale: int = 1) -> None:
+        self.storage = storage
+        # stores the whole read loads (its partitions): scales the size that decides on numba
+        self.records_hint_scale = records_hint_scale
+        self.directory = directory
+        self.codec = codec
+        self.row_checksum = row_checksum
+        self.delimiter = delimiter
+        self.zips: set[FileId] = set()
+        self.changelogs: set[FileId] = set()
+        for name in storage.list_names(directory) or []:
+            m = _FILE_RE.match(name)
+            if m:
+                (self.zips if m.group(3) == "zip" else self.changelogs).add((int(m.group(1)), m.group(2)))
+
+    # -- messages --
+
+    def _shown(self, name: str) -> str:
+        return self.storage.display(f"{self.directory}/{name}")
+
+    def _present(self) -> str:
+        def summary(files: set[FileId]) -> str:
+            plain = {v for v, u in files if u is None}
+            with_ids = {v for v, u in files if u is not None}
+            parts = []
+            if plain:
+                parts.append(version_ranges(plain))
+            if with_ids:
+                parts.append(f"{version_ranges(with_ids)} with unique ids")
+            return "; ".join(parts) or "none"
+
+        return (f"Files present in {self.storage.display(self.directory)}: zips {summary(self.zips)}, "
+                f"changelogs {summary(self.changelogs)}")
+
+    def _missing(self, version: int, unique_id: str | None, kind: str, why: str) -> MissingStateFileError:
+        shown = self._shown(_file_name(version, unique_id, kind))
+        return MissingStateFileError(f"{shown} does not exist; {why}. {self._present()}", path=shown)
+
+    # -- files --
+
+    def _read(self, name: str, on_missing: MissingStateFileError) -> bytes:
+        try:
+            return self.storage.read_bytes(f"{self.directory}/{name}")
+        except FileNotFoundError:
+            raise on_missing from None
+
+    def read_changelog(self, version: int, unique_id: str | None, why: str) -> changelog_format.Changelog:
+        """Download, decompress and parse one changelog."""
+        name = _file_name(version, unique_id, "changelog")
+        raw = self._read(name, self._missing(version, unique_id, "changelog", why))
+        shown = self._shown(name)
+        return changelog_format.parse_changelog(decompress(raw, self.codec, shown), shown)
+
+    def load_snapshot(self, version: int, unique_id: str | None, why: str, as_dict: bool = False) -> StoreState:
+        """Read all of one zip's RocksDB: its SST files directly, or rebuilt in a temporary directory.
+
+        ``as_dict``: changelogs will be applied, so keep the state as a dict from the start.
+        """
+        name = _file_name(version, unique_id, "zip")
+        shown = self._shown(name)
+        raw = self._read(name, self._missing(version, unique_id, "zip", why))
+        metadata, wal_bytes = _zip_metadata(raw, shown)
+        meta = parse_snapshot_metadata(metadata, shown)
+        ssts: dict[DataFile, bytes] = {}
+        if self._sst_wanted(meta, wal_bytes):
+            ssts = {f: self._read_data_file(SST_DIR, f, shown) for f in meta.sst_files}
+            try:
+                rows = read_sst_rows([(data, self.storage.display(f"{self.directory}/{SST_DIR}/{f.dfs_name}"))
+                                      for f, data in ssts.items()], shown)
+            except (SstNotSupportedError, ImportError):
+                pass  # left to rocksdict
+            else:
+                state = StoreState(None, meta.column_families, bool(meta.column_families), rows=rows)
+                if as_dict:
+                    state.entries  # noqa: B018 - converts the rows now, before changelogs land on them
+                return state
+        workdir = tempfile.mkdtemp(prefix="state_reader_rocksdb_")
+        try:
+            _extract_zip(raw, workdir, shown)
+            del raw
+            for sub, files in ((SST_DIR, meta.sst_files), (LOG_DIR, meta.log_files)):
+                for f in files:
+                    data = ssts.pop(f, None) if sub == SST_DIR else None
+                    self._write_data_file(data if data is not None else self._read_data_file(sub, f, shown),
+                                          f, workdir, shown)
+            keys, values = _read_db(workdir, shown)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        families = meta.column_families
+        if as_dict:
+            return StoreState(dict(zip(keys, values, strict=True)), families, bool(families))
+        rows = (RowBuffer.from_rows(keys, shown), RowBuffer.from_rows(values, shown))
+        return StoreState(None, families, bool(families), rows=rows)
+
+    def _sst_wanted(self, meta: SnapshotMetadata, wal_bytes: int) -> bool:
+        """Whether to read the SST files directly: numba wanted for a read this big, and nothing in a WAL."""
+        if wal_bytes or any(f.size != 0 for f in meta.log_files):
+            return False
+        entries = meta.num_keys if meta.num_keys >= 0 else sum(f.size for f in meta.sst_files) // 32
+        return kernels.numba_wanted(entries * self.records_hint_scale * _ROCKSDICT_COST_SCALE)
+
+    def column_families(self, version: int) -> dict[str, int]:
+        """Virtual column family ids as of ``version``, from the metadata of the newest zip at or
+        below it (or, when there is none, the oldest later one: ids are never reassigned)."""
+        candidates = sorted(self.zips, key=lambda f: (f[0], f[1] or ""))
+        below = [f for f in candidates if f[0] <= version]
+        chosen = below[-1] if below else (candidates[0] if candidates else None)
+        if chosen is None:
+            raise MissingStateFileError(
+                f"no snapshot zip in {self.storage.display(self.directory)} names the column family ids "
+                f"of version {version}. {self._present()}", path=self.storage.display(self.directory))
+        name = _file_name(*chosen, "zip")
+        shown = self._shown(name)
+        raw = self._read(name, self._missing(*chosen, "zip", "it names the column family ids"))
+        try:
+            with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+                info = archive.getinfo(ZIP_METADATA)
+                if info.file_size > MAX_ZIP_BYTES:
+                    raise UnsafeArchiveError(f"{shown}: entry '{ZIP_METADATA}' is too large", path=shown)
+                metadata = archive.read(info)
+        except KeyError:
+            raise CorruptFileError(f"{shown} has no '{ZIP_METADATA}' entry", path=shown) from None
+        except _ZIP_ERRORS as exc:
+            raise CorruptFileError(f"{shown} is not a readable zip file: {exc}", path=shown) from exc
+        return parse_snapshot_metadata(metadata, shown).column_families
+
+    def _read_data_file(self, sub: str, f: DataFile, zip_shown: str) -> bytes:
+        """An SST or log file a snapshot lists, checked against its recorded size."""
+        rel = f"{self.directory}/{sub}/{f.dfs_name}"
+        shown = self.storage.display(rel)
+        try:
+            data = self.storage.read_bytes(rel)
+        except FileNotFoundError:
+            raise MissingStateFileError(
+                f"{shown} does not exist; the snapshot {zip_shown} lists it as {f.local_name}", path=shown) from None
+        if f.size >= 0 and len(data) != f.size:
+            raise CorruptFileError(
+                f"{shown} has {len(data)} bytes but the snapshot {zip_shown} records {f.size}", path=shown)
+        return data
+
+    def _write_data_file(self, data: bytes, f: DataFile, workdir: str, zip_shown: str) -> None:
+        """Write a data file under its local name into the private temporary directory."""
+        dest = os.path.join(workdir, *f.local_name.split("/"))
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        try:
+            with open(dest, "xb") as out:
+                out.write(data)
+        except FileExistsError:
+            raise UnsafeArchiveError(
+                f"{zip_shown}: {f.local_name!r} is both a zip entry and a data file, or listed twice",
+                path=zip_shown) from None
+
+    # -- versions --
+
+    def _apply(self, state: StoreState, log: changelog_format.Changelog) -> None:
+        entries = state.entries
+        if changelog_format.has_column_families(log.format_version):
+            state.uses_column_families = True
+        for kind, key, value in log.records:
+            if kind == changelog_format.PUT:
+                entries[key] = value  # type: ignore[assignment]
+            elif kind == changelog_format.DELETE:
+                entries.pop(delete_record_key(key, self.row_checksum), None)
+            else:
+                entries[key] = merge(entries.get(key), value, self.delimiter)  # type: ignore[arg-type]
+
+    def load(self, version: int, unique_id: str | None = None) -> StoreState:
+        """The store at ``version``; ``unique_id`` (checkpoint format 2) selects its files."""
+        return self._load_v1(version) if unique_id is None else self._load_v2(version, unique_id)
+
+    def _load_v1(self, version: int) -> StoreState:
+        plain_zips = {v for v, u in self.zips if u is None}
+        plain_logs = {v for v, u in self.changelogs if u is None}
+        if not plain_zips and not plain_logs and (self.zips or self.changelogs):
+            raise self._missing(
+                version, None, "zip",
+                f"the state files carry unique ids (checkpoint format version 2) but commits/{version - 1} "
+                "records none to choose them by")
+        start = max((v for v in plain_zips if v <= version), default=0)
+        gap = next((v for v in range(start + 1, version + 1) if v not in plain_logs), None)
+        if gap is not None:
+            base = f"{start}.zip" if start else "the empty state"
+            if not plain_logs:  # no changelog checkpointing: every version has its own zip
+                raise self._missing(version, None, "zip", f"it holds version {version} of this store")
+            raise self._missing(gap, None, "changelog", f"version {version} is rebuilt from {base} "
+                                f"and the changelogs {start + 1}..{version}")
+        why = f"version {version} is rebuilt from it"
+        state = self.load_snapshot(start, None, why, as_dict=start < version) if start else StoreState({})
+        for v in range(start + 1, version + 1):
+            self._apply(state, self.read_changelog(v, None, why))
+        return state
+
+    def _load_v2(self, version: int, unique_id: str) -> StoreState:
+        why = f"commits/{version - 1} names it for version {version}"
+        if (version, unique_id) in self.zips:
+            return self.load_snapshot(version, unique_id, why)
+        if (version, unique_id) not in self.changelogs:
+            others = sorted(u for v, u in self.zips | self.changelogs if v == version and u)
+            raise self._missing(version, unique_id, "changelog",
+                                f"{why} and there is no {_file_name(version, unique_id, 'zip')} either"
+                                + (f" (files of version {version} with other ids: {', '.join(others)})"
+                                   if others else ""))
+        last = self.read_changelog(version, unique_id, why)
+        chain = sorted({(i.version, i.unique_id) for i in last.lineage} | {(version, unique_id)})
+        shown = self._shown(_file_name(version, unique_id, "changelog"))
+        versions = [v for v, _ in chain]
+        if versions != list(range(versions[0], version + 1)):
+            raise CorruptFileError(
+                f"{shown}: its lineage does not list each version from {versions[0]} to {version - 1} once "
+                f"(lists {versions[:-1]})", path=shown)
+        base = next((i for i in range(len(chain) - 1, -1, -1) if chain[i] in self.zips), None)
+        if base is None and versions[0] != 1:
+            first_v, first_u = chain[0]
+            raise self._missing(first_v, first_u, "zip",
+                                f"the lineage in {shown} starts at version {first_v}, so its snapshot is needed")
+        replay = chain[base + 1:] if base is not None else chain
+        missing = next(((v, u) for v, u in replay if (v, u) not in self.changelogs), None)
+        if missing is not None:
+            raise self._missing(missing[0], missing[1], "changelog",
+                                f"the lineage in {shown} needs it to rebuild version {version}")
+        lineage_why = f"the lineage in {shown} needs it"
+        state = self.load_snapshot(*chain[base], lineage_why, as_dict=True) if base is not None else StoreState({})
+        for v, u in replay[:-1]:
+            self._apply(state, self.read_changelog(v, u, lineage_why))
+        self._apply(state, last)
+        return state
+
+
+    def load_from_snapshot(self, start: int, version: int, ids: dict[int, str | None]) -> StoreState:
+        """The store at ``version`` replayed from the zip of version ``start`` and every later changelog.
+
+        ``ids`` gives the unique id of each version ``start..version`` (None with checkpoint format 1).
+        """
+        if (start, ids[start]) not in self.zips:
+            shown = self._shown(_file_name(start, ids[start], "zip"))
+            raise MissingStateFileError(
+                f"Cannot replay from the snapshot of version {start}: {shown} does not exist. {self._present()}",
+                path=shown)
+        why = f"replaying the snapshot of version {start} up to version {version} needs it"
+        missing = next((v for v in range(start + 1, version + 1) if (v, ids[v]) not in self.changelogs), None)
+        if missing is not None:
+            raise self._missing(missing, ids[missing], "changelog", why)
+        state = self.load_snapshot(start, ids[start], why, as_dict=start < version)
+        for v in range(start + 1, version + 1):
+            self._apply(state, self.read_changelog(v, ids[v], why))
+        return state
+
+
+# -- checkpoint format 2 ----------------------------------------------------------
+
+
+# Join formats 1/2 commit one unique id per store, in this order (other operators: one id).
+_JOIN_STORE_ID_ORDER = ("left-keyToNumValues", "left-keyWithIndexToValue",
+                        "right-keyToNumValues", "right-keyWithIndexToValue")
+
+
+def checkpoint_unique_id(cp: Checkpoint, batch_id: int, operator_id: int, partition_id: int,
+                         store_name: str) -> str | None:
+    """Unique id of the files of version ``batch_id + 1`` (checkpoint format 2), or None (format 1)."""
+    _, entry = cp.commit_entry(batch_id)
+    ids = entry.get("stateUniqueIds") if isinstance(entry, dict) else None
+    if not ids:
+        return None
+    shown = cp.storage.display(f"commits/{batch_id}")
+    if store_name == DEFAULT_STORE:
+        index = 0
+    elif store_name in _JOIN_STORE_ID_ORDER:
+        index = _JOIN_STORE_ID_ORDER.index(store_name)
+    else:
+        raise UnsupportedOptionError(
+            f"store '{store_name}' has no place in the unique ids of {shown} (known stores: "
+            f"{', '.join((DEFAULT_STORE, *_JOIN_STORE_ID_ORDER))})", path=shown)
+    try:
+        partition_ids = ids[str(operator_id)][partition_id]
+        unique_id = partition_ids[index]
+    except (KeyError, IndexError, TypeError):
+        raise CorruptFileError(
+            f"{shown} records no unique id for operator {operator_id}, partition {partition_id}, "
+            f"store '{store_name}'", path=shown) from None
+    if not isinstance(unique_id, str) or not re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z-]*", unique_id):
+        raise CorruptFileError(f"{shown}: unique id {unique_id!r} is not a valid file name part", path=shown)
+    return unique_id
+
+
+# -- the provider's entry point ---------------------------------------------------
+
+
+def _row_checksum(plan: StateReadPlan) -> bool:
+    return plan.conf.get(CONF_ROW_CHECKSUM, "false").lower() == "true"
+
+
+def is_avro(plan: StateReadPlan) -> bool:
+    """True when keys and values are Avro records rather than UnsafeRows."""
+    encoding = plan.conf.get(CONF_ENCODING, "unsaferow").lower()
+    if encoding not in ("unsaferow", "avro"):
+        raise UnsupportedOptionError(f"state encoding format '{encoding}' is not supported by state_reader")
+    return encoding == "avro"
+
+
+def _store(plan: StateReadPlan, directory: str) -> RocksDBStore:
+    is_avro(plan)
+    return RocksDBStore(plan.storage, directory, plan.codec, _row_checksum(plan),
+                        merge_delimiter(plan.conf.get(CONF_MERGE_OPERATOR)), max(len(plan.partitions), 1))
+
+
+def load_store(plan: StateReadPlan, directory: str, partition_id: int) -> StoreState:
+    """Encoded keys and values of one store at the plan's version (from its snapshot start, if any)."""
+    store = _store(plan, directory)
+    cp = Checkpoint(plan.storage)
+
+    def unique_id(version: int) -> str | None:
+        return checkpoint_unique_id(cp, version - 1, plan.operator_id, partition_id, plan.store_name)
+
+    start = plan.snapshot_start_version
+    if start is not None:
+        return store.load_from_snapshot(start, plan.version, {v: unique_id(v) for v in range(start, plan.version + 1)})
+    return store.load(plan.version, unique_id(plan.version))
+
+
+def read_store(plan: StateReadPlan, directory: str, partition_id: int,
+               column_family: str | None = None) -> tuple[pa.StructArray, pa.StructArray]:
+    """Keys and values of one RocksDB store at the plan's version, decoded as Arrow.
+
+    ``column_family`` selects one virtual column family of a store that has them.
+    """
+    state = load_store(plan, directory, partition_id)
+    source = f"{plan.storage.display(directory)} (version {plan.version})"
+    keys, values = state.row_buffers(source)
+    state.entries = {}
+    if state.uses_column_families or column_family is not None:
+        keys, values = _column_family(keys, values, state, column_family, source)
+    spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
+    return (decode_keys(keys, plan.key_schema, spec, is_avro(plan)),
+            decode_values(values, plan.value_schema, _row_checksum(plan)))
+
+
+def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
+                 version: int) -> tuple[list[str], pa.StructArray, pa.StructArray]:
+    """The records of the changelog of ``version`` in file order: change types, keys, values (null for deletes).
+
+    Without changelog checkpointing (every version a full snapshot) Spark keeps no
+    change feed; with the ``changeFeedFromSnapshots`` option it is computed by
+    comparing the snapshots of ``version - 1`` and ``version`` instead.
+    """
+    store = _store(plan, directory)
+    if not store.changelogs and plan.change_feed_from_snapshots:
+        return _changes_from_snapshots(plan, directory, partition_id, version)
+    unique_id = checkpoint_unique_id(Checkpoint(plan.storage), version - 1, plan.operator_id, partition_id,
+                                     plan.store_name)
+    why = ("a change feed is read from changelogs"
+           + ("" if store.changelogs else ", which exist only with changelog checkpointing "
+              "(spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled); the option "
+              "changeFeedFromSnapshots=true computes one by comparing snapshots"))
+    log = store.read_changelog(version, unique_id, why)
+    name = _file_name(version, unique_id, "changelog")
+    source = plan.storage.display(f"{directory}/{name}")
+    if changelog_format.has_column_families(log.format_version):
+        raise UnsupportedOptionError(
+            f"{source}: the store keeps virtual column families; reading its changes needs stateVarName")
+    row_checksum = _row_checksum(plan)
+    kinds = [changelog_format.RECORD_TYPE_NAMES[kind] for kind, _, _ in log.records]
+    keys = [delete_record_key(k, row_checksum) if v is None else k for _, k, v in log.records]
+    valid = np.fromiter((v is not None for _, _, v in log.records), dtype=bool, count=len(log.records))
+    values = [v or b"" for _, _, v in log.records]
+    spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
+    return (kinds,
+            decode_keys(RowBuffer.from_rows(keys, source + " key"), plan.key_schema, spec, is_avro(plan)),
+            decode_values(RowBuffer.from_rows(values, source + " value"), plan.value_schema, row_checksum, valid))
+
+
+def _changes_from_snapshots(plan: StateReadPlan, directory: str, partition_id: int,
+                            version: int) -> tuple[list[str], pa.StructArray, pa.StructArray]:
+    """Keys added or changed by ``version`` are updates, keys it dropped are deletes.
+
+    Several changes of one key within a batch show as one, and a key rewritten
+    with identical bytes does not show: only the net effect is visible.
+    """
+    after = load_store(replace(plan, batch_id=version - 1), directory, partition_id).entries
+    before = load_store(replace(plan, batch_id=version - 2), directory, partition_id).entries if version > 1 else {}
+    records = [("update", k, v) for k, v in after.items() if before.get(k) != v]
+    records += [("delete", k, None) for k in before if k not in after]
+    source = f"{plan.storage.display(directory)} (versions {version - 1} and {version})"
+    valid = np.fromiter((v is not None for _, _, v in records), dtype=bool, count=len(records))
+    spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
+    return ([kind for kind, _, _ in records],
+            decode_keys(RowBuffer.from_rows([k for _, k, _ in records], source + " key"), plan.key_schema, spec,
+                        is_avro(plan)),
+            decode_values(RowBuffer.from_rows([v or b"" for _, _, v in records], source + " value"),
+                          plan.value_schema, _row_checksum(plan), valid))
+
+
+def _family_id(families: dict[str, int], name: str, source: str) -> int:
+    if name not in families:
+        known = ", ".join(sorted(families)) or "none"
+        raise InvalidOptionError(f"{source}: no column family '{name}' (column families: {known})")
+    return families[name]
+
+
+def read_variable(plan: StateReadPlan, directory: str, partition_id: int) -> list[pa.Array]:
+    """Output columns of a transformWithState variable (its column family) at the plan's version."""
+    from state_reader.providers.rocksdb_variables import state_columns
+
+    assert plan.variable is not None
+    state = load_store(plan, directory, partition_id)
+    source = f"{plan.storage.display(directory)} (version {plan.version})"
+    families = state.column_families or _store(plan, directory).column_families(plan.version)
+    family_id = _family_id(families, plan.variable.family.name, source)
+    return state_columns(plan, plan.variable, list(state.entries.items()), family_id, source)
+
+
+def read_variable_changes(plan: StateReadPlan, directory: str, partition_id: int,
+                          version: int) -> tuple[list[str], list[pa.Array]]:
+    """Change types and output columns of the changes ``version`` made to a transformWithState variable."""
+    from state_reader.providers.rocksdb_variables import change_columns
+
+    assert plan.variable is not None
+    store = _store(plan, directory)
+    unique_id = checkpoint_unique_id(Checkpoint(plan.storage), version - 1, plan.operator_id, partition_id,
+                                     plan.store_name)
+    log = store.read_changelog(version, unique_id, "a change feed is read from changelogs")
+    source = plan.storage.display(f"{directory}/{_file_name(version, unique_id, 'changelog')}")
+    row_checksum = _row_checksum(plan)
+    records = [(changelog_format.RECORD_TYPE_NAMES[kind], delete_record_key(k, row_checksum) if v is None else k, v)
+               for kind, k, v in log.records]
+    family_id = _family_id(store.column_families(version), plan.variable.family.name, source)
+    return change_columns(plan, plan.variable, records, family_id, source)
+
+
+def _column_family(keys: RowBuffer, values: RowBuffer, state: StoreState, name: str | None,
+                   source: str) -> tuple[RowBuffer, RowBuffer]:
+    known = ", ".join(sorted(state.column_families)) or "unknown: no snapshot names them"
+    if name is None:
+        raise UnsupportedOptionError(
+            f"{source}: the store keeps several virtual column families ({known}); reading one needs "
+            "stateVarName")
+    if name not in state.column_families:
+        raise InvalidOptionError(f"{source}: no column family '{name}' (column families: {known})")
+    mask = column_family_ids(keys) == state.column_families[name]
+    return strip_column_family(select(keys, mask)), select(values, mask)

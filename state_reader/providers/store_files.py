@@ -1,0 +1,210 @@
+"""Which state files one store version needs, and which versions the files allow.
+
+Only file names and sizes are looked at (plus, for RocksDB, the small
+``metadata`` entry of a snapshot zip naming its SSTs and, with checkpoint
+format 2, the lineage header of a changelog); decoding stays with the
+providers. Used by ``stats`` (files, bytes on disk, delta chain per version)
+and ``verify`` (every version to decode).
+
+HDFS: version V = the newest ``S.snapshot`` with S <= V (or the empty state)
+plus ``S+1.delta`` … ``V.delta``. RocksDB, checkpoint format 1: the newest
+``S.zip`` (and the SSTs it lists) plus ``S+1.changelog`` … ``V.changelog``;
+checkpoint format 2: the files named by the commit log's unique ids.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from dataclasses import dataclass, field
+
+from state_reader.errors import StateReaderError
+from state_reader.formats import changelog as changelog_format
+from state_reader.formats.codecs import decompress
+from state_reader.io.storage import Storage
+from state_reader.model.checkpoint import ROCKSDB_PROVIDER, Checkpoint
+from state_reader.providers.hdfs import HDFSStore
+
+
+@dataclass
+class VersionFiles:
+    """The files one version of one store is rebuilt from."""
+
+    version: int
+    files: list[str] = field(default_factory=list)  # relative to the store directory
+    bytes_on_disk: int = 0
+    snapshot_version: int | None = None  # None: rebuilt from the empty state
+    delta_chain: int = 0  # deltas / changelogs replayed after the snapshot
+    complete: bool = True  # False when a file the version needs is not there
+
+    @property
+    def batch_id(self) -> int:
+        return self.version - 1
+
+
+class StoreFiles:
+    """The state files of one store directory (one operator, partition and store)."""
+
+    def __init__(self, storage: Storage, directory: str, provider: str, codec: str | None = None) -> None:
+        self.storage = storage
+        self.directory = directory
+        self.provider = provider
+        self.codec = codec
+        self.sizes: dict[str, int] = storage.list_sizes(directory) or {}
+        self._sst_sizes: dict[str, int] | None = None
+        self._zip_members: dict[str, list[tuple[str, int]]] = {}
+        if provider == ROCKSDB_PROVIDER:
+            from state_reader.providers.rocksdb import RocksDBStore
+
+            store = RocksDBStore(storage, directory, codec)
+            self.snapshots = {v for v, u in store.zips if u is None}
+            self.deltas = {v for v, u in store.changelogs if u is None}
+            self.zips_with_ids = {(v, u) for v, u in store.zips if u is not None}
+            self.changelogs_with_ids = {(v, u) for v, u in store.changelogs if u is not None}
+        else:
+            store_h = HDFSStore(storage, directory, codec)
+            self.snapshots = set(store_h.snapshots)
+            self.deltas = set(store_h.deltas)
+            self.zips_with_ids = set()
+            self.changelogs_with_ids = set()
+
+    @property
+    def rocksdb(self) -> bool:
+        return self.provider == ROCKSDB_PROVIDER
+
+    @property
+    def has_unique_ids(self) -> bool:
+        """Checkpoint format 2 (RocksDB files named ``<version>_<uuid>``)."""
+        return bool(self.zips_with_ids or self.changelogs_with_ids)
+
+    def _snapshot_name(self, version: int, unique_id: str | None = None) -> str:
+        ext = "zip" if self.rocksdb else "snapshot"
+        return f"{version}.{ext}" if unique_id is None else f"{version}_{unique_id}.{ext}"
+
+    def _delta_name(self, version: int, unique_id: str | None = None) -> str:
+        ext = "changelog" if self.rocksdb else "delta"
+        return f"{version}.{ext}" if unique_id is None else f"{version}_{unique_id}.{ext}"
+
+    # -- versions ------------------------------------------------------------
+
+    def retained_versions(self, last_version: int, committed_versions: set[int] | None = None) -> list[int]:
+        """Every version up to ``last_version`` the files on disk should rebuild.
+
+        From version 1 when the first delta/changelog is there, else from the
+        oldest snapshot. RocksDB without changelogs: the versions with a zip.
+        ``committed_versions`` (batch + 1 of each commit log entry) limits RocksDB
+        versions, whose files are chosen through the commit log.
+        """
+        if self.has_unique_ids:
+            on_disk = {v for v, _ in self.zips_with_ids | self.changelogs_with_ids}
+            versions = sorted(v for v in on_disk if v <= last_version)
+        elif self.rocksdb and not self.deltas:
+            versions = sorted(v for v in self.snapshots if v <= last_version)
+        else:
+            everything = self.snapshots | self.deltas
+            if not everything:
+                return []
+            first = 1 if 1 in self.deltas else min(self.snapshots or everything)
+            versions = list(range(first, last_version + 1))
+        if self.rocksdb and committed_versions is not None:
+            versions = [v for v in versions if v in committed_versions]
+        return versions
+
+    def version_files(self, version: int, unique_id: str | None = None) -> VersionFiles:
+        """The files ``version`` is rebuilt from (``unique_id``: checkpoint format 2)."""
+        if unique_id is not None:
+            return self._version_files_v2(version, unique_id)
+        out = VersionFiles(version)
+        start = max((s for s in self.snapshots if s <= version), default=0)
+        if start:
+            out.snapshot_version = start
+            self._add(out, self._snapshot_name(start))
+            if self.rocksdb:
+                self._add_zip_data(out, self._snapshot_name(start))
+        elif self.rocksdb and not self.deltas:
+            out.complete = False  # every RocksDB version without changelogs has its own zip
+        for v in range(start + 1, version + 1):
+            out.delta_chain += 1
+            self._add(out, self._delta_name(v))
+        return out
+
+    def _version_files_v2(self, version: int, unique_id: str) -> VersionFiles:
+        out = VersionFiles(version)
+        if (version, unique_id) in self.zips_with_ids:
+            out.snapshot_version = version
+            self._add(out, self._snapshot_name(version, unique_id))
+            self._add_zip_data(out, self._snapshot_name(version, unique_id))
+            return out
+        last = self._delta_name(version, unique_id)
+        chain: list[tuple[int, str]] = []
+        try:
+            raw = self.storage.read_bytes(f"{self.directory}/{last}")
+            shown = self.storage.display(f"{self.directory}/{last}")
+            _, lineage = changelog_format.read_lineage(decompress(raw, self.codec, shown), shown)
+            chain = sorted({(i.version, i.unique_id) for i in lineage})
+        except (FileNotFoundError, StateReaderError):
+            out.complete = False
+        base = next((i for i in range(len(chain) - 1, -1, -1) if chain[i] in self.zips_with_ids), None)
+        if base is not None:
+            out.snapshot_version = chain[base][0]
+            self._add(out, self._snapshot_name(*chain[base]))
+            self._add_zip_data(out, self._snapshot_name(*chain[base]))
+        for v, u in chain[(base + 1) if base is not None else 0:]:
+            out.delta_chain += 1
+            self._add(out, self._delta_name(v, u))
+        out.delta_chain += 1
+        self._add(out, last)
+        return out
+
+    # -- sizes ---------------------------------------------------------------
+
+    def _add(self, out: VersionFiles, name: str) -> None:
+        out.files.append(name)
+        size = self.sizes.get(name)
+        if size is None:
+            out.complete = False  # listed as needed but not on disk: verify will say which
+        out.bytes_on_disk += size or 0
+
+    def _add_zip_data(self, out: VersionFiles, zip_name: str) -> None:
+        """Add the SST/log files a snapshot zip lists (they hold the data)."""
+        for rel, size in self._zip_data_files(zip_name):
+            out.files.append(rel)
+            out.bytes_on_disk += size
+
+    def _zip_data_files(self, zip_name: str) -> list[tuple[str, int]]:
+        if zip_name in self._zip_members:
+            return self._zip_members[zip_name]
+        from state_reader.providers.rocksdb import LOG_DIR, SST_DIR, parse_snapshot_metadata
+
+        files: list[tuple[str, int]] = []
+        shown = self.storage.display(f"{self.directory}/{zip_name}")
+        try:
+            raw = self.storage.read_bytes(f"{self.directory}/{zip_name}")
+            with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+                meta = parse_snapshot_metadata(zf.read("metadata"), shown)
+        except (FileNotFoundError, KeyError, zipfile.BadZipFile, StateReaderError):
+            meta = None  # damaged or missing: verify reports it, stats counts the zip alone
+        if meta is not None:
+            if self._sst_sizes is None:
+                self._sst_sizes = self.storage.list_sizes(f"{self.directory}/{SST_DIR}") or {}
+            for f in meta.sst_files:
+                files.append((f"{SST_DIR}/{f.dfs_name}", self._sst_sizes.get(f.dfs_name, max(f.size, 0))))
+            files.extend((f"{LOG_DIR}/{f.dfs_name}", max(f.size, 0)) for f in meta.log_files)
+        self._zip_members[zip_name] = files
+        return files
+
+
+def unique_id_for(cp: Checkpoint, files: StoreFiles, version: int, operator_id: int, partition_id: int,
+                  store_name: str) -> str | None:
+    """The unique id the commit log gives ``version`` (checkpoint format 2), else None."""
+    if not files.has_unique_ids:
+        return None
+    from state_reader.providers.rocksdb import checkpoint_unique_id
+
+    try:
+        return checkpoint_unique_id(cp, version - 1, operator_id, partition_id, store_name)
+    except StateReaderError:
+        return None
+
+
+__all__ = ["StoreFiles", "VersionFiles", "unique_id_for"]
