@@ -11,7 +11,7 @@ state_reader and planning the read, so imports and the plan do not count:
 
 * ``one partition``  decode the largest partition only, drop its batches
 * ``streamed``       decode every partition in turn, dropping each batch
-* ``whole table``    ``plan.read_table()``, kept until the end
+* ``whole table``    ``read_table(plan)``, kept until the end
 
 Peak RSS also counts memory the allocators keep cached after it was freed, so
 the streamed figure creeps above the single partition's; the Arrow memory still
@@ -55,7 +55,9 @@ def measure(checkpoint: str, mode: str) -> dict:
     """Run one mode in this process; return its figures (called in a child interpreter)."""
     import pyarrow as pa
 
+    from state_reader.core.decode import read_partition
     from state_reader.core.planner import plan_state_read
+    from state_reader.core.scan import read_table
 
     plan = plan_state_read({"path": checkpoint})
     for module in ("lz4.block", "xxhash", "cramjam", "zstandard", "rocksdict", "google_crc32c"):
@@ -66,13 +68,13 @@ def measure(checkpoint: str, mode: str) -> dict:
     base = _current_rss()
     out = {"mode": mode, "partitions": len(plan.partitions), "rows": 0, "output_bytes": 0, "largest_output": 0}
     if mode == "whole table":
-        table = plan.read_table()
+        table = read_table(plan)
         out["rows"], out["output_bytes"] = table.num_rows, table.nbytes
     else:
         largest = int(os.environ["BENCH_LARGEST_PARTITION"]) if mode == "one partition" else None
         for partition in [largest] if largest is not None else plan.partitions:
             size = 0
-            for batch in plan.read_partition(partition):
+            for batch in read_partition(plan, partition):
                 out["rows"] += batch.num_rows
                 size += batch.nbytes
                 del batch

@@ -18,11 +18,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from state_reader._version import __version__ as __version__
 from state_reader.core.key_filter import KeyFilterSpec
 from state_reader.core.metadata import read_metadata_table
 from state_reader.core.options import from_kwargs
 from state_reader.core.planner import plan_state_read
-from state_reader.core.scan import read_table as _read_filtered
+from state_reader.core.scan import read_table
 from state_reader.errors import (
     ChecksumMismatchError,
     CodecUnavailableError,
@@ -51,8 +52,6 @@ from state_reader.errors import (
 from state_reader.fronts.changefeed import changes
 from state_reader.fronts.plotting import plot_state_size
 from state_reader.fronts.stats import stats
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ChecksumMismatchError",
@@ -125,9 +124,7 @@ def read_state(
     key_filter = options.pop("key_filter")
     with unexpected_errors_as_ours(path):
         plan = plan_state_read(from_kwargs(path, options))
-        if key_filter is None:
-            return plan.read_table()
-    return _read_filtered(plan, key_filter=key_filter)
+        return read_table(plan, key_filter=key_filter, show_progress=False)
 
 
 def read_metadata(

@@ -19,6 +19,7 @@ from oracle import arrow_rows, spark_rows
 
 import state_reader
 from state_reader.core.planner import plan_state_read
+from state_reader.core.scan import read_table
 from state_reader.errors import ChecksumMismatchError, CorruptFileError, StorageError
 
 boto3 = pytest.importorskip("boto3")
@@ -144,7 +145,7 @@ def test_server_stalling_mid_read_gives_storage_error(checkpoints):
         proxy.stalled.set()
         started = time.monotonic()
         with pytest.raises(StorageError) as caught:
-            plan.read_table()
+            read_table(plan)
         assert time.monotonic() - started < STALL_SECONDS_MAX
         assert url in str(caught.value) and "timeout" in str(caught.value).lower()
     finally:

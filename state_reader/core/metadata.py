@@ -14,13 +14,14 @@ from typing import Any
 import pyarrow as pa
 
 from state_reader.core.options import StateMetadataOptions
-from state_reader.core.planner import _store_names_on_disk
+from state_reader.core.planner import store_names_on_disk
 from state_reader.errors import SchemaReadError, StateReaderError
 from state_reader.formats.schema_files import read_schema_v1v2
 from state_reader.formats.spark_types import INTEGER, LONG, STRING, StructField, StructType
 from state_reader.io.storage import Storage
 from state_reader.model import operators
-from state_reader.model.checkpoint import CONF_SHUFFLE_PARTITIONS, Checkpoint, OperatorMetadata, StoreInfo
+from state_reader.model.checkpoint import Checkpoint, OperatorMetadata, StoreInfo
+from state_reader.model.conf import CONF_SHUFFLE_PARTITIONS
 
 HIDDEN_COLUMN = "_numColsPrefixKey"
 
@@ -46,7 +47,7 @@ def infer_operator_metadata(cp: Checkpoint, operator_id: int) -> OperatorMetadat
         num_partitions = int(cp.latest_conf().get(CONF_SHUFFLE_PARTITIONS, ""))
     except ValueError:
         num_partitions = max(partitions) + 1
-    stores = _store_names_on_disk(cp, operator_id)
+    stores = store_names_on_disk(cp, operator_id)
     schemas = {}
     for store in stores:
         try:

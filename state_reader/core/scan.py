@@ -1,22 +1,42 @@
-"""Read a planned store partition by partition: key filter, row limit, progress.
+"""The one scan path: read a planned store partition by partition, on a few threads.
 
-The fronts that show or write state (``read_state(key_filter=...)``, the CLI,
-exports, the Spark data source with pushed filters) all read through
-:func:`iter_batches`, so filtering happens in one place: on each partition's
-record batches as soon as the partition is decoded.
+Every Spark-free read (``read_state`` with or without a key filter, ``changes``,
+the CLI, exports) goes through :func:`iter_batches`: partitions are decoded on a
+small pool of threads (decompression, numpy, Arrow and the compiled record walk
+release the GIL, so they overlap) and handed out in ascending partition order,
+each filtered by the key filter as soon as it is decoded. At most one partition
+per thread is decoded ahead of the consumer, so memory stays bounded by a few
+partitions, and a ``limit`` stops the read without decoding the rest. The Spark
+data source reads one partition per task through the same
+:func:`partition_batches`.
 """
 
 from __future__ import annotations
 
+import os
+from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 
+from state_reader.core.decode import read_partition
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec, as_key_filter
-from state_reader.core.planner import StateReadPlan
 from state_reader.errors import InvalidOptionError
+from state_reader.model.plan import StateReadPlan
 from state_reader.progress import progress
+
+
+def read_threads() -> int:
+    """Threads a scan uses: STATE_READER_THREADS, else the CPUs this process may use."""
+    setting = os.environ.get("STATE_READER_THREADS", "").strip()
+    if setting.isdigit() and int(setting) > 0:
+        return int(setting)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def key_arrow_type(plan: StateReadPlan) -> pa.StructType:
@@ -43,29 +63,66 @@ def select_partitions(plan: StateReadPlan, partitions: Sequence[int] | None) -> 
     return list(dict.fromkeys(partitions))
 
 
+def partition_batches(plan: StateReadPlan, partition_id: int,
+                      key_filter: KeyFilter | None = None) -> list[pa.RecordBatch]:
+    """The record batches of one partition, filtered, empty ones dropped."""
+    out = []
+    for batch in read_partition(plan, partition_id):
+        if key_filter is not None:
+            batch = key_filter.apply(batch)
+        if batch.num_rows:
+            out.append(batch)
+    return out
+
+
+def _decoded_in_order(plan: StateReadPlan, chosen: list[int], flt: KeyFilter | None,
+                      threads: int) -> Iterator[list[pa.RecordBatch]]:
+    """Each chosen partition's batches, in order, decoded up to ``threads`` partitions ahead."""
+    if threads <= 1 or len(chosen) <= 1:
+        for pid in chosen:
+            yield partition_batches(plan, pid, flt)
+        return
+    pending: deque[Future[list[pa.RecordBatch]]] = deque()
+    todo = iter(chosen)
+    with ThreadPoolExecutor(threads, thread_name_prefix="state_reader") as pool:
+        try:
+            for pid in todo:
+                pending.append(pool.submit(partition_batches, plan, pid, flt))
+                if len(pending) >= threads:
+                    break
+            while pending:
+                batches = pending.popleft().result()  # re-raises the partition's error, in partition order
+                nxt = next(todo, None)
+                if nxt is not None:
+                    pending.append(pool.submit(partition_batches, plan, nxt, flt))
+                yield batches
+        finally:
+            for future in pending:  # a limit reached or an error: do not decode the rest
+                future.cancel()
+
+
 def iter_batches(plan: StateReadPlan, *, key_filter: KeyFilterSpec | KeyFilter | None = None,
                  partitions: Sequence[int] | None = None, limit: int | None = None,
-                 show_progress: bool | None = None, label: str | None = None) -> Iterator[pa.RecordBatch]:
+                 show_progress: bool | None = None, label: str | None = None,
+                 threads: int | None = None) -> Iterator[pa.RecordBatch]:
     """Record batches of the planned read, filtered, at most ``limit`` rows in all.
 
-    Reading stops as soon as ``limit`` rows are out (later partitions are not
-    decoded). ``show_progress`` None draws a bar on terminals for slow reads.
+    Partitions come in ascending order. Reading stops as soon as ``limit`` rows
+    are out. ``show_progress`` None draws a bar on terminals for slow reads;
+    ``threads`` defaults to :func:`read_threads`.
     """
     flt = bind_key_filter(plan, key_filter)
     chosen = select_partitions(plan, partitions)
     remaining = limit
     what = label or f"operator {plan.operator_id} · batch {plan.batch_id}"
     with progress(f"reading {what}", len(chosen), enabled=show_progress) as bar:
-        for pid in chosen:
-            for batch in plan.read_partition(pid):
-                if flt is not None:
-                    batch = flt.apply(batch)
+        for batches in _decoded_in_order(plan, chosen, flt, threads or read_threads()):
+            for batch in batches:
                 if remaining is not None:
                     if batch.num_rows > remaining:
                         batch = batch.slice(0, remaining)
                     remaining -= batch.num_rows
-                if batch.num_rows:
-                    yield batch
+                yield batch
                 if remaining is not None and remaining <= 0:
                     return
             bar.advance()

@@ -79,15 +79,16 @@ _NEGATIVE, _POSITIVE, _NULL = 0x00, 0x01, 0x02
 _BINARY = DataType("binary", json_name="binary")
 
 
-def merge_delimiter(conf_value: str | None) -> bytes:
-    """Delimiter Spark's merge operator puts between merged values, from the recorded conf."""
-    version = int(conf_value) if conf_value and conf_value.strip() else DEFAULT_MERGE_OPERATOR_VERSION
-    try:
-        return MERGE_DELIMITERS[version]
-    except KeyError:
-        raise UnsupportedOptionError(
-            f"spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion={conf_value} is not known "
-            f"(known: {', '.join(map(str, MERGE_DELIMITERS))})") from None
+def merge_operator_version(conf_value: str | None) -> int:
+    """The merge operator version a recorded conf names (unset: Spark's default); unknown ones are refused."""
+    text = (conf_value or "").strip()
+    if not text:
+        return DEFAULT_MERGE_OPERATOR_VERSION
+    if text.isdigit() and int(text) in MERGE_DELIMITERS:
+        return int(text)
+    raise UnsupportedOptionError(
+        f"spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion={conf_value} is not known "
+        f"(known: {', '.join(map(str, MERGE_DELIMITERS))})")
 
 
 def merge(existing: bytes | None, operand: bytes, delimiter: bytes) -> bytes:

@@ -15,8 +15,9 @@ import pyarrow.compute as pc
 
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
 from state_reader.core.options import from_kwargs
-from state_reader.core.planner import StateReadPlan, plan_state_read
+from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table
+from state_reader.model.plan import StateReadPlan
 
 
 def plan_changes(checkpoint: str, start: int, end: int | None = None, *, operator_id: int | None = None,

@@ -25,9 +25,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from state_reader import __version__
+from state_reader._version import __version__
 from state_reader.core.options import from_kwargs
-from state_reader.core.planner import StateReadPlan, plan_state_read
+from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table
 from state_reader.errors import StateReaderError
 from state_reader.fronts.changefeed import change_counts, changes
@@ -36,6 +36,7 @@ from state_reader.fronts.flatten import display_rows, json_rows, render_cell
 from state_reader.fronts.overview import describe_checkpoint
 from state_reader.fronts.stats import StatsResult, batch_summary, collect_stats, parse_batch_range
 from state_reader.fronts.verify import verify_checkpoint
+from state_reader.model.plan import StateReadPlan
 
 EXIT_OK = 0
 EXIT_ERROR = 1

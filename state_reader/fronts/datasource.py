@@ -22,9 +22,11 @@ from pyspark.sql.types import StructType as SparkStructType
 from state_reader.core.key_filter import And, Comparison, InList, KeyFilter, Not, NullCheck, Predicate, evaluate
 from state_reader.core.metadata import metadata_schema, read_metadata_table
 from state_reader.core.options import StateMetadataOptions
-from state_reader.core.planner import StateReadPlan, plan_state_read
+from state_reader.core.planner import plan_state_read
+from state_reader.core.scan import iter_batches
 from state_reader.errors import InvalidOptionError, UnsupportedTypeError, unexpected_errors_as_ours
 from state_reader.formats.spark_types import StructType
+from state_reader.model.plan import StateReadPlan
 
 STATESTORE = "state_reader.statestore"
 STATE_METADATA = "state_reader.state-metadata"
@@ -137,10 +139,17 @@ class StateStoreReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         return list(group_partitions(self.plan.partitions, self.per_task, self.cores))
 
+    def key_filter(self) -> KeyFilter | None:
+        """The key filter this reader applies (none unless Spark pushed one)."""
+        return None
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        for partition_id in partition.partition_ids:  # type: ignore[attr-defined]
-            with unexpected_errors_as_ours(f"partition {partition_id} of {self.plan.storage.display('')}"):
-                yield from self.plan.read_partition(partition_id)
+        ids = list(partition.partition_ids)  # type: ignore[attr-defined]
+        what = f"partition{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))} of {self.plan.storage.display('')}"
+        with unexpected_errors_as_ours(what):
+            # one thread: Spark already runs a task per core
+            yield from iter_batches(self.plan, partitions=ids, key_filter=self.key_filter(), show_progress=False,
+                                    threads=1)
 
 
 # --- filter pushdown (pyspark 4.1+) ------------------------------------------
@@ -240,15 +249,8 @@ class PushdownStateStoreReader(StateStoreReader):
             ids = [p for p, k in zip(ids, keep, strict=True) if k]
         return list(group_partitions(ids, self.per_task, self.cores))
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not self.key_predicates:
-            yield from super().read(partition)
-            return
-        key_filter = KeyFilter(And(tuple(self.key_predicates)))
-        for batch in super().read(partition):
-            batch = key_filter.apply(batch)
-            if batch.num_rows:
-                yield batch
+    def key_filter(self) -> KeyFilter | None:
+        return KeyFilter(And(tuple(self.key_predicates))) if self.key_predicates else None
 
 
 class PushdownStateStoreDataSource(StateStoreDataSource):

@@ -22,10 +22,10 @@ from typing import Any
 import pyarrow as pa
 
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
-from state_reader.core.planner import StateReadPlan
 from state_reader.core.scan import bind_key_filter, iter_batches, select_partitions
 from state_reader.errors import InvalidOptionError, UnsupportedTypeError
 from state_reader.fronts.flatten import flatten_table, json_rows, unique_names
+from state_reader.model.plan import StateReadPlan
 from state_reader.progress import progress
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}

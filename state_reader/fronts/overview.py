@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from state_reader.core.metadata import read_metadata_table
-from state_reader.core.planner import _detect_provider
+from state_reader.core.planner import detect_provider
 from state_reader.errors import OffsetLogUnavailableError, OffsetMetadataUnavailableError
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import (
+from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.conf import (
     CONF_AGG_FORMAT,
     CONF_CODEC,
     CONF_ENCODING,
@@ -26,7 +27,6 @@ from state_reader.model.checkpoint import (
     CONF_SHUFFLE_PARTITIONS,
     HDFS_PROVIDER,
     ROCKSDB_PROVIDER,
-    Checkpoint,
 )
 
 STATE_FORMAT_CONFS = {
@@ -65,7 +65,7 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
             "operator_id": op, "operator_name": row["operatorName"],
             "operator_properties": row["operatorProperties"],
             "partitions_on_disk": len(cp.partition_ids(op)),
-            "provider": PROVIDER_NAMES.get(_detect_provider(cp, conf, op), "unknown"),
+            "provider": PROVIDER_NAMES.get(detect_provider(cp, conf.get(CONF_PROVIDER), op), "unknown"),
             "stores": [],
         })
         entry["stores"].append({"store_name": row["stateStoreName"], "num_partitions": row["numPartitions"]})

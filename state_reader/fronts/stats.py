@@ -16,9 +16,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from state_reader.core.decode import decode_columns
 from state_reader.core.metadata import infer_operator_metadata
 from state_reader.core.options import from_kwargs
-from state_reader.core.planner import StateReadPlan, join_column_families, plan_state_read
+from state_reader.core.planner import join_column_families, plan_state_read
 from state_reader.errors import (
     CommittedBatchUnavailableError,
     InvalidOptionError,
@@ -29,6 +30,7 @@ from state_reader.errors import (
 )
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.plan import StateReadPlan
 from state_reader.progress import progress
 from state_reader.providers.store_files import StoreFiles, unique_id_for
 
@@ -202,7 +204,7 @@ def collect_stats(checkpoint: str, *, operator_id: int | None = None, store_name
             for batch in batches_by_store[(op, store)]:
                 plan = plan_latest if batch == latest else _plan(checkpoint, storage_options, op, store, batch)
                 for pid in plan.partitions:
-                    decoded = plan.decode_columns(pid)
+                    decoded = decode_columns(plan, pid)
                     store_files = files.get(pid) or StoreFiles(storage, plan.store_dir(pid), plan.provider,
                                                                plan.codec)
                     uid = unique_id_for(cp, store_files, plan.version, op, pid, plan.store_name)

@@ -14,12 +14,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from state_reader.core.decode import decode_columns
 from state_reader.core.options import from_kwargs
-from state_reader.core.planner import StateReadPlan, plan_state_read
+from state_reader.core.planner import plan_state_read
 from state_reader.errors import RequiredOptionError, StateReaderError, UnsupportedOptionError
 from state_reader.fronts.stats import operator_stores
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.plan import StateReadPlan
 from state_reader.progress import progress
 from state_reader.providers.store_files import StoreFiles
 
@@ -137,7 +139,7 @@ def verify_checkpoint(checkpoint: str, *, operator_id: int | None = None,
                 at_version = plan if version == plan.version else dataclasses.replace(plan, batch_id=version - 1)
                 report.versions_checked += 1
                 try:
-                    at_version.decode_columns(pid)
+                    decode_columns(at_version, pid)
                     report.versions_ok += 1
                 except Exception as exc:  # every failure is a finding, ours or not
                     report.problems.append(_problem(plan.operator_id, plan.store_name, pid, version, exc))

@@ -35,21 +35,6 @@ JOIN_STORES = ("left-keyToNumValues", "left-keyWithIndexToValue",
 # join state format 4: column families of the default store, keys carry the event time
 JOIN_V4_STORES = ("left-keyWithTsToValues", "left-tsWithKey", "right-keyWithTsToValues", "right-tsWithKey")
 
-# Confs pinned in the offset log that decide how state is stored.
-CONF_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
-CONF_CODEC = "spark.sql.streaming.stateStore.compression.codec"
-CONF_SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
-CONF_AGG_FORMAT = "spark.sql.streaming.aggregation.stateFormatVersion"
-CONF_JOIN_FORMAT = "spark.sql.streaming.join.stateFormatVersion"
-CONF_FMGWS_FORMAT = "spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion"
-CONF_ROW_CHECKSUM = "spark.sql.streaming.stateStore.rowChecksum.enabled"
-CONF_ENCODING = "spark.sql.streaming.stateStore.encodingFormat"
-CONF_MERGE_OPERATOR = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
-
-HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-
-
 def numeric_names(names: list[str] | None) -> list[int]:
     """Sorted integer values of the names that are plain non-negative integers."""
     return sorted(int(n) for n in (names or []) if n.isdigit())

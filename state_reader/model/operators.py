@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from state_reader.formats.spark_types import LONG, StructField, StructType
-from state_reader.model.checkpoint import CONF_FMGWS_FORMAT, JOIN_STORES
+from state_reader.model.checkpoint import JOIN_STORES
+from state_reader.model.conf import CONF_FMGWS_FORMAT
 
 TRANSFORM_WITH_STATE = ("transformWithStateExec", "transformWithStateInPandasExec",
                         "transformWithStateInPySparkExec")

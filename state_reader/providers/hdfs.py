@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -30,11 +29,8 @@ from state_reader.errors import CorruptFileError, MissingStateFileError, StateRe
 from state_reader.formats import codecs, kernels
 from state_reader.formats.unsaferow import _PAD, RowBuffer, _int_array, _view, decode_rows
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import CONF_ROW_CHECKSUM, version_ranges
-
-if TYPE_CHECKING:
-    from state_reader.core.planner import StateReadPlan
-
+from state_reader.model.checkpoint import version_ranges
+from state_reader.model.plan import StateReadPlan
 
 _FILE_RE = re.compile(r"^(\d+)\.(delta|snapshot)$")
 # Each file starts at a multiple of this in the shared buffer (its words stay aligned).
@@ -306,11 +302,10 @@ class HDFSStore:
 
 
 def _store(plan: StateReadPlan, directory: str) -> HDFSStore:
-    row_checksum = plan.conf.get(CONF_ROW_CHECKSUM, "false").lower() == "true"
-    return HDFSStore(plan.storage, directory, plan.codec, row_checksum)
+    return HDFSStore(plan.storage, directory, plan.codec, plan.store_conf.row_checksum)
 
 
-def read_store(plan: StateReadPlan, directory: str) -> tuple[pa.StructArray, pa.StructArray]:
+def read_store(plan: StateReadPlan, directory: str, partition_id: int) -> tuple[pa.StructArray, pa.StructArray]:
     """Keys and values of one HDFS store at the plan's version, as Arrow."""
     store = _store(plan, directory)
     buf, size, live = store.load_records(plan.version, start_snapshot=plan.snapshot_start_version,
@@ -322,7 +317,7 @@ def read_store(plan: StateReadPlan, directory: str) -> tuple[pa.StructArray, pa.
     return keys, decode_rows(values, plan.value_schema)
 
 
-def read_changes(plan: StateReadPlan, directory: str,
+def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
                  version: int) -> tuple[list[str], pa.StructArray, pa.StructArray]:
     """The records of ``version.delta`` in file order: change types, keys, values (null for removals)."""
     store = _store(plan, directory)

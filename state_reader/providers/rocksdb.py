@@ -47,7 +47,7 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -70,24 +70,15 @@ from state_reader.formats.rocksdb_encoding import (
     decode_values,
     delete_record_key,
     merge,
-    merge_delimiter,
     select,
     strip_column_family,
 )
 from state_reader.formats.sst import SstNotSupportedError, read_sst_rows
 from state_reader.formats.unsaferow import RowBuffer
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import (
-    CONF_ENCODING,
-    CONF_MERGE_OPERATOR,
-    CONF_ROW_CHECKSUM,
-    DEFAULT_STORE,
-    Checkpoint,
-    version_ranges,
-)
-
-if TYPE_CHECKING:
-    from state_reader.core.planner import StateReadPlan
+from state_reader.model.checkpoint import DEFAULT_STORE, Checkpoint, version_ranges
+from state_reader.model.plan import StateReadPlan
+from state_reader.providers.rocksdb_variables import change_columns, state_columns
 
 _FILE_RE = re.compile(r"^(\d+)(?:_([0-9A-Za-z][0-9A-Za-z-]*))?\.(zip|changelog)$")
 SST_DIR = "SSTs"
@@ -684,22 +675,10 @@ def checkpoint_unique_id(cp: Checkpoint, batch_id: int, operator_id: int, partit
 # -- the provider's entry point ---------------------------------------------------
 
 
-def _row_checksum(plan: StateReadPlan) -> bool:
-    return plan.conf.get(CONF_ROW_CHECKSUM, "false").lower() == "true"
-
-
-def is_avro(plan: StateReadPlan) -> bool:
-    """True when keys and values are Avro records rather than UnsafeRows."""
-    encoding = plan.conf.get(CONF_ENCODING, "unsaferow").lower()
-    if encoding not in ("unsaferow", "avro"):
-        raise UnsupportedOptionError(f"state encoding format '{encoding}' is not supported by state_reader")
-    return encoding == "avro"
-
-
 def _store(plan: StateReadPlan, directory: str) -> RocksDBStore:
-    is_avro(plan)
-    return RocksDBStore(plan.storage, directory, plan.codec, _row_checksum(plan),
-                        merge_delimiter(plan.conf.get(CONF_MERGE_OPERATOR)), max(len(plan.partitions), 1))
+    conf = plan.store_conf
+    return RocksDBStore(plan.storage, directory, plan.codec, conf.row_checksum, conf.merge_delimiter,
+                        max(len(plan.partitions), 1))
 
 
 def load_store(plan: StateReadPlan, directory: str, partition_id: int) -> StoreState:
@@ -729,8 +708,8 @@ def read_store(plan: StateReadPlan, directory: str, partition_id: int,
     if state.uses_column_families or column_family is not None:
         keys, values = _column_family(keys, values, state, column_family, source)
     spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
-    return (decode_keys(keys, plan.key_schema, spec, is_avro(plan)),
-            decode_values(values, plan.value_schema, _row_checksum(plan)))
+    return (decode_keys(keys, plan.key_schema, spec, plan.store_conf.avro),
+            decode_values(values, plan.value_schema, plan.store_conf.row_checksum))
 
 
 def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
@@ -756,14 +735,14 @@ def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
     if changelog_format.has_column_families(log.format_version):
         raise UnsupportedOptionError(
             f"{source}: the store keeps virtual column families; reading its changes needs stateVarName")
-    row_checksum = _row_checksum(plan)
+    row_checksum = plan.store_conf.row_checksum
     kinds = [changelog_format.RECORD_TYPE_NAMES[kind] for kind, _, _ in log.records]
     keys = [delete_record_key(k, row_checksum) if v is None else k for _, k, v in log.records]
     valid = np.fromiter((v is not None for _, _, v in log.records), dtype=bool, count=len(log.records))
     values = [v or b"" for _, _, v in log.records]
     spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
     return (kinds,
-            decode_keys(RowBuffer.from_rows(keys, source + " key"), plan.key_schema, spec, is_avro(plan)),
+            decode_keys(RowBuffer.from_rows(keys, source + " key"), plan.key_schema, spec, plan.store_conf.avro),
             decode_values(RowBuffer.from_rows(values, source + " value"), plan.value_schema, row_checksum, valid))
 
 
@@ -783,9 +762,9 @@ def _changes_from_snapshots(plan: StateReadPlan, directory: str, partition_id: i
     spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
     return ([kind for kind, _, _ in records],
             decode_keys(RowBuffer.from_rows([k for _, k, _ in records], source + " key"), plan.key_schema, spec,
-                        is_avro(plan)),
+                        plan.store_conf.avro),
             decode_values(RowBuffer.from_rows([v or b"" for _, _, v in records], source + " value"),
-                          plan.value_schema, _row_checksum(plan), valid))
+                          plan.value_schema, plan.store_conf.row_checksum, valid))
 
 
 def _family_id(families: dict[str, int], name: str, source: str) -> int:
@@ -797,8 +776,6 @@ def _family_id(families: dict[str, int], name: str, source: str) -> int:
 
 def read_variable(plan: StateReadPlan, directory: str, partition_id: int) -> list[pa.Array]:
     """Output columns of a transformWithState variable (its column family) at the plan's version."""
-    from state_reader.providers.rocksdb_variables import state_columns
-
     assert plan.variable is not None
     state = load_store(plan, directory, partition_id)
     source = f"{plan.storage.display(directory)} (version {plan.version})"
@@ -810,15 +787,13 @@ def read_variable(plan: StateReadPlan, directory: str, partition_id: int) -> lis
 def read_variable_changes(plan: StateReadPlan, directory: str, partition_id: int,
                           version: int) -> tuple[list[str], list[pa.Array]]:
     """Change types and output columns of the changes ``version`` made to a transformWithState variable."""
-    from state_reader.providers.rocksdb_variables import change_columns
-
     assert plan.variable is not None
     store = _store(plan, directory)
     unique_id = checkpoint_unique_id(Checkpoint(plan.storage), version - 1, plan.operator_id, partition_id,
                                      plan.store_name)
     log = store.read_changelog(version, unique_id, "a change feed is read from changelogs")
     source = plan.storage.display(f"{directory}/{_file_name(version, unique_id, 'changelog')}")
-    row_checksum = _row_checksum(plan)
+    row_checksum = plan.store_conf.row_checksum
     records = [(changelog_format.RECORD_TYPE_NAMES[kind], delete_record_key(k, row_checksum) if v is None else k, v)
                for kind, k, v in log.records]
     family_id = _family_id(store.column_families(version), plan.variable.family.name, source)

@@ -1,162 +1,36 @@
-"""transformWithState state variables (Spark 4.0+, RocksDB only).
+"""Decode transformWithState variables (and join format 3/4 column families) into output columns.
 
-One store (``default``) holds every state variable of the operator in its own
-virtual column family: keys start with the family's int16 id (ids are listed
-in each snapshot zip's metadata), followed by the encoded key. Schemas and key
-encoders come from the schema v3 files named by operator metadata v2. Families
-whose names start with ``$`` are Spark's own indexes, except the timer family
-``$procTimers_keyToTimestamp`` / ``$eventTimers_keyToTimestamp``.
-
-Output columns per variable kind, as Spark's reader names them:
-
-==============  ======================================  =====================================
-kind            flattenCollectionTypes=true (default)   false
-==============  ======================================  =====================================
-ValueState      key, value                              (same)
-ListState       key, list_element (one row per item)    key, list_value: array
-MapState        key, user_map_key, user_map_value       key, map_value: map
-timers          key, expiration_timestamp_ms            (same)
-==============  ======================================  =====================================
+Which variable and how it is shown is planned in :mod:`state_reader.model.state_variables`;
+this module turns one partition's encoded entries of its column family into Arrow.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
 
-from state_reader.errors import InvalidOptionError, SchemaReadError
-from state_reader.formats.schema_files import ColumnFamilySchema, read_schema_v3
-from state_reader.formats.spark_types import LONG, ArrayType, MapType, StructField, StructType
+from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, decode_avro
+from state_reader.formats.rocksdb_encoding import (
+    KeyEncoderSpec,
+    column_family_ids,
+    decode_keys,
+    decode_values,
+    select,
+    split_multi_value,
+    strip_column_family,
+)
+from state_reader.formats.spark_types import StructType
 from state_reader.formats.unsaferow import RowBuffer, decode_rows
 from state_reader.grouping import dense_ids, group_ids
-from state_reader.model.checkpoint import (
-    CONF_MERGE_OPERATOR,
-    CONF_ROW_CHECKSUM,
-    Checkpoint,
-    OperatorMetadata,
-    StoreInfo,
-)
-
-if TYPE_CHECKING:
-    from state_reader.core.planner import StateReadPlan
-
-VALUE, LIST, MAP, TIMERS = "ValueState", "ListState", "MapState", "TimerState"
-# a family whose values are lists, shown one element per row in a ``value`` column (join state format 4)
-MULTI_VALUE = "MultiValue"
-_TIMER_FAMILIES = {"ProcessingTime": "$procTimers_keyToTimestamp", "EventTime": "$eventTimers_keyToTimestamp"}
-
-
-@dataclass(frozen=True)
-class StateVariable:
-    """The column family of one state variable and how to present it."""
-
-    name: str
-    kind: str
-    flatten: bool
-    family: ColumnFamilySchema
-    # value fields left out of the output (the join's internal ``matched`` flag)
-    hidden: tuple[str, ...] = ()
-
-    @property
-    def shown_value_schema(self) -> StructType:
-        """The value schema without the hidden fields."""
-        return StructType([f for f in self.family.value_schema.fields if f.name not in self.hidden])
-
-    @property
-    def grouping_key(self) -> StructType:
-        """The grouping key: the whole family key, or its first (struct) field for map and timer keys."""
-        if self.kind in (MAP, TIMERS):
-            return self.family.key_schema.fields[0].data_type  # type: ignore[return-value]
-        return self.family.key_schema
-
-    def value_columns(self) -> list[StructField]:
-        """Output columns between ``key`` and ``partition_id``."""
-        value = self.shown_value_schema
-        if self.kind == LIST:
-            if self.flatten:
-                return [StructField("list_element", value)]
-            return [StructField("list_value", ArrayType(value, True))]
-        if self.kind == MAP:
-            user_key = self.family.key_schema.fields[1].data_type
-            if self.flatten:
-                return [StructField("user_map_key", user_key), StructField("user_map_value", value)]
-            return [StructField("map_value", MapType(user_key, value, True))]
-        if self.kind == TIMERS:
-            return [StructField("expiration_timestamp_ms", LONG)]
-        return [StructField("value", value)]
-
-    def change_columns(self) -> list[StructField]:
-        """Output columns of a change feed (collections are always one row per item)."""
-        return replace(self, flatten=True).value_columns()
-
-
-def plan_variable(cp: Checkpoint, metadata: OperatorMetadata, store: StoreInfo, state_var_name: str | None,
-                  read_timers: bool, flatten: bool) -> StateVariable:
-    """Validate stateVarName / readRegisteredTimers and find the variable's schema."""
-    properties = metadata.properties
-    time_mode = str(properties.get("timeMode", "None"))
-    variables = {v.get("stateName"): v for v in properties.get("stateVariables", [])}
-    if read_timers:
-        if time_mode not in _TIMER_FAMILIES:
-            raise InvalidOptionError(
-                "Invalid value for option 'readRegisteredTimers': Registered timers are not available in "
-                f"TimeMode={time_mode}.")
-        name = _TIMER_FAMILIES[time_mode]
-    else:
-        name = state_var_name or ""
-        if name.startswith("$"):
-            raise InvalidOptionError(
-                f"Invalid value for option 'stateVarName': {name!r} is an internal column family name; "
-                "names starting with '$' are reserved")
-    if name not in variables:
-        defined = ", ".join(sorted(n for n in variables if not str(n).startswith("$"))) or "none"
-        raise InvalidOptionError(
-            f"Invalid value for option 'stateVarName': State variable {name} is not defined for the "
-            f"transformWithState operator {metadata.operator_id} (defined: {defined}).")
-    kind = TIMERS if read_timers else str(variables[name].get("stateVariableType", VALUE))
-    family = family_schema(cp, metadata.operator_id, store, name)
-    return StateVariable(name, kind, flatten, family)
-
-
-def family_schemas(cp: Checkpoint, operator_id: int, store: StoreInfo) -> dict[str, ColumnFamilySchema]:
-    """Every column family's schema, from the schema v3 files operator metadata v2 names."""
-    if not store.schema_file_paths:
-        raise SchemaReadError(f"operator metadata of operator {operator_id} names no schema file",
-                              path=cp.storage.display(f"state/{operator_id}/_metadata"))
-    out: dict[str, ColumnFamilySchema] = {}
-    # files are listed oldest first: a family's newest schema wins
-    for stored in store.schema_file_paths:
-        rel = cp.resolve_schema_path(operator_id, stored)
-        shown = cp.storage.display(rel)
-        try:
-            families = read_schema_v3(cp.storage.read_bytes(rel), shown)
-        except FileNotFoundError:
-            raise SchemaReadError(
-                f"Failed to read the state schema of operator {operator_id}: {shown} does not exist "
-                f"(operator metadata names {stored})", path=shown) from None
-        out.update((family.name, family) for family in families)
-    return out
-
-
-def family_schema(cp: Checkpoint, operator_id: int, store: StoreInfo, name: str) -> ColumnFamilySchema:
-    """Schema of column family ``name`` from the schema v3 files operator metadata v2 names."""
-    family = family_schemas(cp, operator_id, store).get(name)
-    if family is None:
-        raise SchemaReadError(f"no schema for state variable {name} in the schema files of operator {operator_id}",
-                              path=cp.storage.display(f"state/{operator_id}/_stateSchema"))
-    return family
-
-
-# -- decoding -------------------------------------------------------------------
+from state_reader.model.plan import StateReadPlan
+from state_reader.model.state_variables import LIST, MAP, MULTI_VALUE, TIMERS, VALUE, StateVariable
 
 
 def _family_rows(plan: StateReadPlan, entries: list[tuple[bytes, bytes | None]], family_id: int,
                  source: str) -> tuple[RowBuffer, RowBuffer, np.ndarray]:
     """Key and value rows of one column family, ids stripped; the mask says which values exist."""
-    from state_reader.formats.rocksdb_encoding import column_family_ids, select, strip_column_family
 
     keys = RowBuffer.from_rows([k for k, _ in entries], source + " key")
     values = RowBuffer.from_rows([v or b"" for _, v in entries], source + " value")
@@ -168,24 +42,18 @@ def _family_rows(plan: StateReadPlan, entries: list[tuple[bytes, bytes | None]],
 def _elements(plan: StateReadPlan, values: RowBuffer, present: np.ndarray,
               schema: StructType) -> tuple[np.ndarray, pa.StructArray]:
     """Split multi-values into elements: (owning row of each element, decoded elements)."""
-    from state_reader.formats.rocksdb_encoding import split_multi_value
 
-    merge_version = int(plan.conf.get(CONF_MERGE_OPERATOR, "1") or 1)
-    row_checksum = plan.conf.get(CONF_ROW_CHECKSUM, "false").lower() == "true"
+    conf = plan.store_conf
     owners, starts, lengths = [], [], []
     raw = values.buf
     for row in np.flatnonzero(present):
         start, length = int(values.starts[row]), int(values.lengths[row])
         blob = raw[start:start + length].tobytes()
-        for offset, size in split_multi_value(blob, merge_version, row_checksum, values.source):
+        for offset, size in split_multi_value(blob, conf.merge_operator_version, conf.row_checksum, values.source):
             owners.append(row)
             starts.append(start + offset + 1)  # skip the encoding version byte
             lengths.append(size - 1)
-    from state_reader.providers.rocksdb import is_avro
-
-    if is_avro(plan):
-        from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, decode_avro
-
+    if conf.avro:
         payloads = [raw[s + SCHEMA_ID_BYTES:s + n].tobytes() for s, n in zip(starts, lengths, strict=True)]
         return np.array(owners, dtype=np.int64), decode_avro(payloads, schema, values.source)
     rows = RowBuffer(raw[:values.size].tobytes(), np.array(starts, dtype=np.int64),
@@ -196,13 +64,11 @@ def _elements(plan: StateReadPlan, values: RowBuffer, present: np.ndarray,
 def _decode(plan: StateReadPlan, var: StateVariable, keys_rows: RowBuffer, value_rows: RowBuffer,
             present: np.ndarray) -> tuple[pa.StructArray, list[pa.Array], np.ndarray]:
     """(grouping keys, value columns, owning row per output row), collections flattened."""
-    from state_reader.formats.rocksdb_encoding import KeyEncoderSpec, decode_keys
-    from state_reader.providers.rocksdb import is_avro
 
-    avro = is_avro(plan)
+    avro = plan.store_conf.avro
     spec = KeyEncoderSpec.from_plan(var.family.key_encoder, 0)
     keys = decode_keys(keys_rows, var.family.key_schema, spec, avro)
-    row_checksum = plan.conf.get(CONF_ROW_CHECKSUM, "false").lower() == "true"
+    row_checksum = plan.store_conf.row_checksum
     n = len(keys)
     if var.kind in (LIST, MULTI_VALUE):
         owners, elements = _elements(plan, value_rows, present, var.family.value_schema)
@@ -232,7 +98,6 @@ def _hide(values: pa.StructArray, var: StateVariable) -> pa.StructArray:
 def _values_or_null(rows: RowBuffer, present: np.ndarray, schema: StructType, row_checksum: bool,
                     avro: bool = False) -> pa.StructArray:
     """Decoded values; rows without one (deletes in a change feed) are null."""
-    from state_reader.formats.rocksdb_encoding import decode_values, select
 
     if present.all():
         return decode_values(rows, schema, row_checksum, avro=avro)
@@ -284,7 +149,6 @@ def change_columns(plan: StateReadPlan, var: StateVariable, records: list[tuple[
     entries = [(k, v) for _, k, v in records]
     kinds_all = [kind for kind, _, _ in records]
     keys_rows, value_rows, present = _family_rows(plan, entries, family_id, source)
-    from state_reader.formats.rocksdb_encoding import column_family_ids
 
     all_keys = RowBuffer.from_rows([k for k, _ in entries], source + " key")
     in_family = column_family_ids(all_keys) == family_id if entries else np.zeros(0, dtype=bool)

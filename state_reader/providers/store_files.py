@@ -22,7 +22,8 @@ from state_reader.errors import StateReaderError
 from state_reader.formats import changelog as changelog_format
 from state_reader.formats.codecs import decompress
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import ROCKSDB_PROVIDER, Checkpoint
+from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.conf import ROCKSDB_PROVIDER
 from state_reader.providers.hdfs import HDFSStore
 
 

@@ -1,0 +1,70 @@
+"""The SQL confs a checkpoint's offset log pins, parsed once into a :class:`StoreConf`.
+
+Spark records in every ``offsets/<batch>`` entry the confs that decide how state
+is stored, and restores them on restart. Every decision the readers make from
+them (which provider, which codec, whether rows carry a checksum, UnsafeRow or
+Avro, which merge operator) is made here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from state_reader.errors import UnsupportedOptionError
+from state_reader.formats.rocksdb_encoding import MERGE_DELIMITERS, merge_operator_version
+
+CONF_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+CONF_CODEC = "spark.sql.streaming.stateStore.compression.codec"
+CONF_SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+CONF_AGG_FORMAT = "spark.sql.streaming.aggregation.stateFormatVersion"
+CONF_JOIN_FORMAT = "spark.sql.streaming.join.stateFormatVersion"
+CONF_FMGWS_FORMAT = "spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion"
+CONF_ROW_CHECKSUM = "spark.sql.streaming.stateStore.rowChecksum.enabled"
+CONF_ENCODING = "spark.sql.streaming.stateStore.encodingFormat"
+CONF_MERGE_OPERATOR = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
+
+HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+ENCODINGS = ("unsaferow", "avro")
+
+
+def conf_flag(conf: Mapping[str, str], key: str) -> bool:
+    """A boolean conf as Spark parses it (absent means false)."""
+    return str(conf.get(key, "false")).strip().lower() == "true"
+
+
+@dataclass(frozen=True)
+class StoreConf:
+    """How a checkpoint's state is stored, from the confs of one offset log entry."""
+
+    provider: str | None
+    codec: str | None
+    row_checksum: bool
+    encoding: str
+    merge_operator_version: int
+
+    @classmethod
+    def parse(cls, conf: Mapping[str, str]) -> StoreConf:
+        """Parse and validate the storage confs (unknown encodings and merge operators are refused)."""
+        encoding = str(conf.get(CONF_ENCODING) or "unsaferow").strip().lower()
+        if encoding not in ENCODINGS:
+            raise UnsupportedOptionError(f"state encoding format '{encoding}' is not supported by state_reader")
+        return cls(
+            provider=conf.get(CONF_PROVIDER) or None,
+            codec=conf.get(CONF_CODEC) or None,
+            row_checksum=conf_flag(conf, CONF_ROW_CHECKSUM),
+            encoding=encoding,
+            merge_operator_version=merge_operator_version(conf.get(CONF_MERGE_OPERATOR)),
+        )
+
+    @property
+    def avro(self) -> bool:
+        """True when keys and values are Avro records rather than UnsafeRows."""
+        return self.encoding == "avro"
+
+    @property
+    def merge_delimiter(self) -> bytes:
+        """What Spark's merge operator puts between merged values."""
+        return MERGE_DELIMITERS[self.merge_operator_version]

@@ -1,0 +1,135 @@
+"""transformWithState state variables (Spark 4.0+, RocksDB only): what they are and how they are shown.
+
+One store (``default``) holds every state variable of the operator in its own
+virtual column family: keys start with the family's int16 id (ids are listed
+in each snapshot zip's metadata), followed by the encoded key. Schemas and key
+encoders come from the schema v3 files named by operator metadata v2. Families
+whose names start with ``$`` are Spark's own indexes, except the timer family
+``$procTimers_keyToTimestamp`` / ``$eventTimers_keyToTimestamp``.
+
+Output columns per variable kind, as Spark's reader names them:
+
+==============  ======================================  =====================================
+kind            flattenCollectionTypes=true (default)   false
+==============  ======================================  =====================================
+ValueState      key, value                              (same)
+ListState       key, list_element (one row per item)    key, list_value: array
+MapState        key, user_map_key, user_map_value       key, map_value: map
+timers          key, expiration_timestamp_ms            (same)
+==============  ======================================  =====================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from state_reader.errors import InvalidOptionError, SchemaReadError
+from state_reader.formats.schema_files import ColumnFamilySchema, read_schema_v3
+from state_reader.formats.spark_types import LONG, ArrayType, MapType, StructField, StructType
+from state_reader.model.checkpoint import Checkpoint, OperatorMetadata, StoreInfo
+
+VALUE, LIST, MAP, TIMERS = "ValueState", "ListState", "MapState", "TimerState"
+# a family whose values are lists, shown one element per row in a ``value`` column (join state format 4)
+MULTI_VALUE = "MultiValue"
+_TIMER_FAMILIES = {"ProcessingTime": "$procTimers_keyToTimestamp", "EventTime": "$eventTimers_keyToTimestamp"}
+
+
+@dataclass(frozen=True)
+class StateVariable:
+    """The column family of one state variable and how to present it."""
+
+    name: str
+    kind: str
+    flatten: bool
+    family: ColumnFamilySchema
+    # value fields left out of the output (the join's internal ``matched`` flag)
+    hidden: tuple[str, ...] = ()
+
+    @property
+    def shown_value_schema(self) -> StructType:
+        """The value schema without the hidden fields."""
+        return StructType([f for f in self.family.value_schema.fields if f.name not in self.hidden])
+
+    @property
+    def grouping_key(self) -> StructType:
+        """The grouping key: the whole family key, or its first (struct) field for map and timer keys."""
+        if self.kind in (MAP, TIMERS):
+            return self.family.key_schema.fields[0].data_type  # type: ignore[return-value]
+        return self.family.key_schema
+
+    def value_columns(self) -> list[StructField]:
+        """Output columns between ``key`` and ``partition_id``."""
+        value = self.shown_value_schema
+        if self.kind == LIST:
+            if self.flatten:
+                return [StructField("list_element", value)]
+            return [StructField("list_value", ArrayType(value, True))]
+        if self.kind == MAP:
+            user_key = self.family.key_schema.fields[1].data_type
+            if self.flatten:
+                return [StructField("user_map_key", user_key), StructField("user_map_value", value)]
+            return [StructField("map_value", MapType(user_key, value, True))]
+        if self.kind == TIMERS:
+            return [StructField("expiration_timestamp_ms", LONG)]
+        return [StructField("value", value)]
+
+    def change_columns(self) -> list[StructField]:
+        """Output columns of a change feed (collections are always one row per item)."""
+        return replace(self, flatten=True).value_columns()
+
+
+def plan_variable(cp: Checkpoint, metadata: OperatorMetadata, store: StoreInfo, state_var_name: str | None,
+                  read_timers: bool, flatten: bool) -> StateVariable:
+    """Validate stateVarName / readRegisteredTimers and find the variable's schema."""
+    properties = metadata.properties
+    time_mode = str(properties.get("timeMode", "None"))
+    variables = {v.get("stateName"): v for v in properties.get("stateVariables", [])}
+    if read_timers:
+        if time_mode not in _TIMER_FAMILIES:
+            raise InvalidOptionError(
+                "Invalid value for option 'readRegisteredTimers': Registered timers are not available in "
+                f"TimeMode={time_mode}.")
+        name = _TIMER_FAMILIES[time_mode]
+    else:
+        name = state_var_name or ""
+        if name.startswith("$"):
+            raise InvalidOptionError(
+                f"Invalid value for option 'stateVarName': {name!r} is an internal column family name; "
+                "names starting with '$' are reserved")
+    if name not in variables:
+        defined = ", ".join(sorted(n for n in variables if not str(n).startswith("$"))) or "none"
+        raise InvalidOptionError(
+            f"Invalid value for option 'stateVarName': State variable {name} is not defined for the "
+            f"transformWithState operator {metadata.operator_id} (defined: {defined}).")
+    kind = TIMERS if read_timers else str(variables[name].get("stateVariableType", VALUE))
+    family = family_schema(cp, metadata.operator_id, store, name)
+    return StateVariable(name, kind, flatten, family)
+
+
+def family_schemas(cp: Checkpoint, operator_id: int, store: StoreInfo) -> dict[str, ColumnFamilySchema]:
+    """Every column family's schema, from the schema v3 files operator metadata v2 names."""
+    if not store.schema_file_paths:
+        raise SchemaReadError(f"operator metadata of operator {operator_id} names no schema file",
+                              path=cp.storage.display(f"state/{operator_id}/_metadata"))
+    out: dict[str, ColumnFamilySchema] = {}
+    # files are listed oldest first: a family's newest schema wins
+    for stored in store.schema_file_paths:
+        rel = cp.resolve_schema_path(operator_id, stored)
+        shown = cp.storage.display(rel)
+        try:
+            families = read_schema_v3(cp.storage.read_bytes(rel), shown)
+        except FileNotFoundError:
+            raise SchemaReadError(
+                f"Failed to read the state schema of operator {operator_id}: {shown} does not exist "
+                f"(operator metadata names {stored})", path=shown) from None
+        out.update((family.name, family) for family in families)
+    return out
+
+
+def family_schema(cp: Checkpoint, operator_id: int, store: StoreInfo, name: str) -> ColumnFamilySchema:
+    """Schema of column family ``name`` from the schema v3 files operator metadata v2 names."""
+    family = family_schemas(cp, operator_id, store).get(name)
+    if family is None:
+        raise SchemaReadError(f"no schema for state variable {name} in the schema files of operator {operator_id}",
+                              path=cp.storage.display(f"state/{operator_id}/_stateSchema"))
+    return family
