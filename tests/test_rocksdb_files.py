@@ -15,9 +15,9 @@ from oracle import arrow_rows
 
 import state_reader
 from state_reader.errors import MissingStateFileError, UnsafeArchiveError
+from state_reader.formats import snapshot_zip
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import Checkpoint
-from state_reader.providers import rocksdb as rocksdb_provider
 
 
 def _copy(src: str, dst: Path) -> Path:
@@ -102,7 +102,7 @@ def test_hostile_zip_is_refused(checkpoints, tmp_path, redirected_tmp, kind):
 def test_oversized_zip_is_refused(checkpoints, tmp_path, monkeypatch, redirected_tmp):
     copy = _copy(checkpoints("rocksdb_agg_fmt2"), tmp_path / "checkpoint")
     version = _latest_version(copy)
-    monkeypatch.setattr(rocksdb_provider, "MAX_ZIP_BYTES", 1024)
+    monkeypatch.setattr(snapshot_zip, "MAX_ZIP_BYTES", 1024)
     with pytest.raises(UnsafeArchiveError, match=rf"{version}\.zip.*more than the 1024"):
         state_reader.read_state(str(copy))
     assert list(redirected_tmp.iterdir()) == []

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -34,6 +35,25 @@ JOIN_STORES = ("left-keyToNumValues", "left-keyWithIndexToValue",
                "right-keyToNumValues", "right-keyWithIndexToValue")
 # join state format 4: column families of the default store, keys carry the event time
 JOIN_V4_STORES = ("left-keyWithTsToValues", "left-tsWithKey", "right-keyWithTsToValues", "right-tsWithKey")
+
+# A unique id of checkpoint format 2, as it appears in state file names and the commit log.
+UNIQUE_ID_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]*")
+_STATE_FILE_RE = re.compile(r"^(\d+)(?:_(" + UNIQUE_ID_RE.pattern + r"))?\.(delta|snapshot|zip|changelog)$")
+
+
+def state_file_name(version: int, ext: str, unique_id: str | None = None) -> str:
+    """The name of a state file: ``<version>.<ext>``, or ``<version>_<unique id>.<ext>`` (checkpoint format 2).
+
+    ``ext`` is ``delta`` / ``snapshot`` (HDFS-backed provider) or ``changelog`` / ``zip`` (RocksDB).
+    """
+    return f"{version}.{ext}" if unique_id is None else f"{version}_{unique_id}.{ext}"
+
+
+def parse_state_file_name(name: str) -> tuple[int, str | None, str] | None:
+    """(version, unique id or None, ext) of a state file name, None for any other name."""
+    m = _STATE_FILE_RE.match(name)
+    return (int(m.group(1)), m.group(2), m.group(3)) if m else None
+
 
 def numeric_names(names: list[str] | None) -> list[int]:
     """Sorted integer values of the names that are plain non-negative integers."""

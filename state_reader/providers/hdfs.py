@@ -18,7 +18,6 @@ where they lie, without copying a row into a Python object.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,10 +28,9 @@ from state_reader.errors import CorruptFileError, MissingStateFileError, StateRe
 from state_reader.formats import codecs, kernels
 from state_reader.formats.unsaferow import _PAD, RowBuffer, _int_array, _view, decode_rows
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import version_ranges
+from state_reader.model.checkpoint import parse_state_file_name, state_file_name, version_ranges
 from state_reader.model.plan import StateReadPlan
 
-_FILE_RE = re.compile(r"^(\d+)\.(delta|snapshot)$")
 # Each file starts at a multiple of this in the shared buffer (its words stay aligned).
 _ALIGN = 8
 # Bytes per record assumed when guessing how many records a read walks (a small
@@ -175,16 +173,16 @@ class HDFSStore:
         self.deltas: set[int] = set()
         self.snapshots: set[int] = set()
         for name in names:
-            m = _FILE_RE.match(name)
-            if m:
-                (self.deltas if m.group(2) == "delta" else self.snapshots).add(int(m.group(1)))
+            parsed = parse_state_file_name(name)
+            if parsed is not None and parsed[1] is None and parsed[2] in ("delta", "snapshot"):
+                (self.deltas if parsed[2] == "delta" else self.snapshots).add(parsed[0])
 
     @property
     def value_skip(self) -> int:
         return 4 if self.row_checksum else 0
 
     def _read(self, version: int, kind: str) -> list[Record]:
-        rel = f"{self.directory}/{version}.{kind}"
+        rel = f"{self.directory}/{state_file_name(version, kind)}"
         shown = self.storage.display(rel)
         try:
             raw = self.storage.read_bytes(rel)
@@ -194,7 +192,7 @@ class HDFSStore:
                              value_skip=self.value_skip)
 
     def _missing(self, version: int, kind: str) -> MissingStateFileError:
-        shown = self.storage.display(f"{self.directory}/{version}.{kind}")
+        shown = self.storage.display(f"{self.directory}/{state_file_name(version, kind)}")
         return MissingStateFileError(
             f"{shown} does not exist; it is needed to rebuild the state. Files present in "
             f"{self.storage.display(self.directory)}: snapshots {sorted(self.snapshots) or 'none'}, "
@@ -232,12 +230,12 @@ class HDFSStore:
         """
         raws = []
         for version, kind in files:
-            rel = f"{self.directory}/{version}.{kind}"
+            rel = f"{self.directory}/{state_file_name(version, kind)}"
             try:
                 raws.append(self.storage.read_bytes(rel))
             except FileNotFoundError:
                 raise self._missing(version, kind) from None
-        shown = [self.storage.display(f"{self.directory}/{v}.{k}") for v, k in files]
+        shown = [self.storage.display(f"{self.directory}/{state_file_name(v, k)}") for v, k in files]
         # sizes first, so everything lands in one allocation
         sizes: list[int] = []
         decoded: list[bytes | None] = []
@@ -326,7 +324,7 @@ def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
     buf, size, (records,), _ = store._decompress([(version, "delta")])
     removal = records.value_len < 0
     key_start, key_len = records.identity(store.row_checksum)
-    source = plan.storage.display(f"{directory}/{version}.delta")
+    source = plan.storage.display(f"{directory}/{state_file_name(version, 'delta')}")
     kinds = np.where(removal, "delete", "update").tolist()
     keys = RowBuffer.wrap(buf, size, key_start, key_len, source + " key")
     values = RowBuffer.wrap(buf, size, np.where(removal, 0, records.value_start),

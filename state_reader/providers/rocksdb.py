@@ -35,19 +35,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import io
-import json
 import os
-import re
 import shutil
-import stat
 import tempfile
 import threading
-import zipfile
-import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -61,7 +54,7 @@ from state_reader.errors import (
     UnsupportedOptionError,
 )
 from state_reader.formats import changelog as changelog_format
-from state_reader.formats import kernels
+from state_reader.formats import kernels, snapshot_zip
 from state_reader.formats.codecs import decompress
 from state_reader.formats.rocksdb_encoding import (
     KeyEncoderSpec,
@@ -76,47 +69,20 @@ from state_reader.formats.rocksdb_encoding import (
 from state_reader.formats.sst import SstNotSupportedError, read_sst_rows
 from state_reader.formats.unsaferow import RowBuffer
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import DEFAULT_STORE, Checkpoint, version_ranges
+from state_reader.model.checkpoint import (
+    DEFAULT_STORE,
+    JOIN_STORES,
+    UNIQUE_ID_RE,
+    Checkpoint,
+    parse_state_file_name,
+    state_file_name,
+    version_ranges,
+)
 from state_reader.model.plan import StateReadPlan
 from state_reader.providers.rocksdb_variables import change_columns, state_columns
 
-_FILE_RE = re.compile(r"^(\d+)(?:_([0-9A-Za-z][0-9A-Za-z-]*))?\.(zip|changelog)$")
-SST_DIR = "SSTs"
-LOG_DIR = "logs"
-LOG_ARCHIVE_DIR = "archive"
-ZIP_METADATA = "metadata"
-ZIP_METADATA_VERSION = "v1"
-
-# Bounds on what one snapshot zip may unpack to; Spark's zips hold a few small
-# RocksDB metadata files (the data is in SSTs/), so these are generous.
-MAX_ZIP_ENTRIES = 10_000
-MAX_ZIP_BYTES = 1 << 30
-
-# what zipfile raises on damaged archives
-_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error,
-               ValueError)
-
 # (version, unique id or None) of a zip or changelog
 FileId = tuple[int, "str | None"]
-
-
-@dataclass(frozen=True)
-class DataFile:
-    """An SST or log file a snapshot needs: its name in the DB directory and in the checkpoint."""
-
-    local_name: str
-    dfs_name: str
-    size: int
-
-
-@dataclass
-class SnapshotMetadata:
-    """Spark's ``metadata`` entry of a snapshot zip."""
-
-    sst_files: list[DataFile]
-    log_files: list[DataFile]
-    num_keys: int
-    column_families: dict[str, int]
 
 
 class StoreState:
@@ -166,150 +132,6 @@ def _row_bytes(rows: RowBuffer) -> list[bytes]:
     """Each row of a RowBuffer as a ``bytes`` object."""
     data = rows.buf[:rows.size].tobytes()
     return [data[s:s + n] for s, n in zip(rows.starts.tolist(), rows.lengths.tolist(), strict=True)]
-
-
-# -- zip extraction -----------------------------------------------------------
-
-
-def _plain_name(name: Any) -> bool:
-    """A single path component: no separators, not '.' or '..', no NUL."""
-    return (isinstance(name, str) and name not in ("", ".", "..")
-            and not any(c in name for c in ("/", "\\", "\x00")))
-
-
-def _check_entry(info: zipfile.ZipInfo, zip_shown: str) -> list[str]:
-    """Path components of a zip entry; UnsafeArchiveError when it could leave the target directory."""
-    name = info.filename
-
-    def refuse(why: str) -> UnsafeArchiveError:
-        return UnsafeArchiveError(f"{zip_shown}: entry {name!r} {why}; refusing to extract it", path=zip_shown)
-
-    if not name or "\x00" in name:
-        raise refuse("has an empty or NUL-containing name")
-    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
-        raise refuse("is an absolute path")
-    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise refuse("contains '..'")
-    if not parts:
-        raise refuse("names no file")
-    kind = stat.S_IFMT(info.external_attr >> 16)
-    if kind == stat.S_IFLNK:
-        raise refuse("is a symbolic link")
-    if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
-        raise refuse(f"is a special file (mode {oct(info.external_attr >> 16)})")
-    return parts
-
-
-def _open_zip(raw: bytes, zip_shown: str) -> zipfile.ZipFile:
-    try:
-        return zipfile.ZipFile(io.BytesIO(raw))
-    except _ZIP_ERRORS as exc:
-        raise CorruptFileError(f"{zip_shown} is not a readable zip file: {exc}", path=zip_shown) from exc
-
-
-def _checked_entries(archive: zipfile.ZipFile, zip_shown: str) -> list[tuple[zipfile.ZipInfo, list[str]]]:
-    """Every entry of a snapshot zip with its path components; UnsafeArchiveError for anything hostile."""
-    infos = archive.infolist()
-    if len(infos) > MAX_ZIP_ENTRIES:
-        raise UnsafeArchiveError(
-            f"{zip_shown}: {len(infos)} entries, more than the {MAX_ZIP_ENTRIES} a snapshot may have",
-            path=zip_shown)
-    checked = [(info, _check_entry(info, zip_shown)) for info in infos]
-    total = sum(info.file_size for info in infos)
-    if total > MAX_ZIP_BYTES:
-        raise UnsafeArchiveError(
-            f"{zip_shown}: entries unpack to {total} bytes, more than the {MAX_ZIP_BYTES} allowed "
-            f"(largest: {max(infos, key=lambda i: i.file_size).filename!r})", path=zip_shown)
-    return checked
-
-
-def _zip_metadata(raw: bytes, zip_shown: str) -> tuple[bytes, int]:
-    """A snapshot zip's ``metadata`` bytes and the bytes of its WAL (``*.log``) entries, extracting nothing.
-
-    The entries are checked as for :func:`_extract_zip`, so a hostile zip is refused either way.
-    """
-    with _open_zip(raw, zip_shown) as archive:
-        checked = _checked_entries(archive, zip_shown)
-        wal = sum(info.file_size for info, parts in checked if parts[-1].endswith(".log"))
-        entry = next((info for info, parts in checked if parts == [ZIP_METADATA] and not info.is_dir()), None)
-        if entry is None:
-            raise CorruptFileError(f"{zip_shown} has no '{ZIP_METADATA}' entry", path=zip_shown)
-        try:
-            return archive.read(entry), wal
-        except _ZIP_ERRORS as exc:
-            raise CorruptFileError(f"{zip_shown}: cannot extract an entry: {exc}", path=zip_shown) from exc
-
-
-def _extract_zip(raw: bytes, target: str, zip_shown: str) -> bytes:
-    """Extract a snapshot zip into ``target`` (checked first); return its ``metadata`` bytes."""
-    archive = _open_zip(raw, zip_shown)
-    with archive:
-        checked = _checked_entries(archive, zip_shown)
-        root = os.path.realpath(target)
-        metadata: bytes | None = None
-        try:
-            for info, parts in checked:
-                if parts == [ZIP_METADATA] and not info.is_dir():
-                    metadata = archive.read(info)
-                    continue
-                dest = os.path.join(root, *parts)
-                # belt and braces: the checked components must stay under the root
-                if os.path.commonpath([root, os.path.realpath(dest)]) != root:
-                    raise UnsafeArchiveError(
-                        f"{zip_shown}: entry {info.filename!r} resolves outside the extraction directory",
-                        path=zip_shown)
-                if info.is_dir():
-                    os.makedirs(dest, exist_ok=True)
-                    continue
-                os.makedirs(os.path.dirname(dest), exist_ok=True)
-                with archive.open(info) as src, open(dest, "xb") as dst:
-                    shutil.copyfileobj(src, dst)
-        except FileExistsError as exc:
-            raise CorruptFileError(f"{zip_shown}: entry {exc.filename!r} appears twice", path=zip_shown) from exc
-        except _ZIP_ERRORS as exc:
-            raise CorruptFileError(f"{zip_shown}: cannot extract an entry: {exc}", path=zip_shown) from exc
-    if metadata is None:
-        raise CorruptFileError(f"{zip_shown} has no '{ZIP_METADATA}' entry", path=zip_shown)
-    return metadata
-
-
-def parse_snapshot_metadata(raw: bytes, zip_shown: str) -> SnapshotMetadata:
-    """Parse and check the ``metadata`` entry of a snapshot zip."""
-    where = f"{zip_shown} (entry '{ZIP_METADATA}')"
-    try:
-        header, _, body = raw.decode("utf-8").partition("\n")
-        if header.strip() != ZIP_METADATA_VERSION:
-            raise CorruptFileError(
-                f"{where}: version line {header.strip()!r}, expected {ZIP_METADATA_VERSION!r}", path=zip_shown)
-        doc = json.loads(body)
-        sst_files = [DataFile(f["localFileName"], f["dfsSstFileName"], int(f.get("sizeBytes", -1)))
-                     for f in doc.get("sstFiles") or []]
-        log_files = [DataFile(f["localFileName"], f["dfsLogFileName"], int(f.get("sizeBytes", -1)))
-                     for f in doc.get("logFiles") or []]
-        column_families = {}
-        for name, info in (doc.get("columnFamilyMapping") or {}).items():
-            # released 4.x writers store the id; some versions a {cfId, isInternal} object
-            column_families[str(name)] = int(info["cfId"] if isinstance(info, dict) else info)
-        num_keys = int(doc.get("numKeys", -1))
-    except CorruptFileError:
-        raise
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError, OverflowError,
-            RecursionError) as exc:
-        raise CorruptFileError(f"{where} cannot be parsed: {exc!r}", path=zip_shown) from exc
-    for f in sst_files:
-        if not (_plain_name(f.local_name) and _plain_name(f.dfs_name)):
-            raise UnsafeArchiveError(
-                f"{where}: SST entry {f.local_name!r} -> {f.dfs_name!r} is not a plain file name", path=zip_shown)
-    for f in log_files:
-        local = f.local_name
-        if local.startswith(LOG_ARCHIVE_DIR + "/"):
-            local = local[len(LOG_ARCHIVE_DIR) + 1:]
-        if not (_plain_name(local) and _plain_name(f.dfs_name)):
-            raise UnsafeArchiveError(
-                f"{where}: log entry {f.local_name!r} -> {f.dfs_name!r} is not a plain file name "
-                f"(or {LOG_ARCHIVE_DIR}/<name>)", path=zip_shown)
-    return SnapshotMetadata(sst_files, log_files, num_keys, column_families)
 
 
 def _read_db(directory: str, zip_shown: str) -> tuple[list[bytes], list[bytes]]:
@@ -380,10 +202,6 @@ _ROCKSDICT_COST_SCALE = 8
 # -- one store ----------------------------------------------------------------
 
 
-def _file_name(version: int, unique_id: str | None, kind: str) -> str:
-    return f"{version}.{kind}" if unique_id is None else f"{version}_{unique_id}.{kind}"
-
-
 class RocksDBStore:
     """The files of one store (operator, partition, store name) of the RocksDB provider."""
 
@@ -399,9 +217,10 @@ class RocksDBStore:
         self.zips: set[FileId] = set()
         self.changelogs: set[FileId] = set()
         for name in storage.list_names(directory) or []:
-            m = _FILE_RE.match(name)
-            if m:
-                (self.zips if m.group(3) == "zip" else self.changelogs).add((int(m.group(1)), m.group(2)))
+            parsed = parse_state_file_name(name)
+            if parsed is not None and parsed[2] in ("zip", "changelog"):
+                version, unique_id, ext = parsed
+                (self.zips if ext == "zip" else self.changelogs).add((version, unique_id))
 
     # -- messages --
 
@@ -423,7 +242,7 @@ class RocksDBStore:
                 f"changelogs {summary(self.changelogs)}")
 
     def _missing(self, version: int, unique_id: str | None, kind: str, why: str) -> MissingStateFileError:
-        shown = self._shown(_file_name(version, unique_id, kind))
+        shown = self._shown(state_file_name(version, kind, unique_id))
         return MissingStateFileError(f"{shown} does not exist; {why}. {self._present()}", path=shown)
 
     # -- files --
@@ -436,7 +255,7 @@ class RocksDBStore:
 
     def read_changelog(self, version: int, unique_id: str | None, why: str) -> changelog_format.Changelog:
         """Download, decompress and parse one changelog."""
-        name = _file_name(version, unique_id, "changelog")
+        name = state_file_name(version, "changelog", unique_id)
         raw = self._read(name, self._missing(version, unique_id, "changelog", why))
         shown = self._shown(name)
         return changelog_format.parse_changelog(decompress(raw, self.codec, shown), shown)
@@ -446,16 +265,17 @@ class RocksDBStore:
 
         ``as_dict``: changelogs will be applied, so keep the state as a dict from the start.
         """
-        name = _file_name(version, unique_id, "zip")
+        name = state_file_name(version, "zip", unique_id)
         shown = self._shown(name)
         raw = self._read(name, self._missing(version, unique_id, "zip", why))
-        metadata, wal_bytes = _zip_metadata(raw, shown)
-        meta = parse_snapshot_metadata(metadata, shown)
-        ssts: dict[DataFile, bytes] = {}
+        metadata, wal_bytes = snapshot_zip.read_metadata_entry(raw, shown)
+        meta = snapshot_zip.parse_metadata(metadata, shown)
+        ssts: dict[snapshot_zip.DataFile, bytes] = {}
         if self._sst_wanted(meta, wal_bytes):
-            ssts = {f: self._read_data_file(SST_DIR, f, shown) for f in meta.sst_files}
+            ssts = {f: self._read_data_file(snapshot_zip.SST_DIR, f, shown) for f in meta.sst_files}
             try:
-                rows = read_sst_rows([(data, self.storage.display(f"{self.directory}/{SST_DIR}/{f.dfs_name}"))
+                sst_dir = f"{self.directory}/{snapshot_zip.SST_DIR}"
+                rows = read_sst_rows([(data, self.storage.display(f"{sst_dir}/{f.dfs_name}"))
                                       for f, data in ssts.items()], shown)
             except (SstNotSupportedError, ImportError):
                 pass  # left to rocksdict
@@ -466,11 +286,11 @@ class RocksDBStore:
                 return state
         workdir = tempfile.mkdtemp(prefix="state_reader_rocksdb_")
         try:
-            _extract_zip(raw, workdir, shown)
+            snapshot_zip.extract(raw, workdir, shown)
             del raw
-            for sub, files in ((SST_DIR, meta.sst_files), (LOG_DIR, meta.log_files)):
+            for sub, files in ((snapshot_zip.SST_DIR, meta.sst_files), (snapshot_zip.LOG_DIR, meta.log_files)):
                 for f in files:
-                    data = ssts.pop(f, None) if sub == SST_DIR else None
+                    data = ssts.pop(f, None) if sub == snapshot_zip.SST_DIR else None
                     self._write_data_file(data if data is not None else self._read_data_file(sub, f, shown),
                                           f, workdir, shown)
             keys, values = _read_db(workdir, shown)
@@ -482,7 +302,7 @@ class RocksDBStore:
         rows = (RowBuffer.from_rows(keys, shown), RowBuffer.from_rows(values, shown))
         return StoreState(None, families, bool(families), rows=rows)
 
-    def _sst_wanted(self, meta: SnapshotMetadata, wal_bytes: int) -> bool:
+    def _sst_wanted(self, meta: snapshot_zip.SnapshotMetadata, wal_bytes: int) -> bool:
         """Whether to read the SST files directly: numba wanted for a read this big, and nothing in a WAL."""
         if wal_bytes or any(f.size != 0 for f in meta.log_files):
             return False
@@ -499,22 +319,12 @@ class RocksDBStore:
             raise MissingStateFileError(
                 f"no snapshot zip in {self.storage.display(self.directory)} names the column family ids "
                 f"of version {version}. {self._present()}", path=self.storage.display(self.directory))
-        name = _file_name(*chosen, "zip")
+        name = state_file_name(chosen[0], "zip", chosen[1])
         shown = self._shown(name)
         raw = self._read(name, self._missing(*chosen, "zip", "it names the column family ids"))
-        try:
-            with zipfile.ZipFile(io.BytesIO(raw)) as archive:
-                info = archive.getinfo(ZIP_METADATA)
-                if info.file_size > MAX_ZIP_BYTES:
-                    raise UnsafeArchiveError(f"{shown}: entry '{ZIP_METADATA}' is too large", path=shown)
-                metadata = archive.read(info)
-        except KeyError:
-            raise CorruptFileError(f"{shown} has no '{ZIP_METADATA}' entry", path=shown) from None
-        except _ZIP_ERRORS as exc:
-            raise CorruptFileError(f"{shown} is not a readable zip file: {exc}", path=shown) from exc
-        return parse_snapshot_metadata(metadata, shown).column_families
+        return snapshot_zip.read_column_families(raw, shown)
 
-    def _read_data_file(self, sub: str, f: DataFile, zip_shown: str) -> bytes:
+    def _read_data_file(self, sub: str, f: snapshot_zip.DataFile, zip_shown: str) -> bytes:
         """An SST or log file a snapshot lists, checked against its recorded size."""
         rel = f"{self.directory}/{sub}/{f.dfs_name}"
         shown = self.storage.display(rel)
@@ -528,7 +338,7 @@ class RocksDBStore:
                 f"{shown} has {len(data)} bytes but the snapshot {zip_shown} records {f.size}", path=shown)
         return data
 
-    def _write_data_file(self, data: bytes, f: DataFile, workdir: str, zip_shown: str) -> None:
+    def _write_data_file(self, data: bytes, f: snapshot_zip.DataFile, workdir: str, zip_shown: str) -> None:
         """Write a data file under its local name into the private temporary directory."""
         dest = os.path.join(workdir, *f.local_name.split("/"))
         os.makedirs(os.path.dirname(dest), exist_ok=True)
@@ -587,12 +397,12 @@ class RocksDBStore:
         if (version, unique_id) not in self.changelogs:
             others = sorted(u for v, u in self.zips | self.changelogs if v == version and u)
             raise self._missing(version, unique_id, "changelog",
-                                f"{why} and there is no {_file_name(version, unique_id, 'zip')} either"
+                                f"{why} and there is no {state_file_name(version, 'zip', unique_id)} either"
                                 + (f" (files of version {version} with other ids: {', '.join(others)})"
                                    if others else ""))
         last = self.read_changelog(version, unique_id, why)
         chain = sorted({(i.version, i.unique_id) for i in last.lineage} | {(version, unique_id)})
-        shown = self._shown(_file_name(version, unique_id, "changelog"))
+        shown = self._shown(state_file_name(version, "changelog", unique_id))
         versions = [v for v, _ in chain]
         if versions != list(range(versions[0], version + 1)):
             raise CorruptFileError(
@@ -622,7 +432,7 @@ class RocksDBStore:
         ``ids`` gives the unique id of each version ``start..version`` (None with checkpoint format 1).
         """
         if (start, ids[start]) not in self.zips:
-            shown = self._shown(_file_name(start, ids[start], "zip"))
+            shown = self._shown(state_file_name(start, "zip", ids[start]))
             raise MissingStateFileError(
                 f"Cannot replay from the snapshot of version {start}: {shown} does not exist. {self._present()}",
                 path=shown)
@@ -639,9 +449,6 @@ class RocksDBStore:
 # -- checkpoint format 2 ----------------------------------------------------------
 
 
-# Join formats 1/2 commit one unique id per store, in this order (other operators: one id).
-_JOIN_STORE_ID_ORDER = ("left-keyToNumValues", "left-keyWithIndexToValue",
-                        "right-keyToNumValues", "right-keyWithIndexToValue")
 
 
 def checkpoint_unique_id(cp: Checkpoint, batch_id: int, operator_id: int, partition_id: int,
@@ -654,12 +461,12 @@ def checkpoint_unique_id(cp: Checkpoint, batch_id: int, operator_id: int, partit
     shown = cp.storage.display(f"commits/{batch_id}")
     if store_name == DEFAULT_STORE:
         index = 0
-    elif store_name in _JOIN_STORE_ID_ORDER:
-        index = _JOIN_STORE_ID_ORDER.index(store_name)
+    elif store_name in JOIN_STORES:
+        index = JOIN_STORES.index(store_name)
     else:
         raise UnsupportedOptionError(
             f"store '{store_name}' has no place in the unique ids of {shown} (known stores: "
-            f"{', '.join((DEFAULT_STORE, *_JOIN_STORE_ID_ORDER))})", path=shown)
+            f"{', '.join((DEFAULT_STORE, *JOIN_STORES))})", path=shown)
     try:
         partition_ids = ids[str(operator_id)][partition_id]
         unique_id = partition_ids[index]
@@ -667,7 +474,7 @@ def checkpoint_unique_id(cp: Checkpoint, batch_id: int, operator_id: int, partit
         raise CorruptFileError(
             f"{shown} records no unique id for operator {operator_id}, partition {partition_id}, "
             f"store '{store_name}'", path=shown) from None
-    if not isinstance(unique_id, str) or not re.fullmatch(r"[0-9A-Za-z][0-9A-Za-z-]*", unique_id):
+    if not isinstance(unique_id, str) or not UNIQUE_ID_RE.fullmatch(unique_id):
         raise CorruptFileError(f"{shown}: unique id {unique_id!r} is not a valid file name part", path=shown)
     return unique_id
 
@@ -730,7 +537,7 @@ def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
               "(spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled); the option "
               "changeFeedFromSnapshots=true computes one by comparing snapshots"))
     log = store.read_changelog(version, unique_id, why)
-    name = _file_name(version, unique_id, "changelog")
+    name = state_file_name(version, "changelog", unique_id)
     source = plan.storage.display(f"{directory}/{name}")
     if changelog_format.has_column_families(log.format_version):
         raise UnsupportedOptionError(
@@ -792,7 +599,7 @@ def read_variable_changes(plan: StateReadPlan, directory: str, partition_id: int
     unique_id = checkpoint_unique_id(Checkpoint(plan.storage), version - 1, plan.operator_id, partition_id,
                                      plan.store_name)
     log = store.read_changelog(version, unique_id, "a change feed is read from changelogs")
-    source = plan.storage.display(f"{directory}/{_file_name(version, unique_id, 'changelog')}")
+    source = plan.storage.display(f"{directory}/{state_file_name(version, 'changelog', unique_id)}")
     row_checksum = plan.store_conf.row_checksum
     records = [(changelog_format.RECORD_TYPE_NAMES[kind], delete_record_key(k, row_checksum) if v is None else k, v)
                for kind, k, v in log.records]

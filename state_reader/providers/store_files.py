@@ -14,15 +14,14 @@ checkpoint format 2: the files named by the commit log's unique ids.
 
 from __future__ import annotations
 
-import io
-import zipfile
 from dataclasses import dataclass, field
 
 from state_reader.errors import StateReaderError
 from state_reader.formats import changelog as changelog_format
+from state_reader.formats import snapshot_zip
 from state_reader.formats.codecs import decompress
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.checkpoint import Checkpoint, state_file_name
 from state_reader.model.conf import ROCKSDB_PROVIDER
 from state_reader.providers.hdfs import HDFSStore
 
@@ -79,12 +78,10 @@ class StoreFiles:
         return bool(self.zips_with_ids or self.changelogs_with_ids)
 
     def _snapshot_name(self, version: int, unique_id: str | None = None) -> str:
-        ext = "zip" if self.rocksdb else "snapshot"
-        return f"{version}.{ext}" if unique_id is None else f"{version}_{unique_id}.{ext}"
+        return state_file_name(version, "zip" if self.rocksdb else "snapshot", unique_id)
 
     def _delta_name(self, version: int, unique_id: str | None = None) -> str:
-        ext = "changelog" if self.rocksdb else "delta"
-        return f"{version}.{ext}" if unique_id is None else f"{version}_{unique_id}.{ext}"
+        return state_file_name(version, "changelog" if self.rocksdb else "delta", unique_id)
 
     # -- versions ------------------------------------------------------------
 
@@ -175,22 +172,19 @@ class StoreFiles:
     def _zip_data_files(self, zip_name: str) -> list[tuple[str, int]]:
         if zip_name in self._zip_members:
             return self._zip_members[zip_name]
-        from state_reader.providers.rocksdb import LOG_DIR, SST_DIR, parse_snapshot_metadata
-
         files: list[tuple[str, int]] = []
         shown = self.storage.display(f"{self.directory}/{zip_name}")
         try:
             raw = self.storage.read_bytes(f"{self.directory}/{zip_name}")
-            with zipfile.ZipFile(io.BytesIO(raw)) as zf:
-                meta = parse_snapshot_metadata(zf.read("metadata"), shown)
-        except (FileNotFoundError, KeyError, zipfile.BadZipFile, StateReaderError):
+            meta = snapshot_zip.parse_metadata(snapshot_zip.read_metadata_entry(raw, shown)[0], shown)
+        except (FileNotFoundError, StateReaderError):
             meta = None  # damaged or missing: verify reports it, stats counts the zip alone
         if meta is not None:
             if self._sst_sizes is None:
-                self._sst_sizes = self.storage.list_sizes(f"{self.directory}/{SST_DIR}") or {}
+                self._sst_sizes = self.storage.list_sizes(f"{self.directory}/{snapshot_zip.SST_DIR}") or {}
             for f in meta.sst_files:
-                files.append((f"{SST_DIR}/{f.dfs_name}", self._sst_sizes.get(f.dfs_name, max(f.size, 0))))
-            files.extend((f"{LOG_DIR}/{f.dfs_name}", max(f.size, 0)) for f in meta.log_files)
+                files.append((f"{snapshot_zip.SST_DIR}/{f.dfs_name}", self._sst_sizes.get(f.dfs_name, max(f.size, 0))))
+            files.extend((f"{snapshot_zip.LOG_DIR}/{f.dfs_name}", max(f.size, 0)) for f in meta.log_files)
         self._zip_members[zip_name] = files
         return files
 
