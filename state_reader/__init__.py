@@ -47,7 +47,8 @@ from state_reader.errors import (
     UnexpectedError,
     UnsafeArchiveError,
     UnsupportedOptionError,
-    unexpected_errors_as_ours,
+    UnsupportedTypeError,
+    public_api,
 )
 from state_reader.fronts.changefeed import changes
 from state_reader.fronts.plotting import plot_state_size
@@ -76,6 +77,7 @@ __all__ = [
     "UnexpectedError",
     "UnsafeArchiveError",
     "UnsupportedOptionError",
+    "UnsupportedTypeError",
     "changes",
     "plot_state_size",
     "read_metadata",
@@ -85,6 +87,7 @@ __all__ = [
 ]
 
 
+@public_api
 def read_state(
     checkpoint: str,
     *,
@@ -122,11 +125,11 @@ def read_state(
     options = dict(locals())
     path = options.pop("checkpoint")
     key_filter = options.pop("key_filter")
-    with unexpected_errors_as_ours(path):
-        plan = plan_state_read(from_kwargs(path, options))
-        return read_table(plan, key_filter=key_filter, show_progress=False)
+    plan = plan_state_read(from_kwargs(path, options))
+    return read_table(plan, key_filter=key_filter, show_progress=False)
 
 
+@public_api
 def read_metadata(
     checkpoint: str,
     *,
@@ -145,8 +148,7 @@ def read_metadata(
     """
     options = dict(locals())
     path = options.pop("checkpoint")
-    with unexpected_errors_as_ours(path):
-        return read_metadata_table(from_kwargs(path, options))
+    return read_metadata_table(from_kwargs(path, options))
 
 
 def register(spark: Any) -> None:

@@ -8,8 +8,12 @@ what was wrong with it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class StateReaderError(Exception):
@@ -190,3 +194,18 @@ def unexpected_errors_as_ours(what: str) -> Iterator[None]:
         raise UnexpectedError(
             f"unexpected {type(exc).__name__} while reading {what}: {exc} (a damaged file that no check "
             "recognised, or a bug in state_reader; the original exception is chained)", path=what) from exc
+
+
+def public_api(func: _F) -> _F:
+    """The error boundary of a public function whose first argument is the checkpoint.
+
+    Every error it lets out is a :class:`StateReaderError`: ours as raised, anything
+    else as :class:`UnexpectedError` naming the checkpoint.
+    """
+
+    @functools.wraps(func)
+    def boundary(checkpoint: Any, *args: Any, **kwargs: Any) -> Any:
+        with unexpected_errors_as_ours(str(checkpoint)):
+            return func(checkpoint, *args, **kwargs)
+
+    return boundary  # type: ignore[return-value]

@@ -488,3 +488,45 @@ def test_rocksdict_missing_names_the_package(checkpoints):
 def test_storage_options_of_the_wrong_type(tmp_path):
     with pytest.raises(errors.InvalidOptionError, match="storageOptions"):
         state_reader.read_state(str(tmp_path), storage_options=["not", "a", "mapping"])
+
+
+# -- one error boundary -----------------------------------------------------------------------
+
+
+def _damage_zip_metadata_bytes(zip_path: Path) -> None:
+    """Deflate the zip's ``metadata`` entry, then flip bytes inside its compressed data."""
+    _rewrite_zip_metadata(zip_path, lambda data: data)  # rewritten with ZIP_DEFLATED
+    with zipfile.ZipFile(zip_path) as archive:
+        info = archive.getinfo("metadata")
+    raw = bytearray(zip_path.read_bytes())
+    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
+    start = info.header_offset + 30 + name_len + extra_len
+    for i in range(start, start + info.compress_size):
+        raw[i] ^= 0x5A
+    zip_path.write_bytes(bytes(raw))
+
+
+def test_damaged_snapshot_zip_gives_our_error_from_every_entry_point(checkpoints, tmp_path):
+    cp = _copy(checkpoints, tmp_path, "rocksdb_agg_window")
+    version = _latest_version(cp)
+    zip_path = cp / "state" / "0" / "0" / f"{version}.zip"
+    _damage_zip_metadata_bytes(zip_path)
+    with pytest.raises(errors.CorruptFileError) as caught:
+        state_reader.read_state(str(cp), verify_checksums=False, key_filter=lambda keys: pa.array([True] * len(keys)))
+    assert str(zip_path) in str(caught.value)
+    with pytest.raises(errors.CorruptFileError) as caught:
+        state_reader.stats(str(cp), start_batch=version - 1, end_batch=version - 1)
+    assert str(zip_path) in str(caught.value)
+    proc = subprocess.run([sys.executable, "-m", "state_reader", "verify", str(cp)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "COLUMNS": "1000"})
+    assert proc.returncode != 0 and str(zip_path) in proc.stdout + proc.stderr, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr and "zlib" not in proc.stdout + proc.stderr
+
+
+def test_every_error_a_user_can_see_is_importable_from_the_package():
+    import inspect
+
+    raised = {name for name, obj in vars(errors).items()
+              if inspect.isclass(obj) and issubclass(obj, errors.StateReaderError)}
+    assert raised - set(state_reader.__all__) == set()
+    assert all(getattr(state_reader, name) is getattr(errors, name) for name in raised)

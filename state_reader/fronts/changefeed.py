@@ -17,6 +17,7 @@ from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
 from state_reader.core.options import from_kwargs
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table
+from state_reader.errors import public_api
 from state_reader.model.plan import StateReadPlan
 
 
@@ -38,6 +39,7 @@ def sort_changes(table: pa.Table) -> pa.Table:
     return table.take(order)
 
 
+@public_api
 def changes(checkpoint: str, start: int, end: int | None = None, *, operator_id: int | None = None,
             store_name: str | None = None, key_filter: KeyFilterSpec | KeyFilter | None = None,
             storage_options: dict[str, Any] | None = None, show_progress: bool | None = None) -> pa.Table:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from state_reader.errors import public_api
 from state_reader.fronts.stats import stats
 
 MAX_PARTITION_LINES = 10
@@ -97,6 +98,7 @@ def figure_from_stats(table: pa.Table, *, title: str | None = None, width: float
     return fig
 
 
+@public_api
 def plot_state_size(checkpoint: str, *, operator_id: int | None = None, store_name: str | None = None,
                     start_batch: int | None = None, end_batch: int | None = None,
                     storage_options: dict[str, Any] | None = None, title: str | None = None) -> Any:

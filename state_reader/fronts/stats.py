@@ -27,6 +27,7 @@ from state_reader.errors import (
     SchemaReadError,
     StateReaderError,
     UnsupportedOptionError,
+    public_api,
 )
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import Checkpoint
@@ -223,6 +224,7 @@ def collect_stats(checkpoint: str, *, operator_id: int | None = None, store_name
     return result
 
 
+@public_api
 def stats(checkpoint: str, *, operator_id: int | None = None, store_name: str | None = None,
           start_batch: int | None = None, end_batch: int | None = None,
           storage_options: dict[str, Any] | None = None, show_progress: bool | None = None) -> pa.Table:
