@@ -133,3 +133,28 @@ def test_plot_many_partitions_shows_band_and_top():
     fig = figure_from_stats(pa.Table.from_pylist(rows, schema=STATS_SCHEMA))
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
     assert labels[0] == "median partition" and "partition 7" in labels and len(labels) == 4
+
+
+@pytest.mark.parametrize("name", ["agg_window", "rocksdb_agg_window"])
+def test_logs_metadata_and_schemas_are_read_once_per_call(checkpoints, monkeypatch, name):
+    from collections import Counter
+
+    from state_reader.fronts.verify import verify_checkpoint
+    from state_reader.io.storage import Storage
+
+    reads: Counter[str] = Counter()
+    real = Storage.read_bytes
+
+    def counted(self, rel):
+        reads[rel] += 1
+        return real(self, rel)
+
+    monkeypatch.setattr(Storage, "read_bytes", counted)
+    path = checkpoints(name)
+    for call in (lambda: state_reader.stats(path), lambda: verify_checkpoint(path)):
+        reads.clear()
+        call()
+        logs = {rel: n for rel, n in reads.items()
+                if rel.startswith(("commits/", "offsets/")) or "/_metadata/" in rel or "_stateSchema" in rel}
+        assert logs, reads
+        assert {rel: n for rel, n in logs.items() if n > 1} == {}

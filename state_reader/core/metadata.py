@@ -51,7 +51,7 @@ def infer_operator_metadata(cp: Checkpoint, operator_id: int) -> OperatorMetadat
     schemas = {}
     for store in stores:
         try:
-            schemas[store] = read_schema_v1v2(cp.storage.read_bytes(cp.schema_file(operator_id, store)),
+            schemas[store] = read_schema_v1v2(cp.read_once(cp.schema_file(operator_id, store)),
                                               cp.schema_file(operator_id, store))
         except (FileNotFoundError, SchemaReadError):
             schemas[store] = (None, None)

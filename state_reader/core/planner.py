@@ -44,7 +44,7 @@ def _store_schema(cp: Checkpoint, operator_id: int, store_name: str) -> tuple[St
     rel = cp.schema_file(operator_id, store_name)
     shown = cp.storage.display(rel)
     try:
-        data = cp.storage.read_bytes(rel)
+        data = cp.read_once(rel)
     except FileNotFoundError:
         if operator_id not in cp.operator_ids:
             known = ", ".join(map(str, cp.operator_ids)) or "none"
@@ -68,11 +68,16 @@ def store_names_on_disk(cp: Checkpoint, operator_id: int) -> list[str]:
     return stores
 
 
-def plan_state_read(options: Mapping[str, Any] | StateStoreOptions) -> StateReadPlan:
-    """Validate ``statestore`` options against a checkpoint and plan the read."""
+def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
+                    checkpoint: Checkpoint | None = None) -> StateReadPlan:
+    """Validate ``statestore`` options against a checkpoint and plan the read.
+
+    ``checkpoint``: an open view of the checkpoint the options name, shared by a
+    caller that plans many reads of it (its logs and schema files are read once).
+    """
     opts = options if isinstance(options, StateStoreOptions) else StateStoreOptions.parse(options)
-    storage = Storage(opts.path, opts.storage_options, verify_checksums=opts.verify_checksums)
-    cp = Checkpoint(storage)
+    cp = checkpoint or Checkpoint(Storage(opts.path, opts.storage_options, verify_checksums=opts.verify_checksums))
+    storage = cp.storage
     if opts.read_change_feed:
         batch_id = opts.change_end_batch_id
         if batch_id is None:
@@ -151,7 +156,7 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions) -> StateRead
         partitions = [opts.snapshot_partition_id]  # type: ignore[list-item]
         snapshot_start_version = opts.snapshot_start_batch_id + 1
     return StateReadPlan(
-        storage=storage,
+        checkpoint=cp,
         operator_id=opts.operator_id,
         store_name=store_name,
         batch_id=batch_id,

@@ -133,11 +133,11 @@ def operator_stores(cp: Checkpoint, operator_id: int | None = None, store_name: 
     return out
 
 
-def _plan(checkpoint: str, storage_options: dict[str, Any] | None, operator_id: int, store_name: str,
-          batch_id: int) -> StateReadPlan:
+def _plan(checkpoint: str, cp: Checkpoint, storage_options: dict[str, Any] | None, operator_id: int,
+          store_name: str, batch_id: int) -> StateReadPlan:
     return plan_state_read(from_kwargs(checkpoint, {
         "operator_id": operator_id, "store_name": store_name, "batch_id": batch_id,
-        "storage_options": storage_options}))
+        "storage_options": storage_options}), cp)
 
 
 def _default_batches(cp: Checkpoint, files: list[StoreFiles]) -> list[int]:
@@ -170,7 +170,7 @@ def collect_stats(checkpoint: str, *, operator_id: int | None = None, store_name
     for op, store, op_name in targets:
         result.operator_names[op] = op_name
         try:
-            plan = _plan(checkpoint, storage_options, op, store, latest)
+            plan = _plan(checkpoint, cp, storage_options, op, store, latest)
         except (UnsupportedOptionError, RequiredOptionError) as exc:
             if operator_id is not None and store_name is not None:
                 raise
@@ -203,7 +203,7 @@ def collect_stats(checkpoint: str, *, operator_id: int | None = None, store_name
     with progress("measuring state", total, enabled=show_progress) as bar:
         for op, store, plan_latest, files in work:
             for batch in batches_by_store[(op, store)]:
-                plan = plan_latest if batch == latest else _plan(checkpoint, storage_options, op, store, batch)
+                plan = plan_latest if batch == latest else _plan(checkpoint, cp, storage_options, op, store, batch)
                 for pid in plan.partitions:
                     decoded = decode_columns(plan, pid)
                     store_files = files.get(pid) or StoreFiles(storage, plan.store_dir(pid), plan.provider,

@@ -105,7 +105,8 @@ def verify_checkpoint(checkpoint: str, *, operator_id: int | None = None,
     for op, store, op_name in operator_stores(cp, operator_id, None, latest):
         try:
             plan = plan_state_read(from_kwargs(checkpoint, {
-                "operator_id": op, "store_name": store, "batch_id": latest, "storage_options": storage_options}))
+                "operator_id": op, "store_name": store, "batch_id": latest, "storage_options": storage_options}),
+                cp)
         except (UnsupportedOptionError, RequiredOptionError) as exc:
             report.skipped.append({"operator_id": op, "store_name": store, "reason": exc.message})
             continue

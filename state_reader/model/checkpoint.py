@@ -104,10 +104,24 @@ class OperatorMetadata:
 
 @dataclass
 class Checkpoint:
-    """Read-only view of one streaming checkpoint."""
+    """Read-only view of one streaming checkpoint.
+
+    Log entries, operator metadata and schema files are read at most once per
+    instance (they do not change once written), so a walk over many batches or
+    stores that shares one ``Checkpoint`` reads each of them once.
+    """
 
     storage: Storage
     _offset_cache: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
+    _commit_cache: dict[int, tuple[int, dict[str, Any]]] = field(default_factory=dict, repr=False)
+    _metadata_cache: dict[tuple[int, int | None], OperatorMetadata | None] = field(default_factory=dict, repr=False)
+    _file_cache: dict[str, bytes] = field(default_factory=dict, repr=False)
+
+    def read_once(self, rel: str) -> bytes:
+        """The bytes of a file that never changes once written (log entries, metadata, schemas), read once."""
+        if rel not in self._file_cache:
+            self._file_cache[rel] = self.storage.read_bytes(rel)
+        return self._file_cache[rel]
 
     @property
     def location(self) -> str:
@@ -173,18 +187,20 @@ class Checkpoint:
 
     def _readable_log(self, log: str, batch: int) -> bool:
         try:
-            text = self.storage.read_text(f"{log}/{batch}")
+            text = self.read_once(f"{log}/{batch}").decode("utf-8")
         except (FileNotFoundError, UnicodeDecodeError):
             return False
         return text.startswith("v")
 
     def commit_entry(self, batch_id: int) -> tuple[int, dict[str, Any]]:
         """(log version, JSON) of ``commits/<batch_id>``."""
+        if batch_id in self._commit_cache:
+            return self._commit_cache[batch_id]
         rel = f"commits/{batch_id}"
         try:
-            lines = self.storage.read_text(rel).split("\n")
+            lines = self.read_once(rel).decode("utf-8").split("\n")
             version = int(lines[0].strip().lstrip("v"))
-            return version, json.loads(lines[1]) if len(lines) > 1 and lines[1].strip() else {}
+            entry = version, json.loads(lines[1]) if len(lines) > 1 and lines[1].strip() else {}
         except FileNotFoundError:
             raise CommittedBatchUnavailableError(
                 f"No committed batch found for batchId {batch_id}: {self.storage.display(rel)} is missing",
@@ -193,6 +209,8 @@ class Checkpoint:
             raise CommittedBatchUnavailableError(
                 f"commit log entry {self.storage.display(rel)} is unreadable: {exc}",
                 path=self.storage.display(rel)) from exc
+        self._commit_cache[batch_id] = entry
+        return entry
 
     def offset_conf(self, batch_id: int) -> dict[str, str]:
         """SQL confs recorded in ``offsets/<batch_id>`` (line 2, ``conf``)."""
@@ -252,6 +270,12 @@ class Checkpoint:
 
     def operator_metadata(self, operator_id: int, batch_id: int | None) -> OperatorMetadata | None:
         """Metadata of an operator as of ``batch_id`` (v2 wins over v1); None if absent."""
+        key = (operator_id, batch_id)
+        if key not in self._metadata_cache:
+            self._metadata_cache[key] = self._operator_metadata(operator_id, batch_id)
+        return self._metadata_cache[key]
+
+    def _operator_metadata(self, operator_id: int, batch_id: int | None) -> OperatorMetadata | None:
         base = f"state/{operator_id}/_metadata"
         v2_batches = numeric_names(self.storage.list_names(f"{base}/v2"))
         if v2_batches:
@@ -264,7 +288,7 @@ class Checkpoint:
     def _parse_metadata(self, rel: str, operator_id: int) -> OperatorMetadata:
         shown = self.storage.display(rel)
         try:
-            text = self.storage.read_text(rel)
+            text = self.read_once(rel).decode("utf-8")
             header, _, body = text.partition("\n")
             version = int(header.strip().lstrip("v"))
             doc = json.loads(body)

@@ -50,7 +50,8 @@ class JoinSidePlan:
 class StateReadPlan:
     """Everything needed to read one store of one operator at one batch."""
 
-    storage: Storage
+    # the checkpoint, with the log entries and schema files planning has read
+    checkpoint: Checkpoint
     operator_id: int
     store_name: str
     batch_id: int
@@ -75,6 +76,10 @@ class StateReadPlan:
     variable: StateVariable | None = None
     # RocksDB without changelogs: derive the change feed by comparing snapshots (not in Spark)
     change_feed_from_snapshots: bool = False
+
+    @property
+    def storage(self) -> Storage:
+        return self.checkpoint.storage
 
     @property
     def version(self) -> int:
@@ -111,4 +116,4 @@ class StateReadPlan:
 
     def store_dir(self, partition_id: int) -> str:
         """The store's directory for one partition, relative to the checkpoint."""
-        return Checkpoint(self.storage).store_dir(self.operator_id, partition_id, self.store_name)
+        return self.checkpoint.store_dir(self.operator_id, partition_id, self.store_name)

@@ -117,7 +117,7 @@ def family_schemas(cp: Checkpoint, operator_id: int, store: StoreInfo) -> dict[s
         rel = cp.resolve_schema_path(operator_id, stored)
         shown = cp.storage.display(rel)
         try:
-            families = read_schema_v3(cp.storage.read_bytes(rel), shown)
+            families = read_schema_v3(cp.read_once(rel), shown)
         except FileNotFoundError:
             raise SchemaReadError(
                 f"Failed to read the state schema of operator {operator_id}: {shown} does not exist "

@@ -491,7 +491,7 @@ def _store(plan: StateReadPlan, directory: str) -> RocksDBStore:
 def load_store(plan: StateReadPlan, directory: str, partition_id: int) -> StoreState:
     """Encoded keys and values of one store at the plan's version (from its snapshot start, if any)."""
     store = _store(plan, directory)
-    cp = Checkpoint(plan.storage)
+    cp = plan.checkpoint
 
     def unique_id(version: int) -> str | None:
         return checkpoint_unique_id(cp, version - 1, plan.operator_id, partition_id, plan.store_name)
@@ -530,7 +530,7 @@ def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
     store = _store(plan, directory)
     if not store.changelogs and plan.change_feed_from_snapshots:
         return _changes_from_snapshots(plan, directory, partition_id, version)
-    unique_id = checkpoint_unique_id(Checkpoint(plan.storage), version - 1, plan.operator_id, partition_id,
+    unique_id = checkpoint_unique_id(plan.checkpoint, version - 1, plan.operator_id, partition_id,
                                      plan.store_name)
     why = ("a change feed is read from changelogs"
            + ("" if store.changelogs else ", which exist only with changelog checkpointing "
@@ -596,7 +596,7 @@ def read_variable_changes(plan: StateReadPlan, directory: str, partition_id: int
     """Change types and output columns of the changes ``version`` made to a transformWithState variable."""
     assert plan.variable is not None
     store = _store(plan, directory)
-    unique_id = checkpoint_unique_id(Checkpoint(plan.storage), version - 1, plan.operator_id, partition_id,
+    unique_id = checkpoint_unique_id(plan.checkpoint, version - 1, plan.operator_id, partition_id,
                                      plan.store_name)
     log = store.read_changelog(version, unique_id, "a change feed is read from changelogs")
     source = plan.storage.display(f"{directory}/{state_file_name(version, 'changelog', unique_id)}")
