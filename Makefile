@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install java demo test lint bench clean
+.PHONY: help install java demo test unit lint bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -28,6 +28,9 @@ demo: install ## Run a streaming aggregation into a temporary checkpoint and rea
 
 test: install ## Run the test suite (real Spark, real checkpoints)
 	$(PY) -m pytest
+
+unit: install ## Run only the tests that need no Spark (seconds, no JVM)
+	$(PY) -m pytest -m 'not spark'
 
 lint: install ## Check the code with ruff
 	$(PY) -m ruff check state_reader tests examples benchmarks

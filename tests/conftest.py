@@ -65,3 +65,11 @@ def checkpoints(spark, tmp_path_factory):
         return cache[name]
 
     return get
+
+
+def pytest_collection_modifyitems(config, items):
+    # every test that needs a SparkSession, directly or through the checkpoints it writes, is marked
+    # `spark`, so `pytest -m "not spark"` runs the Spark-free tests alone in seconds
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
