@@ -120,7 +120,7 @@ def read_state(
     ``key_filter`` keeps only matching keys, checked partition by partition as
     they are decoded: a callable taking the keys (``pyarrow.StructArray``) and
     returning a boolean mask, or an expression such as
-    ``"user = 'ann' and region_id > 3"`` (syntax in :mod:`state_reader.key_filter`).
+    ``"user = 'ann' and region_id > 3"`` (syntax in :mod:`state_reader.core.key_filter`).
     """
     options = dict(locals())
     path = options.pop("checkpoint")

@@ -1,8 +1,8 @@
-"""The record walk of :mod:`state_reader.kernels`, compiled by numba (imported only when wanted).
+"""The record walk of :mod:`state_reader.formats.kernels`, compiled by numba (imported only when wanted).
 
 Same contract as ``kernels._walk_exact``: writes the start of each record to
 ``out`` and returns (records, status, byte position, length); the status codes
-are those of :mod:`state_reader.kernels`.
+are those of :mod:`state_reader.formats.kernels`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """RocksDB provider changelog files: ``<version>.changelog`` and ``<version>_<uuid>.changelog``.
 
 A changelog holds the changes one state store version made. It is compressed with
-the checkpoint's state codec (see :mod:`state_reader.codecs`); once decompressed it
+the checkpoint's state codec (see :mod:`state_reader.formats.codecs`); once decompressed it
 is Java ``DataOutputStream`` output (big-endian ints, ``writeUTF`` strings)::
 
     v1: record*  int32 -1
@@ -24,7 +24,7 @@ naming the files this version is built on, from the newest snapshot up to the
 previous version (``[]`` when there is none).
 
 Keys and values are stored exactly as RocksDB holds them (see
-:mod:`state_reader.rocksdb_encoding`).
+:mod:`state_reader.formats.rocksdb_encoding`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The one sequential step of reading HDFS state files, compiled when numba is there.
 
 A decompressed ``.delta``/``.snapshot`` stream is a chain of records whose
-lengths say where the next one starts (see :mod:`state_reader.hdfs_provider`),
+lengths say where the next one starts (see :mod:`state_reader.providers.hdfs`),
 so finding the records cannot be vectorised. Everything after that is
 columnar numpy/Arrow work. This module walks the chain and returns the start
 of every record:

@@ -1,7 +1,7 @@
 """The PySpark Python Data Source front: ``state_reader.statestore`` and
 ``state_reader.state-metadata``.
 
-A thin adapter over :mod:`state_reader.reader` and :mod:`state_reader.metadata`:
+A thin adapter over :mod:`state_reader.core.planner` and :mod:`state_reader.core.metadata`:
 options arrive as Spark passes them, planning happens on the driver, and the
 state partitions are shared out among Spark input partitions (as many as Spark
 has cores, see :func:`group_partitions`) whose executors read and decode their

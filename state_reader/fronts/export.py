@@ -4,7 +4,7 @@
 * CSV flattens structs to dotted columns (``key.window.start``) and writes
   lists, maps, binary and intervals as compact JSON text.
 * JSON Lines writes one object per row with nested objects (conventions in
-  :mod:`state_reader.flatten`).
+  :mod:`state_reader.fronts.flatten`).
 
 The output appears only when complete: it is written next to the target under
 a temporary name and renamed at the end.

@@ -5,7 +5,7 @@ decoding code never sees a URL scheme. The reader only ever reads: no writes,
 no locks, no renames.
 
 With ``verify_checksums`` (the default) every file read is checked against the
-checksum sidecars beside it, when there are any (see :mod:`state_reader.integrity`).
+checksum sidecars beside it, when there are any (see :mod:`state_reader.io.integrity`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ records framed with Java big-endian ints::
 Version V = the newest snapshot S <= V, then deltas S+1..V applied in order.
 
 The files of a version are decompressed into one buffer, each record is found
-once (:mod:`state_reader.kernels`: the only step that has to go record by
+once (:mod:`state_reader.formats.kernels`: the only step that has to go record by
 record) and from then on records are columns of positions: the chain is
 merged by hashing the key bytes in Arrow, and the surviving rows are decoded
 where they lie, without copying a row into a Python object.

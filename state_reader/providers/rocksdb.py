@@ -11,7 +11,7 @@ Files in a store directory (a partition directory, or a join store's sub-directo
     SSTs/<n>-<uuid>.sst      data files named by the zips' sstFiles, shared between zips
     logs/<n>-<uuid>.log      WAL files named by logFiles (localFileName may be archive/<name>)
     <v>.changelog            changes made by version v (changelog checkpointing), see
-                             :mod:`state_reader.changelog`
+                             :mod:`state_reader.formats.changelog`
     <v>_<uuid>.zip, <v>_<uuid>.changelog   the same, checkpoint format version 2
 
 Version V with checkpoint format 1: the newest zip S <= V (none: the empty state),
