@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from state_reader.errors import CorruptFileError
-from state_reader.formats.unsaferow import _PAD as _ROW_PAD
+from state_reader.formats.unsaferow import PAD as _ROW_PAD
 from state_reader.formats.unsaferow import RowBuffer
 from state_reader.io.integrity import crc32c
 

@@ -25,7 +25,7 @@ from state_reader.formats.spark_types import ArrayType, DataType, MapType, Struc
 
 # Zero bytes appended to every buffer, so that the slots of null values (whose
 # addresses are forced to 0) and short reads near the end never leave it.
-_PAD = 64
+PAD = 64
 _MAX_ELEMENTS = 1 << 31
 # Rows whose fixed region (null bitset and slots) has at most this many words are read in one gather.
 _ROW_WORDS = 16
@@ -42,14 +42,14 @@ _MONTH_DAY_NANO = np.dtype([("months", "<i4"), ("days", "<i4"), ("nanos", "<i8")
 class RowBuffer:
     """Bytes of many rows plus where each row starts and ends.
 
-    ``buf`` always has at least ``_PAD`` readable bytes after ``size``, so the
+    ``buf`` always has at least ``PAD`` readable bytes after ``size``, so the
     decoders can read whole words near the end without checking.
     """
 
     def __init__(self, data: bytes | bytearray | memoryview, starts: np.ndarray,
                  lengths: np.ndarray, source: str) -> None:
         raw = np.frombuffer(data, dtype=np.uint8)
-        self.buf = np.zeros(len(raw) + _PAD, dtype=np.uint8)
+        self.buf = np.zeros(len(raw) + PAD, dtype=np.uint8)
         self.buf[:len(raw)] = raw
         self.size = len(raw)
         self.starts = np.asarray(starts, dtype=np.int64)
@@ -59,9 +59,9 @@ class RowBuffer:
     @classmethod
     def wrap(cls, buf: np.ndarray, size: int, starts: np.ndarray, lengths: np.ndarray,
              source: str) -> RowBuffer:
-        """Rows inside ``buf[:size]``, which already has ``_PAD`` spare bytes after ``size`` (no copy)."""
-        if buf.dtype != np.uint8 or buf.ndim != 1 or len(buf) < size + _PAD:
-            raise ValueError(f"RowBuffer.wrap needs a flat uint8 buffer with {_PAD} spare bytes")
+        """Rows inside ``buf[:size]``, which already has ``PAD`` spare bytes after ``size`` (no copy)."""
+        if buf.dtype != np.uint8 or buf.ndim != 1 or len(buf) < size + PAD:
+            raise ValueError(f"RowBuffer.wrap needs a flat uint8 buffer with {PAD} spare bytes")
         out = cls.__new__(cls)
         out.buf = buf
         out.size = size
@@ -78,11 +78,11 @@ class RowBuffer:
         if len(rows) > 1:
             np.cumsum(lengths[:-1], out=starts[1:])
         size = int(lengths.sum())
-        buf = np.frombuffer(b"".join([*rows, bytes(_PAD)]), dtype=np.uint8)
+        buf = np.frombuffer(b"".join([*rows, bytes(PAD)]), dtype=np.uint8)
         return cls.wrap(buf, size, starts, lengths, source)
 
 
-def _view(buf: np.ndarray, dtype: str) -> np.ndarray:
+def byte_view(buf: np.ndarray, dtype: str) -> np.ndarray:
     """``buf`` as overlapping values of ``dtype``: element i is the value whose bytes start at i.
 
     Indexing it with byte addresses reads unaligned values in one gather,
@@ -95,7 +95,7 @@ def _view(buf: np.ndarray, dtype: str) -> np.ndarray:
 def _read(buf: np.ndarray, addr: np.ndarray, dtype: str) -> np.ndarray:
     if np.dtype(dtype).itemsize == 1:
         return buf[addr].view(dtype)
-    return _view(buf, dtype)[addr]
+    return byte_view(buf, dtype)[addr]
 
 
 def _from_word(word: np.ndarray, dtype: str) -> np.ndarray:
@@ -106,7 +106,7 @@ def _from_word(word: np.ndarray, dtype: str) -> np.ndarray:
     return word.astype({4: np.uint32, 2: np.uint16, 1: np.uint8}[width]).view(dtype)
 
 
-def _int_array(values: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
+def int_array(values: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
     # pa.array() on a numpy array imports pandas when it is installed (0.5 s or more)
     data = np.ascontiguousarray(values)
     return pa.Array.from_buffers(arrow_type, len(data), [None, pa.py_buffer(data)])
@@ -327,7 +327,7 @@ class _Decoder:
             bounds = bounds.astype(np.int32)
         both = pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), 2 * n - 1,
                                      [None, pa.py_buffer(bounds), pa.py_buffer(self.buf)])
-        taken = pc.take(both, _int_array(np.arange(0, 2 * n, 2, dtype=np.int64), pa.int64()),
+        taken = pc.take(both, int_array(np.arange(0, 2 * n, 2, dtype=np.int64), pa.int64()),
                         memory_pool=pa.system_memory_pool())
         _, offsets, data = taken.buffers()
         if large:

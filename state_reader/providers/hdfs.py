@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from state_reader.errors import CorruptFileError, MissingStateFileError, StateReaderError, TruncatedFileError
 from state_reader.formats import codecs, kernels
-from state_reader.formats.unsaferow import _PAD, RowBuffer, _int_array, _view, decode_rows
+from state_reader.formats.unsaferow import PAD, RowBuffer, byte_view, decode_rows, int_array
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import parse_state_file_name, state_file_name, version_ranges
 from state_reader.model.plan import StateReadPlan
@@ -81,7 +81,7 @@ class _Records:
     @classmethod
     def at(cls, buf: np.ndarray, positions: np.ndarray, value_skip: int) -> _Records:
         """The spans of the records starting at ``positions`` (already walked, so in bounds)."""
-        be32 = _view(buf, ">i4")
+        be32 = byte_view(buf, ">i4")
         key_len = be32[positions].astype(np.int64)
         length_at = positions + 4 + key_len
         raw_len = be32[length_at].astype(np.int64)
@@ -148,10 +148,10 @@ def _last_writes(buf: np.ndarray, key_start: np.ndarray, key_len: np.ndarray, us
     del bounds
     # temporaries from the system allocator: Arrow's default pool would keep their pages after the read
     pool = pa.system_memory_pool()
-    keys = pc.take(spans, _int_array(np.arange(0, 2 * n, 2, dtype=np.int64), pa.int64()), memory_pool=pool)
+    keys = pc.take(spans, int_array(np.arange(0, 2 * n, 2, dtype=np.int64), pa.int64()), memory_pool=pool)
     order = np.frombuffer(pc.sort_indices(keys, memory_pool=pool).buffers()[1], dtype=np.uint64,
                           count=n).astype(np.int64)
-    in_order = pc.take(keys, _int_array(order, pa.int64()), memory_pool=pool)
+    in_order = pc.take(keys, int_array(order, pa.int64()), memory_pool=pool)
     del keys
     same = pc.equal(in_order.slice(1), in_order.slice(0, n - 1), memory_pool=pool)
     last_of_run = np.ones(n, dtype=bool)
@@ -224,7 +224,7 @@ class HDFSStore:
                     records_hint_scale: int = 1) -> tuple[np.ndarray, int, list[_Records], bool]:
         """Decompress ``files`` into one buffer and find their records.
 
-        Returns the buffer (with ``_PAD`` spare bytes), its used size, the
+        Returns the buffer (with ``PAD`` spare bytes), its used size, the
         records of each file and whether the numba kernels are in use. lz4
         streams are decompressed straight into place.
         """
@@ -257,7 +257,7 @@ class HDFSStore:
         for size in sizes:
             starts.append(total)
             total += -(-size // _ALIGN) * _ALIGN
-        buf = np.empty(total + _PAD, dtype=np.uint8)
+        buf = np.empty(total + PAD, dtype=np.uint8)
         buf[total:] = 0
         use_numba = kernels.numba_wanted(total // _BYTES_PER_RECORD * records_hint_scale)
         records = []
