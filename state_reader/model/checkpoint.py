@@ -24,9 +24,11 @@ from typing import Any
 
 from state_reader.errors import (
     CommittedBatchUnavailableError,
+    CorruptFileError,
     OffsetLogUnavailableError,
     OffsetMetadataUnavailableError,
     OperatorMetadataReadError,
+    UnsupportedOptionError,
 )
 from state_reader.io.storage import Storage
 
@@ -247,6 +249,36 @@ class Checkpoint:
             except (OffsetLogUnavailableError, OffsetMetadataUnavailableError):
                 continue
         return {}
+
+    def state_unique_id(self, batch_id: int, operator_id: int, partition_id: int, store_name: str) -> str | None:
+        """Unique id of a store's files of version ``batch_id + 1`` (checkpoint format 2), or None (format 1).
+
+            The commit log lists one id per store: the ``default`` store's, or the four join stores' in
+            :data:`JOIN_STORES` order.
+            """
+        _, entry = self.commit_entry(batch_id)
+        ids = entry.get("stateUniqueIds") if isinstance(entry, dict) else None
+        if not ids:
+            return None
+        shown = self.storage.display(f"commits/{batch_id}")
+        if store_name == DEFAULT_STORE:
+            index = 0
+        elif store_name in JOIN_STORES:
+            index = JOIN_STORES.index(store_name)
+        else:
+            raise UnsupportedOptionError(
+                f"store '{store_name}' has no place in the unique ids of {shown} (known stores: "
+                f"{', '.join((DEFAULT_STORE, *JOIN_STORES))})", path=shown)
+        try:
+            partition_ids = ids[str(operator_id)][partition_id]
+            unique_id = partition_ids[index]
+        except (KeyError, IndexError, TypeError):
+            raise CorruptFileError(
+                f"{shown} records no unique id for operator {operator_id}, partition {partition_id}, "
+                f"store '{store_name}'", path=shown) from None
+        if not isinstance(unique_id, str) or not UNIQUE_ID_RE.fullmatch(unique_id):
+            raise CorruptFileError(f"{shown}: unique id {unique_id!r} is not a valid file name part", path=shown)
+        return unique_id
 
     # -- state layout -------------------------------------------------------
 

@@ -33,20 +33,15 @@ rocksdict, iterated, closed and deleted. The checkpoint itself is only read.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import shutil
 import tempfile
-import threading
-from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
 
 from state_reader.errors import (
-    CodecUnavailableError,
     CorruptFileError,
     InvalidOptionError,
     MissingStateFileError,
@@ -54,7 +49,7 @@ from state_reader.errors import (
     UnsupportedOptionError,
 )
 from state_reader.formats import changelog as changelog_format
-from state_reader.formats import kernels, snapshot_zip
+from state_reader.formats import kernels, rocksdict_db, snapshot_zip
 from state_reader.formats.codecs import decompress
 from state_reader.formats.rocksdb_encoding import (
     KeyEncoderSpec,
@@ -70,10 +65,6 @@ from state_reader.formats.sst import SstNotSupportedError, read_sst_rows
 from state_reader.formats.unsaferow import RowBuffer
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import (
-    DEFAULT_STORE,
-    JOIN_STORES,
-    UNIQUE_ID_RE,
-    Checkpoint,
     parse_state_file_name,
     state_file_name,
     version_ranges,
@@ -132,66 +123,6 @@ def _row_bytes(rows: RowBuffer) -> list[bytes]:
     """Each row of a RowBuffer as a ``bytes`` object."""
     data = rows.buf[:rows.size].tobytes()
     return [data[s:s + n] for s, n in zip(rows.starts.tolist(), rows.lengths.tolist(), strict=True)]
-
-
-def _read_db(directory: str, zip_shown: str) -> tuple[list[bytes], list[bytes]]:
-    """Every key and value of the RocksDB in ``directory``, opened read-only, in key order."""
-    try:
-        from rocksdict import AccessType, Options, Rdict
-    except ImportError as exc:
-        raise CodecUnavailableError(
-            f"{zip_shown} is a RocksDB snapshot; install the 'rocksdict' package to read it", path=zip_shown) from exc
-
-    try:
-        db = Rdict(directory, options=Options(raw_mode=True), access_type=AccessType.read_only())
-    except Exception as exc:  # rocksdict raises plain Exceptions
-        raise CorruptFileError(f"RocksDB cannot open the snapshot {zip_shown}: {exc}", path=zip_shown) from exc
-    try:
-        # iterate by hand: a plain items() walk stops silently at a corrupt block
-        keys: list[bytes] = []
-        values: list[bytes] = []
-        add_key, add_value = keys.append, values.append
-        it = db.iter()
-        key, value, step, valid = it.key, it.value, it.next, it.valid
-        it.seek_to_first()
-        with _gc_paused():
-            while valid():
-                add_key(key())
-                add_value(value())
-                step()
-        it.status()  # raises when the walk ended on an error rather than at the end
-        del it, key, value, step, valid
-        return keys, values
-    except Exception as exc:
-        raise CorruptFileError(f"RocksDB cannot read the snapshot {zip_shown}: {exc}", path=zip_shown) from exc
-    finally:
-        db.close()
-
-
-_gc_lock = threading.Lock()
-_gc_pauses = 0
-_gc_was_enabled = True
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC (a process-wide switch) while any thread is inside; restore it after the last.
-
-    A million ``bytes`` objects appended to lists would otherwise make the GC walk them again and again.
-    """
-    global _gc_pauses, _gc_was_enabled
-    with _gc_lock:
-        if _gc_pauses == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_pauses += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pauses -= 1
-            if _gc_pauses == 0 and _gc_was_enabled:
-                gc.enable()
 
 
 # snapshots read by one read_state at least this big (in entries, scaled) load numba; see kernels.NUMBA_MIN_RECORDS:
@@ -293,7 +224,7 @@ class RocksDBStore:
                     data = ssts.pop(f, None) if sub == snapshot_zip.SST_DIR else None
                     self._write_data_file(data if data is not None else self._read_data_file(sub, f, shown),
                                           f, workdir, shown)
-            keys, values = _read_db(workdir, shown)
+            keys, values = rocksdict_db.read_db(workdir, shown)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         families = meta.column_families
@@ -451,32 +382,6 @@ class RocksDBStore:
 
 
 
-def checkpoint_unique_id(cp: Checkpoint, batch_id: int, operator_id: int, partition_id: int,
-                         store_name: str) -> str | None:
-    """Unique id of the files of version ``batch_id + 1`` (checkpoint format 2), or None (format 1)."""
-    _, entry = cp.commit_entry(batch_id)
-    ids = entry.get("stateUniqueIds") if isinstance(entry, dict) else None
-    if not ids:
-        return None
-    shown = cp.storage.display(f"commits/{batch_id}")
-    if store_name == DEFAULT_STORE:
-        index = 0
-    elif store_name in JOIN_STORES:
-        index = JOIN_STORES.index(store_name)
-    else:
-        raise UnsupportedOptionError(
-            f"store '{store_name}' has no place in the unique ids of {shown} (known stores: "
-            f"{', '.join((DEFAULT_STORE, *JOIN_STORES))})", path=shown)
-    try:
-        partition_ids = ids[str(operator_id)][partition_id]
-        unique_id = partition_ids[index]
-    except (KeyError, IndexError, TypeError):
-        raise CorruptFileError(
-            f"{shown} records no unique id for operator {operator_id}, partition {partition_id}, "
-            f"store '{store_name}'", path=shown) from None
-    if not isinstance(unique_id, str) or not UNIQUE_ID_RE.fullmatch(unique_id):
-        raise CorruptFileError(f"{shown}: unique id {unique_id!r} is not a valid file name part", path=shown)
-    return unique_id
 
 
 # -- the provider's entry point ---------------------------------------------------
@@ -494,7 +399,7 @@ def load_store(plan: StateReadPlan, directory: str, partition_id: int) -> StoreS
     cp = plan.checkpoint
 
     def unique_id(version: int) -> str | None:
-        return checkpoint_unique_id(cp, version - 1, plan.operator_id, partition_id, plan.store_name)
+        return cp.state_unique_id(version - 1, plan.operator_id, partition_id, plan.store_name)
 
     start = plan.snapshot_start_version
     if start is not None:
@@ -530,7 +435,7 @@ def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
     store = _store(plan, directory)
     if not store.changelogs and plan.change_feed_from_snapshots:
         return _changes_from_snapshots(plan, directory, partition_id, version)
-    unique_id = checkpoint_unique_id(plan.checkpoint, version - 1, plan.operator_id, partition_id,
+    unique_id = plan.checkpoint.state_unique_id(version - 1, plan.operator_id, partition_id,
                                      plan.store_name)
     why = ("a change feed is read from changelogs"
            + ("" if store.changelogs else ", which exist only with changelog checkpointing "
@@ -596,7 +501,7 @@ def read_variable_changes(plan: StateReadPlan, directory: str, partition_id: int
     """Change types and output columns of the changes ``version`` made to a transformWithState variable."""
     assert plan.variable is not None
     store = _store(plan, directory)
-    unique_id = checkpoint_unique_id(plan.checkpoint, version - 1, plan.operator_id, partition_id,
+    unique_id = plan.checkpoint.state_unique_id(version - 1, plan.operator_id, partition_id,
                                      plan.store_name)
     log = store.read_changelog(version, unique_id, "a change feed is read from changelogs")
     source = plan.storage.display(f"{directory}/{state_file_name(version, 'changelog', unique_id)}")

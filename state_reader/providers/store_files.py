@@ -24,6 +24,7 @@ from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import Checkpoint, state_file_name
 from state_reader.model.conf import ROCKSDB_PROVIDER
 from state_reader.providers.hdfs import HDFSStore
+from state_reader.providers.rocksdb import RocksDBStore
 
 
 @dataclass
@@ -54,8 +55,6 @@ class StoreFiles:
         self._sst_sizes: dict[str, int] | None = None
         self._zip_members: dict[str, list[tuple[str, int]]] = {}
         if provider == ROCKSDB_PROVIDER:
-            from state_reader.providers.rocksdb import RocksDBStore
-
             store = RocksDBStore(storage, directory, codec)
             self.snapshots = {v for v, u in store.zips if u is None}
             self.deltas = {v for v, u in store.changelogs if u is None}
@@ -194,10 +193,8 @@ def unique_id_for(cp: Checkpoint, files: StoreFiles, version: int, operator_id: 
     """The unique id the commit log gives ``version`` (checkpoint format 2), else None."""
     if not files.has_unique_ids:
         return None
-    from state_reader.providers.rocksdb import checkpoint_unique_id
-
     try:
-        return checkpoint_unique_id(cp, version - 1, operator_id, partition_id, store_name)
+        return cp.state_unique_id(version - 1, operator_id, partition_id, store_name)
     except StateReaderError:
         return None
 
