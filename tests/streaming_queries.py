@@ -270,6 +270,85 @@ def _transform_with_state(df: DataFrame) -> DataFrame:
                                                         "ProcessingTime")
 
 
+def _transform_with_state_avro(df: DataFrame) -> DataFrame:
+    """transformWithStateInPandas whose state holds every type Avro state can hold.
+
+    Every Spark type Avro state can hold, in value, list and map state (map user keys
+    included), with and without TTL; values chosen for their edges (empty and non-ASCII
+    strings, NaN, -0.0, infinities, empty arrays, nested nulls). Everything the processor
+    uses is defined in here: Python workers cannot import this test module.
+    """
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    avro_info = ("name string, total double, amount decimal(12,2), big decimal(32,6), day date, at timestamp, "
+                 "tags array<string>, i int, l bigint, f float, ok boolean, raw binary, "
+                 "nested struct<first string, sizes array<int>, inner struct<x int, y string>>, "
+                 "grid array<array<int>>, points array<struct<x double, y double>>, attrs map<string, int>, "
+                 "ntz timestamp_ntz")
+    avro_history = "vals array<double>, note string"
+    avro_score_key = "k string, at date"
+    avro_score = "vals array<double>, peak float, labels map<string, array<string>>"
+
+
+
+    def _avro_values(n: int, user: str | None) -> tuple:
+        import datetime
+        import decimal
+
+        name = ["", "héllo", "日本🙂", "plain"][n % 4]
+        doubles = [float("nan"), -0.0, float("inf"), float("-inf"), 1e-300][n % 5]
+        nested = None if n % 5 == 4 else (None if n % 3 == 0 else name, [] if n % 2 else [n, -n, 0],
+                                          None if n % 4 == 1 else (n, None if n % 2 else name))
+        return (
+            name, doubles, decimal.Decimal(n * 1001) / 100 - decimal.Decimal("5.55"),
+            decimal.Decimal(n) ** 9 / 7 if n % 3 else decimal.Decimal("-12345678901234567890123456.123456"),
+            datetime.date(1969 + n, 1 + n % 12, 1 + n % 28), datetime.datetime(2024, 2, 29, 23, 59, n % 60, n * 1000),
+            [] if n % 3 == 0 else [name, user or "", "x"] [: n % 3 + 1],
+            2**31 - 1 - n, -(2**63) + n, [float("nan"), -0.0, 3.5][n % 3], n % 2 == 0,
+            bytes([n % 256, 0, 255]) if n % 4 else b"", nested,
+            [] if n % 2 else [[n], [], [1, 2, 3]], [(float(n), -0.0), (float("inf"), 1.5)][: n % 3],
+            {} if n % 3 == 0 else {name or "empty": n, "k": -n},
+            datetime.datetime(2000, 1, 1, 0, 0, n % 60),
+        )
+
+    class Everything(StatefulProcessor):
+        def init(self, handle) -> None:
+            self.handle = handle
+            self.info = handle.getValueState("info", avro_info, 3600000)
+            self.plain_info = handle.getValueState("plain_info", avro_info)
+            self.history = handle.getListState("history", avro_history, 3600000)
+            self.scores = handle.getMapState("scores", avro_score_key, avro_score)
+            self.ttl_scores = handle.getMapState("ttl_scores", avro_score_key, avro_score, 3600000)
+
+        def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803 - PySpark's names
+            import datetime
+
+            import pandas as pd
+
+            seen = 0
+            for pdf in rows:
+                for _, row in pdf.iterrows():
+                    n = int(row["n"])
+                    user = row["user"]
+                    seen += 1
+                    self.info.update(_avro_values(n, user))
+                    self.plain_info.update(_avro_values(n + 1, user))
+                    self.history.appendValue(([float(n), float("nan"), -0.0][: n % 4], user))
+                    score_key = (user or "", datetime.date(2020, 1, 1 + n % 28))
+                    score = ([] if n % 2 else [float(n), float("-inf")], [float("nan"), -0.0, 2.5][n % 3],
+                             {} if n % 3 == 0 else {"a": [], "b": [user or "", "日本"]})
+                    self.scores.updateValue(score_key, score)
+                    self.ttl_scores.updateValue(score_key, score)
+            self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + 3_600_000)
+            yield pd.DataFrame({"grp": [key[0]], "seen": [seen]})
+
+        def close(self) -> None:
+            pass
+
+    return df.groupBy("grp").transformWithStateInPandas(Everything(), "grp string, seen long", "Update",
+                                                        "ProcessingTime")
+
+
 def _types_batches() -> list[list[dict]]:
     return [[{"ts": T0 + b * 5 + i, "n": b * 3 + i} for i in range(3)] for b in range(5)]
 
@@ -390,6 +469,9 @@ CHECKPOINT_V2_QUERIES: dict[str, Query] = {
 QUERIES["tws"] = Query(_transform_with_state, confs=ROCKSDB_CHANGELOG, processing_time="1 second")
 QUERIES["tws_avro"] = Query(_transform_with_state, processing_time="1 second",
                             confs={**ROCKSDB_CHANGELOG, "spark.sql.streaming.stateStore.encodingFormat": "avro"})
+
+QUERIES["tws_avro_types"] = Query(_transform_with_state_avro, processing_time="1 second",
+                                  confs={**ROCKSDB_CHANGELOG, "spark.sql.streaming.stateStore.encodingFormat": "avro"})
 
 # stream-stream join state format 3: one store, a virtual column family per join store
 QUERIES["join_v3"] = Query(_join("inner"), output_mode="append", sources=2,

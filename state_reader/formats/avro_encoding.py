@@ -2,12 +2,20 @@
 
 Where the default encoding stores an UnsafeRow, Avro state stores Avro binary
 data without a container: a single record per key or value, written with the
-schema Spark derives from the state schema. Its shape, per Spark type:
-every record field is a union ``[null, T]`` (also fields the schema marks
-non-nullable); boolean, int (byte, short, integer,
-date), long (long, timestamps, day-time intervals), float, double, string,
-bytes (binary), fixed (decimal, big-endian two's complement of the minimum
-width for the precision), record (struct), array, map (string keys).
+schema Spark's state store derives from the state schema (spark-avro's
+"with defaults" conversion). Its rules, per Spark type (``docs/avro-state.md``):
+
+* the key or value schema itself is a record, not a union;
+* every record field is a union ``[null, T]``, whatever nullability the Spark
+  field declares (nested records, arrays and maps are that union already);
+* a nested record, array or map is ``[null, T]`` wherever it appears, so also
+  as an array element or a map value;
+* an atomic array element or map value is plain ``T``: no union, whatever
+  ``containsNull`` says (Spark refuses to write a null there);
+* atomic types: boolean; int (byte, short, integer, date, year-month
+  interval); long (long, timestamp, timestamp_ntz, day-time interval); float;
+  double; string; bytes (binary); fixed (decimal: big-endian two's complement
+  in the fewest bytes that hold its precision); maps have string keys.
 
 Values and no-prefix keys carry a 2-byte schema id after the encoding version
 byte (the schema generation; only the first is read here); prefix-scan keys
@@ -27,9 +35,12 @@ from state_reader.errors import CodecUnavailableError, RowDecodeError, Unsupport
 from state_reader.formats.spark_types import ArrayType, DataType, MapType, StructType
 
 SCHEMA_ID_BYTES = 2
+# enough digits for any Spark decimal (precision <= 38): the default context rounds to 28
+_EXACT = decimal.Context(prec=40)
 
 _PRIMITIVES = {
     "boolean": "boolean", "byte": "int", "short": "int", "integer": "int", "date": "int",
+    "year_month_interval": "int",
     "long": "long", "timestamp": "long", "timestamp_ntz": "long", "day_time_interval": "long",
     "float": "float", "double": "double", "string": "string", "binary": "bytes",
 }
@@ -44,28 +55,28 @@ def _min_bytes(precision: int) -> int:
 
 
 def avro_schema(schema: StructType) -> dict[str, Any]:
-    """The Avro record schema Spark writes for ``schema`` (logical types left out: raw values)."""
+    """The Avro record schema Spark's state store writes ``schema`` with (logical types left out: raw values)."""
     names = itertools.count()
 
-    def convert(dt: DataType, nullable: bool) -> Any:
+    def convert(dt: DataType, nested: bool) -> Any:
         if isinstance(dt, StructType):
-            out: Any = {"type": "record", "name": f"r{next(names)}",
-                        # Spark writes every field as a union with null, whatever its nullability
-                        "fields": [{"name": f"f{i}", "type": convert(f.data_type, True)}
-                                   for i, f in enumerate(dt.fields)]}
-        elif isinstance(dt, ArrayType):
-            out = {"type": "array", "items": convert(dt.element, dt.contains_null)}
-        elif isinstance(dt, MapType):
+            fields = []
+            for i, f in enumerate(dt.fields):
+                inner = convert(f.data_type, True)
+                fields.append({"name": f"f{i}", "type": inner if isinstance(inner, list) else ["null", inner]})
+            record = {"type": "record", "name": f"r{next(names)}", "fields": fields}
+            return ["null", record] if nested else record
+        if isinstance(dt, ArrayType):
+            return ["null", {"type": "array", "items": convert(dt.element, True)}]
+        if isinstance(dt, MapType):
             if dt.key.kind != "string":
                 raise UnsupportedTypeError(f"Avro state cannot hold a map with {dt.key.json_name} keys")
-            out = {"type": "map", "values": convert(dt.value, dt.value_contains_null)}
-        elif dt.kind == "decimal":
-            out = {"type": "fixed", "name": f"d{next(names)}", "size": _min_bytes(dt.precision)}
-        elif dt.kind in _PRIMITIVES:
-            out = _PRIMITIVES[dt.kind]
-        else:
-            raise UnsupportedTypeError(f"state_reader cannot decode {dt.json_name} fields of Avro state")
-        return ["null", out] if nullable else out
+            return ["null", {"type": "map", "values": convert(dt.value, True)}]
+        if dt.kind == "decimal":
+            return {"type": "fixed", "name": f"d{next(names)}", "size": _min_bytes(dt.precision)}
+        if dt.kind in _PRIMITIVES:
+            return _PRIMITIVES[dt.kind]
+        raise UnsupportedTypeError(f"state_reader cannot decode {dt.json_name} fields of Avro state")
 
     return convert(schema, False)
 
@@ -81,7 +92,9 @@ def _to_arrow_value(dt: DataType, value: Any) -> Any:
     if isinstance(dt, MapType):
         return [(k, _to_arrow_value(dt.value, v)) for k, v in value.items()]
     if dt.kind == "decimal":
-        return decimal.Decimal(int.from_bytes(value, "big", signed=True)).scaleb(-dt.scale)
+        return decimal.Decimal(int.from_bytes(value, "big", signed=True)).scaleb(-dt.scale, _EXACT)
+    if dt.kind == "year_month_interval":
+        return (value, 0, 0)  # months, as Arrow's month-day-nano interval holds them
     return value
 
 
