@@ -61,8 +61,8 @@ def test_the_query_writes_the_edge_values(avro_cp):
 def test_command_line_shows_and_exports_avro_state(avro_cp, tmp_path):
     expected = arrow_rows(state_reader.read_state(avro_cp, state_var_name="scores"))
     out = tmp_path / "scores.parquet"
-    proc = subprocess.run([sys.executable, "-m", "state_reader", "export", avro_cp, "--to", str(out), "--state-var", "scores"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "state_reader", "export", avro_cp, "--to", str(out),
+                           "--state-var", "scores"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     import pyarrow.parquet as pq
 
