@@ -51,6 +51,7 @@ from state_reader.errors import (
     public_api,
 )
 from state_reader.fronts.changefeed import changes
+from state_reader.fronts.flatten import with_unique_field_names
 from state_reader.fronts.plotting import plot_state_size
 from state_reader.fronts.stats import stats
 
@@ -84,6 +85,7 @@ __all__ = [
     "read_state",
     "register",
     "stats",
+    "with_unique_field_names",
 ]
 
 
@@ -107,6 +109,7 @@ def read_state(
     storage_options: dict[str, Any] | None = None,
     verify_checksums: bool | None = None,
     key_filter: KeyFilterSpec | None = None,
+    exact_schema: bool = False,
 ) -> pa.Table:
     """The state of one store as a ``pyarrow.Table``: columns ``key``, ``value``, ``partition_id``.
 
@@ -121,12 +124,19 @@ def read_state(
     they are decoded: a callable taking the keys (``pyarrow.StructArray``) and
     returning a boolean mask, or an expression such as
     ``"user = 'ann' and region_id > 3"`` (syntax in :mod:`state_reader.core.key_filter`).
+
+    Struct fields whose names repeat (aggregation buffers: ``count, sum, sum,
+    count``) come back renamed ``sum#2``, ``count#2``, so that ``to_pandas()`` and
+    ``to_pylist()`` keep every field; ``exact_schema=True`` keeps Spark's own
+    names, exactly the schema the data source gives.
     """
     options = dict(locals())
     path = options.pop("checkpoint")
     key_filter = options.pop("key_filter")
+    exact = options.pop("exact_schema")
     plan = plan_state_read(from_kwargs(path, options))
-    return read_table(plan, key_filter=key_filter, show_progress=False)
+    table = read_table(plan, key_filter=key_filter, show_progress=False)
+    return table if exact else with_unique_field_names(table)
 
 
 @public_api

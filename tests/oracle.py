@@ -182,8 +182,10 @@ def assert_same_as_builtin(spark, path: str, options: dict[str, str], fmt: str =
                 "snapshot_start_batch_id", "snapshot_partition_id"):
         if key in kwargs:
             kwargs[key] = int(kwargs[key])
-    read = state_reader.read_state if fmt == "statestore" else state_reader.read_metadata
-    table = read(path, **kwargs)
+    if fmt == "statestore":
+        table = state_reader.read_state(path, **kwargs, exact_schema=True)
+    else:
+        table = state_reader.read_metadata(path, **kwargs)
     assert_arrow_schema(table.schema, expected_arrow_schema(builtin.schema))
     api_rows = arrow_rows(table)
     assert api_rows == expected, f"Spark-free rows differ for {options}: {diff(expected, api_rows)}"

@@ -18,6 +18,7 @@ from state_reader.core.options import from_kwargs
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table
 from state_reader.errors import public_api
+from state_reader.fronts.flatten import with_unique_field_names
 from state_reader.model.plan import StateReadPlan
 
 
@@ -42,17 +43,19 @@ def sort_changes(table: pa.Table) -> pa.Table:
 @public_api
 def changes(checkpoint: str, start: int, end: int | None = None, *, operator_id: int | None = None,
             store_name: str | None = None, key_filter: KeyFilterSpec | KeyFilter | None = None,
-            storage_options: dict[str, Any] | None = None, show_progress: bool | None = None) -> pa.Table:
+            storage_options: dict[str, Any] | None = None, show_progress: bool | None = None,
+            exact_schema: bool = False) -> pa.Table:
     """What batches ``start``..``end`` changed in a store, as a ``pyarrow.Table``.
 
     Columns as Spark's change feed: ``batch_id``, ``change_type`` (``update``,
     ``delete``, …), ``key``, ``value`` (null for deletes), ``partition_id``;
     sorted by batch and partition. ``end`` defaults to the latest committed
-    batch; ``key_filter`` as in ``read_state``.
+    batch; ``key_filter`` and ``exact_schema`` as in ``read_state``.
     """
     plan = plan_changes(checkpoint, start, end, operator_id=operator_id, store_name=store_name,
                         storage_options=storage_options)
-    return sort_changes(read_table(plan, key_filter=key_filter, show_progress=show_progress))
+    table = sort_changes(read_table(plan, key_filter=key_filter, show_progress=show_progress))
+    return table if exact_schema else with_unique_field_names(table)
 
 
 def change_counts(table: pa.Table) -> list[dict[str, Any]]:

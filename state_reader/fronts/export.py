@@ -24,7 +24,7 @@ import pyarrow as pa
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
 from state_reader.core.scan import bind_key_filter, iter_batches, select_partitions
 from state_reader.errors import InvalidOptionError, UnsupportedTypeError
-from state_reader.fronts.flatten import flatten_table, json_rows, unique_names
+from state_reader.fronts.flatten import flatten_table, json_rows, unique_names, unique_schema, with_unique_field_names
 from state_reader.model.plan import StateReadPlan
 from state_reader.progress import progress
 
@@ -67,13 +67,14 @@ class _ParquetWriter(_Writer):
         import pyarrow.parquet as pq
 
         try:
-            self._w = pq.ParquetWriter(path, schema)
+            # unique struct field names: readers of the file turn it into pandas and Python rows
+            self._w = pq.ParquetWriter(path, unique_schema(schema))
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid) as exc:
             raise UnsupportedTypeError(
                 f"Parquet cannot hold this state ({exc}); export to .jsonl or .csv instead") from None
 
     def write(self, batch: pa.RecordBatch) -> None:
-        self._w.write_batch(batch)
+        self._w.write_table(with_unique_field_names(pa.Table.from_batches([batch])))
 
     def close(self) -> None:
         self._w.close()

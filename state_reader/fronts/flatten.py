@@ -49,6 +49,57 @@ def unique_names(names: Iterable[str]) -> list[str]:
     return out
 
 
+def _unique_type(typ: pa.DataType) -> pa.DataType:
+    """``typ`` with repeated struct field names renamed, at every depth."""
+    if pa.types.is_struct(typ):
+        fields = [typ.field(i) for i in range(typ.num_fields)]
+        names = unique_names(f.name for f in fields)
+        return pa.struct([f.with_name(n).with_type(_unique_type(f.type)) for f, n in zip(fields, names, strict=True)])
+    if pa.types.is_map(typ):
+        return pa.map_(typ.key_field.with_type(_unique_type(typ.key_type)),
+                       typ.item_field.with_type(_unique_type(typ.item_type)), keys_sorted=typ.keys_sorted)
+    if pa.types.is_list(typ):
+        return pa.list_(typ.value_field.with_type(_unique_type(typ.value_type)))
+    return typ
+
+
+def _retyped(array: pa.Array, typ: pa.DataType) -> pa.Array:
+    """``array`` rebuilt as ``typ``, which differs from its type in field names only."""
+    if array.type == typ:
+        return array
+    mask = array.is_null() if array.null_count else None
+    if pa.types.is_struct(typ):
+        # field(i) is the child as seen through this (possibly sliced) array
+        children = [_retyped(array.field(i), typ.field(i).type) for i in range(typ.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=[typ.field(i) for i in range(typ.num_fields)], mask=mask)
+    if pa.types.is_map(typ):
+        return pa.MapArray.from_arrays(array.offsets, _retyped(array.keys, typ.key_type),
+                                       _retyped(array.items, typ.item_type), type=typ, mask=mask)
+    # a list: its offsets index the whole child, also for a sliced array
+    return pa.ListArray.from_arrays(array.offsets, _retyped(array.values, typ.value_type), type=typ, mask=mask)
+
+
+def unique_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with repeated struct field names renamed, as :func:`with_unique_field_names` does."""
+    return pa.schema([f.with_type(_unique_type(f.type)) for f in schema], metadata=schema.metadata)
+
+
+def with_unique_field_names(table: pa.Table) -> pa.Table:
+    """``table`` with repeated struct field names renamed ``name#2``, ``name#3``… at every depth.
+
+    Spark's aggregation buffers repeat names (``count, sum, sum, count``);
+    ``to_pandas()`` and ``to_pylist()`` of such a struct keep one field per
+    name (or refuse), so a table meant for them gets unique names first. The
+    table is returned as it is when no name repeats.
+    """
+    schema = unique_schema(table.schema)
+    if schema.equals(table.schema):
+        return table
+    columns = [pa.chunked_array([_retyped(chunk, f.type) for chunk in column.chunks], type=f.type)
+               for column, f in zip(table.columns, schema, strict=True)]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
 def flatten_table(table: pa.Table | pa.RecordBatch, *, render_nested: bool = False) -> pa.Table:
     """Struct columns become ``parent.child`` columns, recursively.
 
