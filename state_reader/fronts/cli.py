@@ -486,6 +486,11 @@ def verify(checkpoint: str, operator_id: int | None, as_json: bool, debug: bool,
     if report.ok:
         con.print(Text(f"OK: {report.versions_checked} versions decoded without error", style="green bold"))
         return code
+    if not report.problems:
+        con.print(Text(f"INCOMPLETE: {report.versions_checked} versions decoded without error, but "
+                       f"{len(report.skipped)} store{'s' if len(report.skipped) != 1 else ''} could not be checked",
+                       style="red bold"))
+        return code
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="problems", title_justify="left")
     for col in ("op", "store", "partition", "version", "batch", "error", "file", "message"):
         table.add_column(col, overflow="fold")

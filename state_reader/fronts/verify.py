@@ -20,8 +20,10 @@ from state_reader.core.planner import plan_state_read
 from state_reader.errors import RequiredOptionError, StateReaderError, UnsupportedOptionError
 from state_reader.fronts.stats import operator_stores
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint
+from state_reader.model import operators
+from state_reader.model.checkpoint import DEFAULT_STORE, Checkpoint
 from state_reader.model.plan import StateReadPlan
+from state_reader.model.state_variables import column_families, user_variables
 from state_reader.progress import progress
 from state_reader.providers.store_files import StoreFiles
 
@@ -60,7 +62,8 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        """Every store was checked and nothing failed (a store that could not be checked is not OK)."""
+        return not self.problems and not self.skipped
 
     def damaged_files(self) -> dict[str, int]:
         """File -> number of versions it broke, most damaging first."""
@@ -86,6 +89,33 @@ def _problem(op: int, store: str, pid: int | None, version: int | None, exc: Bas
     return Problem(op, store, pid, version, f"UNEXPECTED_{type(exc).__name__.upper()}", str(exc), None)
 
 
+def _shown_store(plan: StateReadPlan) -> str:
+    """The store, or the column family of a transformWithState store, a finding is about."""
+    return plan.variable.name if plan.variable is not None and plan.store_name == DEFAULT_STORE else plan.store_name
+
+
+def _plans(checkpoint: str, cp: Checkpoint, op: int, store: str, op_name: str | None, batch_id: int,
+           storage_options: dict[str, Any] | None) -> list[StateReadPlan]:
+    """The plans that together read every byte of one store at ``batch_id``.
+
+    One plan per store, except transformWithState: one per column family (every
+    state variable, its TTL index and counters, and the timers).
+    """
+    options = {"operator_id": op, "store_name": store, "batch_id": batch_id, "storage_options": storage_options}
+    if not operators.is_transform_with_state(op_name):
+        return [plan_state_read(from_kwargs(checkpoint, options), cp)]
+    meta = cp.operator_metadata(op, batch_id)
+    store_meta = meta.store(store) if meta is not None else None
+    if meta is None or store_meta is None:
+        raise RequiredOptionError(f"operator {op} ({op_name}) of {cp.location} has no metadata naming its "
+                                  "state variables")
+    names = user_variables(meta)
+    pick = {"state_var_name": names[0]} if names else {"read_registered_timers": True}
+    base = plan_state_read(from_kwargs(checkpoint, {**options, **pick}), cp)
+    return [dataclasses.replace(base, variable=var, key_schema=var.grouping_key, value_schema=var.family.value_schema)
+            for var in column_families(cp, meta, store_meta)]
+
+
 def verify_checkpoint(checkpoint: str, *, operator_id: int | None = None,
                       storage_options: dict[str, Any] | None = None,
                       show_progress: bool | None = None) -> VerifyReport:
@@ -102,17 +132,17 @@ def verify_checkpoint(checkpoint: str, *, operator_id: int | None = None,
     report = VerifyReport(checkpoint=cp.location, latest_batch=latest)
 
     work: list[tuple[StateReadPlan, int, list[int]]] = []
+    targets: list[tuple[int, str | None, StateReadPlan]] = []
     for op, store, op_name in operator_stores(cp, operator_id, None, latest):
         try:
-            plan = plan_state_read(from_kwargs(checkpoint, {
-                "operator_id": op, "store_name": store, "batch_id": latest, "storage_options": storage_options}),
-                cp)
+            targets.extend((op, op_name, plan) for plan in _plans(checkpoint, cp, op, store, op_name, latest,
+                                                                  storage_options))
         except (UnsupportedOptionError, RequiredOptionError) as exc:
             report.skipped.append({"operator_id": op, "store_name": store, "reason": exc.message})
-            continue
         except StateReaderError as exc:
             report.problems.append(_problem(op, store, None, None, exc))
-            continue
+    for op, op_name, plan in targets:
+        store = _shown_store(plan)
         partitions = []
         for pid in plan.partitions:
             try:
@@ -143,7 +173,7 @@ def verify_checkpoint(checkpoint: str, *, operator_id: int | None = None,
                     decode_columns(at_version, pid)
                     report.versions_ok += 1
                 except Exception as exc:  # every failure is a finding, ours or not
-                    report.problems.append(_problem(plan.operator_id, plan.store_name, pid, version, exc))
-                bar.advance(description=f"verifying operator {plan.operator_id} · {plan.store_name} · "
+                    report.problems.append(_problem(plan.operator_id, _shown_store(plan), pid, version, exc))
+                bar.advance(description=f"verifying operator {plan.operator_id} · {_shown_store(plan)} · "
                                         f"partition {pid}")
     return report

@@ -106,6 +106,29 @@ def plan_variable(cp: Checkpoint, metadata: OperatorMetadata, store: StoreInfo, 
     return StateVariable(name, kind, flatten, family)
 
 
+def user_variables(metadata: OperatorMetadata) -> list[str]:
+    """The state variables a transformWithState operator declares, in its metadata's order (no timers)."""
+    return [str(v.get("stateName")) for v in metadata.properties.get("stateVariables", [])
+            if not str(v.get("stateName", "")).startswith("$")]
+
+
+def column_families(cp: Checkpoint, metadata: OperatorMetadata, store: StoreInfo) -> list[StateVariable]:
+    """Every column family of a transformWithState store, each as a variable to decode.
+
+    The user's variables with their kinds, the timers, and Spark's own families
+    (TTL indexes ``$ttl_*``, list counters, the timers' second index), which are
+    decoded as plain key/value families: what ``verify`` needs to check every byte.
+    """
+    kinds = {str(v.get("stateName")): str(v.get("stateVariableType", VALUE))
+             for v in metadata.properties.get("stateVariables", [])}
+    timer_families = set(_TIMER_FAMILIES.values())
+    out = []
+    for name, family in sorted(family_schemas(cp, metadata.operator_id, store).items()):
+        kind = TIMERS if name in timer_families else kinds.get(name, VALUE) if not name.startswith("$") else VALUE
+        out.append(StateVariable(name, kind, True, family))
+    return out
+
+
 def family_schemas(cp: Checkpoint, operator_id: int, store: StoreInfo) -> dict[str, ColumnFamilySchema]:
     """Every column family's schema, from the schema v3 files operator metadata v2 names."""
     if not store.schema_file_paths:
