@@ -324,3 +324,22 @@ def test_join_column_families_in_stats_verify_and_show(checkpoints, name):
     assert side["store_name"] == "joinSide=left"
     assert side["row_count"] == state_reader.read_state(path, join_side="left").num_rows > 0
     assert all("matched" not in r["value"] for r in side["rows"])
+
+
+@pytest.mark.parametrize("name", ["agg_window", "rocksdb_cl_agg_window"])
+def test_show_with_a_limit_does_not_hide_an_unreadable_partition(checkpoints, tmp_path, name):
+    import shutil
+
+    cp = tmp_path / name
+    shutil.copytree(checkpoints(name), cp)
+    latest = max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
+    version = latest + 1
+    last = cp / "state" / "0" / "1"
+    removed = [p for p in last.iterdir() if p.name.split(".")[0] == str(version) or p.name.lstrip(".").split(".")[0]
+               == str(version)]
+    assert removed
+    for p in removed:
+        p.unlink()
+    for limit in ("1", "3", "10"):
+        proc = run("show", cp, "--limit", limit)
+        assert_one_line_error(proc, str(last))

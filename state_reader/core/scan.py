@@ -23,9 +23,10 @@ import pyarrow as pa
 
 from state_reader.core.decode import read_partition
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec, as_key_filter
-from state_reader.errors import InvalidOptionError
+from state_reader.errors import InvalidOptionError, MissingStateFileError
 from state_reader.model.plan import StateReadPlan
 from state_reader.progress import progress
+from state_reader.providers.store_files import StoreFiles, unique_id_for
 
 
 def read_threads() -> int:
@@ -61,6 +62,29 @@ def select_partitions(plan: StateReadPlan, partitions: Sequence[int] | None) -> 
             f"partition {', '.join(map(str, missing))} of operator {plan.operator_id} does not exist "
             f"under {where} (partitions: {have})", path=where)
     return list(dict.fromkeys(partitions))
+
+
+def require_files(plan: StateReadPlan, partitions: Sequence[int]) -> None:
+    """MissingStateFileError unless every file the plan's version needs exists in each partition.
+
+    Looks at file names only (one listing per partition). A read that stops at a
+    row limit uses it for the partitions it did not decode, so that what it shows
+    never hides a partition that cannot be read.
+    """
+    if plan.join is not None or plan.is_change_feed or plan.snapshot_start_version is not None:
+        return  # those read other stores or versions than the plan's own; their reads check as they go
+    for pid in partitions:
+        directory = plan.store_dir(pid)
+        files = StoreFiles(plan.storage, directory, plan.provider, plan.codec)
+        unique_id = unique_id_for(plan.checkpoint, files, plan.version, plan.operator_id, pid, plan.store_name)
+        needed = files.version_files(plan.version, unique_id)
+        if not needed.complete:
+            missing = [name for name in needed.files if "/" not in name and name not in files.sizes] or needed.files
+            shown = plan.storage.display(directory)
+            raise MissingStateFileError(
+                f"partition {pid} of operator {plan.operator_id} cannot be read at batch {plan.batch_id}: "
+                f"{shown} lacks {', '.join(missing[:3])} (version {plan.version} is rebuilt from "
+                f"{', '.join(needed.files[:6]) or 'files that are not there'})", path=shown)
 
 
 def partition_batches(plan: StateReadPlan, partition_id: int,

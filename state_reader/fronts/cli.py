@@ -28,7 +28,7 @@ from rich.text import Text
 from state_reader._version import __version__
 from state_reader.core.options import from_kwargs
 from state_reader.core.planner import plan_state_read
-from state_reader.core.scan import read_table
+from state_reader.core.scan import read_table, require_files
 from state_reader.errors import StateReaderError
 from state_reader.fronts.changefeed import change_counts, changes
 from state_reader.fronts.export import export_state
@@ -267,6 +267,8 @@ def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch
     truncated = bool(limit) and table.num_rows > limit
     if truncated:
         table = table.slice(0, limit)
+        # the limit stopped the read early: the partitions it did not decode must still be readable
+        require_files(plan, list(partitions) or plan.partitions)
     where = {"operator_id": plan.operator_id, "store_name": _shown_store(plan, store_name, join_side),
              "batch_id": plan.batch_id, "version": plan.version, "partitions": list(partitions) or plan.partitions}
     if as_json:
