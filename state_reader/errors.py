@@ -8,7 +8,9 @@ what was wrong with it.
 
 from __future__ import annotations
 
+import difflib
 import functools
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -203,8 +205,19 @@ def public_api(func: _F) -> _F:
     else as :class:`UnexpectedError` naming the checkpoint.
     """
 
+    signature = inspect.signature(func)
+
     @functools.wraps(func)
     def boundary(checkpoint: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            signature.bind(checkpoint, *args, **kwargs)
+        except TypeError as exc:
+            unknown = [k for k in kwargs if k not in signature.parameters]
+            if not unknown:
+                raise InvalidOptionError(f"{func.__name__}(): {exc}") from None
+            guess = difflib.get_close_matches(unknown[0], list(signature.parameters), n=1, cutoff=0.6)
+            hint = f"; did you mean '{guess[0]}'?" if guess else ""
+            raise InvalidOptionError(f"{func.__name__}() has no argument '{unknown[0]}'{hint}") from None
         with unexpected_errors_as_ours(str(checkpoint)):
             return func(checkpoint, *args, **kwargs)
 

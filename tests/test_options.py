@@ -142,3 +142,22 @@ def test_snake_case_options_map_mechanically():
     for camel in ("batchId", "operatorId", "storeName", "joinSide", "readChangeFeed", "changeStartBatchId",
                   "snapshotStartBatchId", "stateVarName", "readRegisteredTimers", "flattenCollectionTypes"):
         assert camel_case(snake_case(camel)) == camel
+
+
+def test_misspelled_options_name_the_closest_valid_one(spark, checkpoints):
+    from state_reader.core.options import StateStoreOptions
+
+    path = checkpoints("agg_window")
+    with pytest.raises(errors.InvalidOptionError, match=r"'batchIdd'.*did you mean 'batchId'"):
+        StateStoreOptions.parse({"path": path, "batchIdd": "2"})
+    with pytest.raises(errors.InvalidOptionError, match=r"did you mean 'batch_id'"):
+        state_reader.read_state(path, batch_idd=2)
+    with pytest.raises(errors.InvalidOptionError, match=r"did you mean 'join_side'"):
+        state_reader.read_state(path, joinSde="left")
+    with pytest.raises(Exception, match=r"(?i)Unknown option 'joinSde'; did you mean 'joinSide'"):
+        spark.read.format("state_reader.statestore").option("joinSde", "left").load(path).collect()
+    with pytest.raises(Exception, match=r"(?i)Unknown option 'inferMissingMetadta'; did you mean 'inferMissingMetadata'"):
+        spark.read.format("state_reader.state-metadata").option("inferMissingMetadta", "true").load(path).collect()
+    # storage.<name> options and the data source's own partitionsPerTask stay accepted
+    assert spark.read.format("state_reader.statestore").option("storage.anon", "false") \
+        .option("PartitionsPerTask", "1").load(path).count() > 0

@@ -8,9 +8,10 @@ same options in snake_case; :func:`camel_case` maps them mechanically.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,8 @@ CHANGE_FEED_FROM_SNAPSHOTS = "changeFeedFromSnapshots"
 STORAGE_OPTIONS = "storageOptions"
 VERIFY_CHECKSUMS = "verifyChecksums"
 STORAGE_PREFIX = "storage."
+# read by the data source front only: how many state partitions one Spark task reads
+PARTITIONS_PER_TASK = "partitionsPerTask"
 
 JOIN_SIDES = ("left", "right", "none")
 
@@ -57,11 +60,40 @@ def snake_case(name: str) -> str:
     return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
 
 
-class _Options:
-    """Case-insensitive view of string options, as Spark's CaseInsensitiveStringMap."""
+STATESTORE_OPTIONS = (PATH, BATCH_ID, OPERATOR_ID, STORE_NAME, JOIN_SIDE, SNAPSHOT_START_BATCH_ID,
+                      SNAPSHOT_PARTITION_ID, READ_CHANGE_FEED, CHANGE_START_BATCH_ID, CHANGE_END_BATCH_ID,
+                      STATE_VAR_NAME, READ_REGISTERED_TIMERS, FLATTEN_COLLECTION_TYPES, CHANGE_FEED_FROM_SNAPSHOTS,
+                      STORAGE_OPTIONS, VERIFY_CHECKSUMS, PARTITIONS_PER_TASK)
+METADATA_OPTIONS = (PATH, BATCH_ID, INFER_MISSING_METADATA, INCLUDE_HIDDEN_COLUMNS, STORAGE_OPTIONS,
+                    VERIFY_CHECKSUMS)
 
-    def __init__(self, options: Mapping[str, Any]) -> None:
+
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The known name ``name`` most likely misspells (case-insensitive), or None."""
+    by_lower = {k.lower(): k for k in known}
+    match = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    return by_lower[match[0]] if match else None
+
+
+class _Options:
+    """Case-insensitive view of string options, as Spark's CaseInsensitiveStringMap.
+
+    Unlike Spark's reader, an option name it does not know is an error (with the
+    closest valid name), so a misspelled option never silently reads something else.
+    """
+
+    def __init__(self, options: Mapping[str, Any], known: tuple[str, ...]) -> None:
         self._map = {str(k).lower(): v for k, v in options.items() if v is not None}
+        valid = {k.lower() for k in known}
+        for name in options:
+            name = str(name)
+            if name.lower() in valid or name.lower().startswith(STORAGE_PREFIX):
+                continue
+            guess = closest(name, known)
+            hint = f"; did you mean '{guess}'?" if guess else ""
+            raise InvalidOptionError(
+                f"Unknown option '{name}'{hint} (options: {', '.join(k for k in known if k != PATH)}, "
+                f"{STORAGE_PREFIX}<name>)")
 
     def get(self, name: str) -> str | None:
         value = self._map.get(name.lower())
@@ -149,7 +181,7 @@ class StateStoreOptions:
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> StateStoreOptions:
         """Validate options given by name (case-insensitive), in Spark's order of checks."""
-        opts = _Options(options)
+        opts = _Options(options, STATESTORE_OPTIONS)
         path = opts.get(PATH)
         if path is None or path == "":
             raise RequiredOptionError(f"'{PATH}' must be specified.")
@@ -245,7 +277,7 @@ class StateMetadataOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> StateMetadataOptions:
-        opts = _Options(options)
+        opts = _Options(options, METADATA_OPTIONS)
         path = opts.get(PATH)
         if path is None or path == "":
             raise RequiredOptionError(f"'{PATH}' must be specified.")

@@ -21,7 +21,7 @@ from pyspark.sql.types import StructType as SparkStructType
 
 from state_reader.core.key_filter import And, Comparison, InList, KeyFilter, Not, NullCheck, Predicate, evaluate
 from state_reader.core.metadata import metadata_schema, read_metadata_table
-from state_reader.core.options import StateMetadataOptions
+from state_reader.core.options import PARTITIONS_PER_TASK, StateMetadataOptions
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import iter_batches
 from state_reader.errors import InvalidOptionError, UnsupportedTypeError, unexpected_errors_as_ours
@@ -33,7 +33,6 @@ STATE_METADATA = "state_reader.state-metadata"
 
 
 # Data source option (ours): state partitions read by one Spark input partition.
-PARTITIONS_PER_TASK = "partitionsPerTask"
 
 
 class _StatePartition(InputPartition):
