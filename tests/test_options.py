@@ -156,7 +156,8 @@ def test_misspelled_options_name_the_closest_valid_one(spark, checkpoints):
         state_reader.read_state(path, joinSde="left")
     with pytest.raises(Exception, match=r"(?i)Unknown option 'joinSde'; did you mean 'joinSide'"):
         spark.read.format("state_reader.statestore").option("joinSde", "left").load(path).collect()
-    with pytest.raises(Exception, match=r"(?i)Unknown option 'inferMissingMetadta'; did you mean 'inferMissingMetadata'"):
+    misspelled = r"(?i)Unknown option 'inferMissingMetadta'; did you mean 'inferMissingMetadata'"
+    with pytest.raises(Exception, match=misspelled):
         spark.read.format("state_reader.state-metadata").option("inferMissingMetadta", "true").load(path).collect()
     # storage.<name> options and the data source's own partitionsPerTask stay accepted
     assert spark.read.format("state_reader.statestore").option("storage.anon", "false") \
