@@ -20,11 +20,12 @@ import pyarrow as pa
 
 from state_reader._version import __version__ as __version__
 from state_reader.core.key_filter import KeyFilterSpec
+from state_reader.core.live import read_consistently
 from state_reader.core.metadata import read_metadata_table
 from state_reader.core.options import from_kwargs
-from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table
 from state_reader.errors import (
+    BatchNotRetainedError,
     ChecksumMismatchError,
     CodecUnavailableError,
     CommittedBatchUnavailableError,
@@ -38,6 +39,7 @@ from state_reader.errors import (
     OffsetLogUnavailableError,
     OffsetMetadataUnavailableError,
     OperatorMetadataReadError,
+    ReadOutpacedError,
     RequiredOptionError,
     RowDecodeError,
     SchemaReadError,
@@ -56,6 +58,7 @@ from state_reader.fronts.plotting import plot_state_size
 from state_reader.fronts.stats import stats
 
 __all__ = [
+    "BatchNotRetainedError",
     "ChecksumMismatchError",
     "CodecUnavailableError",
     "CommittedBatchUnavailableError",
@@ -69,6 +72,7 @@ __all__ = [
     "OffsetLogUnavailableError",
     "OffsetMetadataUnavailableError",
     "OperatorMetadataReadError",
+    "ReadOutpacedError",
     "RequiredOptionError",
     "RowDecodeError",
     "SchemaReadError",
@@ -134,8 +138,8 @@ def read_state(
     path = options.pop("checkpoint")
     key_filter = options.pop("key_filter")
     exact = options.pop("exact_schema")
-    plan = plan_state_read(from_kwargs(path, options))
-    table = read_table(plan, key_filter=key_filter, show_progress=False)
+    table = read_consistently(from_kwargs(path, options),
+                              lambda plan: read_table(plan, key_filter=key_filter, show_progress=False))
     return table if exact else with_unique_field_names(table)
 
 

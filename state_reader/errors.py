@@ -126,6 +126,18 @@ class MissingStateFileError(StateReaderError):
 # --- file contents ---------------------------------------------------------
 
 
+class BatchNotRetainedError(MissingStateFileError):
+    """The requested batch is older than what the checkpoint still keeps: the query cleaned it up."""
+
+    error_class = "STATE_READER_BATCH_NOT_RETAINED"
+
+
+class ReadOutpacedError(MissingStateFileError):
+    """A running query committed and cleaned up faster than every attempt to read its latest batch."""
+
+    error_class = "STATE_READER_CHECKPOINT_CLEANED_UP_DURING_READ"
+
+
 class CorruptFileError(StateReaderError):
     """A file's bytes do not follow the format they should."""
 

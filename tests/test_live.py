@@ -37,10 +37,11 @@ def _committed(cp: Path) -> list[int]:
         return []
 
 
-def _feed(input_dir: Path, staging: Path, stop: threading.Event) -> None:
+def _feed(input_dir: Path, staging: Path, stop: threading.Event, files: int = INPUT_FILES,
+          every: float = FILE_EVERY_SECONDS) -> None:
     """Write the input files one by one, each atomically (a file source may list a file being written)."""
-    for i in range(INPUT_FILES):
-        if stop.wait(FILE_EVERY_SECONDS):
+    for i in range(files):
+        if stop.wait(every):
             return
         rows = [{"k": f"k{(i * 7 + j) % 23}", "v": i * 100 + j, "tag": "x" * (j % 5)} for j in range(9)]
         tmp = staging / f"part-{i:04d}.json"
@@ -113,3 +114,114 @@ def test_reads_of_a_running_query(spark, tmp_path, confs):
         assert any(builtin[b] == rows for b in range(lo, hi + 1)), \
             f"a default read during batches {lo}..{hi} returned the state of none of them"
     assert via_spark and len(pinned) >= 20, f"only {len(pinned)} live reads, {len(via_spark)} through Spark"
+
+
+# -- a query that cleans up fast, read through a filesystem as slow as an object store -------------
+
+RETAIN = 2
+SLOW_SECONDS = 0.03
+# opening a state file takes longer still, which widens the window between listing a store and
+# reading its files, where the query's cleanup deletes them
+SLOW_STATE_FILE_SECONDS = 0.2
+CLEANUP_FILES = 36  # input files (one batch each) of the fast-cleaning query
+CLEANUP_EVERY = 0.25
+
+
+def _slow_filesystem() -> str:
+    """Register ``slowfile://``: the local filesystem with latency added to every open, listing and info."""
+    import fsspec
+    from fsspec.implementations.local import LocalFileSystem
+
+    class SlowFileSystem(LocalFileSystem):
+        protocol = "slowfile"
+
+        def _open(self, path, *args, **kwargs):
+            state_file = str(path).endswith((".delta", ".snapshot", ".zip", ".changelog"))
+            time.sleep(SLOW_STATE_FILE_SECONDS if state_file else SLOW_SECONDS)
+            return super()._open(path, *args, **kwargs)
+
+        def ls(self, *args, **kwargs):
+            time.sleep(SLOW_SECONDS)
+            return super().ls(*args, **kwargs)
+
+        def info(self, *args, **kwargs):
+            time.sleep(SLOW_SECONDS)
+            return super().info(*args, **kwargs)
+
+    fsspec.register_implementation("slowfile", SlowFileSystem, clobber=True)
+    return "slowfile://"
+
+
+def _true_state(batch: int) -> list[tuple]:
+    """The aggregation's state after ``batch``: batch b took input files 0..b, one per batch (see _feed)."""
+    state: dict[str, tuple[int, int, str]] = {}
+    for i in range(batch + 1):
+        for j in range(9):
+            k, v, tag = f"k{(i * 7 + j) % 23}", i * 100 + j, "x" * (j % 5)
+            n, total, top = state.get(k, (0, 0, ""))
+            state[k] = (n + 1, total + v, max(top, tag))
+    return sorted((k, *v) for k, v in state.items())
+
+
+def _rows(table) -> list[tuple]:
+    keys = table.column("key").to_pylist()
+    values = table.column("value").to_pylist()
+    # the aggregation buffer's fields, by position: count, sum, max
+    return sorted((k["k"], *v.values()) for k, v in zip(keys, values, strict=True))
+
+
+@pytest.mark.parametrize("confs", [HDFS, ROCKSDB_CHANGELOG], ids=["hdfs", "rocksdb"])
+def test_latest_reads_of_a_query_that_cleans_up_never_fail(spark, tmp_path, confs):
+    """minBatchesToRetain=2 and maintenance every 100 ms: files of the batch a read planned get deleted
+    while it reads. Each latest read must still succeed and equal the true state of the batch its
+    schema metadata names; an explicit batch that is gone says which batches are retained."""
+    scheme = _slow_filesystem()
+    input_dir, staging, cp = tmp_path / "input", tmp_path / "staging", tmp_path / "checkpoint"
+    input_dir.mkdir()
+    staging.mkdir()
+    confs = {**confs, "spark.sql.streaming.minBatchesToRetain": str(RETAIN)}
+    saved = {k: spark.conf.get(k, None) for k in confs}
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        stream = (spark.readStream.schema("k string, v long, tag string").option("maxFilesPerTrigger", 1)
+                  .json(str(input_dir)).groupBy("k")
+                  .agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("total"), F.max("tag").alias("tag")))
+        query = (stream.writeStream.format("noop").outputMode("update").option("checkpointLocation", str(cp))
+                 .trigger(processingTime="100 milliseconds").start())
+    finally:
+        for key, value in saved.items():
+            spark.conf.unset(key) if value is None else spark.conf.set(key, value)
+    stop = threading.Event()
+    feeder = threading.Thread(target=_feed, args=(input_dir, staging, stop, CLEANUP_FILES, CLEANUP_EVERY),
+                              daemon=True)
+    feeder.start()
+    results: list[tuple[int, list[tuple]]] = []
+    failures: list[str] = []
+    purged_errors: list[str] = []
+    deadline = time.monotonic() + LIVE_SECONDS_MAX
+    try:
+        while time.monotonic() < deadline:
+            committed = _committed(cp)
+            if committed:
+                try:
+                    table = state_reader.read_state(scheme + str(cp))
+                    results.append((int(table.schema.metadata[b"state_reader.batch_id"]), _rows(table)))
+                except Exception as exc:  # every failure of a live read is a finding
+                    failures.append(repr(exc)[:500])
+                if committed[-1] > RETAIN + 2:
+                    with pytest.raises(state_reader.BatchNotRetainedError) as caught:
+                        state_reader.read_state(str(cp), batch_id=0)
+                    purged_errors.append(str(caught.value))
+                if committed[-1] >= CLEANUP_FILES - 1:
+                    break
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        feeder.join(timeout=10)
+        query.stop()
+    assert not failures, failures[:3]
+    assert len({b for b, _ in results}) >= 5, f"reads saw only batches {sorted({b for b, _ in results})}"
+    for batch, rows in results:
+        assert rows == _true_state(batch), f"a live read reported batch {batch} but holds other state"
+    assert purged_errors and all("minBatchesToRetain" in m and "Committed batches now" in m for m in purged_errors)

@@ -93,7 +93,7 @@ def test_spark_free_reads_s3_and_s3a(s3, checkpoints, name):
 
 def test_data_source_reads_s3_with_storage_options(spark, s3, checkpoints):
     local = checkpoints("rocksdb_cl_agg_window")
-    expected = arrow_rows(state_reader.read_state(local))
+    expected = arrow_rows(state_reader.read_state(local, exact_schema=True))
     url = f"s3a://{BUCKET}/rocksdb_cl_agg_window"
     as_json = spark.read.format("state_reader.statestore").option("storageOptions", json.dumps(s3.options()))
     assert spark_rows(as_json.load(url)) == expected
@@ -101,7 +101,8 @@ def test_data_source_reads_s3_with_storage_options(spark, s3, checkpoints):
     by_name = spark.read.format("state_reader.statestore")
     for key, value in s3.options().items():
         by_name = by_name.option(f"storage.{key}", value if isinstance(value, str) else json.dumps(value))
-    assert spark_rows(by_name.option("batchId", 3).load(url)) == arrow_rows(state_reader.read_state(local, batch_id=3))
+    assert spark_rows(by_name.option("batchId", 3).load(url)) == arrow_rows(
+        state_reader.read_state(local, batch_id=3, exact_schema=True))
     meta = spark.read.format("state_reader.state-metadata").option("storageOptions", json.dumps(s3.options()))
     assert spark_rows(meta.load(url)) == arrow_rows(state_reader.read_metadata(local))
 

@@ -152,6 +152,18 @@ def iter_batches(plan: StateReadPlan, *, key_filter: KeyFilterSpec | KeyFilter |
             bar.advance()
 
 
+def result_metadata(plan: StateReadPlan) -> dict[str, str]:
+    """What a result was read at, for its Arrow schema metadata (``state_reader.batch_id`` and so on)."""
+    meta = {"state_reader.batch_id": str(plan.batch_id), "state_reader.operator_id": str(plan.operator_id),
+            "state_reader.store_name": plan.store_name}
+    if plan.variable is not None:
+        meta["state_reader.column_family"] = plan.variable.name
+    if plan.change_start_batch_id is not None:
+        meta["state_reader.change_start_batch_id"] = str(plan.change_start_batch_id)
+    return meta
+
+
 def read_table(plan: StateReadPlan, **kwargs: Any) -> pa.Table:
-    """:func:`iter_batches` collected into one table with the plan's schema."""
-    return pa.Table.from_batches(list(iter_batches(plan, **kwargs)), schema=plan.arrow_schema)
+    """:func:`iter_batches` collected into one table with the plan's schema, its metadata naming the batch."""
+    schema = plan.arrow_schema.with_metadata(result_metadata(plan))
+    return pa.Table.from_batches(list(iter_batches(plan, **kwargs)), schema=schema)

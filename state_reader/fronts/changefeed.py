@@ -14,20 +14,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
+from state_reader.core.live import read_consistently
 from state_reader.core.options import from_kwargs
-from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table
 from state_reader.errors import public_api
 from state_reader.fronts.flatten import with_unique_field_names
-from state_reader.model.plan import StateReadPlan
 
 
-def plan_changes(checkpoint: str, start: int, end: int | None = None, *, operator_id: int | None = None,
-                 store_name: str | None = None, storage_options: dict[str, Any] | None = None) -> StateReadPlan:
-    """The read plan of the change feed ``start``..``end`` (end: the latest committed batch)."""
-    return plan_state_read(from_kwargs(checkpoint, {
+def change_options(checkpoint: str, start: int, end: int | None = None, *, operator_id: int | None = None,
+                   store_name: str | None = None, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The data source options of the change feed ``start``..``end`` (end: the latest committed batch)."""
+    return from_kwargs(checkpoint, {
         "read_change_feed": True, "change_start_batch_id": start, "change_end_batch_id": end,
-        "operator_id": operator_id, "store_name": store_name, "storage_options": storage_options}))
+        "operator_id": operator_id, "store_name": store_name, "storage_options": storage_options})
 
 
 def sort_changes(table: pa.Table) -> pa.Table:
@@ -52,9 +51,10 @@ def changes(checkpoint: str, start: int, end: int | None = None, *, operator_id:
     sorted by batch and partition. ``end`` defaults to the latest committed
     batch; ``key_filter`` and ``exact_schema`` as in ``read_state``.
     """
-    plan = plan_changes(checkpoint, start, end, operator_id=operator_id, store_name=store_name,
-                        storage_options=storage_options)
-    table = sort_changes(read_table(plan, key_filter=key_filter, show_progress=show_progress))
+    options = change_options(checkpoint, start, end, operator_id=operator_id, store_name=store_name,
+                             storage_options=storage_options)
+    table = read_consistently(options, lambda plan: sort_changes(read_table(plan, key_filter=key_filter,
+                                                                            show_progress=show_progress)))
     return table if exact_schema else with_unique_field_names(table)
 
 

@@ -16,7 +16,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import pyarrow as pa
@@ -26,8 +26,8 @@ from rich.table import Table
 from rich.text import Text
 
 from state_reader._version import __version__
+from state_reader.core.live import read_consistently
 from state_reader.core.options import from_kwargs
-from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table, require_files
 from state_reader.errors import StateReaderError
 from state_reader.fronts.changefeed import change_counts, changes
@@ -171,9 +171,14 @@ def store_read_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def _plan(checkpoint: str, storage_option: Sequence[str], **kwargs: Any) -> StateReadPlan:
+T = TypeVar("T")
+
+
+def _read(checkpoint: str, storage_option: Sequence[str], read: Callable[[StateReadPlan], T], **kwargs: Any) -> T:
+    """``read(plan)`` of the options given, planned again if a running query cleans up under it."""
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
-    return plan_state_read(from_kwargs(checkpoint, {**kwargs, "storage_options": _storage_options(storage_option)}))
+    return read_consistently(from_kwargs(checkpoint, {**kwargs, "storage_options": _storage_options(storage_option)}),
+                             read)
 
 
 def _shown_store(plan: StateReadPlan, store_name: str | None, join_side: str | None) -> str:
@@ -259,16 +264,19 @@ def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch
          partitions: tuple[int, ...], key_filter: str | None, state_var_name: str | None, join_side: str | None,
          limit: int, layout: str, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """The state of one store at one batch, as a table."""
-    plan = _plan(checkpoint, storage_option, operator_id=operator_id, store_name=store_name, batch_id=batch_id,
-                 state_var_name=state_var_name, join_side=join_side)
-    # one row more than shown tells whether there are more
-    table = read_table(plan, key_filter=key_filter, partitions=list(partitions) or None,
-                       limit=(limit + 1) if limit else None)
-    truncated = bool(limit) and table.num_rows > limit
-    if truncated:
-        table = table.slice(0, limit)
-        # the limit stopped the read early: the partitions it did not decode must still be readable
-        require_files(plan, list(partitions) or plan.partitions)
+    def read(plan: StateReadPlan) -> tuple[StateReadPlan, pa.Table, bool]:
+        # one row more than shown tells whether there are more
+        table = read_table(plan, key_filter=key_filter, partitions=list(partitions) or None,
+                           limit=(limit + 1) if limit else None)
+        truncated = bool(limit) and table.num_rows > limit
+        if truncated:
+            # the limit stopped the read early: the partitions it did not decode must still be readable
+            require_files(plan, list(partitions) or plan.partitions)
+            table = table.slice(0, limit)
+        return plan, table, truncated
+
+    plan, table, truncated = _read(checkpoint, storage_option, read, operator_id=operator_id, store_name=store_name,
+                                   batch_id=batch_id, state_var_name=state_var_name, join_side=join_side)
     where = {"operator_id": plan.operator_id, "store_name": _shown_store(plan, store_name, join_side),
              "batch_id": plan.batch_id, "version": plan.version, "partitions": list(partitions) or plan.partitions}
     if as_json:
@@ -445,10 +453,12 @@ def export(checkpoint: str, out: str, fmt: str | None, operator_id: int | None, 
            batch_id: int | None, partitions: tuple[int, ...], key_filter: str | None, state_var_name: str | None,
            join_side: str | None, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """Write the state of one store at one batch to a file."""
-    plan = _plan(checkpoint, storage_option, operator_id=operator_id, store_name=store_name, batch_id=batch_id,
-                 state_var_name=state_var_name, join_side=join_side)
+    plan, result = _read(checkpoint, storage_option,
+                         lambda plan: (plan, export_state(plan, out, fmt=fmt, key_filter=key_filter,
+                                                          partitions=list(partitions) or None)),
+                         operator_id=operator_id, store_name=store_name, batch_id=batch_id,
+                         state_var_name=state_var_name, join_side=join_side)
     shown_store = _shown_store(plan, store_name, join_side)
-    result = export_state(plan, out, fmt=fmt, key_filter=key_filter, partitions=list(partitions) or None)
     size = os.path.getsize(out)
     if as_json:
         _emit_json({"path": out, "format": result.format, "rows": result.rows, "partitions": result.partitions,
