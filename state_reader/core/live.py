@@ -23,7 +23,6 @@ from state_reader.errors import (
     MissingStateFileError,
     OffsetLogUnavailableError,
     ReadOutpacedError,
-    SchemaReadError,
     StateReaderError,
 )
 from state_reader.io.storage import Storage
@@ -38,8 +37,7 @@ SECONDS = 120.0
 RETENTION_CONF = "spark.sql.streaming.minBatchesToRetain"
 
 # what a file or log entry deleted between planning and reading looks like
-_GONE = (MissingStateFileError, CommittedBatchUnavailableError, OffsetLogUnavailableError, SchemaReadError,
-         FileNotFoundError)
+_GONE = (MissingStateFileError, CommittedBatchUnavailableError, OffsetLogUnavailableError, FileNotFoundError)
 
 
 def _span(batches: list[int]) -> str:
@@ -54,32 +52,37 @@ def read_consistently(options: Mapping[str, Any] | StateStoreOptions, read: Call
     started = time.monotonic()
     planned: list[int] = []
     while True:
-        plan: StateReadPlan | None = None
+        storage = Storage(opts.path, opts.storage_options, verify_checksums=False)
+        before = _committed(storage)
         try:
-            plan = plan_state_read(opts)
-            return read(plan)
+            return read(plan_state_read(opts))
         except _GONE as exc:
-            # a fresh view: what the checkpoint holds now
-            now = Checkpoint(Storage(opts.path, opts.storage_options, verify_checksums=False))
-            try:
-                committed = now.committed_batches
-            except StateReaderError:
-                committed = []
-            batch = plan.batch_id if plan is not None else requested
-            if batch is not None:
-                planned.append(batch)
-            moved_on = bool(committed) and (batch is None or committed[-1] > batch)
-            if not moved_on:
-                raise  # nothing newer was committed: the checkpoint is damaged, not busy
+            now = Checkpoint(storage).location
+            committed = _committed(storage)
             if requested is not None:
-                raise BatchNotRetainedError(
-                    f"batch {requested} of {now.location} is no longer retained: the query has cleaned up "
-                    f"what it needs ({exc.message if isinstance(exc, StateReaderError) else exc}). Committed "
-                    f"batches now: {_span(committed)}; {RETENTION_CONF} sets how many the query keeps.",
-                    path=now.location) from exc
+                # purged before the read began, or cleaned up while it ran; else the files are damaged
+                purged = bool(committed) and requested < committed[0]
+                if purged or (committed != before and requested < committed[-1]):
+                    raise BatchNotRetainedError(
+                        f"batch {requested} of {now} is no longer retained: the query has cleaned up what it "
+                        f"needs ({exc.message if isinstance(exc, StateReaderError) else exc}). Committed batches "
+                        f"now: {_span(committed)}; {RETENTION_CONF} sets how many the query keeps.",
+                        path=now) from exc
+                raise
+            if not before or not committed or committed[-1] <= before[-1]:
+                raise  # nothing newer was committed: the checkpoint is damaged, not busy
+            planned.append(before[-1])
             if len(planned) >= attempts or time.monotonic() - started > seconds:
                 raise ReadOutpacedError(
-                    f"the query writing {now.location} commits and cleans up faster than its latest batch can be "
-                    f"read: {len(planned)} attempts (batches {', '.join(map(str, planned))}) each lost files to "
+                    f"the query writing {now} commits and cleans up faster than its latest batch can be read: "
+                    f"{len(planned)} attempts (batches {', '.join(map(str, planned))}) each lost files to "
                     f"cleanup. Pass batch_id of a retained batch (now {_span(committed)}), raise {RETENTION_CONF}, "
-                    "or read a copy of the checkpoint.", path=now.location) from exc
+                    "or read a copy of the checkpoint.", path=now) from exc
+
+
+def _committed(storage: Storage) -> list[int]:
+    """The committed batches as listed now (a fresh listing, no cached view)."""
+    try:
+        return Checkpoint(storage).committed_batches
+    except StateReaderError:
+        return []

@@ -10,7 +10,10 @@ checksum sidecars beside it, when there are any (see :mod:`state_reader.io.integ
 
 from __future__ import annotations
 
+import errno
+import os
 import posixpath
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +24,12 @@ from state_reader.io.integrity import SIDECAR_SUFFIX, hadoop_sidecar, spark_side
 
 # Hadoop's scheme names for S3 that fsspec does not know under those names.
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
+
+
+def io_threads() -> int:
+    """Files fetched at once by :meth:`Storage.read_many`: STATE_READER_IO_THREADS, else 16 (1: one by one)."""
+    setting = os.environ.get("STATE_READER_IO_THREADS", "").strip()
+    return int(setting) if setting.isdigit() and int(setting) > 0 else 16
 
 
 def _split_url(url: str) -> tuple[str, str, str]:
@@ -165,6 +174,27 @@ class Storage:
         if self.verify_checksums:
             self._verify(rel, data)
         return data
+
+    def read_many(self, rels: list[str]) -> list[bytes]:
+        """:meth:`read_bytes` of each of ``rels``, in order, fetched concurrently.
+
+        On an object store a read is latency-bound; fetching the files one version
+        needs at once takes about one round trip instead of one per file, and leaves
+        a running query's cleanup less time to delete them under the read. The
+        first missing file (in ``rels`` order) raises FileNotFoundError whose
+        ``filename`` is its ``rel``.
+        """
+        def fetch(rel: str) -> bytes:
+            try:
+                return self.read_bytes(rel)
+            except FileNotFoundError as exc:
+                raise FileNotFoundError(errno.ENOENT, "no such file", rel) from exc
+
+        threads = min(len(rels), io_threads())
+        if threads <= 1:
+            return [fetch(rel) for rel in rels]
+        with ThreadPoolExecutor(threads, thread_name_prefix="state_reader_io") as pool:
+            return list(pool.map(fetch, rels))
 
     def _read_raw(self, rel: str) -> bytes:
         try:

@@ -228,13 +228,11 @@ class HDFSStore:
         records of each file and whether the numba kernels are in use. lz4
         streams are decompressed straight into place.
         """
-        raws = []
-        for version, kind in files:
-            rel = f"{self.directory}/{state_file_name(version, kind)}"
-            try:
-                raws.append(self.storage.read_bytes(rel))
-            except FileNotFoundError:
-                raise self._missing(version, kind) from None
+        rels = [f"{self.directory}/{state_file_name(version, kind)}" for version, kind in files]
+        try:
+            raws = self.storage.read_many(rels)
+        except FileNotFoundError as exc:
+            raise self._missing(*files[rels.index(exc.filename)]) from None
         shown = [self.storage.display(f"{self.directory}/{state_file_name(v, k)}") for v, k in files]
         # sizes first, so everything lands in one allocation
         sizes: list[int] = []

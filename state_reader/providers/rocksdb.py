@@ -203,7 +203,7 @@ class RocksDBStore:
         meta = snapshot_zip.parse_metadata(metadata, shown)
         ssts: dict[snapshot_zip.DataFile, bytes] = {}
         if self._sst_wanted(meta, wal_bytes):
-            ssts = {f: self._read_data_file(snapshot_zip.SST_DIR, f, shown) for f in meta.sst_files}
+            ssts = self._read_data_files(snapshot_zip.SST_DIR, meta.sst_files, shown)
             try:
                 sst_dir = f"{self.directory}/{snapshot_zip.SST_DIR}"
                 rows = read_sst_rows([(data, self.storage.display(f"{sst_dir}/{f.dfs_name}"))
@@ -220,10 +220,11 @@ class RocksDBStore:
             snapshot_zip.extract(raw, workdir, shown)
             del raw
             for sub, files in ((snapshot_zip.SST_DIR, meta.sst_files), (snapshot_zip.LOG_DIR, meta.log_files)):
-                for f in files:
+                for f in files:  # one at a time: each is written out before the next is fetched
                     data = ssts.pop(f, None) if sub == snapshot_zip.SST_DIR else None
-                    self._write_data_file(data if data is not None else self._read_data_file(sub, f, shown),
-                                          f, workdir, shown)
+                    if data is None:
+                        data = self._read_data_files(sub, [f], shown)[f]
+                    self._write_data_file(data, f, workdir, shown)
             keys, values = rocksdict_db.read_db(workdir, shown)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -255,19 +256,23 @@ class RocksDBStore:
         raw = self._read(name, self._missing(*chosen, "zip", "it names the column family ids"))
         return snapshot_zip.read_column_families(raw, shown)
 
-    def _read_data_file(self, sub: str, f: snapshot_zip.DataFile, zip_shown: str) -> bytes:
-        """An SST or log file a snapshot lists, checked against its recorded size."""
-        rel = f"{self.directory}/{sub}/{f.dfs_name}"
-        shown = self.storage.display(rel)
+    def _read_data_files(self, sub: str, files: list[snapshot_zip.DataFile],
+                         zip_shown: str) -> dict[snapshot_zip.DataFile, bytes]:
+        """The SST or log files a snapshot lists (fetched at once), each checked against its recorded size."""
+        rels = [f"{self.directory}/{sub}/{f.dfs_name}" for f in files]
         try:
-            data = self.storage.read_bytes(rel)
-        except FileNotFoundError:
+            contents = self.storage.read_many(rels)
+        except FileNotFoundError as exc:
+            f = files[rels.index(exc.filename)]
+            shown = self.storage.display(exc.filename)
             raise MissingStateFileError(
                 f"{shown} does not exist; the snapshot {zip_shown} lists it as {f.local_name}", path=shown) from None
-        if f.size >= 0 and len(data) != f.size:
-            raise CorruptFileError(
-                f"{shown} has {len(data)} bytes but the snapshot {zip_shown} records {f.size}", path=shown)
-        return data
+        for f, rel, data in zip(files, rels, contents, strict=True):
+            if f.size >= 0 and len(data) != f.size:
+                shown = self.storage.display(rel)
+                raise CorruptFileError(
+                    f"{shown} has {len(data)} bytes but the snapshot {zip_shown} records {f.size}", path=shown)
+        return dict(zip(files, contents, strict=True))
 
     def _write_data_file(self, data: bytes, f: snapshot_zip.DataFile, workdir: str, zip_shown: str) -> None:
         """Write a data file under its local name into the private temporary directory."""
