@@ -47,3 +47,33 @@ def test_file_urls_and_relative_paths(checkpoints, monkeypatch):
     assert arrow_rows(state_reader.read_state("file:" + path)) == expected
     monkeypatch.chdir(os.path.dirname(path))
     assert arrow_rows(state_reader.read_state(os.path.basename(path))) == expected
+
+
+def test_bare_install_gives_a_working_command_line(checkpoints, tmp_path):
+    """``pip install state-reader`` with no extras: every command that does not draw works; plot says in one
+    line which extra it needs; the README's Spark-free example runs up to to_pandas(), which names pandas."""
+    import os
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = venv / "bin" / "python"
+    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(root)],
+                         capture_output=True, text=True, timeout=900)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    for absent in ("pyspark", "matplotlib", "pandas"):
+        probe = subprocess.run([str(py), "-c", f"import {absent}"], capture_output=True, timeout=120)
+        assert probe.returncode != 0, f"{absent} came with a bare install"
+    exe = venv / "bin" / "state-reader"
+    path = checkpoints("agg_window")
+    env = {**os.environ, "COLUMNS": "200"}
+    env.pop("PYTHONPATH", None)  # the installed package, not this checkout
+    for args in (["--version"], ["metadata", path], ["show", path, "--limit", "3"], ["stats", path],
+                 ["changes", path, "--from", "0"], ["verify", path], ["export", path, "--to", str(tmp_path / "s.csv")]):
+        proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, (args, proc.stderr)
+    proc = subprocess.run([str(exe), "plot", path, "--out", str(tmp_path / "p.png")], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "state-reader[plot]" in proc.stderr

@@ -527,10 +527,13 @@ def verify(checkpoint: str, operator_id: int | None, as_json: bool, debug: bool,
 def plot(checkpoint: str, out: str, operator_id: int | None, store_name: str | None, batch_range: str | None,
          as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """Plot state rows and bytes per partition over batches."""
-    import matplotlib
+    from state_reader.fronts.plotting import PLOT_NEEDS, figure_from_stats
 
+    try:
+        import matplotlib
+    except ImportError:
+        raise click.ClickException(PLOT_NEEDS) from None
     matplotlib.use("Agg")  # files only, never a window
-    from state_reader.fronts.plotting import figure_from_stats
 
     start, end = parse_batch_range(batch_range)
     result = collect_stats(checkpoint, operator_id=operator_id, store_name=store_name, start_batch=start,

@@ -20,11 +20,14 @@ MAX_PARTITION_LINES = 10
 TOP_PARTITIONS = 3
 
 
+PLOT_NEEDS = "plotting needs matplotlib: pip install 'state-reader[plot]'"
+
+
 def _require_matplotlib() -> Any:
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise ImportError("plotting needs matplotlib: pip install 'state-reader[cli]'") from None
+        raise ImportError(PLOT_NEEDS) from None
     return Figure
 
 
