@@ -14,16 +14,13 @@ With Spark (4.0+)::
 
 from __future__ import annotations
 
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from state_reader._version import __version__ as __version__
-from state_reader.core.key_filter import KeyFilterSpec
-from state_reader.core.live import read_consistently
-from state_reader.core.metadata import read_metadata_table
-from state_reader.core.options import from_kwargs
-from state_reader.core.scan import read_table
+from state_reader.core.live import read_consistently as _read_consistently
+from state_reader.core.metadata import read_metadata_table as _read_metadata_table
+from state_reader.core.options import from_kwargs as _from_kwargs
+from state_reader.core.scan import read_table as _read_table
 from state_reader.errors import (
     BatchNotRetainedError,
     ChecksumMismatchError,
@@ -50,12 +47,19 @@ from state_reader.errors import (
     UnsafeArchiveError,
     UnsupportedOptionError,
     UnsupportedTypeError,
-    public_api,
 )
+from state_reader.errors import public_api as _public_api
 from state_reader.fronts.changefeed import changes
 from state_reader.fronts.flatten import with_unique_field_names
 from state_reader.fronts.plotting import plot_state_size
 from state_reader.fronts.stats import stats
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    import pyarrow as pa
+
+    from state_reader.core.key_filter import KeyFilterSpec
 
 __all__ = [
     "BatchNotRetainedError",
@@ -93,7 +97,7 @@ __all__ = [
 ]
 
 
-@public_api
+@_public_api
 def read_state(
     checkpoint: str,
     *,
@@ -138,12 +142,12 @@ def read_state(
     path = options.pop("checkpoint")
     key_filter = options.pop("key_filter")
     exact = options.pop("exact_schema")
-    table = read_consistently(from_kwargs(path, options),
-                              lambda plan: read_table(plan, key_filter=key_filter, show_progress=False))
+    table = _read_consistently(_from_kwargs(path, options),
+                               lambda plan: _read_table(plan, key_filter=key_filter, show_progress=False))
     return table if exact else with_unique_field_names(table)
 
 
-@public_api
+@_public_api
 def read_metadata(
     checkpoint: str,
     *,
@@ -162,7 +166,7 @@ def read_metadata(
     """
     options = dict(locals())
     path = options.pop("checkpoint")
-    return read_metadata_table(from_kwargs(path, options))
+    return _read_metadata_table(_from_kwargs(path, options))
 
 
 def register(spark: Any) -> None:
@@ -170,3 +174,7 @@ def register(spark: Any) -> None:
     from state_reader.fronts.datasource import register as _register
 
     _register(spark)
+
+
+# the module's names are its public API: not the compiler directive at its top
+del annotations, TYPE_CHECKING

@@ -77,3 +77,12 @@ def test_bare_install_gives_a_working_command_line(checkpoints, tmp_path):
                           timeout=300, env=env, cwd=tmp_path)
     assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "state-reader[plot]" in proc.stderr
+
+
+def test_the_package_exports_its_api_and_nothing_else():
+    import inspect
+
+    import state_reader
+
+    public = {n for n in dir(state_reader) if not n.startswith("_") and not inspect.ismodule(getattr(state_reader, n))}
+    assert public == set(state_reader.__all__)
