@@ -76,7 +76,7 @@ def test_stats_selects_operator_store_and_batches():
     assert sorted(set(one.column("batch_id").to_pylist())) == [2, 3, 4]
     join = state_reader.stats(str(GOLDEN / "spark-3.5.8" / "join_inner_hdfs"), store_name="left-keyToNumValues")
     assert set(join.column("store_name").to_pylist()) == {"left-keyToNumValues"}
-    with pytest.raises(state_reader.CommittedBatchUnavailableError, match="batchId 99"):
+    with pytest.raises(state_reader.CommittedBatchUnavailableError, match=r"range 99\.\. .*committed batches: 0\.\.7"):
         state_reader.stats(multi, start_batch=99)
     with pytest.raises(state_reader.SchemaReadError, match="operator 5"):
         state_reader.stats(multi, operator_id=5)
@@ -158,3 +158,27 @@ def test_logs_metadata_and_schemas_are_read_once_per_call(checkpoints, monkeypat
                 if rel.startswith(("commits/", "offsets/")) or "/_metadata/" in rel or "_stateSchema" in rel}
         assert logs, reads
         assert {rel: n for rel, n in logs.items() if n > 1} == {}
+
+
+def test_growth_note_says_only_what_the_rows_show():
+    from state_reader.fronts.stats import growth_note
+
+    assert growth_note([0, 30, 60, 90], 0, 3) == "state grew in every batch: is a watermark holding back eviction?"
+    assert "never shrank over batches 0..5" in growth_note([0, 30, 60, 90, 90, 90], 0, 5)
+    assert "every batch" not in growth_note([0, 30, 60, 90, 90, 90], 0, 5)
+    assert growth_note([0, 30, 20, 90], 0, 3) is None
+    assert growth_note([5, 5, 5], 0, 2) is None
+
+
+def test_a_batch_range_wider_than_the_checkpoint_is_clamped_and_said(checkpoints):
+    import json
+    import subprocess
+    import sys
+
+    path = checkpoints("agg_window")
+    proc = subprocess.run([sys.executable, "-m", "state_reader", "stats", path, "--batches", "0..99", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["batches"] and doc["batches"][-1] < 99
+    assert any("0..99 asked for" in n for n in doc["notes"])

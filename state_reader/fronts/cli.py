@@ -10,7 +10,6 @@ line (the error's message) and exit with 1; ``--debug`` adds the traceback.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import sys
@@ -34,7 +33,7 @@ from state_reader.fronts.changefeed import change_counts, changes
 from state_reader.fronts.export import export_state
 from state_reader.fronts.flatten import display_rows, json_rows, render_cell
 from state_reader.fronts.overview import describe_checkpoint
-from state_reader.fronts.stats import StatsResult, batch_summary, collect_stats, parse_batch_range
+from state_reader.fronts.stats import StatsResult, batch_summary, collect_stats, growth_note, parse_batch_range
 from state_reader.fronts.verify import verify_checkpoint
 from state_reader.model.plan import StateReadPlan
 
@@ -333,8 +332,9 @@ def _stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bo
         con.print(f"bytes {sparkline([r['decoded_bytes'] for r in batches])}  "
                   f"{human_bytes(first['decoded_bytes'])} → {human_bytes(last['decoded_bytes'])} decoded, "
                   f"{human_bytes(last['bytes_on_disk'])} on disk")
-        if len(batches) >= 3 and all(b >= a for a, b in itertools.pairwise(counts)) and counts[-1] > counts[0]:
-            con.print(Text("state grew in every batch: is a watermark holding back eviction?", style="yellow"))
+        growth = growth_note(counts, first["batch_id"], last["batch_id"])
+        if growth:
+            con.print(Text(growth, style="yellow"))
         latest_parts = sorted((p for p in parts if p["batch_id"] == last["batch_id"]),
                               key=lambda p: (-p["rows"], p["partition_id"]))
         total = last["rows"] or 1
@@ -389,9 +389,11 @@ def stats(checkpoint: str, operator_id: int | None, store_name: str | None, batc
     skipped = [{"operator_id": op, "store_name": s, "reason": why} for op, s, why in result.skipped]
     if as_json:
         _emit_json({"batches": result.batches, "summary": json_rows(summary),
-                    "partitions": json_rows(result.table), "skipped": skipped})
+                    "partitions": json_rows(result.table), "skipped": skipped, "notes": result.notes})
         return EXIT_OK
     con = _console()
+    for note in result.notes:
+        con.print(Text(note, style="dim"))
     _stats_text(con, result, summary, detail)
     for s in skipped:
         con.print(Text(f"operator {s['operator_id']} store {s['store_name']} skipped: {s['reason']}", style="dim"))

@@ -10,6 +10,7 @@ between partitions (largest over median).
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +79,8 @@ class StatsResult:
     skipped: list[tuple[int, str, str]] = field(default_factory=list)
     providers: dict[tuple[int, str], str] = field(default_factory=dict)
     operator_names: dict[int, str | None] = field(default_factory=dict)
+    # what the caller should know about the batches measured (a range clamped to what exists)
+    notes: list[str] = field(default_factory=list)
 
 
 def parse_batch_range(text: str | None) -> tuple[int | None, int | None]:
@@ -161,9 +164,6 @@ def collect_stats(checkpoint: str, *, operator_id: int | None = None, store_name
     cp = Checkpoint(storage)
     latest = cp.latest_committed_batch()  # fails clearly for a missing or empty checkpoint
     committed = cp.committed_batches
-    for b in (start_batch, end_batch):
-        if b is not None and b not in committed:
-            cp.require_committed(b)  # raises with the committed range
     targets = operator_stores(cp, operator_id, store_name, latest)
     result = StatsResult(pa.Table.from_pylist([], schema=STATS_SCHEMA), [])
     work: list[tuple[int, str, StateReadPlan, dict[int, StoreFiles]]] = []
@@ -184,18 +184,20 @@ def collect_stats(checkpoint: str, *, operator_id: int | None = None, store_name
         raise UnsupportedOptionError(f"operator {op}, store '{store}': {why}")
 
     batches_by_store = {}
+    lo = start_batch if start_batch is not None else committed[0]
+    hi = end_batch if end_batch is not None else latest
     for op, store, _plan_latest, files in work:
-        if start_batch is None and end_batch is None:
-            chosen = _default_batches(cp, list(files.values()))
-        else:
-            lo = start_batch if start_batch is not None else committed[0]
-            hi = end_batch if end_batch is not None else latest
-            chosen = [b for b in committed if lo <= b <= hi]
-        batches_by_store[(op, store)] = chosen
+        # a range wider than what is committed and on disk is clamped to it (and said so)
+        batches_by_store[(op, store)] = [b for b in _default_batches(cp, list(files.values())) if lo <= b <= hi]
     result.batches = sorted({b for bs in batches_by_store.values() for b in bs})
+    if result.batches and (start_batch is not None or end_batch is not None) \
+            and (lo < result.batches[0] or hi > result.batches[-1]):
+        result.notes.append(f"batches {lo}..{hi} asked for; {result.batches[0]}..{result.batches[-1]} are committed "
+                            f"with their state on disk (committed: {committed[0]}..{committed[-1]})")
     if work and not result.batches:
         raise CommittedBatchUnavailableError(
-            f"No committed batch in the range {start_batch}..{end_batch} of {cp.storage.display('commits')} "
+            f"No committed batch with its state on disk in the range {'' if start_batch is None else start_batch}.."
+            f"{'' if end_batch is None else end_batch} of {cp.storage.display('commits')} "
             f"(committed batches: {committed[0]}..{committed[-1]})", path=cp.location)
 
     total = sum(len(batches_by_store[(op, s)]) * len(f) for op, s, _, f in work)
@@ -247,6 +249,22 @@ def stats(checkpoint: str, *, operator_id: int | None = None, store_name: str | 
     return collect_stats(checkpoint, operator_id=operator_id, store_name=store_name, start_batch=start_batch,
                          end_batch=end_batch, storage_options=storage_options,
                          show_progress=show_progress).table
+
+
+def growth_note(rows: list[int], first_batch: int, last_batch: int) -> str | None:
+    """A sentence about state that only grows over the batches measured, or None.
+
+    "grew in every batch" only when each batch has more rows than the one
+    before; state that grew and then held steady "never shrank".
+    """
+    if len(rows) < 3 or rows[-1] <= rows[0]:
+        return None
+    steps = list(itertools.pairwise(rows))
+    if all(b > a for a, b in steps):
+        return "state grew in every batch: is a watermark holding back eviction?"
+    if all(b >= a for a, b in steps):
+        return f"state never shrank over batches {first_batch}..{last_batch}: is anything evicting it?"
+    return None
 
 
 def _skew(values: list[float]) -> float | None:
