@@ -53,6 +53,8 @@ from state_reader.fronts.changefeed import changes
 from state_reader.fronts.flatten import with_unique_field_names
 from state_reader.fronts.plotting import plot_state_size
 from state_reader.fronts.stats import stats
+from state_reader.io.storage import Storage as _Storage
+from state_reader.model.checkpoint import Checkpoint as _Checkpoint
 
 if TYPE_CHECKING:
     from typing import Any
@@ -166,6 +168,8 @@ def read_metadata(
     """
     options = dict(locals())
     path = options.pop("checkpoint")
+    # unlike the data source (which gives no rows, as Spark's does), say when there is no checkpoint at all
+    _Checkpoint(_Storage(path, storage_options or {})).require_checkpoint()
     return _read_metadata_table(_from_kwargs(path, options))
 
 

@@ -115,7 +115,11 @@ def test_show_filters_limits_and_records(agg):
     one = run_json("show", agg, "--partition", "1", "--limit", "0")
     assert {r["partition_id"] for r in one["rows"]} == {1}
     limited = run_json("show", agg, "--limit", "2")
-    assert limited["row_count"] == 2 and limited["truncated"]
+    # one meaning in show and changes: row_count counts the result (unknown when the limit stopped the read),
+    # rows_shown the rows listed
+    assert limited["rows_shown"] == 2 and limited["row_count"] is None and limited["truncated"]
+    few = run_json("changes", agg, "--from", "1", "--to", "3", "--limit", "2")
+    assert few["rows_shown"] == 2 and few["row_count"] == state_reader.changes(agg, 1, 3).num_rows > 2
     records = run("show", agg, "--limit", "1", "--layout", "records").stdout
     assert "row 1" in records and "key.window.end" in records and "there are more" in records
 
@@ -125,7 +129,7 @@ def test_show_filters_limits_and_records(agg):
 
 def test_bad_input_exits_1_with_one_line(agg, tmp_path):
     assert_one_line_error(run("metadata", tmp_path / "missing"), "does not exist")
-    assert_one_line_error(run("show", agg, "--batch", "99"), "batchId 99")
+    assert_one_line_error(run("show", agg, "--batch", "99"), "--batch 99")
     assert_one_line_error(run("show", agg, "--key-filter", "nope = 1"), "nope", "key fields")
     assert_one_line_error(run("show", agg, "--partition", "7"), "partition 7")
     assert_one_line_error(run("show", agg, "--operator", "3"), "operator 3")
@@ -253,7 +257,7 @@ def test_changes_command(agg):
     assert [r["batch_id"] for r in doc["rows"]] == sorted(r["batch_id"] for r in doc["rows"])
     text = run("changes", agg, "--from", "1", "--to", "3").stdout
     assert "changes in batches 1..3" in text and "batch 1:" in text
-    assert_one_line_error(run("changes", agg, "--from", "4", "--to", "2"), "changeEndBatchId")
+    assert_one_line_error(run("changes", agg, "--from", "4", "--to", "2"), "--to cannot be smaller than --from")
 
 
 # -- progress --------------------------------------------------------------------------------------
@@ -343,3 +347,13 @@ def test_show_with_a_limit_does_not_hide_an_unreadable_partition(checkpoints, tm
     for limit in ("1", "3", "10"):
         proc = run("show", cp, "--limit", limit)
         assert_one_line_error(proc, str(last))
+
+
+def test_errors_name_the_flags_that_were_typed(agg):
+    assert_one_line_error(run("show", agg, "--batch", "-1"), "--batch cannot be negative")
+    proc = run("changes", agg, "--from", "4", "--to", "2")
+    assert_one_line_error(proc, "--to", "--from")
+    assert "changeEndBatchId" not in proc.stderr
+    proc = run("show", agg, "--key-filter", "nope=")
+    assert_one_line_error(proc, "--key-filter")
+    assert "key_filter" not in proc.stderr

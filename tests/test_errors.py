@@ -530,3 +530,16 @@ def test_every_error_a_user_can_see_is_importable_from_the_package():
               if inspect.isclass(obj) and issubclass(obj, errors.StateReaderError)}
     assert raised - set(state_reader.__all__) == set()
     assert all(getattr(state_reader, name) is getattr(errors, name) for name in raised)
+
+
+def test_read_metadata_refuses_what_is_not_a_checkpoint(tmp_path, checkpoints):
+    """The data source gives no rows there, as Spark's does; the Spark-free function says why."""
+    with pytest.raises(errors.CommittedBatchUnavailableError, match="does not exist") as caught:
+        state_reader.read_metadata(str(tmp_path / "missing"))
+    assert not str(caught.value).split("] ", 1)[1].startswith("No committed batch")
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(errors.CommittedBatchUnavailableError, match="not a streaming checkpoint"):
+        state_reader.read_metadata(str(tmp_path))
+    with pytest.raises(errors.CommittedBatchUnavailableError, match="is a file, not a directory"):
+        state_reader.read_metadata(str(tmp_path / "notes.txt"))
+    assert state_reader.read_metadata(checkpoints("agg_window")).num_rows == 1

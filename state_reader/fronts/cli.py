@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -279,8 +280,9 @@ def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch
     where = {"operator_id": plan.operator_id, "store_name": _shown_store(plan, store_name, join_side),
              "batch_id": plan.batch_id, "version": plan.version, "partitions": list(partitions) or plan.partitions}
     if as_json:
-        _emit_json({**where, "key_filter": key_filter, "row_count": table.num_rows, "truncated": truncated,
-                    "rows": json_rows(table)})
+        # row_count: every row of the result (None: the limit stopped the read before all were counted)
+        _emit_json({**where, "key_filter": key_filter, "row_count": None if truncated else table.num_rows,
+                    "rows_shown": table.num_rows, "truncated": truncated, "rows": json_rows(table)})
         return EXIT_OK
     con = _console()
     head = (f"operator {plan.operator_id} · store {where['store_name']} · batch {plan.batch_id} "
@@ -423,7 +425,8 @@ def changes_command(checkpoint: str, start: int, end: int | None, operator_id: i
     shown = table.slice(0, limit) if truncated else table
     if as_json:
         _emit_json({"start_batch": start, "end_batch": end, "key_filter": key_filter, "counts": counts,
-                    "row_count": total, "truncated": truncated, "rows": json_rows(shown)})
+                    "row_count": total, "rows_shown": shown.num_rows, "truncated": truncated,
+                    "rows": json_rows(shown)})
         return EXIT_OK
     con = _console()
     span = f"{start}..{end}" if end is not None else f"{start}..latest"
@@ -569,6 +572,17 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+# the read options the commands take as flags: errors name the flag the user typed
+FLAGS = {"batchId": "--batch", "changeStartBatchId": "--from", "changeEndBatchId": "--to", "operatorId": "--operator",
+         "storeName": "--store", "stateVarName": "--state-var", "joinSide": "--join-side", "key_filter": "--key-filter"}
+_FLAG_RE = re.compile(r"(?:option |source option )?'?\b(" + "|".join(FLAGS) + r")\b'?")
+
+
+def in_flags(message: str) -> str:
+    """An error message with the read options it names written as this command line's flags."""
+    return _FLAG_RE.sub(lambda m: FLAGS[m.group(1)], message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 error, 2 damage found by ``verify``)."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -580,9 +594,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StateReaderError as exc:
         if debug:
             traceback.print_exc()
+        message = in_flags(exc.message)
         if as_json:
-            _emit_json({"error": {"class": exc.error_class, "message": exc.message, "path": exc.path}})
-        click.echo(f"error: {_one_line(exc.message)}", err=True)
+            _emit_json({"error": {"class": exc.error_class, "message": message, "path": exc.path}})
+        click.echo(f"error: {_one_line(message)}", err=True)
         return EXIT_ERROR
     except click.exceptions.Abort:
         click.echo("aborted", err=True)

@@ -143,18 +143,20 @@ class Checkpoint:
         for batch in reversed(batches):
             if self._readable_log("commits", batch):
                 return batch
+        self.require_checkpoint()
+        raise CommittedBatchUnavailableError(
+            f"No committed batch found in {self.storage.display('commits')} "
+            f"(checkpoint location {self.location}); has the query completed a batch?",
+            path=self.location)
+
+    def require_checkpoint(self) -> None:
+        """CommittedBatchUnavailableError unless the location exists and is a streaming checkpoint."""
         if not self.storage.exists(""):
             raise CommittedBatchUnavailableError(
-                f"No committed batch found: checkpoint location {self.location} does not exist",
-                path=self.location)
-        if batches or self.storage.list_names("commits") is not None:
+                f"checkpoint location {self.location} does not exist", path=self.location)
+        if self.storage.list_names("commits") is None and self.storage.list_names("offsets") is None:
             raise CommittedBatchUnavailableError(
-                f"No committed batch found in {self.storage.display('commits')} "
-                f"(checkpoint location {self.location}); has the query completed a batch?",
-                path=self.location)
-        raise CommittedBatchUnavailableError(
-            f"No committed batch found: {self.location} is not a streaming checkpoint "
-            f"({self._what_is_there()})", path=self.location)
+                f"{self.location} is not a streaming checkpoint ({self._what_is_there()})", path=self.location)
 
     def _what_is_there(self) -> str:
         """Why the location is not a checkpoint, for the error message: what it holds instead."""
