@@ -357,3 +357,9 @@ def test_errors_name_the_flags_that_were_typed(agg):
     proc = run("show", agg, "--key-filter", "nope=")
     assert_one_line_error(proc, "--key-filter")
     assert "key_filter" not in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["join_inner", "join_v3"])
+def test_reading_a_join_without_a_side_suggests_one(checkpoints, name):
+    proc = run("show", checkpoints(name))
+    assert_one_line_error(proc, "--join-side", "--store")

@@ -53,9 +53,11 @@ def _store_schema(cp: Checkpoint, operator_id: int, store_name: str) -> tuple[St
                 f"the checkpoint {cp.location} has no state for operator {operator_id} "
                 f"(operators: {known})", path=shown) from None
         stores = store_names_on_disk(cp, operator_id)
+        join = any(s in JOIN_STORES for s in stores)
+        hint = "; read one with storeName, or the buffered rows of a side with joinSide=left|right" if join else ""
         raise SchemaReadError(
             f"Failed to read the state schema of operator {operator_id}, store '{store_name}': "
-            f"{shown} does not exist (stores of this operator: {', '.join(stores) or 'none'})",
+            f"{shown} does not exist (stores of this operator: {', '.join(stores) or 'none'}){hint}",
             path=shown) from None
     return read_schema_v1v2(data, shown)
 

@@ -12,10 +12,11 @@ schema Spark's state store derives from the state schema (spark-avro's
   as an array element or a map value;
 * an atomic array element or map value is plain ``T``: no union, whatever
   ``containsNull`` says (Spark refuses to write a null there);
-* atomic types: boolean; int (byte, short, integer, date, year-month
-  interval); long (long, timestamp, timestamp_ntz, day-time interval); float;
-  double; string; bytes (binary); fixed (decimal: big-endian two's complement
-  in the fewest bytes that hold its precision); maps have string keys.
+* atomic types: boolean; int (integer, date; byte and short would be too, but
+  Spark refuses them in Avro state); long (long, timestamp, timestamp_ntz);
+  float; double; string; bytes (binary); fixed (decimal: big-endian two's
+  complement in the fewest bytes that hold its precision); null (void); maps
+  have string keys. Intervals have no Avro form there: Spark refuses them.
 
 Values and no-prefix keys carry a 2-byte schema id after the encoding version
 byte (the schema generation; only the first is read here); prefix-scan keys
@@ -40,9 +41,8 @@ _EXACT = decimal.Context(prec=40)
 
 _PRIMITIVES = {
     "boolean": "boolean", "byte": "int", "short": "int", "integer": "int", "date": "int",
-    "year_month_interval": "int",
-    "long": "long", "timestamp": "long", "timestamp_ntz": "long", "day_time_interval": "long",
-    "float": "float", "double": "double", "string": "string", "binary": "bytes",
+    "long": "long", "timestamp": "long", "timestamp_ntz": "long",
+    "float": "float", "double": "double", "string": "string", "binary": "bytes", "void": "null",
 }
 
 
@@ -63,7 +63,9 @@ def avro_schema(schema: StructType) -> dict[str, Any]:
             fields = []
             for i, f in enumerate(dt.fields):
                 inner = convert(f.data_type, True)
-                fields.append({"name": f"f{i}", "type": inner if isinstance(inner, list) else ["null", inner]})
+                # a field already a union (record, array, map) or of the null type is not wrapped again
+                fields.append({"name": f"f{i}", "type": inner if isinstance(inner, list) or inner == "null"
+                               else ["null", inner]})
             record = {"type": "record", "name": f"r{next(names)}", "fields": fields}
             return ["null", record] if nested else record
         if isinstance(dt, ArrayType):
@@ -76,7 +78,7 @@ def avro_schema(schema: StructType) -> dict[str, Any]:
             return {"type": "fixed", "name": f"d{next(names)}", "size": _min_bytes(dt.precision)}
         if dt.kind in _PRIMITIVES:
             return _PRIMITIVES[dt.kind]
-        raise UnsupportedTypeError(f"state_reader cannot decode {dt.json_name} fields of Avro state")
+        raise UnsupportedTypeError(f"Avro state cannot hold {dt.json_name} fields (Spark does not write them)")
 
     return convert(schema, False)
 
@@ -93,8 +95,6 @@ def _to_arrow_value(dt: DataType, value: Any) -> Any:
         return [(k, _to_arrow_value(dt.value, v)) for k, v in value.items()]
     if dt.kind == "decimal":
         return decimal.Decimal(int.from_bytes(value, "big", signed=True)).scaleb(-dt.scale, _EXACT)
-    if dt.kind == "year_month_interval":
-        return (value, 0, 0)  # months, as Arrow's month-day-nano interval holds them
     return value
 
 
@@ -119,7 +119,11 @@ def decode_avro(payloads: list[bytes | None], schema: StructType, source: str) -
     if _has_repeated_names(schema):
         raise UnsupportedTypeError(f"{source}: Avro state with repeated field names cannot be decoded",
                                    path=source)
-    parsed = fastavro.parse_schema(avro_schema(schema))
+    try:
+        derived = avro_schema(schema)
+    except UnsupportedTypeError as exc:
+        raise UnsupportedTypeError(f"{source}: {exc.message}", path=source) from exc
+    parsed = fastavro.parse_schema(derived)
     rows = []
     for i, payload in enumerate(payloads):
         if payload is None:

@@ -575,12 +575,12 @@ def _one_line(text: str) -> str:
 # the read options the commands take as flags: errors name the flag the user typed
 FLAGS = {"batchId": "--batch", "changeStartBatchId": "--from", "changeEndBatchId": "--to", "operatorId": "--operator",
          "storeName": "--store", "stateVarName": "--state-var", "joinSide": "--join-side", "key_filter": "--key-filter"}
-_FLAG_RE = re.compile(r"(?:option |source option )?'?\b(" + "|".join(FLAGS) + r")\b'?")
+_FLAG_RE = re.compile(r"(?:option |source option )?'?\b(" + "|".join(FLAGS) + r")\b'?(=)?")
 
 
 def in_flags(message: str) -> str:
     """An error message with the read options it names written as this command line's flags."""
-    return _FLAG_RE.sub(lambda m: FLAGS[m.group(1)], message)
+    return _FLAG_RE.sub(lambda m: FLAGS[m.group(1)] + (" " if m.group(2) else ""), message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
