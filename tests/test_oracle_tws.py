@@ -112,3 +112,31 @@ def test_verify_checks_every_column_family(tws, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "state_reader", "verify", str(damaged)], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode != 0 and "DAMAGED" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_every_command_line_command_handles_every_variable(tws, tmp_path):
+    """show lists the variables when one must be chosen; show/export --timers, changes --state-var, stats and
+    plot take every variable and the timers."""
+    import json
+    import subprocess
+    import sys
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "state_reader", *map(str, args)], capture_output=True,
+                              text=True, timeout=300, env={**__import__("os").environ, "COLUMNS": "300"})
+
+    proc = run("show", tws)
+    assert proc.returncode == 1 and "--state-var" in proc.stderr
+    assert all(var in proc.stderr for var in VARIABLES) and "--timers" in proc.stderr
+    timers = json.loads(run("show", tws, "--timers", "--limit", "0", "--json").stdout)
+    assert timers["row_count"] == state_reader.read_state(tws, read_registered_timers=True).num_rows > 0
+    exported = run("export", tws, "--timers", "--to", tmp_path / "timers.jsonl", "--json")
+    assert exported.returncode == 0 and json.loads(exported.stdout)["rows"] == timers["row_count"]
+    for var in VARIABLES:
+        feed = json.loads(run("changes", tws, "--from", "0", "--state-var", var, "--limit", "0", "--json").stdout)
+        assert feed["row_count"] == state_reader.changes(tws, 0, state_var_name=var).num_rows > 0
+    stats = json.loads(run("stats", tws, "--json").stdout)
+    stores = {row["store_name"] for row in stats["partitions"]}
+    assert set(VARIABLES) <= stores and "$procTimers_keyToTimestamp" in stores and not stats["skipped"]
+    plotted = run("plot", tws, "--out", tmp_path / "tws.png", "--json")
+    assert plotted.returncode == 0 and json.loads(plotted.stdout)["stores"] == len(VARIABLES) + 1

@@ -21,7 +21,14 @@ from state_reader.model import operators
 from state_reader.model.checkpoint import DEFAULT_STORE, JOIN_STORES, JOIN_V4_STORES, Checkpoint, OperatorMetadata
 from state_reader.model.conf import HDFS_PROVIDER, ROCKSDB_PROVIDER, StoreConf
 from state_reader.model.plan import JoinSidePlan, StateReadPlan
-from state_reader.model.state_variables import MULTI_VALUE, VALUE, StateVariable, family_schemas, plan_variable
+from state_reader.model.state_variables import (
+    MULTI_VALUE,
+    VALUE,
+    StateVariable,
+    family_schemas,
+    plan_variable,
+    variables_described,
+)
 
 
 def detect_provider(cp: Checkpoint, recorded: str | None, operator_id: int) -> str:
@@ -103,7 +110,7 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
     elif operators.is_transform_with_state(operator_name):
         raise RequiredOptionError(
             f"'stateVarName' must be specified to read operator {opts.operator_id} ({operator_name}) "
-            f"of {cp.location}.")
+            f"of {cp.location}: {variables_described(metadata)}.")
 
     join = None
     variable = None

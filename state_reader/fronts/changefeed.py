@@ -22,11 +22,13 @@ from state_reader.fronts.flatten import with_unique_field_names
 
 
 def change_options(checkpoint: str, start: int, end: int | None = None, *, operator_id: int | None = None,
-                   store_name: str | None = None, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+                   store_name: str | None = None, state_var_name: str | None = None,
+                   storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The data source options of the change feed ``start``..``end`` (end: the latest committed batch)."""
     return from_kwargs(checkpoint, {
         "read_change_feed": True, "change_start_batch_id": start, "change_end_batch_id": end,
-        "operator_id": operator_id, "store_name": store_name, "storage_options": storage_options})
+        "operator_id": operator_id, "store_name": store_name, "state_var_name": state_var_name,
+        "storage_options": storage_options})
 
 
 def sort_changes(table: pa.Table) -> pa.Table:
@@ -41,7 +43,8 @@ def sort_changes(table: pa.Table) -> pa.Table:
 
 @public_api
 def changes(checkpoint: str, start: int, end: int | None = None, *, operator_id: int | None = None,
-            store_name: str | None = None, key_filter: KeyFilterSpec | KeyFilter | None = None,
+            store_name: str | None = None, state_var_name: str | None = None,
+            key_filter: KeyFilterSpec | KeyFilter | None = None,
             storage_options: dict[str, Any] | None = None, show_progress: bool | None = None,
             exact_schema: bool = False) -> pa.Table:
     """What batches ``start``..``end`` changed in a store, as a ``pyarrow.Table``.
@@ -49,10 +52,11 @@ def changes(checkpoint: str, start: int, end: int | None = None, *, operator_id:
     Columns as Spark's change feed: ``batch_id``, ``change_type`` (``update``,
     ``delete``, …), ``key``, ``value`` (null for deletes), ``partition_id``;
     sorted by batch and partition. ``end`` defaults to the latest committed
-    batch; ``key_filter`` and ``exact_schema`` as in ``read_state``.
+    batch; ``state_var_name`` (a transformWithState variable), ``key_filter`` and
+    ``exact_schema`` as in ``read_state``.
     """
     options = change_options(checkpoint, start, end, operator_id=operator_id, store_name=store_name,
-                             storage_options=storage_options)
+                             state_var_name=state_var_name, storage_options=storage_options)
     table = read_consistently(options, lambda plan: sort_changes(read_table(plan, key_filter=key_filter,
                                                                             show_progress=show_progress)))
     return table if exact_schema else with_unique_field_names(table)

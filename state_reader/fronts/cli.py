@@ -163,6 +163,8 @@ def store_read_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Only this partition (repeatable)."),
         click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann' and region_id > 3\"."),
         click.option("--state-var", "state_var_name", help="State variable of a transformWithState operator."),
+        click.option("--timers", "read_registered_timers", is_flag=True, default=None,
+                     help="The registered timers of a transformWithState operator."),
         click.option("--join-side", type=click.Choice(["left", "right"]),
                      help="A stream-stream join's buffered input rows of one side."),
     ]
@@ -261,8 +263,9 @@ def metadata(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequen
 @LAYOUT
 @common_options
 def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch_id: int | None,
-         partitions: tuple[int, ...], key_filter: str | None, state_var_name: str | None, join_side: str | None,
-         limit: int, layout: str, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+         partitions: tuple[int, ...], key_filter: str | None, state_var_name: str | None,
+         read_registered_timers: bool | None, join_side: str | None, limit: int, layout: str, as_json: bool,
+         debug: bool, storage_option: Sequence[str]) -> int:
     """The state of one store at one batch, as a table."""
     def read(plan: StateReadPlan) -> tuple[StateReadPlan, pa.Table, bool]:
         # one row more than shown tells whether there are more
@@ -276,7 +279,8 @@ def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch
         return plan, table, truncated
 
     plan, table, truncated = _read(checkpoint, storage_option, read, operator_id=operator_id, store_name=store_name,
-                                   batch_id=batch_id, state_var_name=state_var_name, join_side=join_side)
+                                   batch_id=batch_id, state_var_name=state_var_name, join_side=join_side,
+                                   read_registered_timers=read_registered_timers)
     where = {"operator_id": plan.operator_id, "store_name": _shown_store(plan, store_name, join_side),
              "batch_id": plan.batch_id, "version": plan.version, "partitions": list(partitions) or plan.partitions}
     if as_json:
@@ -408,16 +412,18 @@ def stats(checkpoint: str, operator_id: int | None, store_name: str | None, batc
 @click.option("--to", "end", type=click.IntRange(min=0), help="Last batch (default: the latest committed).")
 @click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0).")
 @click.option("--store", "-s", "store_name", help="Store name (default 'default').")
+@click.option("--state-var", "state_var_name", help="State variable of a transformWithState operator.")
 @click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann'\".")
 @click.option("--limit", "-n", type=click.IntRange(min=0), default=DEFAULT_LIMIT, show_default=True,
               help="Rows to show; 0 shows all.")
 @LAYOUT
 @common_options
 def changes_command(checkpoint: str, start: int, end: int | None, operator_id: int | None, store_name: str | None,
-                    key_filter: str | None, limit: int, layout: str, as_json: bool, debug: bool,
-                    storage_option: Sequence[str]) -> int:
+                    state_var_name: str | None, key_filter: str | None, limit: int, layout: str, as_json: bool,
+                    debug: bool, storage_option: Sequence[str]) -> int:
     """The change feed: what batches FROM..TO changed."""
-    table = changes(checkpoint, start, end, operator_id=operator_id, store_name=store_name, key_filter=key_filter,
+    table = changes(checkpoint, start, end, operator_id=operator_id, store_name=store_name,
+                    state_var_name=state_var_name, key_filter=key_filter,
                     storage_options=_storage_options(storage_option))
     counts = change_counts(table)
     total = table.num_rows
@@ -456,13 +462,15 @@ def changes_command(checkpoint: str, start: int, end: int | None, operator_id: i
 @common_options
 def export(checkpoint: str, out: str, fmt: str | None, operator_id: int | None, store_name: str | None,
            batch_id: int | None, partitions: tuple[int, ...], key_filter: str | None, state_var_name: str | None,
-           join_side: str | None, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+           read_registered_timers: bool | None, join_side: str | None, as_json: bool, debug: bool,
+           storage_option: Sequence[str]) -> int:
     """Write the state of one store at one batch to a file."""
     plan, result = _read(checkpoint, storage_option,
                          lambda plan: (plan, export_state(plan, out, fmt=fmt, key_filter=key_filter,
                                                           partitions=list(partitions) or None)),
                          operator_id=operator_id, store_name=store_name, batch_id=batch_id,
-                         state_var_name=state_var_name, join_side=join_side)
+                         state_var_name=state_var_name, join_side=join_side,
+                         read_registered_timers=read_registered_timers)
     shown_store = _shown_store(plan, store_name, join_side)
     size = os.path.getsize(out)
     if as_json:
@@ -573,14 +581,16 @@ def _one_line(text: str) -> str:
 
 
 # the read options the commands take as flags: errors name the flag the user typed
-FLAGS = {"batchId": "--batch", "changeStartBatchId": "--from", "changeEndBatchId": "--to", "operatorId": "--operator",
+FLAGS = {"readRegisteredTimers": "--timers",
+         "batchId": "--batch", "changeStartBatchId": "--from", "changeEndBatchId": "--to", "operatorId": "--operator",
          "storeName": "--store", "stateVarName": "--state-var", "joinSide": "--join-side", "key_filter": "--key-filter"}
-_FLAG_RE = re.compile(r"(?:option |source option )?'?\b(" + "|".join(FLAGS) + r")\b'?(=)?")
+_FLAG_RE = re.compile(r"(?:option |source option )?'?\b(" + "|".join(FLAGS) + r")\b'?(=(?:true\b)?)?")
 
 
 def in_flags(message: str) -> str:
     """An error message with the read options it names written as this command line's flags."""
-    return _FLAG_RE.sub(lambda m: FLAGS[m.group(1)] + (" " if m.group(2) else ""), message)
+    # "joinSide=left" -> "--join-side left"; "readRegisteredTimers=true" -> "--timers"
+    return _FLAG_RE.sub(lambda m: FLAGS[m.group(1)] + (" " if m.group(2) == "=" else ""), message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

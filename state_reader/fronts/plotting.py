@@ -92,10 +92,11 @@ def figure_from_stats(table: pa.Table, *, title: str | None = None, width: float
         mine = [r for r in rows if r["operator_id"] == op and r["store_name"] == store]
         _draw(ax_rows, mine, "rows", "state rows")
         ax_rows.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax_rows.set_title(f"operator {op} · store {store}: rows per partition")
+        # two lines: long store names (join stores, timer families) would be cut off on one
+        ax_rows.set_title(f"operator {op} · {store}\nrows per partition", fontsize="medium")
         unit, scale = _byte_unit(max((r["decoded_bytes"] for r in mine), default=0))
         _draw(ax_bytes, mine, "decoded_bytes", f"decoded size ({unit})", scale)
-        ax_bytes.set_title(f"operator {op} · store {store}: decoded bytes per partition")
+        ax_bytes.set_title(f"operator {op} · {store}\ndecoded bytes per partition", fontsize="medium")
     if title:
         fig.suptitle(title)
     return fig

@@ -31,8 +31,10 @@ from state_reader.errors import (
     public_api,
 )
 from state_reader.io.storage import Storage
+from state_reader.model import operators
 from state_reader.model.checkpoint import Checkpoint
 from state_reader.model.plan import StateReadPlan
+from state_reader.model.state_variables import timer_family, user_variables
 from state_reader.progress import progress
 from state_reader.providers.store_files import StoreFiles, unique_id_for
 
@@ -104,11 +106,12 @@ def parse_batch_range(text: str | None) -> tuple[int | None, int | None]:
 
 
 def operator_stores(cp: Checkpoint, operator_id: int | None = None, store_name: str | None = None,
-                    batch_id: int | None = None) -> list[tuple[int, str, str | None]]:
+                    batch_id: int | None = None, variables: bool = True) -> list[tuple[int, str, str | None]]:
     """(operator id, store name, operator name) of every store to look at.
 
     Stores come from operator metadata, or from the files for checkpoints
-    written before Spark 4.0.
+    written before Spark 4.0. With ``variables``, a transformWithState
+    operator's "stores" are its state variables and its timers (see :func:`_plan`).
     """
     known = cp.operator_ids
     if operator_id is not None and operator_id not in known:
@@ -126,6 +129,9 @@ def operator_stores(cp: Checkpoint, operator_id: int | None = None, store_name: 
         # join formats 3 and 4 keep their four stores as column families of one store
         names = join_column_families(cp, meta) or ([s.name for s in meta.stores] if meta else [])
         op_name = meta.operator_name if meta else None
+        if variables and meta is not None and operators.is_transform_with_state(op_name):
+            timers = timer_family(meta)
+            names = user_variables(meta) + ([timers] if timers else [])
         if store_name is not None:
             if names and store_name not in names:
                 raise SchemaReadError(
@@ -137,10 +143,17 @@ def operator_stores(cp: Checkpoint, operator_id: int | None = None, store_name: 
 
 
 def _plan(checkpoint: str, cp: Checkpoint, storage_options: dict[str, Any] | None, operator_id: int,
-          store_name: str, batch_id: int) -> StateReadPlan:
-    return plan_state_read(from_kwargs(checkpoint, {
-        "operator_id": operator_id, "store_name": store_name, "batch_id": batch_id,
-        "storage_options": storage_options}), cp)
+          store_name: str, batch_id: int, operator_name: str | None = None) -> StateReadPlan:
+    """The plan of one store; for transformWithState, of one of its variables or its timers."""
+    options: dict[str, Any] = {"operator_id": operator_id, "store_name": store_name, "batch_id": batch_id,
+                               "storage_options": storage_options}
+    if operators.is_transform_with_state(operator_name):
+        options.pop("store_name")
+        if store_name.startswith("$"):  # the timer family
+            options["read_registered_timers"] = True
+        else:
+            options["state_var_name"] = store_name
+    return plan_state_read(from_kwargs(checkpoint, options), cp)
 
 
 def _default_batches(cp: Checkpoint, files: list[StoreFiles]) -> list[int]:
@@ -170,7 +183,7 @@ def collect_stats(checkpoint: str, *, operator_id: int | None = None, store_name
     for op, store, op_name in targets:
         result.operator_names[op] = op_name
         try:
-            plan = _plan(checkpoint, cp, storage_options, op, store, latest)
+            plan = _plan(checkpoint, cp, storage_options, op, store, latest, op_name)
         except (UnsupportedOptionError, RequiredOptionError) as exc:
             if operator_id is not None and store_name is not None:
                 raise
@@ -205,7 +218,8 @@ def collect_stats(checkpoint: str, *, operator_id: int | None = None, store_name
     with progress("measuring state", total, enabled=show_progress) as bar:
         for op, store, plan_latest, files in work:
             for batch in batches_by_store[(op, store)]:
-                plan = plan_latest if batch == latest else _plan(checkpoint, cp, storage_options, op, store, batch)
+                plan = plan_latest if batch == latest else _plan(checkpoint, cp, storage_options, op, store, batch,
+                                                                 result.operator_names.get(op))
                 for pid in plan.partitions:
                     decoded = decode_columns(plan, pid)
                     store_files = files.get(pid) or StoreFiles(storage, plan.store_dir(pid), plan.provider,

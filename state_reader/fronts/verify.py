@@ -133,7 +133,7 @@ def verify_checkpoint(checkpoint: str, *, operator_id: int | None = None,
 
     work: list[tuple[StateReadPlan, int, list[int]]] = []
     targets: list[tuple[int, str | None, StateReadPlan]] = []
-    for op, store, op_name in operator_stores(cp, operator_id, None, latest):
+    for op, store, op_name in operator_stores(cp, operator_id, None, latest, variables=False):
         try:
             targets.extend((op, op_name, plan) for plan in _plans(checkpoint, cp, op, store, op_name, latest,
                                                                   storage_options))

@@ -112,6 +112,22 @@ def user_variables(metadata: OperatorMetadata) -> list[str]:
             if not str(v.get("stateName", "")).startswith("$")]
 
 
+def timer_family(metadata: OperatorMetadata) -> str | None:
+    """The column family of the operator's registered timers, None when its time mode has none."""
+    return _TIMER_FAMILIES.get(str(metadata.properties.get("timeMode", "None")))
+
+
+def variables_described(metadata: OperatorMetadata) -> str:
+    """The operator's state variables in words, for a message that asks to choose one."""
+    kinds = {str(v.get("stateName")): v for v in metadata.properties.get("stateVariables", [])}
+    parts = [f"{name} ({kinds[name].get('stateVariableType', VALUE)}{', TTL' if kinds[name].get('ttlEnabled') else ''})"
+             for name in user_variables(metadata)]
+    text = "state variables: " + (", ".join(parts) or "none")
+    if str(metadata.properties.get("timeMode", "None")) in _TIMER_FAMILIES:
+        text += "; its timers with readRegisteredTimers=true"
+    return text
+
+
 def column_families(cp: Checkpoint, metadata: OperatorMetadata, store: StoreInfo) -> list[StateVariable]:
     """Every column family of a transformWithState store, each as a variable to decode.
 
