@@ -363,3 +363,18 @@ def test_errors_name_the_flags_that_were_typed(agg):
 def test_reading_a_join_without_a_side_suggests_one(checkpoints, name):
     proc = run("show", checkpoints(name))
     assert_one_line_error(proc, "--join-side", "--store")
+
+
+def test_metadata_reports_what_the_checkpoint_has(checkpoints):
+    from pathlib import Path
+
+    agg = run_json("metadata", checkpoints("agg_window"))
+    assert agg["state_format_versions"] == {"aggregation": 2}  # not the join and fmgws confs every query records
+    assert agg["row_checksum"] is False and agg["changelog_checkpointing"] is None
+    assert agg["operators"][0]["batches"]["last"] == agg["batches"]["latest_committed"]
+    rocks = run_json("metadata", checkpoints("rocksdb_cl_agg_window"))
+    assert rocks["changelog_checkpointing"] is True and rocks["checkpoint_format_version"] == 1
+    golden = Path(__file__).resolve().parent / "golden" / "spark-3.5.8"
+    names = {op["operator_name"] for op in run_json("metadata", golden / "multi_op_hdfs")["operators"]}
+    assert "dedupeWithinWatermark" in names
+    assert run_json("metadata", golden / "dedup_hdfs")["operators"][0]["operator_name"] == "dedupe"

@@ -227,27 +227,26 @@ def metadata(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequen
     if info["shuffle_partitions"] is not None:
         parts.append(f"{info['shuffle_partitions']} shuffle partitions")
     grid.add_row("state store", " · ".join(parts))
+    if info["provider"] == "rocksdb":
+        grid.add_row("", f"changelog checkpointing {'on' if info['changelog_checkpointing'] else 'off'} · "
+                         f"checkpoint format v{info['checkpoint_format_version']}")
     grid.add_row("state formats", formats)
-    if info["encoding_format"] or info["row_checksum"]:
-        extra = []
-        if info["encoding_format"]:
-            extra.append(f"encoding {info['encoding_format']}")
-        if info["row_checksum"]:
-            extra.append(f"row checksums {info['row_checksum']}")
-        grid.add_row("", " · ".join(extra))
+    grid.add_row("", f"encoding {info['encoding_format'] or 'unsaferow'} · "
+                     f"row checksums {'on' if info['row_checksum'] else 'off'}")
     grid.add_row("operator metadata", info["operator_metadata"])
     con.print(grid)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("op", "operator", "store", "partitions", "dirs on disk", "provider", "properties"):
+    for col in ("op", "operator", "store", "partitions", "dirs on disk", "provider", "state of batches", "properties"):
         table.add_column(col)
     for op in info["operators"]:
+        span = f"{op['batches']['first']}..{op['batches']['last']}" if op["batches"] else "-"
         for i, store in enumerate(op["stores"]):
             first = i == 0
             table.add_row(str(op["operator_id"]) if first else "",
                           Text(op["operator_name"] or "unknown") if first else "",
                           Text(store["store_name"]), str(store["num_partitions"]),
                           str(op["partitions_on_disk"]) if first else "", op["provider"] if first else "",
-                          Text(op["operator_properties"] or "") if first else "")
+                          span if first else "", Text(op["operator_properties"] or "") if first else "")
     if info["operators"]:
         con.print(table)
     else:

@@ -12,11 +12,14 @@ from typing import Any
 
 from state_reader.core.metadata import read_metadata_table
 from state_reader.core.planner import detect_provider
-from state_reader.errors import OffsetLogUnavailableError, OffsetMetadataUnavailableError
+from state_reader.errors import OffsetLogUnavailableError, OffsetMetadataUnavailableError, StateReaderError
 from state_reader.io.storage import Storage
+from state_reader.model import operators as operator_names
 from state_reader.model.checkpoint import Checkpoint
 from state_reader.model.conf import (
     CONF_AGG_FORMAT,
+    CONF_CHANGELOG,
+    CONF_CHECKPOINT_FORMAT,
     CONF_CODEC,
     CONF_ENCODING,
     CONF_FMGWS_FORMAT,
@@ -27,16 +30,33 @@ from state_reader.model.conf import (
     CONF_SHUFFLE_PARTITIONS,
     HDFS_PROVIDER,
     ROCKSDB_PROVIDER,
+    conf_flag,
 )
+from state_reader.providers.store_files import StoreFiles
 
+# state format conf of each kind of operator, and the operator names of that kind
 STATE_FORMAT_CONFS = {
-    "aggregation": CONF_AGG_FORMAT,
-    "join": CONF_JOIN_FORMAT,
-    "flatMapGroupsWithState": CONF_FMGWS_FORMAT,
+    "aggregation": (CONF_AGG_FORMAT, (operator_names.AGGREGATION,)),
+    "join": (CONF_JOIN_FORMAT, (operator_names.JOIN,)),
+    "flatMapGroupsWithState": (CONF_FMGWS_FORMAT, operator_names.FLAT_MAP_GROUPS_WITH_STATE),
 }
 PROVIDER_NAMES = {HDFS_PROVIDER: "hdfs", ROCKSDB_PROVIDER: "rocksdb"}
 # What a conf missing from the offset log means (older writers record fewer).
 CODEC_DEFAULT = "lz4"
+
+
+def _state_files(cp: Checkpoint, op: int, entry: dict[str, Any], latest: int) -> tuple[dict[str, int] | None, bool]:
+    """(the batches whose state of an operator is on disk, whether it has changelogs), as partition 0 of its
+    first store shows them."""
+    stores = [s["store_name"] for s in entry["stores"]] or ["default"]
+    provider = ROCKSDB_PROVIDER if entry["provider"] == "rocksdb" else HDFS_PROVIDER
+    try:
+        files = StoreFiles(cp.storage, cp.store_dir(op, 0, stores[0]), provider)
+        versions = files.retained_versions(latest + 1, {b + 1 for b in cp.committed_batches})
+    except StateReaderError:
+        return None, False
+    changelogs = files.rocksdb and bool(files.deltas or files.changelogs_with_ids)
+    return ({"first": versions[0] - 1, "last": versions[-1] - 1} if versions else None), changelogs
 
 
 def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -69,6 +89,10 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
             "stores": [],
         })
         entry["stores"].append({"store_name": row["stateStoreName"], "num_partitions": row["numPartitions"]})
+    changelogs = False
+    for op, entry in operators.items():
+        entry["batches"], has_changelogs = _state_files(cp, op, entry, latest)
+        changelogs = changelogs or has_changelogs
 
     provider_class = conf.get(CONF_PROVIDER)
     provider = PROVIDER_NAMES.get(provider_class or "", None)
@@ -81,12 +105,19 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
         "provider_class": provider_class,
         "codec": conf.get(CONF_CODEC) or CODEC_DEFAULT,
         "codec_recorded": CONF_CODEC in conf,
-        "state_format_versions": {name: int(conf[key]) for name, key in STATE_FORMAT_CONFS.items()
-                                  if conf.get(key, "").isdigit()},
+        # only for the kinds of operator the query has: the confs are recorded for every query
+        "state_format_versions": {kind: int(conf[key]) for kind, (key, names) in STATE_FORMAT_CONFS.items()
+                                  if conf.get(key, "").isdigit()
+                                  and any(o["operator_name"] in names for o in operators.values())},
         "shuffle_partitions": int(conf[CONF_SHUFFLE_PARTITIONS]) if conf.get(CONF_SHUFFLE_PARTITIONS, "").isdigit()
         else None,
         "encoding_format": conf.get(CONF_ENCODING),
-        "row_checksum": conf.get(CONF_ROW_CHECKSUM),
+        "row_checksum": conf_flag(conf, CONF_ROW_CHECKSUM),
+        # Spark does not pin this conf in the offset log: the changelog files tell
+        "changelog_checkpointing": (conf_flag(conf, CONF_CHANGELOG) or changelogs) if provider == "rocksdb"
+        else None,
+        "checkpoint_format_version": int(conf[CONF_CHECKPOINT_FORMAT])
+        if conf.get(CONF_CHECKPOINT_FORMAT, "").isdigit() else 1,
         "rocksdb_merge_operator_version": conf.get(CONF_MERGE_OPERATOR),
         "conf_source": conf_source,
         "conf": {k: v for k, v in sorted(conf.items()) if "stateStore" in k or "stateFormatVersion" in k

@@ -18,6 +18,9 @@ TRANSFORM_WITH_STATE = ("transformWithStateExec", "transformWithStateInPandasExe
 JOIN = "symmetricHashJoin"
 SESSION_WINDOW = "sessionWindowStateStoreSaveExec"
 FLAT_MAP_GROUPS_WITH_STATE = ("flatMapGroupsWithState", "applyInPandasWithState")
+AGGREGATION = "stateStoreSave"
+DEDUP = "dedupe"
+DEDUP_WITHIN_WATERMARK = "dedupeWithinWatermark"
 
 # field metadata Spark puts on a session window column
 _SESSION_WINDOW_METADATA = "spark.sessionWindow"
@@ -31,9 +34,18 @@ def infer_operator_name(store_names: list[str], value_schema: StructType | None)
     """Operator name for a store layout without metadata, when the layout tells."""
     if set(store_names) >= set(JOIN_STORES):
         return JOIN
-    if value_schema is not None and any(
-            _SESSION_WINDOW_METADATA in f.metadata for f in value_schema.fields):
+    if value_schema is None:
+        return None
+    if any(_SESSION_WINDOW_METADATA in f.metadata for f in value_schema.fields):
         return SESSION_WINDOW
+    shape = [(f.name, f.data_type.kind) for f in value_schema.fields]
+    # the values these operators store are fixed by Spark, not by the query
+    if shape == [("__dummy__", "void")]:
+        return DEDUP
+    if shape == [("expiresAtMicros", "long")]:
+        return DEDUP_WITHIN_WATERMARK
+    if shape[:1] == [("groupState", "struct")]:  # state format 2 (format 1 stores the user's state as is)
+        return FLAT_MAP_GROUPS_WITH_STATE[0]
     return None
 
 
