@@ -36,9 +36,12 @@ def workspace(keep: str | None, prefix: str) -> Iterator[str]:
             shutil.rmtree(root, ignore_errors=True)
 
 
-def cli_hint(checkpoint: str) -> str:
-    """The line that ends an example: the same look from a terminal."""
-    return f"From a terminal: state-reader stats {checkpoint}   (run with --keep DIR to keep the checkpoint)"
+def cli_hint(checkpoint: str, kept: bool) -> str:
+    """The lines that end an example: the same look from a terminal, on a checkpoint that is still there."""
+    if kept:
+        return (f"From a terminal: state-reader stats {checkpoint}\n"
+                f"                 state-reader show {checkpoint} --limit 10")
+    return "The checkpoint is deleted now; run with --keep DIR to keep it and look at it with state-reader."
 
 
 def spark_session(shuffle_partitions: int = 2):

@@ -73,13 +73,23 @@ def main() -> int:
         start = time.perf_counter()
         table = state_reader.read_state(checkpoint)
         took = time.perf_counter() - start
-        print(f"== state_reader.read_state(checkpoint): {table.num_rows} rows in {took * 1000:.1f} ms, no Spark ==")
+        batch = table.schema.metadata[b"state_reader.batch_id"].decode()
+        print(f"== state_reader.read_state(checkpoint): the state after batch {batch}, {table.num_rows} rows "
+              f"in {took * 1000:.1f} ms, no Spark ==")
+        print("key: the window and user the query groups by; value: its aggregation buffer per key "
+              "(clicks = count, total_ms = sum)")
         flat = table
         while any(str(t).startswith("struct") for t in flat.schema.types):
             flat = flat.flatten()
         print(flat.to_pandas().to_string(index=False))
         builtin = spark.read.format("statestore").load(checkpoint).count()
         print(f"\nSpark's built-in reader sees {builtin} rows; state_reader sees {table.num_rows}.")
+        if args.keep:
+            print(f"\nNext, from a terminal: state-reader metadata {checkpoint}\n"
+                  f"                      state-reader stats {checkpoint}")
+        else:
+            print("\nThe checkpoint is deleted now; run with --keep DIR to keep it and try the state-reader "
+                  "command line on it.")
         return 0 if builtin == table.num_rows else 1
     finally:
         spark.stop()

@@ -72,7 +72,7 @@ def main() -> int:
             key = in_hot.column("key")[i].as_py()
             count = pc.struct_field(value, [0])[i].as_py()
             print(f"  {key}: {count} orders, collect_list buffer of {sizes[i].as_py()} bytes")
-        print("\n" + cli_hint(checkpoint))
+        print("\n" + cli_hint(checkpoint, kept=bool(args.keep)))
         return 0
 
 

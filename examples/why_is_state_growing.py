@@ -85,7 +85,7 @@ def main() -> int:
         fig = state_reader.plot_state_size(checkpoint, title="state size per partition: the watermark stalled")
         fig.savefig(args.out)
         print(f"\nplot written to {args.out}")
-        print(cli_hint(checkpoint))
+        print(cli_hint(checkpoint, kept=bool(args.keep)))
         return 0
 
 
