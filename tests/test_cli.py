@@ -378,3 +378,8 @@ def test_metadata_reports_what_the_checkpoint_has(checkpoints):
     names = {op["operator_name"] for op in run_json("metadata", golden / "multi_op_hdfs")["operators"]}
     assert "dedupeWithinWatermark" in names
     assert run_json("metadata", golden / "dedup_hdfs")["operators"][0]["operator_name"] == "dedupe"
+
+
+def test_hdfs_without_its_libraries_is_one_line():
+    proc = run("show", "hdfs://namenode:8020/checkpoint", env={"JAVA_HOME": "/nonexistent-java"})
+    assert_one_line_error(proc, "hdfs:// needs pyarrow's HDFS client", "webhdfs://")

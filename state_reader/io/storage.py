@@ -71,6 +71,17 @@ class Storage:
                 f"cannot open {self.url!r}: the fsspec implementation of '{protocol}://' is not installed "
                 f"({exc}); for s3:// and s3a:// install 's3fs', for gs:// 'gcsfs', for abfs:// 'adlfs'",
                 path=self.url) from exc
+        except OSError as exc:
+            if protocol in ("hdfs", "viewfs") and "libjvm" in str(exc):
+                raise StorageError(
+                    f"cannot open {self.url!r}: {protocol}:// needs pyarrow's HDFS client, which needs a JVM "
+                    "(JAVA_HOME) and the Hadoop libraries (HADOOP_HOME, CLASSPATH from `hadoop classpath --glob`); "
+                    "or read the checkpoint through another fsspec protocol (webhdfs://, or a copy)",
+                    path=self.url) from exc
+            raise StorageError(
+                f"cannot open a filesystem for {self.url!r} with storage options "
+                f"{sorted(self.storage_options)}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                path=self.url) from exc
         except Exception as exc:  # unknown protocol, or options the filesystem refuses
             raise StorageError(
                 f"cannot open a filesystem for {self.url!r} with storage options "
