@@ -197,6 +197,7 @@ def test_latest_reads_of_a_query_that_cleans_up_never_fail(spark, tmp_path, conf
                               daemon=True)
     feeder.start()
     results: list[tuple[int, list[tuple]]] = []
+    stats_batches: list[list[int]] = []
     failures: list[str] = []
     purged_errors: list[str] = []
     deadline = time.monotonic() + LIVE_SECONDS_MAX
@@ -207,6 +208,9 @@ def test_latest_reads_of_a_query_that_cleans_up_never_fail(spark, tmp_path, conf
                 try:
                     table = state_reader.read_state(scheme + str(cp))
                     results.append((int(table.schema.metadata[b"state_reader.batch_id"]), _rows(table)))
+                    if len(results) % 4 == 0:  # stats walks every retained batch: the widest window to race
+                        measured = state_reader.stats(scheme + str(cp), show_progress=False)
+                        stats_batches.append(sorted(set(measured.column("batch_id").to_pylist())))
                 except Exception as exc:  # every failure of a live read is a finding
                     failures.append(repr(exc)[:500])
                 if committed[-1] > RETAIN + 2:
@@ -225,3 +229,4 @@ def test_latest_reads_of_a_query_that_cleans_up_never_fail(spark, tmp_path, conf
     for batch, rows in results:
         assert rows == _true_state(batch), f"a live read reported batch {batch} but holds other state"
     assert purged_errors and all("minBatchesToRetain" in m and "Committed batches now" in m for m in purged_errors)
+    assert stats_batches and all(stats_batches), "stats of the running query measured no batch"

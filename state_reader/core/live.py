@@ -36,8 +36,8 @@ ATTEMPTS = 8
 SECONDS = 120.0
 RETENTION_CONF = "spark.sql.streaming.minBatchesToRetain"
 
-# what a file or log entry deleted between planning and reading looks like
-_GONE = (MissingStateFileError, CommittedBatchUnavailableError, OffsetLogUnavailableError, FileNotFoundError)
+# what a file or log entry that cleanup deleted between planning and reading looks like
+GONE = (MissingStateFileError, CommittedBatchUnavailableError, OffsetLogUnavailableError, FileNotFoundError)
 
 
 def _span(batches: list[int]) -> str:
@@ -53,12 +53,12 @@ def read_consistently(options: Mapping[str, Any] | StateStoreOptions, read: Call
     planned: list[int] = []
     while True:
         storage = Storage(opts.path, opts.storage_options, verify_checksums=False)
-        before = _committed(storage)
+        before = committed_now(storage)
         try:
             return read(plan_state_read(opts))
-        except _GONE as exc:
+        except GONE as exc:
             now = Checkpoint(storage).location
-            committed = _committed(storage)
+            committed = committed_now(storage)
             if requested is not None:
                 # purged before the read began, or cleaned up while it ran; else the files are damaged
                 purged = bool(committed) and requested < committed[0]
@@ -69,7 +69,7 @@ def read_consistently(options: Mapping[str, Any] | StateStoreOptions, read: Call
                         f"now: {_span(committed)}; {RETENTION_CONF} sets how many the query keeps.",
                         path=now) from exc
                 raise
-            if not before or not committed or committed[-1] <= before[-1]:
+            if not moved_on(before, committed):
                 raise  # nothing newer was committed: the checkpoint is damaged, not busy
             planned.append(before[-1])
             if len(planned) >= attempts or time.monotonic() - started > seconds:
@@ -80,7 +80,12 @@ def read_consistently(options: Mapping[str, Any] | StateStoreOptions, read: Call
                     "or read a copy of the checkpoint.", path=now) from exc
 
 
-def _committed(storage: Storage) -> list[int]:
+def moved_on(before: list[int], now: list[int]) -> bool:
+    """Whether the query committed a newer batch between two listings of the commit log."""
+    return bool(before) and bool(now) and now[-1] > before[-1]
+
+
+def committed_now(storage: Storage) -> list[int]:
     """The committed batches as listed now (a fresh listing, no cached view)."""
     try:
         return Checkpoint(storage).committed_batches

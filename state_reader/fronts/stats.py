@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from state_reader.core import live
 from state_reader.core.decode import decode_columns
 from state_reader.core.metadata import infer_operator_metadata
 from state_reader.core.options import from_kwargs
@@ -24,6 +25,7 @@ from state_reader.core.planner import join_column_families, plan_state_read
 from state_reader.errors import (
     CommittedBatchUnavailableError,
     InvalidOptionError,
+    ReadOutpacedError,
     RequiredOptionError,
     SchemaReadError,
     StateReaderError,
@@ -83,6 +85,8 @@ class StatsResult:
     operator_names: dict[int, str | None] = field(default_factory=dict)
     # what the caller should know about the batches measured (a range clamped to what exists)
     notes: list[str] = field(default_factory=list)
+    # batches a running query cleaned up while they were being measured
+    cleaned_up: int = 0
 
 
 def parse_batch_range(text: str | None) -> tuple[int | None, int | None]:
@@ -156,6 +160,11 @@ def _plan(checkpoint: str, cp: Checkpoint, storage_options: dict[str, Any] | Non
     return plan_state_read(from_kwargs(checkpoint, options), cp)
 
 
+def _measure(columns: list[pa.Array]) -> tuple[int, int]:
+    """(rows, Arrow bytes) of one partition's decoded columns."""
+    return len(columns[0]), sum(c.nbytes for c in columns)
+
+
 def _default_batches(cp: Checkpoint, files: list[StoreFiles]) -> list[int]:
     """Committed batches whose versions every partition can still rebuild."""
     committed = cp.committed_batches
@@ -168,11 +177,32 @@ def _default_batches(cp: Checkpoint, files: list[StoreFiles]) -> list[int]:
     return [b for b in committed if b >= first_batch]
 
 
-def collect_stats(checkpoint: str, *, operator_id: int | None = None, store_name: str | None = None,
-                  start_batch: int | None = None, end_batch: int | None = None,
-                  storage_options: dict[str, Any] | None = None,
-                  show_progress: bool | None = None) -> StatsResult:
-    """Compute the :data:`STATS_SCHEMA` table; see :func:`stats`."""
+def collect_stats(checkpoint: str, **kwargs: Any) -> StatsResult:
+    """Compute the :data:`STATS_SCHEMA` table; see :func:`stats`.
+
+    A running query may clean up every batch the walk planned before it gets to
+    them; the walk then starts again over what is retained now.
+    """
+    storage = Storage(checkpoint, dict(kwargs.get("storage_options") or {}), verify_checksums=False)
+    for _ in range(live.ATTEMPTS):
+        before = live.committed_now(storage)
+        try:
+            result = _collect_stats(checkpoint, **kwargs)
+        except live.GONE:
+            if not live.moved_on(before, live.committed_now(storage)):
+                raise  # nothing newer was committed: the checkpoint is damaged, not busy
+            continue
+        if result.table.num_rows or not result.cleaned_up:
+            return result
+    raise ReadOutpacedError(
+        f"the query writing {checkpoint} cleaned up every batch before it could be measured, "
+        f"{live.ATTEMPTS} times; measure a copy, or raise {live.RETENTION_CONF}", path=checkpoint)
+
+
+def _collect_stats(checkpoint: str, *, operator_id: int | None = None, store_name: str | None = None,
+                   start_batch: int | None = None, end_batch: int | None = None,
+                   storage_options: dict[str, Any] | None = None,
+                   show_progress: bool | None = None) -> StatsResult:
     storage = Storage(checkpoint, dict(storage_options or {}))
     cp = Checkpoint(storage)
     latest = cp.latest_committed_batch()  # fails clearly for a missing or empty checkpoint
@@ -218,18 +248,28 @@ def collect_stats(checkpoint: str, *, operator_id: int | None = None, store_name
     with progress("measuring state", total, enabled=show_progress) as bar:
         for op, store, plan_latest, files in work:
             for batch in batches_by_store[(op, store)]:
-                plan = plan_latest if batch == latest else _plan(checkpoint, cp, storage_options, op, store, batch,
-                                                                 result.operator_names.get(op))
-                for pid in plan.partitions:
-                    decoded = decode_columns(plan, pid)
+                try:
+                    plan = plan_latest if batch == latest else _plan(checkpoint, cp, storage_options, op, store,
+                                                                     batch, result.operator_names.get(op))
+                    # (rows, decoded bytes) per partition; the decoded columns go as soon as they are measured
+                    sizes = [_measure(decode_columns(plan, pid)) for pid in plan.partitions]
+                except live.GONE:
+                    # a running query cleaned this batch up while we walked the others: leave it out, say so
+                    if not live.moved_on([latest], live.committed_now(storage)):
+                        raise
+                    result.notes.append(f"batch {batch} of operator {op}, store {store} was cleaned up by the "
+                                        "running query during the read and is left out")
+                    result.cleaned_up += 1
+                    bar.advance(len(files))
+                    continue
+                for pid, (rows, decoded_bytes) in zip(plan.partitions, sizes, strict=True):
                     store_files = files.get(pid) or StoreFiles(storage, plan.store_dir(pid), plan.provider,
                                                                plan.codec)
                     uid = unique_id_for(cp, store_files, plan.version, op, pid, plan.store_name)
                     vf = store_files.version_files(plan.version, uid)
                     row = {
                         "operator_id": op, "store_name": store, "batch_id": batch, "version": plan.version,
-                        "partition_id": pid, "rows": len(decoded[0]),
-                        "decoded_bytes": sum(c.nbytes for c in decoded),
+                        "partition_id": pid, "rows": rows, "decoded_bytes": decoded_bytes,
                         "files": len(vf.files), "bytes_on_disk": vf.bytes_on_disk,
                         "delta_chain": vf.delta_chain, "snapshot_version": vf.snapshot_version,
                     }
