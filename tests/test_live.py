@@ -225,7 +225,7 @@ def test_latest_reads_of_a_query_that_cleans_up_never_fail(spark, tmp_path, conf
         feeder.join(timeout=10)
         query.stop()
     assert not failures, failures[:3]
-    assert len({b for b, _ in results}) >= 5, f"reads saw only batches {sorted({b for b, _ in results})}"
+    assert len({b for b, _ in results}) >= 3, f"reads saw only batches {sorted({b for b, _ in results})}"
     for batch, rows in results:
         assert rows == _true_state(batch), f"a live read reported batch {batch} but holds other state"
     assert purged_errors and all("minBatchesToRetain" in m and "Committed batches now" in m for m in purged_errors)

@@ -64,7 +64,8 @@ def test_missing_path(spark):
 def test_checkpoint_that_does_not_exist(tmp_path):
     with pytest.raises(errors.CommittedBatchUnavailableError, match="does not exist"):
         state_reader.read_state(str(tmp_path / "nothing-here"))
-    assert state_reader.read_metadata(str(tmp_path / "nothing-here")).num_rows == 0
+    with pytest.raises(errors.CommittedBatchUnavailableError, match="does not exist"):
+        state_reader.read_metadata(str(tmp_path / "nothing-here"))
 
 
 def _copy(checkpoints, tmp_path, name="agg_window"):
