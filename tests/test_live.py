@@ -49,8 +49,9 @@ def _feed(input_dir: Path, staging: Path, stop: threading.Event, files: int = IN
         os.replace(tmp, input_dir / tmp.name)
 
 
-@pytest.mark.parametrize("confs", [HDFS, ROCKSDB_CHANGELOG], ids=["hdfs", "rocksdb"])
-def test_reads_of_a_running_query(spark, tmp_path, confs):
+def _start_query(spark, tmp_path: Path, confs: dict[str, str]):
+    """(input dir, staging dir, checkpoint, running query): an aggregation over a file source, one file a batch,
+    started with ``confs`` (which the checkpoint pins) and a 100 ms trigger."""
     input_dir, staging, cp = tmp_path / "input", tmp_path / "staging", tmp_path / "checkpoint"
     input_dir.mkdir()
     staging.mkdir()
@@ -66,6 +67,12 @@ def test_reads_of_a_running_query(spark, tmp_path, confs):
     finally:
         for key, value in saved.items():
             spark.conf.unset(key) if value is None else spark.conf.set(key, value)
+    return input_dir, staging, cp, query
+
+
+@pytest.mark.parametrize("confs", [HDFS, ROCKSDB_CHANGELOG], ids=["hdfs", "rocksdb"])
+def test_reads_of_a_running_query(spark, tmp_path, confs):
+    input_dir, staging, cp, query = _start_query(spark, tmp_path, confs)
 
     stop = threading.Event()
     feeder = threading.Thread(target=_feed, args=(input_dir, staging, stop), daemon=True)
@@ -176,22 +183,8 @@ def test_latest_reads_of_a_query_that_cleans_up_never_fail(spark, tmp_path, conf
     while it reads. Each latest read must still succeed and equal the true state of the batch its
     schema metadata names; an explicit batch that is gone says which batches are retained."""
     scheme = _slow_filesystem()
-    input_dir, staging, cp = tmp_path / "input", tmp_path / "staging", tmp_path / "checkpoint"
-    input_dir.mkdir()
-    staging.mkdir()
-    confs = {**confs, "spark.sql.streaming.minBatchesToRetain": str(RETAIN)}
-    saved = {k: spark.conf.get(k, None) for k in confs}
-    for key, value in confs.items():
-        spark.conf.set(key, value)
-    try:
-        stream = (spark.readStream.schema("k string, v long, tag string").option("maxFilesPerTrigger", 1)
-                  .json(str(input_dir)).groupBy("k")
-                  .agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("total"), F.max("tag").alias("tag")))
-        query = (stream.writeStream.format("noop").outputMode("update").option("checkpointLocation", str(cp))
-                 .trigger(processingTime="100 milliseconds").start())
-    finally:
-        for key, value in saved.items():
-            spark.conf.unset(key) if value is None else spark.conf.set(key, value)
+    input_dir, staging, cp, query = _start_query(
+        spark, tmp_path, {**confs, "spark.sql.streaming.minBatchesToRetain": str(RETAIN)})
     stop = threading.Event()
     feeder = threading.Thread(target=_feed, args=(input_dir, staging, stop, CLEANUP_FILES, CLEANUP_EVERY),
                               daemon=True)
