@@ -223,3 +223,20 @@ def test_latest_reads_of_a_query_that_cleans_up_never_fail(spark, tmp_path, conf
         assert rows == _true_state(batch), f"a live read reported batch {batch} but holds other state"
     assert purged_errors and all("minBatchesToRetain" in m and "Committed batches now" in m for m in purged_errors)
     assert stats_batches and all(stats_batches), "stats of the running query measured no batch"
+
+
+def test_a_spark_read_of_a_batch_cleaned_up_after_planning_says_so(spark, checkpoints, tmp_path):
+    """The driver plans one batch; when the query commits on and deletes its files before the tasks read
+    them, the task fails with the batches still kept, not only a missing file."""
+    import shutil
+
+    cp = tmp_path / "agg"
+    shutil.copytree(checkpoints("agg_window"), cp)
+    latest = _committed(cp)[-1]
+    df = spark.read.format("state_reader.statestore").load(str(cp))  # planned here, at the latest batch
+    for part in (cp / "state" / "0").iterdir():  # the query's cleanup, and a batch committed after it
+        for f in part.glob(f"{latest + 1}.*"):
+            f.unlink()
+    (cp / "commits" / str(latest + 1)).write_bytes((cp / "commits" / str(latest)).read_bytes())
+    with pytest.raises(Exception, match=rf"STATE_READER_BATCH_NOT_RETAINED.*batch {latest} .*no longer retained"):
+        df.collect()

@@ -63,11 +63,7 @@ def read_consistently(options: Mapping[str, Any] | StateStoreOptions, read: Call
                 # purged before the read began, or cleaned up while it ran; else the files are damaged
                 purged = bool(committed) and requested < committed[0]
                 if purged or (committed != before and requested < committed[-1]):
-                    raise BatchNotRetainedError(
-                        f"batch {requested} of {now} is no longer retained: the query has cleaned up what it "
-                        f"needs ({exc.message if isinstance(exc, StateReaderError) else exc}). Committed batches "
-                        f"now: {_span(committed)}; {RETENTION_CONF} sets how many the query keeps.",
-                        path=now) from exc
+                    raise not_retained(now, requested, exc, committed) from exc
                 raise
             if not moved_on(before, committed):
                 raise  # nothing newer was committed: the checkpoint is damaged, not busy
@@ -78,6 +74,26 @@ def read_consistently(options: Mapping[str, Any] | StateStoreOptions, read: Call
                     f"{len(planned)} attempts (batches {', '.join(map(str, planned))}) each lost files to "
                     f"cleanup. Pass batch_id of a retained batch (now {_span(committed)}), raise {RETENTION_CONF}, "
                     "or read a copy of the checkpoint.", path=now) from exc
+
+
+def not_retained(location: str, batch: int, exc: BaseException, committed: list[int]) -> BatchNotRetainedError:
+    """The error for a batch whose files the query cleaned up, naming what it keeps now."""
+    why = exc.message if isinstance(exc, StateReaderError) else str(exc)
+    return BatchNotRetainedError(
+        f"batch {batch} of {location} is no longer retained: the query has cleaned up what it needs ({why}). "
+        f"Committed batches now: {_span(committed)}; {RETENTION_CONF} sets how many the query keeps.",
+        path=location)
+
+
+def cleaned_up_during_read(plan: StateReadPlan, exc: BaseException) -> BatchNotRetainedError | None:
+    """For a read of ``plan`` that lost files: the error to raise when the query has moved on since, else None.
+
+    Used where the read cannot be planned again (a Spark task reads the batch its driver planned).
+    """
+    committed = committed_now(plan.storage)
+    if not committed or committed[-1] <= plan.batch_id:
+        return None
+    return not_retained(plan.storage.display(""), plan.batch_id, exc, committed)
 
 
 def moved_on(before: list[int], now: list[int]) -> bool:

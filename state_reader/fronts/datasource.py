@@ -19,6 +19,7 @@ import pyspark.sql.datasource as _spark_datasource
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType as SparkStructType
 
+from state_reader.core import live
 from state_reader.core.key_filter import And, Comparison, InList, KeyFilter, Not, NullCheck, Predicate, evaluate
 from state_reader.core.metadata import metadata_schema, read_metadata_table
 from state_reader.core.options import PARTITIONS_PER_TASK, StateMetadataOptions
@@ -146,9 +147,16 @@ class StateStoreReader(DataSourceReader):
         ids = list(partition.partition_ids)  # type: ignore[attr-defined]
         what = f"partition{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))} of {self.plan.storage.display('')}"
         with unexpected_errors_as_ours(what):
-            # one thread: Spark already runs a task per core
-            yield from iter_batches(self.plan, partitions=ids, key_filter=self.key_filter(), show_progress=False,
-                                    threads=1)
+            try:
+                # one thread: Spark already runs a task per core
+                yield from iter_batches(self.plan, partitions=ids, key_filter=self.key_filter(),
+                                        show_progress=False, threads=1)
+            except live.GONE as exc:
+                # the driver planned this batch; a running query cleaned it up since (retries cannot help)
+                cleaned_up = live.cleaned_up_during_read(self.plan, exc)
+                if cleaned_up is None:
+                    raise
+                raise cleaned_up from exc
 
 
 # --- filter pushdown (pyspark 4.1+) ------------------------------------------
