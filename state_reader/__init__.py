@@ -40,6 +40,7 @@ from state_reader.errors import (
     RequiredOptionError,
     RowDecodeError,
     SchemaReadError,
+    SparkSetupError,
     StateReaderError,
     StorageError,
     TruncatedFileError,
@@ -82,6 +83,7 @@ __all__ = [
     "RequiredOptionError",
     "RowDecodeError",
     "SchemaReadError",
+    "SparkSetupError",
     "StateReaderError",
     "StorageError",
     "TruncatedFileError",
@@ -174,10 +176,31 @@ def read_metadata(
 
 
 def register(spark: Any) -> None:
-    """Register ``state_reader.statestore`` and ``state_reader.state-metadata`` with ``spark``."""
-    from state_reader.fronts.datasource import register as _register
+    """Register ``state_reader.statestore``, ``state_reader.state-metadata`` and the SQL functions
+    ``read_statestore`` and ``read_state_metadata`` with ``spark`` (pyspark 4.0+).
 
+    On pyspark 3.4 and 3.5, which have no Python data sources, use
+    :func:`state_reader.spark.read_state` and :func:`state_reader.spark.read_metadata`.
+    """
+    try:
+        from state_reader.fronts.datasource import register as _register
+    except ImportError as exc:
+        import pyspark
+
+        raise SparkSetupError(
+            f"pyspark {pyspark.__version__} has no Python data sources (pyspark 4.0+): read with "
+            "state_reader.spark.read_state(spark, path, **options) and state_reader.spark.read_metadata(spark, path)"
+        ) from exc
     _register(spark)
+
+
+def __getattr__(name: str) -> Any:
+    # `state_reader.spark` (the DataFrame front) imports pyspark, so only when asked for
+    if name == "spark":
+        import importlib
+
+        return importlib.import_module("state_reader.spark")
+    raise AttributeError(f"module 'state_reader' has no attribute {name!r}")
 
 
 # the module's names are its public API: not the compiler directive at its top

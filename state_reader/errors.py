@@ -181,6 +181,12 @@ class UnsafeArchiveError(CorruptFileError):
     error_class = "STATE_READER_UNSAFE_ARCHIVE_ENTRY"
 
 
+class SparkSetupError(StateReaderError):
+    """The Spark a front runs on lacks a setting a read needs; the message names it and where it goes."""
+
+    error_class = "STATE_READER_SPARK_SETUP"
+
+
 class UnexpectedError(StateReaderError):
     """A failure state_reader did not anticipate: a bug, or damage no check recognised.
 

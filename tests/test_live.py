@@ -26,7 +26,7 @@ import state_reader
 
 INPUT_FILES = 12
 FILE_EVERY_SECONDS = 0.4
-LIVE_SECONDS_MAX = 60  # the loop ends when the query has taken all input; this only bounds a stuck run
+LIVE_SECONDS_MAX = 90  # the loop ends when the query has taken all input; this only bounds a stuck run
 SPARK_READ_EVERY = 8  # one read in this many goes through the data source (they cost ~0.5 s)
 
 
@@ -125,13 +125,14 @@ def test_reads_of_a_running_query(spark, tmp_path, confs):
 
 # -- a query that cleans up fast, read through a filesystem as slow as an object store -------------
 
-RETAIN = 2
+RETAIN = 4
 SLOW_SECONDS = 0.03
 # opening a state file takes longer still, which widens the window between listing a store and
 # reading its files, where the query's cleanup deletes them
-SLOW_STATE_FILE_SECONDS = 0.2
-CLEANUP_FILES = 36  # input files (one batch each) of the fast-cleaning query
-CLEANUP_EVERY = 0.25
+SLOW_STATE_FILE_SECONDS = 0.05
+CLEANUP_BATCHES = 36  # batches the fast-cleaning query runs at least (one input file each)
+CLEANUP_FILES = 120  # ... and at most: on a loaded machine, until reads have seen three batches
+CLEANUP_EVERY = 0.4
 
 
 def _slow_filesystem() -> str:
@@ -210,7 +211,8 @@ def test_latest_reads_of_a_query_that_cleans_up_never_fail(spark, tmp_path, conf
                     with pytest.raises(state_reader.BatchNotRetainedError) as caught:
                         state_reader.read_state(str(cp), batch_id=0)
                     purged_errors.append(str(caught.value))
-                if committed[-1] >= CLEANUP_FILES - 1:
+                seen = len({b for b, _ in results})
+                if committed[-1] >= CLEANUP_FILES - 1 or (committed[-1] >= CLEANUP_BATCHES - 1 and seen >= 3):
                     break
             time.sleep(0.01)
     finally:

@@ -8,7 +8,8 @@ import pytest
 from oracle import assert_same_as_builtin, diff, spark_rows
 
 from state_reader.errors import InvalidOptionError
-from state_reader.fronts.datasource import _partitions_per_task, group_partitions
+from state_reader.fronts.datasource import group_partitions
+from state_reader.fronts.spark_shared import partitions_per_task as _partitions_per_task
 
 
 def _groups(ids, per_task, cores):

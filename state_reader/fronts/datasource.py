@@ -10,8 +10,6 @@ files and yield Arrow record batches.
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -22,18 +20,17 @@ from pyspark.sql.types import StructType as SparkStructType
 from state_reader.core import live
 from state_reader.core.key_filter import And, Comparison, InList, KeyFilter, Not, NullCheck, Predicate, evaluate
 from state_reader.core.metadata import metadata_schema, read_metadata_table
-from state_reader.core.options import PARTITIONS_PER_TASK, StateMetadataOptions
+from state_reader.core.options import StateMetadataOptions
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import iter_batches
-from state_reader.errors import InvalidOptionError, UnsupportedTypeError, unexpected_errors_as_ours
-from state_reader.formats.spark_types import StructType
+from state_reader.errors import unexpected_errors_as_ours
+from state_reader.fronts import spark_shared as shared
+from state_reader.fronts.flatten import unique_schema
+from state_reader.fronts.sql import register_functions
 from state_reader.model.plan import StateReadPlan
 
 STATESTORE = "state_reader.statestore"
 STATE_METADATA = "state_reader.state-metadata"
-
-
-# Data source option (ours): state partitions read by one Spark input partition.
 
 
 class _StatePartition(InputPartition):
@@ -45,58 +42,8 @@ class _StatePartition(InputPartition):
 
 
 def group_partitions(ids: list[int], per_task: int | None, cores: int | None) -> list[_StatePartition]:
-    """Share state partitions out among Spark input partitions, contiguous and evenly sized.
-
-    Each Spark task of a Python data source costs a Python worker round trip
-    (tens to hundreds of milliseconds), much more than reading a small state
-    partition, so by default there are as many input partitions as Spark has
-    cores (``cores``), never fewer. ``per_task`` (the ``partitionsPerTask``
-    option) sets how many state partitions one input partition reads at most
-    instead; 1 gives one input partition per state partition, as does an
-    unknown core count.
-    """
-    if not ids:
-        return []
-    if per_task is not None:
-        tasks = -(-len(ids) // per_task)
-    elif cores:
-        tasks = min(len(ids), cores)
-    else:
-        tasks = len(ids)
-    size, extra = divmod(len(ids), tasks)
-    groups, lo = [], 0
-    for i in range(tasks):
-        hi = lo + size + (1 if i < extra else 0)
-        groups.append(_StatePartition(tuple(ids[lo:hi])))
-        lo = hi
-    return groups
-
-
-def _partitions_per_task(options: dict[str, str]) -> int | None:
-    """The ``partitionsPerTask`` option (case-insensitive name): a positive integer, or None for automatic."""
-    text = next((str(v) for k, v in options.items() if k.lower() == PARTITIONS_PER_TASK.lower()), None)
-    if text is None or text.strip().lower() in ("", "auto"):
-        return None
-    try:
-        value = int(text.strip())
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise InvalidOptionError(
-            f"Invalid value for option '{PARTITIONS_PER_TASK}': {text!r}; a positive integer or 'auto' is expected")
-    return value
-
-
-def _check_arrow_transport(schema: StructType, where: str) -> None:
-    """PySpark moves data source output through Arrow, which has no type for these two."""
-    kinds = set(schema.kinds())
-    blocked = kinds & {"year_month_interval", "interval"}
-    if blocked:
-        names = {"year_month_interval": "year-month interval", "interval": "calendar interval"}
-        raise UnsupportedTypeError(
-            f"the state of {where} holds {' and '.join(names[k] for k in sorted(blocked))} fields, which "
-            "PySpark cannot carry from a Python data source; read it with state_reader.read_state instead",
-            path=where)
+    """:func:`state_reader.fronts.spark_shared.group_partitions`, as Spark input partitions."""
+    return [_StatePartition(group) for group in shared.group_partitions(ids, per_task, cores)]
 
 
 class StateStoreDataSource(DataSource):
@@ -105,6 +52,10 @@ class StateStoreDataSource(DataSource):
     # Spark's default parallelism when register() made this class (PySpark plans a
     # Python data source in a Python worker, which has no SparkSession to ask); None: unknown
     spark_cores: int | None = None
+    # whether that Spark takes structs that repeat a field name from Python (None: unknown), and
+    # whether its JVM is in another process (a Spark Connect server), for the error that says how to fix it
+    repeated_names: bool | None = None
+    remote_jvm: bool = False
 
     @classmethod
     def name(cls) -> str:
@@ -119,12 +70,15 @@ class StateStoreDataSource(DataSource):
 
     def schema(self) -> SparkStructType:
         plan = self._plan()
-        _check_arrow_transport(plan.output_schema, plan.storage.display(plan.store_dir(0)))
+        where = plan.storage.display(plan.store_dir(0))
+        shared.check_arrow_transport(plan.output_schema, where)
+        if self.repeated_names is False and not unique_schema(plan.arrow_schema).equals(plan.arrow_schema):
+            raise shared.repeated_names_error(where, self.remote_jvm)
         return SparkStructType.fromJson(plan.output_schema.to_json())
 
     def _grouping(self) -> tuple[int | None, int | None]:
         """(``partitionsPerTask``, Spark's cores) for :func:`group_partitions`."""
-        return _partitions_per_task(dict(self.options)), self.spark_cores
+        return shared.partitions_per_task(dict(self.options)), self.spark_cores
 
     def reader(self, schema: SparkStructType) -> StateStoreReader:
         return StateStoreReader(self._plan(), *self._grouping())
@@ -304,57 +258,22 @@ class StateMetadataReader(DataSourceReader):
             yield from read_metadata_table(self.opts).to_batches()
 
 
-# Arrow Java keeps one child per name in a struct unless told otherwise, and
-# aggregation buffers have duplicate names (two `sum` fields). Spark builds its
-# vectors from our batches' schema, so the JVM must append duplicates.
-ARROW_CONFLICT_PROPERTY = "arrow.struct.conflict.policy"
-ARROW_CONFLICT_ENV = "ARROW_STRUCT_CONFLICT_POLICY"
-ARROW_CONFLICT_APPEND = "CONFLICT_APPEND"
-
-
-def _allow_duplicate_struct_fields(spark) -> None:
-    jvm = getattr(spark, "_jvm", None)
-    if jvm is None:  # Spark Connect: the server's JVM must be started with the setting
-        return
-    system = jvm.java.lang.System
-    if system.getProperty(ARROW_CONFLICT_PROPERTY) is None:
-        system.setProperty(ARROW_CONFLICT_PROPERTY, ARROW_CONFLICT_APPEND)
-
-
-def _spark_parallelism(spark) -> int | None:
-    """Spark's default parallelism (its cores, or ``spark.default.parallelism``); None when unknown."""
-    try:
-        context = getattr(spark, "sparkContext", None)  # Spark Connect sessions raise here
-        if context is not None:
-            return max(1, int(context.defaultParallelism))
-    except Exception:  # no SparkContext here (Spark Connect): the confs below may still tell
-        pass
-    try:
-        setting = spark.conf.get("spark.default.parallelism", None)
-        if setting:
-            return max(1, int(setting))
-        master = str(spark.conf.get("spark.master", ""))
-    except Exception:  # a conf this session cannot read: unknown
-        return None
-    match = re.fullmatch(r"local\[(\d+|\*)(?:,\d+)?\]", master.strip())
-    if match:
-        return os.cpu_count() if match.group(1) == "*" else max(1, int(match.group(1)))
-    return 1 if master.strip() == "local" else None
-
-
-def _with_cores(base: type[StateStoreDataSource], cores: int | None) -> type[StateStoreDataSource]:
-    """A subclass of ``base`` that knows Spark's cores.
+def _with_setup(base: type[StateStoreDataSource], cores: int | None, repeated_names: bool | None,
+                remote: bool) -> type[StateStoreDataSource]:
+    """A subclass of ``base`` that knows Spark's cores and whether it keeps repeated struct field names.
 
     Made at run time, so cloudpickle ships it to the planning worker by value,
-    class attribute included (a module-level class would travel by name only).
+    class attributes included (a module-level class would travel by name only).
     """
-    return type(base.__name__, (base,), {"spark_cores": cores, "__module__": __name__,
-                                         "__qualname__": f"{base.__qualname__}.with_cores",
+    return type(base.__name__, (base,), {"spark_cores": cores, "repeated_names": repeated_names,
+                                         "remote_jvm": remote, "__module__": __name__,
+                                         "__qualname__": f"{base.__qualname__}.with_setup",
                                          "__doc__": base.__doc__})
 
 
 def register(spark) -> None:
-    """Register both data sources with a SparkSession.
+    """Register both data sources and the SQL functions ``read_statestore`` and
+    ``read_state_metadata`` (:mod:`state_reader.fronts.sql`) with a SparkSession.
 
     With ``spark.sql.python.filterPushdown.enabled=true`` (pyspark 4.1+) set
     before this call, ``statestore`` takes filters on ``key.<field>`` and
@@ -363,7 +282,9 @@ def register(spark) -> None:
     Spark input partitions a read has (see :func:`group_partitions`); call it
     again after the cluster grew, or set ``partitionsPerTask``.
     """
-    _allow_duplicate_struct_fields(spark)
     base = PushdownStateStoreDataSource if _pushdown_enabled(spark) else StateStoreDataSource
-    spark.dataSource.register(_with_cores(base, _spark_parallelism(spark)))
+    repeated_ok = shared.repeated_names_supported(spark)
+    spark.dataSource.register(_with_setup(base, shared.spark_parallelism(spark), repeated_ok,
+                                          remote=shared.session_jvm(spark) is None))
     spark.dataSource.register(StateMetadataDataSource)
+    register_functions(spark)

@@ -84,6 +84,14 @@ def unique_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f.with_type(_unique_type(f.type)) for f in schema], metadata=schema.metadata)
 
 
+def renamed_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` as ``schema``, which differs from its schema in struct field names only."""
+    if batch.schema.equals(schema):
+        return batch
+    columns = [_retyped(column, f.type) for column, f in zip(batch.columns, schema, strict=True)]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
 def with_unique_field_names(table: pa.Table) -> pa.Table:
     """``table`` with repeated struct field names renamed ``name#2``, ``name#3``… at every depth.
 

@@ -146,9 +146,9 @@ def operator_stores(cp: Checkpoint, operator_id: int | None = None, store_name: 
     return out
 
 
-def _plan(checkpoint: str, cp: Checkpoint, storage_options: dict[str, Any] | None, operator_id: int,
-          store_name: str, batch_id: int, operator_name: str | None = None) -> StateReadPlan:
-    """The plan of one store; for transformWithState, of one of its variables or its timers."""
+def _options(operator_id: int, store_name: str, batch_id: int | None, storage_options: dict[str, Any] | None,
+             operator_name: str | None) -> dict[str, Any]:
+    """The read options of one store; for transformWithState, of one of its variables or its timers."""
     options: dict[str, Any] = {"operator_id": operator_id, "store_name": store_name, "batch_id": batch_id,
                                "storage_options": storage_options}
     if operators.is_transform_with_state(operator_name):
@@ -157,7 +157,14 @@ def _plan(checkpoint: str, cp: Checkpoint, storage_options: dict[str, Any] | Non
             options["read_registered_timers"] = True
         else:
             options["state_var_name"] = store_name
-    return plan_state_read(from_kwargs(checkpoint, options), cp)
+    return options
+
+
+def _plan(checkpoint: str, cp: Checkpoint, storage_options: dict[str, Any] | None, operator_id: int,
+          store_name: str, batch_id: int, operator_name: str | None = None) -> StateReadPlan:
+    """The plan of one store at ``batch_id``."""
+    return plan_state_read(from_kwargs(checkpoint, _options(operator_id, store_name, batch_id, storage_options,
+                                                            operator_name)), cp)
 
 
 def _measure(columns: list[pa.Array]) -> tuple[int, int]:
@@ -244,15 +251,40 @@ def _collect_stats(checkpoint: str, *, operator_id: int | None = None, store_nam
             f"(committed batches: {committed[0]}..{committed[-1]})", path=cp.location)
 
     total = sum(len(batches_by_store[(op, s)]) * len(f) for op, s, _, f in work)
-    columns: dict[str, list[Any]] = {name: [] for name in STATS_SCHEMA.names}
+    rows_out: list[dict[str, Any]] = []
     with progress("measuring state", total, enabled=show_progress) as bar:
         for op, store, plan_latest, files in work:
-            for batch in batches_by_store[(op, store)]:
+            op_name = result.operator_names.get(op)
+
+            def measure(plan: StateReadPlan, op: int = op, store: str = store,
+                        files: dict[int, StoreFiles] = files) -> list[dict[str, Any]]:
+                # the decoded columns go as soon as they are measured; a batch planned again lists afresh
+                out = []
+                for pid in plan.partitions:
+                    rows, decoded_bytes = _measure(decode_columns(plan, pid))
+                    listed = files.get(pid) if plan.batch_id <= latest else None
+                    store_files = listed or StoreFiles(storage, plan.store_dir(pid), plan.provider, plan.codec)
+                    uid = unique_id_for(cp, store_files, plan.version, op, pid, plan.store_name)
+                    vf = store_files.version_files(plan.version, uid)
+                    out.append({
+                        "operator_id": op, "store_name": store, "batch_id": plan.batch_id,
+                        "version": plan.version, "partition_id": pid, "rows": rows,
+                        "decoded_bytes": decoded_bytes, "files": len(vf.files), "bytes_on_disk": vf.bytes_on_disk,
+                        "delta_chain": vf.delta_chain, "snapshot_version": vf.snapshot_version,
+                    })
+                    bar.advance(description=f"measuring operator {op} · batch {plan.batch_id}")
+                return out
+
+            # newest first: on a running query, the batches cleanup takes next are the oldest
+            for batch in reversed(batches_by_store[(op, store)]):
+                if batch == latest and end_batch is None:
+                    # the latest batch moves on with a running query: measured as read_state reads it
+                    rows_out.extend(live.read_consistently(
+                        from_kwargs(checkpoint, _options(op, store, None, storage_options, op_name)), measure))
+                    continue
                 try:
-                    plan = plan_latest if batch == latest else _plan(checkpoint, cp, storage_options, op, store,
-                                                                     batch, result.operator_names.get(op))
-                    # (rows, decoded bytes) per partition; the decoded columns go as soon as they are measured
-                    sizes = [_measure(decode_columns(plan, pid)) for pid in plan.partitions]
+                    rows_out.extend(measure(plan_latest if batch == latest
+                                            else _plan(checkpoint, cp, storage_options, op, store, batch, op_name)))
                 except live.GONE:
                     # a running query cleaned this batch up while we walked the others: leave it out, say so
                     if not live.moved_on([latest], live.committed_now(storage)):
@@ -261,22 +293,9 @@ def _collect_stats(checkpoint: str, *, operator_id: int | None = None, store_nam
                                         "running query during the read and is left out")
                     result.cleaned_up += 1
                     bar.advance(len(files))
-                    continue
-                for pid, (rows, decoded_bytes) in zip(plan.partitions, sizes, strict=True):
-                    store_files = files.get(pid) or StoreFiles(storage, plan.store_dir(pid), plan.provider,
-                                                               plan.codec)
-                    uid = unique_id_for(cp, store_files, plan.version, op, pid, plan.store_name)
-                    vf = store_files.version_files(plan.version, uid)
-                    row = {
-                        "operator_id": op, "store_name": store, "batch_id": batch, "version": plan.version,
-                        "partition_id": pid, "rows": rows, "decoded_bytes": decoded_bytes,
-                        "files": len(vf.files), "bytes_on_disk": vf.bytes_on_disk,
-                        "delta_chain": vf.delta_chain, "snapshot_version": vf.snapshot_version,
-                    }
-                    for name, value in row.items():
-                        columns[name].append(value)
-                    bar.advance(description=f"measuring operator {op} · batch {batch}")
-    result.table = pa.Table.from_pydict(columns, schema=STATS_SCHEMA)
+    rows_out.sort(key=lambda row: (row["operator_id"], row["store_name"], row["batch_id"], row["partition_id"]))
+    result.table = pa.Table.from_pylist(rows_out, schema=STATS_SCHEMA)
+    result.batches = sorted(set(result.batches) | {row["batch_id"] for row in rows_out})
     return result
 
 
