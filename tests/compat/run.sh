@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The compatibility matrix: for each pyspark line, a virtualenv with that pyspark and the
+# libraries its clusters run (tests/compat/<line>.txt), then the tests of the Spark fronts
+# against that Spark's own built-in reader. Usage: tests/compat/run.sh [LINE ...]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PYTHON=${PYTHON:-python3}
+LINES=("$@")
+[ ${#LINES[@]} -gt 0 ] || LINES=(3.5 4.0 4.1 4.2 4.3)
+for line in "${LINES[@]}"; do
+  venv=.venv-compat/$line
+  pins=tests/compat/$line.txt
+  if [ ! -f "$venv/.installed" ] || [ "$pins" -nt "$venv/.installed" ] || [ setup.cfg -nt "$venv/.installed" ]; then
+    rm -rf "$venv"
+    "$PYTHON" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    # the pins first, so the project's own requirements are resolved within them
+    "$venv/bin/python" -m pip install -q -r "$pins" -e . pytest
+    touch "$venv/.installed"
+  fi
+  echo "== pyspark $("$venv/bin/python" -c 'import pyspark; print(pyspark.__version__)') ($line line)"
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_spark_fronts.py
+done
