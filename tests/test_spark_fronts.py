@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import pyspark
 import pytest
-from oracle import diff, spark_rows
+from oracle import arrow_rows, diff, spark_rows
+from pyspark.sql.types import StructType
 
 import state_reader
 import state_reader.spark
+from state_reader.core.options import snake_case
+from state_reader.core.planner import plan_state_read
 
 SPARK_4 = int(pyspark.__version__.split(".")[0]) >= 4
 
@@ -45,10 +48,20 @@ def _fronts(spark, path: str, options: dict[str, str]):
 
 
 def _assert_fronts_match(spark, path: str, options: dict[str, str]) -> int:
-    builtin = spark.read.format("statestore").options(**options).load(path)
-    expected = spark_rows(builtin)
+    """Each front against Spark's built-in reader (4.0+); on Spark 3.x, which has none, against the
+    Spark-free reader, itself checked against Spark 4's on checkpoints that Spark 3.x wrote."""
+    if SPARK_4:
+        builtin = spark.read.format("statestore").options(**options).load(path)
+        expected, expected_schema = spark_rows(builtin), builtin.schema.json()
+    else:
+        kwargs = {snake_case(k): (int(v) if v.isdigit() else v) for k, v in options.items()
+                  if k != "partitionsPerTask"}
+        expected = arrow_rows(state_reader.read_state(path, **kwargs, exact_schema=True))
+        # the schema the data source declares (equal to the built-in's where there is one)
+        plan = plan_state_read({"path": path, **options})
+        expected_schema = StructType.fromJson(plan.output_schema.to_json()).json()
     for name, frame in _fronts(spark, path, options):
-        assert frame.schema.json() == builtin.schema.json(), f"{name}: schema differs for {options}"
+        assert frame.schema.json() == expected_schema, f"{name}: schema differs for {options}"
         actual = spark_rows(frame)
         assert actual == expected, f"{name}: rows differ for {options}: {diff(expected, actual)}"
     return len(expected)
