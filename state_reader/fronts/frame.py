@@ -93,11 +93,10 @@ def read_state(spark: Any, path: str, **options: Any) -> Any:
         _Decoder(plan, tasks, transport), transport_type)
     if transport.equals(exact):
         return frame
-    from pyspark.sql.functions import col
-
-    # back to Spark's names, by position (a struct cast matches fields by position)
+    # back to Spark's names, by position (a struct cast matches fields by position); the frame's own
+    # columns, as functions.col is classic or Connect by the process, not by the session
     exact_type = _spark_type(plan.output_schema.to_json())
-    return frame.select(*[col(f"`{t.name}`").cast(e.dataType).alias(e.name)
+    return frame.select(*[frame[t.name].cast(e.dataType).alias(e.name)
                           for t, e in zip(transport_type.fields, exact_type.fields, strict=True)])
 
 

@@ -99,7 +99,10 @@ class ReadStateMetadata:
 
 def register_functions(spark: Any) -> None:
     """Register :data:`READ_STATESTORE` and :data:`READ_STATE_METADATA` with ``spark`` (pyspark 4.0+)."""
-    from pyspark.sql.functions import udtf
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        from pyspark.sql.connect.functions import udtf
+    else:
+        from pyspark.sql.functions import udtf
 
     # row-based on purpose: Arrow-optimised UDTFs go through pandas, which merges repeated field names
     spark.udtf.register(READ_STATESTORE, udtf(ReadStateStore, useArrow=False))
