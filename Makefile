@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install java demo test unit lint bench clean
+.PHONY: help install java demo test test-compat unit lint bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -29,6 +29,9 @@ demo: install ## Run a streaming aggregation into a temporary checkpoint and rea
 test: install ## Run the test suite (real Spark, real checkpoints)
 	$(PY) -m pytest
 
+test-compat: java ## Test the Spark fronts on pyspark 3.5, 4.0, 4.1 and 4.2, each in its own virtualenv (.venv-compat/)
+	PYTHON=$(PYTHON) tests/compat/run.sh
+
 unit: install ## Run only the tests that need no Spark (seconds, no JVM)
 	$(PY) -m pytest -m 'not spark'
 
@@ -39,4 +42,4 @@ bench: install ## Compare read speed with Spark's built-in reader
 	$(PY) benchmarks/bench_read.py
 
 clean: ## Remove the virtualenv and caches
-	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .venv-compat .pytest_cache .ruff_cache build *.egg-info

@@ -51,7 +51,7 @@ def test_file_urls_and_relative_paths(checkpoints, monkeypatch):
 
 def test_bare_install_gives_a_working_command_line(checkpoints, tmp_path):
     """``pip install state-reader`` with no extras: every command that does not draw works; plot says in one
-    line which extra it needs; the README's Spark-free example runs up to to_pandas(), which names pandas."""
+    line which extra it needs. Then the extras, one by one, each give what the README says they give."""
     import os
     from pathlib import Path
 
@@ -77,6 +77,26 @@ def test_bare_install_gives_a_working_command_line(checkpoints, tmp_path):
                           timeout=300, env=env, cwd=tmp_path)
     assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "state-reader[plot]" in proc.stderr
+
+    # each extra adds what its user needs: a notebook user pandas and plots, a Spark user the Spark fronts
+    def install(extra: str) -> None:
+        done = subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                               f"{root}[{extra}]"], capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    install("notebook")
+    proc = subprocess.run([str(exe), "plot", path, "--out", str(tmp_path / "p.png")], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and (tmp_path / "p.png").stat().st_size > 0, proc.stderr
+    to_pandas = f"import state_reader; print(len(state_reader.read_state({path!r}).to_pandas()))"
+    frame = subprocess.run([str(py), "-c", to_pandas], capture_output=True, text=True, timeout=300, env=env,
+                           cwd=tmp_path)
+    assert frame.returncode == 0 and int(frame.stdout) > 0, frame.stderr
+    install("spark")
+    fronts = subprocess.run([str(py), "-c", "import state_reader.spark, state_reader.fronts.datasource, pyspark; "
+                             "print(pyspark.__version__)"], capture_output=True, text=True, timeout=300, env=env,
+                            cwd=tmp_path)
+    assert fronts.returncode == 0 and fronts.stdout.startswith("4."), fronts.stderr
 
 
 def test_the_package_exports_its_api_and_nothing_else():
