@@ -1,5 +1,5 @@
 """Checkpoints written by older Spark versions (tests/golden, made by
-tests/golden/generate.py under Spark 3.5 and 4.0) read by our readers and by
+tests/golden/generate.py under Spark 3.3, 3.4, 3.5 and 4.0) read by our readers and by
 Spark 4.3's built-in reader: they must agree."""
 
 from __future__ import annotations

@@ -45,8 +45,12 @@ def _span(batches: list[int]) -> str:
 
 
 def read_consistently(options: Mapping[str, Any] | StateStoreOptions, read: Callable[[StateReadPlan], T], *,
-                      attempts: int = ATTEMPTS, seconds: float = SECONDS) -> T:
-    """``read(plan)`` of one planned batch, planned again while a running query cleans up under it."""
+                      attempts: int = ATTEMPTS, seconds: float = SECONDS, checkpoint: Checkpoint | None = None) -> T:
+    """``read(plan)`` of one planned batch, planned again while a running query cleans up under it.
+
+    ``checkpoint`` (a caller's, with what it has already read of the logs) plans the first attempt;
+    every later attempt lists the checkpoint afresh.
+    """
     opts = options if isinstance(options, StateStoreOptions) else StateStoreOptions.parse(options)
     requested = opts.change_end_batch_id if opts.read_change_feed else opts.batch_id
     started = time.monotonic()
@@ -55,7 +59,7 @@ def read_consistently(options: Mapping[str, Any] | StateStoreOptions, read: Call
         storage = Storage(opts.path, opts.storage_options, verify_checksums=False)
         before = committed_now(storage)
         try:
-            return read(plan_state_read(opts))
+            return read(plan_state_read(opts, checkpoint if not planned else None))
         except GONE as exc:
             now = Checkpoint(storage).location
             committed = committed_now(storage)

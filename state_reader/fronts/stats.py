@@ -280,7 +280,8 @@ def _collect_stats(checkpoint: str, *, operator_id: int | None = None, store_nam
                 if batch == latest and end_batch is None:
                     # the latest batch moves on with a running query: measured as read_state reads it
                     rows_out.extend(live.read_consistently(
-                        from_kwargs(checkpoint, _options(op, store, None, storage_options, op_name)), measure))
+                        from_kwargs(checkpoint, _options(op, store, None, storage_options, op_name)), measure,
+                        checkpoint=cp))
                     continue
                 try:
                     rows_out.extend(measure(plan_latest if batch == latest

@@ -719,7 +719,7 @@ class Spec:
     build: Builder
     data: Callable[[str], dict[str, Stream]]
     conf: dict[str, str] = field(default_factory=dict)
-    min_version: tuple[int, ...] = (3, 5, 0)
+    min_version: tuple[int, ...] = (3, 3, 0)
     max_version: tuple[int, ...] | None = None  # exclusive
     max_version_why: str = ""
     needs: tuple[str, ...] = ()  # DataFrame methods required
@@ -842,6 +842,7 @@ SPECS: list[Spec] = [
         q_window_agg,
         window_agg_rows,
         conf=dict(ROCKS_CL),
+        min_version=(3, 4, 0),  # changelog checkpointing
     ),
     Spec(
         "session_window_rocksdb_cl",
@@ -849,6 +850,7 @@ SPECS: list[Spec] = [
         q_session,
         session_rows,
         conf=dict(ROCKS_CL),
+        min_version=(3, 4, 0),  # changelog checkpointing
         operators=("session_window",),
     ),
     Spec(
@@ -865,6 +867,7 @@ SPECS: list[Spec] = [
         q_types_agg,
         types_rows,
         conf=dict(ROCKS_CL),
+        min_version=(3, 4, 0),  # changelog checkpointing
     ),
     Spec(
         "join_inner_hdfs",
@@ -881,6 +884,7 @@ SPECS: list[Spec] = [
         q_join_left_outer,
         join_rows,
         conf=dict(ROCKS_CL),
+        min_version=(3, 4, 0),  # changelog checkpointing
         operators=("join",),
     ),
     Spec(

@@ -49,7 +49,7 @@ def reference_path(case: dict, scratch: Path) -> str:
                       if op["kind"] == "session_window" and case["provider"] == "rocksdb"]
     if not needs_metadata or (path / "state" / "0" / "_metadata").exists():
         return str(path)
-    copy = scratch / case["name"]
+    copy = scratch / case["writer_version"] / case["name"]
     shutil.copytree(path, copy)
     for op in needs_metadata:
         meta = copy / "state" / str(op["operatorId"]) / "_metadata"
