@@ -543,3 +543,38 @@ def test_read_metadata_refuses_what_is_not_a_checkpoint(tmp_path, checkpoints):
     with pytest.raises(errors.CommittedBatchUnavailableError, match="is a file, not a directory"):
         state_reader.read_metadata(str(tmp_path / "notes.txt"))
     assert state_reader.read_metadata(checkpoints("agg_window")).num_rows == 1
+
+
+# -- what Spark shows of our errors ---------------------------------------------------------------
+
+@pytest.mark.parametrize("options, words", [
+    ({"batchId": "-1"}, ["batchId"]),
+    ({"readChangeFeed": "true", "changeStartBatchId": "1"}, ["changelog", "changeFeedFromSnapshots"]),
+    ({"snapshotStartBatchId": "0", "snapshotPartitionId": "0"}, ["changelog", "snapshot"]),
+])
+def test_data_source_errors_lead_with_our_message(spark, checkpoints, options, words):
+    """Spark shows a Python worker's error as its traceback; ours come as the message alone, on the first
+    line, as the built-in reader's do. A RocksDB store written without changelog checkpointing is refused
+    while planning, not by a task, when a read needs changelogs."""
+    path = checkpoints("rocksdb_dedup")
+    with pytest.raises(Exception) as caught:
+        spark.read.format("state_reader.statestore").options(**options).load(path).collect()
+    first = str(caught.value).strip().splitlines()[0]
+    assert "Traceback" not in first, first
+    assert all(word in first for word in words), first
+    with pytest.raises(state_reader.StateReaderError):
+        state_reader.read_state(path, **{k: v for k, v in _snake(options).items()})
+
+
+def _snake(options: dict[str, str]) -> dict[str, object]:
+    from state_reader.core.options import snake_case
+
+    return {snake_case(k): (v == "true" if v in ("true", "false") else int(v)) for k, v in options.items()}
+
+
+def test_spark_free_errors_keep_their_traceback_setting(checkpoints):
+    """Outside a Spark worker nothing in the environment changes when a read fails."""
+    before = dict(os.environ)
+    with pytest.raises(state_reader.InvalidOptionError):
+        state_reader.read_state(checkpoints("agg_window"), batch_id=-1)
+    assert dict(os.environ) == before

@@ -13,13 +13,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from state_reader.core.options import StateStoreOptions
-from state_reader.errors import InvalidOptionError, NoPartitionError, RequiredOptionError, SchemaReadError
+from state_reader.errors import (
+    InvalidOptionError,
+    MissingStateFileError,
+    NoPartitionError,
+    RequiredOptionError,
+    SchemaReadError,
+)
 from state_reader.formats.schema_files import ColumnFamilySchema, read_schema_v1v2
 from state_reader.formats.spark_types import StructType
 from state_reader.io.storage import Storage
 from state_reader.model import operators
 from state_reader.model.checkpoint import DEFAULT_STORE, JOIN_STORES, JOIN_V4_STORES, Checkpoint, OperatorMetadata
-from state_reader.model.conf import HDFS_PROVIDER, ROCKSDB_PROVIDER, StoreConf
+from state_reader.model.conf import CONF_CHANGELOG, HDFS_PROVIDER, ROCKSDB_PROVIDER, StoreConf, conf_flag
 from state_reader.model.plan import JoinSidePlan, StateReadPlan
 from state_reader.model.state_variables import (
     MULTI_VALUE,
@@ -164,12 +170,20 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
                 f"(partitions: {', '.join(map(str, partitions))})")
         partitions = [opts.snapshot_partition_id]  # type: ignore[list-item]
         snapshot_start_version = opts.snapshot_start_batch_id + 1
+    provider = detect_provider(cp, store_conf.provider, opts.operator_id)
+    if provider == ROCKSDB_PROVIDER:
+        replays = snapshot_start_version is not None and snapshot_start_version < batch_id + 1
+        if (opts.read_change_feed and not opts.change_feed_from_snapshots) or replays:
+            _require_changelogs(cp, cp.store_dir(opts.operator_id, partitions[0], store_name), conf,
+                                "a change feed" if opts.read_change_feed else
+                                f"rebuilding version {batch_id + 1} from the snapshot of version "
+                                f"{snapshot_start_version}")
     return StateReadPlan(
         checkpoint=cp,
         operator_id=opts.operator_id,
         store_name=store_name,
         batch_id=batch_id,
-        provider=detect_provider(cp, store_conf.provider, opts.operator_id),
+        provider=provider,
         partitions=partitions,
         key_schema=key_schema,
         value_schema=value_schema,
@@ -182,6 +196,26 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
         variable=variable,
         change_feed_from_snapshots=opts.change_feed_from_snapshots,
     )
+
+
+def _require_changelogs(cp: Checkpoint, store_dir: str, conf: Mapping[str, str], what: str) -> None:
+    """Refuse, while planning, a RocksDB read that needs changelogs of a store written without them.
+
+    Without changelog checkpointing a RocksDB store has snapshots only; a task
+    would find that out file by file, and Spark shows a task's error under a
+    generic first line. One listing of one partition tells.
+    """
+    if conf_flag(conf, CONF_CHANGELOG):
+        return
+    names = cp.storage.list_sizes(store_dir) or {}
+    if any(name.endswith(".changelog") for name in names):
+        return
+    remedy = ("the option changeFeedFromSnapshots=true computes one by comparing consecutive snapshots"
+              if what == "a change feed" else "read the batch without snapshotStartBatchId")
+    raise MissingStateFileError(
+        f"{what} needs changelog files, and {cp.storage.display(store_dir)} has none: the query ran without "
+        f"changelog checkpointing ({CONF_CHANGELOG}), so its RocksDB store keeps snapshots only; {remedy}",
+        path=cp.storage.display(store_dir))
 
 
 @dataclass

@@ -23,7 +23,6 @@ from state_reader.core.metadata import metadata_schema, read_metadata_table
 from state_reader.core.options import StateMetadataOptions
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import iter_batches
-from state_reader.errors import unexpected_errors_as_ours
 from state_reader.fronts import spark_shared as shared
 from state_reader.fronts.flatten import unique_schema
 from state_reader.fronts.sql import register_functions
@@ -64,21 +63,24 @@ class StateStoreDataSource(DataSource):
     def _plan(self) -> StateReadPlan:
         if not hasattr(self, "_cached_plan"):
             options = dict(self.options)
-            with unexpected_errors_as_ours(str(options.get("path"))):
+            with shared.spark_worker_errors(str(options.get("path"))):
                 self._cached_plan = plan_state_read(options)
         return self._cached_plan
 
     def schema(self) -> SparkStructType:
         plan = self._plan()
         where = plan.storage.display(plan.store_dir(0))
-        shared.check_arrow_transport(plan.output_schema, where)
-        if self.repeated_names is False and not unique_schema(plan.arrow_schema).equals(plan.arrow_schema):
-            raise shared.repeated_names_error(where, self.remote_jvm)
+        with shared.spark_worker_errors(where):
+            shared.check_arrow_transport(plan.output_schema, where)
+            if self.repeated_names is False and not unique_schema(plan.arrow_schema).equals(plan.arrow_schema):
+                raise shared.repeated_names_error(where, self.remote_jvm)
         return SparkStructType.fromJson(plan.output_schema.to_json())
 
     def _grouping(self) -> tuple[int | None, int | None]:
         """(``partitionsPerTask``, Spark's cores) for :func:`group_partitions`."""
-        return shared.partitions_per_task(dict(self.options)), self.spark_cores
+        options = dict(self.options)
+        with shared.spark_worker_errors(str(options.get("path"))):
+            return shared.partitions_per_task(options), self.spark_cores
 
     def reader(self, schema: SparkStructType) -> StateStoreReader:
         return StateStoreReader(self._plan(), *self._grouping())
@@ -100,7 +102,7 @@ class StateStoreReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         ids = list(partition.partition_ids)  # type: ignore[attr-defined]
         what = f"partition{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))} of {self.plan.storage.display('')}"
-        with unexpected_errors_as_ours(what):
+        with shared.spark_worker_errors(what):
             try:
                 # one thread: Spark already runs a task per core
                 yield from iter_batches(self.plan, partitions=ids, key_filter=self.key_filter(),
@@ -240,7 +242,9 @@ class StateMetadataDataSource(DataSource):
         return STATE_METADATA
 
     def _opts(self) -> StateMetadataOptions:
-        return StateMetadataOptions.parse(dict(self.options))
+        options = dict(self.options)
+        with shared.spark_worker_errors(str(options.get("path"))):
+            return StateMetadataOptions.parse(options)
 
     def schema(self) -> SparkStructType:
         return SparkStructType.fromJson(metadata_schema(self._opts()).to_json())
@@ -254,7 +258,7 @@ class StateMetadataReader(DataSourceReader):
         self.opts = opts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        with unexpected_errors_as_ours(self.opts.path):
+        with shared.spark_worker_errors(self.opts.path):
             yield from read_metadata_table(self.opts).to_batches()
 
 

@@ -32,6 +32,7 @@ from state_reader.fronts.spark_shared import (
     partitions_per_task,
     python_rows,
     spark_parallelism,
+    spark_worker_errors,
 )
 from state_reader.model.plan import StateReadPlan
 
@@ -61,7 +62,7 @@ class _Decoder:
 
     def _read(self, ids: list[int]) -> Iterator[pa.RecordBatch]:
         what = f"partition{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))} of {self.plan.storage.display('')}"
-        with unexpected_errors_as_ours(what):
+        with spark_worker_errors(what):
             try:
                 # one thread: Spark already runs a task per core
                 for batch in iter_batches(self.plan, partitions=ids, show_progress=False, threads=1):

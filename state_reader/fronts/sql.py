@@ -23,8 +23,8 @@ from state_reader.core.metadata import metadata_schema, read_metadata_table
 from state_reader.core.options import StateMetadataOptions, StateStoreOptions
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table
-from state_reader.errors import InvalidOptionError, unexpected_errors_as_ours
-from state_reader.fronts.spark_shared import check_arrow_transport, option_text, python_rows
+from state_reader.errors import InvalidOptionError
+from state_reader.fronts.spark_shared import check_arrow_transport, option_text, python_rows, spark_worker_errors
 
 READ_STATESTORE = "read_statestore"
 READ_STATE_METADATA = "read_state_metadata"
@@ -68,14 +68,14 @@ class ReadStateStore:
     @staticmethod
     def analyze(path: Any, **named: Any) -> Any:
         options = _options(READ_STATESTORE, path, named, constant=True)
-        with unexpected_errors_as_ours(options["path"]):
+        with spark_worker_errors(options["path"]):
             plan = plan_state_read(options)
             check_arrow_transport(plan.output_schema, plan.storage.display(plan.store_dir(0)))
             return _analyze_result(plan.output_schema.to_json())
 
     def eval(self, path: Any, **named: Any) -> Iterator[tuple]:
         options = _options(READ_STATESTORE, path, named, constant=False)
-        with unexpected_errors_as_ours(options["path"]):
+        with spark_worker_errors(options["path"]):
             # planned again here: a running query may have moved on since analyze, as it may between two reads
             table = live.read_consistently(StateStoreOptions.parse(options),
                                            lambda plan: read_table(plan, show_progress=False))
@@ -88,12 +88,12 @@ class ReadStateMetadata:
     @staticmethod
     def analyze(path: Any, **named: Any) -> Any:
         options = _options(READ_STATE_METADATA, path, named, constant=True)
-        with unexpected_errors_as_ours(options["path"]):
+        with spark_worker_errors(options["path"]):
             return _analyze_result(metadata_schema(StateMetadataOptions.parse(options)).to_json())
 
     def eval(self, path: Any, **named: Any) -> Iterator[tuple]:
         options = _options(READ_STATE_METADATA, path, named, constant=False)
-        with unexpected_errors_as_ours(options["path"]):
+        with spark_worker_errors(options["path"]):
             yield from python_rows(read_metadata_table(StateMetadataOptions.parse(options)))
 
 
