@@ -51,6 +51,8 @@ from state_reader.errors import (
 )
 from state_reader.errors import public_api as _public_api
 from state_reader.fronts.changefeed import changes
+from state_reader.fronts.doctor import Diagnosis, Finding
+from state_reader.fronts.doctor import diagnose as _diagnose
 from state_reader.fronts.flatten import with_unique_field_names
 from state_reader.fronts.plotting import plot_state_size
 from state_reader.fronts.stats import stats
@@ -71,7 +73,9 @@ __all__ = [
     "CommittedBatchUnavailableError",
     "ConflictingOptionsError",
     "CorruptFileError",
+    "Diagnosis",
     "EmptyOptionError",
+    "Finding",
     "InvalidOptionError",
     "MissingStateFileError",
     "NegativeOptionError",
@@ -92,6 +96,7 @@ __all__ = [
     "UnsupportedOptionError",
     "UnsupportedTypeError",
     "changes",
+    "diagnose",
     "plot_state_size",
     "read_metadata",
     "read_state",
@@ -149,6 +154,23 @@ def read_state(
     table = _read_consistently(_from_kwargs(path, options),
                                lambda plan: _read_table(plan, key_filter=key_filter, show_progress=False))
     return table if exact else with_unique_field_names(table)
+
+
+@_public_api
+def diagnose(
+    checkpoint: str,
+    *,
+    thresholds: dict[str, float] | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Diagnosis:
+    """What is wrong with the query that wrote ``checkpoint``, from its files alone.
+
+    Returns a :class:`Diagnosis`: ``findings`` (each a :class:`Finding` with ``kind``,
+    ``severity``, ``operator_id``, ``store_name``, ``summary``, ``evidence``, ``action``),
+    ``healthy``, what was ``checked``, and ``table()`` / ``to_pandas()``. ``thresholds``
+    overrides the limits in ``state_reader.fronts.doctor.THRESHOLDS`` by name.
+    """
+    return _diagnose(checkpoint, thresholds=thresholds, storage_options=storage_options)
 
 
 @_public_api

@@ -31,6 +31,7 @@ from state_reader.core.options import from_kwargs
 from state_reader.core.scan import read_table, require_files
 from state_reader.errors import StateReaderError
 from state_reader.fronts.changefeed import change_counts, changes
+from state_reader.fronts.doctor import THRESHOLDS, diagnose
 from state_reader.fronts.export import export_state
 from state_reader.fronts.flatten import display_rows, json_rows, render_cell
 from state_reader.fronts.overview import describe_checkpoint
@@ -41,6 +42,7 @@ from state_reader.model.plan import StateReadPlan
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_DAMAGED = 2
+EXIT_FINDINGS = 3  # doctor: a warning or worse
 DEFAULT_LIMIT = 50
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 SKEW_WARN = 2.0  # largest partition over median at which we call it skewed
@@ -561,6 +563,42 @@ def plot(checkpoint: str, out: str, operator_id: int | None, store_name: str | N
     _console().print(Text(f"wrote {out} ({width}×{height} px): {stores} store{'s' if stores != 1 else ''}, "
                           f"batches {span}"))
     return EXIT_OK
+
+
+@cli.command()
+@click.argument("checkpoint")
+@click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",
+              help="Override a threshold (repeatable): " + ", ".join(THRESHOLDS) + ".")
+@common_options
+def doctor(checkpoint: str, thresholds: Sequence[str], as_json: bool, debug: bool,
+           storage_option: Sequence[str]) -> int:
+    """Say what is wrong with the query that wrote CHECKPOINT; exit 3 when a warning or worse is found."""
+    given: dict[str, str] = {}
+    for item in thresholds:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--threshold")
+        given[name.strip()] = value.strip()
+    result = diagnose(checkpoint, thresholds=given, storage_options=_storage_options(storage_option))
+    code = EXIT_OK if result.healthy else EXIT_FINDINGS
+    if as_json:
+        _emit_json(result.as_dict())
+        return code
+    con = _console()
+    if not result.findings:
+        con.print(Text(f"nothing found in {result.checkpoint} (batch {result.batch_id}); checked:", style="green"))
+        for line in result.checked:
+            con.print(Text(f"  {line}"))
+        return code
+    styles = {"error": "red bold", "warning": "yellow bold", "info": "cyan"}
+    for f in result.findings:
+        where = "" if f.operator_id is None else f" · operator {f.operator_id}, store {f.store_name}"
+        con.print(Text(f"{f.severity.upper()} {f.kind}{where}", style=styles[f.severity]))
+        con.print(Text(f"  {f.summary}"))
+        con.print(Text("  evidence: " + ", ".join(f"{k}={json.dumps(v, default=str, ensure_ascii=False)}"
+                                                  for k, v in f.evidence.items()), style="dim"))
+        con.print(Text(f"  what to do: {f.action}"))
+    return code
 
 
 # ---------------------------------------------------------------------------

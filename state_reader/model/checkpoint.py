@@ -104,6 +104,16 @@ class OperatorMetadata:
         return json.loads(self.properties_json) if self.properties_json else {}
 
 
+@dataclass(frozen=True)
+class OffsetEntry:
+    """One entry of the offset log: what a batch was planned with."""
+
+    watermark_ms: int  # the event-time watermark the batch ran with (0: none yet)
+    timestamp_ms: int  # the batch's processing time
+    conf: dict[str, str]  # the SQL confs the query pins
+    sources: tuple[str, ...]  # each source's end offset, as the source wrote it
+
+
 @dataclass
 class Checkpoint:
     """Read-only view of one streaming checkpoint.
@@ -114,7 +124,7 @@ class Checkpoint:
     """
 
     storage: Storage
-    _offset_cache: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
+    _offset_cache: dict[int, OffsetEntry] = field(default_factory=dict, repr=False)
     _commit_cache: dict[int, tuple[int, dict[str, Any]]] = field(default_factory=dict, repr=False)
     _metadata_cache: dict[tuple[int, int | None], OperatorMetadata | None] = field(default_factory=dict, repr=False)
     _file_cache: dict[str, bytes] = field(default_factory=dict, repr=False)
@@ -218,6 +228,10 @@ class Checkpoint:
 
     def offset_conf(self, batch_id: int) -> dict[str, str]:
         """SQL confs recorded in ``offsets/<batch_id>`` (line 2, ``conf``)."""
+        return self.offset_entry(batch_id).conf
+
+    def offset_entry(self, batch_id: int) -> OffsetEntry:
+        """``offsets/<batch_id>``: the batch's watermark, timestamp, confs and source offsets."""
         if batch_id in self._offset_cache:
             return self._offset_cache[batch_id]
         rel = f"offsets/{batch_id}"
@@ -239,9 +253,18 @@ class Checkpoint:
             raise OffsetMetadataUnavailableError(
                 f"The offset log {self.storage.display(rel)} holds no metadata line "
                 f"(expected JSON with 'conf' on line 2)", path=self.storage.display(rel))
-        conf = {str(k): str(v) for k, v in (metadata.get("conf") or {}).items()}
-        self._offset_cache[batch_id] = conf
-        return conf
+
+        def millis(name: str) -> int:
+            value = metadata.get(name, 0)
+            return value if isinstance(value, int) else 0
+
+        entry = OffsetEntry(
+            watermark_ms=millis("batchWatermarkMs"), timestamp_ms=millis("batchTimestampMs"),
+            conf={str(k): str(v) for k, v in (metadata.get("conf") or {}).items()},
+            # one line per source, in the query's source order ("-": no offset yet)
+            sources=tuple(line.strip() for line in lines[2:] if line.strip()))
+        self._offset_cache[batch_id] = entry
+        return entry
 
     def latest_conf(self) -> dict[str, str]:
         """Confs of the newest offset log entry, or {} when there is none."""

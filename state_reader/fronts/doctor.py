@@ -1,0 +1,439 @@
+"""``state-reader doctor`` and :func:`state_reader.diagnose`: what is wrong with a stateful query,
+decided from its checkpoint alone.
+
+Each check reads the logs (offsets, commits), the file listings and the state of
+the latest committed batch (plus, for growth, the oldest batch still on disk), and
+turns what it finds into :class:`Finding` objects with a severity, the operator and
+store concerned, the evidence in numbers and what to do. The thresholds are named
+in :data:`THRESHOLDS` and can be overridden per call.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from state_reader.core import live
+from state_reader.core.options import from_kwargs
+from state_reader.core.planner import plan_state_read
+from state_reader.core.scan import read_table
+from state_reader.errors import InvalidOptionError, StateReaderError
+from state_reader.fronts.stats import _options, operator_stores
+from state_reader.grouping import group_ids
+from state_reader.io.storage import Storage
+from state_reader.model import operators
+from state_reader.model.checkpoint import Checkpoint, OffsetEntry, numeric_names
+from state_reader.model.plan import StateReadPlan
+from state_reader.providers.store_files import StoreFiles, unique_id_for
+
+SEVERITIES = ("error", "warning", "info")
+KINDS = ("watermark-stalled", "never-evicted", "expired-rows", "skew", "long-chain", "storage-waste",
+         "uncommitted-batch", "large-rows", "overdue-timers")
+
+# name -> (default, what it bounds); `state-reader doctor --threshold NAME=VALUE` overrides one
+THRESHOLDS: dict[str, tuple[float, str]] = {
+    "skew": (4.0, "a partition holding this many times the median partition's rows is skewed"),
+    "skew-min-rows": (1000, "partitions with fewer rows than this are too small to call skewed"),
+    "long-chain": (50, "deltas or changelogs replayed after the last snapshot, in any partition"),
+    "stalled-batches": (5, "batches that took input while the watermark stayed where it was"),
+    "growth-batches": (5, "batches over which state grew with no key removed"),
+    "large-row-bytes": (1 << 20, "a key or value of at least this many bytes"),
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing ``doctor`` found: its kind, how bad, where, the numbers, and what to do."""
+
+    kind: str
+    severity: str
+    operator_id: int | None
+    store_name: str | None
+    summary: str
+    evidence: dict[str, Any]
+    action: str
+
+
+@dataclass
+class Diagnosis:
+    """What :func:`diagnose` found in one checkpoint, and what it checked."""
+
+    checkpoint: str
+    batch_id: int | None
+    findings: list[Finding] = field(default_factory=list)
+    checked: list[str] = field(default_factory=list)
+    thresholds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool:
+        """True when nothing is a warning or worse."""
+        return not any(f.severity in ("error", "warning") for f in self.findings)
+
+    def table(self) -> pa.Table:
+        """The findings as a table (``evidence`` as JSON text), worst first."""
+        rows = [{**asdict(f), "evidence": json.dumps(f.evidence, sort_keys=True, default=str)}
+                for f in self.findings]
+        schema = pa.schema([("kind", pa.string()), ("severity", pa.string()), ("operator_id", pa.int32()),
+                            ("store_name", pa.string()), ("summary", pa.string()), ("evidence", pa.string()),
+                            ("action", pa.string())])
+        return pa.Table.from_pylist(rows, schema=schema)
+
+    def to_pandas(self) -> Any:
+        return self.table().to_pandas()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"checkpoint": self.checkpoint, "batch_id": self.batch_id, "healthy": self.healthy,
+                "findings": [asdict(f) for f in self.findings], "checked": self.checked,
+                "thresholds": self.thresholds}
+
+
+def parse_thresholds(given: dict[str, Any] | None) -> dict[str, float]:
+    """:data:`THRESHOLDS`' defaults with ``given`` applied; unknown names and non-numbers refused."""
+    values = {name: float(default) for name, (default, _) in THRESHOLDS.items()}
+    for name, value in (given or {}).items():
+        if name not in THRESHOLDS:
+            raise InvalidOptionError(f"doctor has no threshold '{name}' (thresholds: {', '.join(THRESHOLDS)})")
+        try:
+            values[name] = float(value)
+        except (TypeError, ValueError):
+            raise InvalidOptionError(f"threshold '{name}' must be a number, not {value!r}") from None
+    return values
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# --- the log checks ----------------------------------------------------------------------------------
+
+
+def _uncommitted(cp: Checkpoint, committed: list[int]) -> list[Finding]:
+    planned = numeric_names(cp.storage.list_names("offsets"))
+    pending = [b for b in planned if b > committed[-1]]
+    if not pending:
+        return []
+    return [Finding(
+        "uncommitted-batch", "info", None, None,
+        f"batch {pending[0]} was planned (offsets/{pending[0]}) but never committed",
+        {"planned_batches": pending, "last_committed_batch": committed[-1]},
+        "the query stopped during that batch, or is running it now; on restart it runs the batch again "
+        "from the same offsets, so nothing is lost. If it keeps failing there, its driver log says why")]
+
+
+def _watermark_stalled(entries: dict[int, OffsetEntry], limit: float,
+                       event_time_ms: int | None) -> list[Finding]:
+    batches = sorted(entries)
+    last = entries[batches[-1]].watermark_ms
+    if last <= 0:
+        return []  # no watermark defined
+    since, with_input = batches[-1], 0
+    for prev, batch in zip(reversed(batches[:-1]), reversed(batches[1:]), strict=True):
+        if entries[batch].watermark_ms != last:
+            break
+        since = batch
+        with_input += entries[batch].sources != entries[prev].sources
+        if entries[prev].watermark_ms != last:
+            break
+    if with_input < limit:
+        return []
+    evidence: dict[str, Any] = {"watermark": _iso(last), "unchanged_since_batch": since,
+                                "batches_with_input": with_input, "latest_batch": batches[-1]}
+    if event_time_ms is not None:
+        evidence["latest_event_time_in_state"] = _iso(event_time_ms)
+    return [Finding(
+        "watermark-stalled", "warning", None, None,
+        f"the watermark has stayed at {_iso(last)} since batch {since}, over {with_input} batches that took input",
+        evidence,
+        "the watermark is the minimum over every input's event time (minus its delay): an input, a Kafka "
+        "partition or a join side whose event time stopped moving holds it back. Find that input; for idle "
+        "ones consider spark.sql.streaming.multipleWatermarkPolicy=max, or a smaller withWatermark delay")]
+
+
+# --- the state checks --------------------------------------------------------------------------------
+
+
+def _event_time_field(key_type: pa.StructType) -> str | None:
+    """The key field holding an event-time window (``struct<start, end>`` of timestamps), if any."""
+    for f in key_type:
+        if pa.types.is_struct(f.type) and [c.name for c in f.type] == ["start", "end"] \
+                and all(pa.types.is_timestamp(c.type) for c in f.type):
+            return f.name
+    return None
+
+
+def _window_ends_ms(table: pa.Table, name: str) -> np.ndarray:
+    ends = pc.struct_field(pc.struct_field(table.column("key"), name), "end")
+    micros = pc.cast(ends, pa.timestamp("us", tz=ends.type.tz)).cast(pa.int64())
+    return np.asarray(micros.fill_null(np.iinfo(np.int64).max).to_numpy(zero_copy_only=False)) // 1000
+
+
+def _row_bytes(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Approximate bytes of each value: fixed-width leaves at their width, strings and binaries at their length."""
+    if isinstance(array, pa.ChunkedArray):
+        parts = [_row_bytes(c) for c in array.chunks]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    typ, n = array.type, len(array)
+    if pa.types.is_struct(typ):
+        total = np.zeros(n, np.int64)
+        for child in array.flatten():
+            total += _row_bytes(child)
+        return total
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_map(typ):
+        values = array.values if not pa.types.is_map(typ) else pa.StructArray.from_arrays(
+            [array.keys, array.items], names=["k", "v"])
+        inner = np.concatenate([[0], np.cumsum(_row_bytes(values))])
+        offsets = np.asarray(array.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+        return inner[offsets[1:]] - inner[offsets[:-1]]
+    if pa.types.is_string(typ) or pa.types.is_binary(typ) or pa.types.is_large_string(typ) \
+            or pa.types.is_large_binary(typ):
+        return np.asarray(pc.binary_length(array).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    width = getattr(typ, "bit_width", 8) // 8 if pa.types.is_primitive(typ) else 8
+    return np.full(n, max(width, 1), np.int64)
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+@dataclass
+class _Store:
+    operator_id: int
+    store_name: str
+    operator_name: str | None
+    plan: StateReadPlan
+    table: pa.Table
+
+
+def _skew(store: _Store, limits: dict[str, float]) -> list[Finding]:
+    counts = dict.fromkeys(store.plan.partitions, 0)
+    for pid, n in zip(*np.unique(store.table.column("partition_id").to_numpy(), return_counts=True), strict=True):
+        counts[int(pid)] = int(n)
+    rows = list(counts.values())
+    worst = max(counts, key=lambda p: counts[p])
+    median = statistics.median(rows)
+    ratio = counts[worst] / max(median, 1)
+    if counts[worst] < limits["skew-min-rows"] or ratio < limits["skew"] or len(rows) < 2:
+        return []
+    evidence: dict[str, Any] = {"partition": worst, "rows": counts[worst], "median_rows": median,
+                                "ratio": round(ratio, 1), "partitions": len(rows)}
+    in_worst = store.table.filter(pc.equal(store.table.column("partition_id"), worst))
+    keys = in_worst.column("key").combine_chunks()
+    ids = group_ids(keys)
+    per_key = np.bincount(ids)
+    if per_key.size and per_key.max() > 1:  # several rows per key (list state, join buffers): the heavy keys
+        heavy = np.argsort(per_key)[::-1][:3]
+        first_row = {int(g): int(np.argmax(ids == g)) for g in heavy}
+        evidence["heaviest_keys"] = [{"key": _short(keys[first_row[int(g)]].as_py()), "rows": int(per_key[g])}
+                                     for g in heavy]
+    else:
+        evidence["keys_in_partition"] = int(per_key.size)
+    return [Finding(
+        "skew", "warning", store.operator_id, store.store_name,
+        f"partition {worst} holds {counts[worst]} rows, {ratio:.1f}× the median partition ({median:g})",
+        evidence,
+        "one task does most of this operator's work in every batch. Spread the hot keys (add a salt column to "
+        "the grouping key and aggregate twice), or, when keys are many but land unevenly, change the number of "
+        "state partitions (a rewrite of the checkpoint)")]
+
+
+def _expired(store: _Store, watermark_ms: int) -> tuple[list[Finding], int | None]:
+    """(findings, latest event time held in the state) for a store keyed by event-time windows."""
+    name = _event_time_field(store.plan.arrow_schema.field("key").type)
+    if name is None or store.table.num_rows == 0:
+        return [], None
+    ends = _window_ends_ms(store.table, name)
+    valid = ends[ends != np.iinfo(np.int64).max // 1000]
+    latest = int(valid.max()) if valid.size else None
+    if watermark_ms <= 0:
+        return [], latest
+    expired = valid[valid <= watermark_ms]
+    if not expired.size:
+        return [], latest
+    return [Finding(
+        "expired-rows", "warning", store.operator_id, store.store_name,
+        f"{expired.size} of {store.table.num_rows} rows hold windows that ended at or before the watermark "
+        f"({_iso(watermark_ms)}) and should have been evicted",
+        {"expired_rows": int(expired.size), "rows": store.table.num_rows, "oldest_window_end": _iso(int(expired.min())),
+         "watermark": _iso(watermark_ms)},
+        "a query in complete output mode keeps every window forever; use update or append mode with "
+        "withWatermark on the window's time column so closed windows leave the state")], latest
+
+
+def _large_rows(store: _Store, limit: float) -> list[Finding]:
+    if store.table.num_rows == 0:
+        return []
+    out = []
+    for column in ("key", "value"):
+        if column not in store.table.column_names:
+            continue
+        sizes = _row_bytes(store.table.column(column))
+        if not sizes.size or sizes.max() < limit:
+            continue
+        top = np.argsort(sizes)[::-1][:3]
+        keys = store.table.column("key")
+        parts = store.table.column("partition_id")
+        out.append(Finding(
+            "large-rows", "warning", store.operator_id, store.store_name,
+            f"{int((sizes >= limit).sum())} {column}s of at least {int(limit)} bytes; the largest is "
+            f"{int(sizes.max())} bytes",
+            {"column": column, "largest": [{"bytes": int(sizes[i]), "partition": parts[int(i)].as_py(),
+                                            "key": _short(keys[int(i)].as_py())} for i in top],
+             "at_least_limit": int((sizes >= limit).sum())},
+            "every update of such a row rewrites it whole, in memory, in the changelog or delta file and in "
+            "the next snapshot; keep large payloads out of state (store a reference), or split them"))
+    return out
+
+
+def _long_chain(cp: Checkpoint, store: _Store, limit: float) -> list[Finding]:
+    plan = store.plan
+    chains = {}
+    for pid in plan.partitions:
+        files = StoreFiles(cp.storage, plan.store_dir(pid), plan.provider, plan.codec)
+        uid = unique_id_for(cp, files, plan.version, store.operator_id, pid, plan.store_name)
+        chains[pid] = files.version_files(plan.version, uid)
+    worst = max(chains, key=lambda p: chains[p].delta_chain)
+    if chains[worst].delta_chain < limit:
+        return []
+    kind = "changelog" if plan.provider.endswith("RocksDBStateStoreProvider") else "delta"
+    return [Finding(
+        "long-chain", "warning", store.operator_id, store.store_name,
+        f"partition {worst} replays {chains[worst].delta_chain} {kind} files after its last snapshot "
+        f"(version {chains[worst].snapshot_version or 'none'}) to load version {plan.version}",
+        {"partition": worst, "chain": chains[worst].delta_chain, "snapshot_version": chains[worst].snapshot_version,
+         "files_to_replay": sum(v.delta_chain for v in chains.values()), "version": plan.version,
+         "partitions_over_limit": sum(v.delta_chain >= limit for v in chains.values())},
+        "restarts and task retries replay every file of the chain: snapshot maintenance is not keeping up. "
+        "Check spark.sql.streaming.stateStore.minDeltasForSnapshot and maintenanceInterval, and executor "
+        "time for maintenance")]
+
+
+def _never_evicted(cp: Checkpoint, path: str, storage_options: dict[str, Any] | None, store: _Store,
+                   first_batch: int | None, entries: dict[int, OffsetEntry], limit: float) -> list[Finding]:
+    latest = store.plan.batch_id
+    if first_batch is None or latest - first_batch < limit:
+        return []
+    reason = _no_eviction_reason(store, entries)
+    if reason is None:
+        return []
+    try:
+        earlier = read_table(plan_state_read(from_kwargs(path, _options(
+            store.operator_id, store.store_name, first_batch, storage_options, store.operator_name)), cp),
+            show_progress=False)
+    except StateReaderError:
+        return []
+    if store.table.num_rows <= earlier.num_rows:
+        return []
+    keys = pa.concat_arrays([earlier.column("key").combine_chunks(), store.table.column("key").combine_chunks()])
+    ids = group_ids(keys)
+    removed = len(set(ids[:earlier.num_rows].tolist()) - set(ids[earlier.num_rows:].tolist()))
+    if removed:
+        return []
+    return [Finding(
+        "never-evicted", "warning", store.operator_id, store.store_name,
+        f"state grew from {earlier.num_rows} to {store.table.num_rows} rows over batches {first_batch}..{latest} "
+        f"and no key was removed: {reason}",
+        {"first_batch": first_batch, "latest_batch": latest, "rows_first": earlier.num_rows,
+         "rows_latest": store.table.num_rows, "keys_removed": 0, "why": reason},
+        "this state only grows until the query runs out of memory or slows down. Give the operator a way to "
+        "evict: withWatermark on an event-time column that is part of the key (dropDuplicates, aggregation), "
+        "timeouts (flatMapGroupsWithState), or TTL (transformWithState)")]
+
+
+def _no_eviction_reason(store: _Store, entries: dict[int, OffsetEntry]) -> str | None:
+    """Why this store cannot shrink, or None when it has a way to."""
+    key_type = store.plan.arrow_schema.field("key").type
+    if operators.is_transform_with_state(store.operator_name):
+        return None  # variables may be cleared explicitly or expire by TTL: growth alone is not a cause
+    value_type = store.plan.arrow_schema.field("value").type
+    if pa.types.is_struct(value_type) and "timeoutTimestamp" in [f.name for f in value_type]:
+        # flatMapGroupsWithState: a group leaves the state when its timeout fires (or the function removes it)
+        timeouts = pc.struct_field(store.table.column("value"), "timeoutTimestamp")
+        return "no group has a timeout set" if pc.max(timeouts).as_py() in (None, -1) else None
+    if all(e.watermark_ms <= 0 for e in entries.values()):
+        return "the query defines no watermark, so no key can expire"
+    has_time = any(pa.types.is_timestamp(f.type) or _event_time_field(pa.struct([f])) for f in key_type)
+    if not has_time:
+        return "the key holds no event-time column, so the watermark cannot expire any key"
+    return None
+
+
+# --- the whole diagnosis ---------------------------------------------------------------------------
+
+
+def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
+             storage_options: dict[str, Any] | None = None) -> Diagnosis:
+    """Check a checkpoint for the problems in :data:`KINDS`; see the module docstring."""
+    limits = parse_thresholds(thresholds)
+    storage = Storage(checkpoint, dict(storage_options or {}))
+    cp = Checkpoint(storage)
+    latest = cp.latest_committed_batch()
+    committed = cp.committed_batches
+    result = Diagnosis(cp.location, latest, thresholds=limits)
+    result.findings += _uncommitted(cp, committed)
+    result.checked.append("batches planned but not committed")
+
+    entries: dict[int, OffsetEntry] = {}
+    for batch in committed:
+        try:
+            entries[batch] = cp.offset_entry(batch)
+        except StateReaderError:
+            continue  # purged with the query's cleanup, or damaged: the others still tell
+    watermark = entries[latest].watermark_ms if latest in entries else 0
+
+    event_time: int | None = None
+    for op, store_name, op_name in operator_stores(cp, batch_id=latest):
+        planned: list[StateReadPlan] = []
+
+        def read(plan: StateReadPlan, planned: list[StateReadPlan] = planned) -> pa.Table:
+            planned.append(plan)
+            return read_table(plan, show_progress=False)
+
+        try:
+            # the latest batch, planned again should a running query clean it up under the read
+            table = live.read_consistently(
+                from_kwargs(checkpoint, _options(op, store_name, None, storage_options, op_name)), read,
+                checkpoint=cp)
+        except StateReaderError as exc:
+            result.checked.append(f"operator {op}, store {store_name}: not read ({exc.message})")
+            continue
+        plan = planned[-1]
+        store = _Store(op, store_name, op_name, plan, table)
+        result.findings += _skew(store, limits)
+        expired, held = _expired(store, watermark)
+        result.findings += expired
+        if held is not None:
+            event_time = held if event_time is None else max(event_time, held)
+        result.findings += _large_rows(store, limits["large-row-bytes"])
+        result.findings += _long_chain(cp, store, limits["long-chain"])
+        first = _first_retained(cp, plan)
+        result.findings += _never_evicted(cp, checkpoint, storage_options, store, first, entries,
+                                          limits["growth-batches"])
+        result.checked.append(f"operator {op} ({op_name or 'unknown'}), store {store_name}: {table.num_rows} rows "
+                              f"in {len(plan.partitions)} partitions at batch {latest}")
+    result.findings += _watermark_stalled(entries, limits["stalled-batches"], event_time)
+    result.checked.append(f"the watermark over batches {min(entries, default=latest)}..{latest}")
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    result.findings.sort(key=lambda f: (order[f.severity], KINDS.index(f.kind), f.operator_id or 0))
+    return result
+
+
+def _first_retained(cp: Checkpoint, plan: StateReadPlan) -> int | None:
+    """The oldest committed batch whose state every partition can still rebuild."""
+    committed = cp.committed_batches
+    firsts = []
+    for pid in plan.partitions:
+        files = StoreFiles(cp.storage, plan.store_dir(pid), plan.provider, plan.codec)
+        versions = files.retained_versions(plan.version, {b + 1 for b in committed})
+        if not versions:
+            return None
+        firsts.append(min(versions))
+    candidates = [b for b in committed if b + 1 >= max(firsts)]
+    return candidates[0] if candidates else None

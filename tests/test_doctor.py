@@ -1,0 +1,162 @@
+"""``doctor``: for each finding, a real query that has the problem and a twin that does not.
+
+Each pair differs in the one thing that causes the problem (an output mode, a
+watermark, the keys' spread, a conf); ``doctor`` must report the finding on the
+first checkpoint and not on the second.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+from streaming_queries import HDFS, T0, Query, run_query
+
+import state_reader
+
+SCHEMA = "ts timestamp, k string, v long"
+BATCHES = 10
+
+
+def _rows(keys_per_batch, event_time=lambda b, i: T0 + b * 10 + i):
+    return lambda: [[{"ts": event_time(b, i), "k": key, "v": b * 100 + i} for i, key in enumerate(keys_per_batch(b))]
+                    for b in range(BATCHES)]
+
+
+def _new_keys(b: int) -> list[str]:
+    return [f"k{b}-{i}" for i in range(6)]
+
+
+def _run(spark, tmp_path: Path, name: str, build, *, output_mode: str = "update", confs: dict | None = None,
+         batches=None) -> str:
+    query = Query(build, output_mode=output_mode, confs={**HDFS, **(confs or {})}, schema=SCHEMA,
+                  batches=batches or _rows(_new_keys))
+    return run_query(spark, query, tmp_path / name)
+
+
+def _kinds(path: str, **thresholds) -> set[str]:
+    return {f.kind for f in state_reader.diagnose(path, thresholds=thresholds).findings}
+
+
+def _windowed(df):
+    return df.withWatermark("ts", "5 seconds").groupBy(F.window("ts", "10 seconds")).agg(F.count("*").alias("n"))
+
+
+def test_expired_rows_complete_mode_against_update_mode(spark, tmp_path):
+    problem = _run(spark, tmp_path, "complete", _windowed, output_mode="complete")
+    healthy = _run(spark, tmp_path, "update", _windowed)
+    diagnosis = state_reader.diagnose(problem)
+    found = [f for f in diagnosis.findings if f.kind == "expired-rows"]
+    assert found and found[0].evidence["expired_rows"] >= BATCHES - 3, found
+    assert not diagnosis.healthy
+    assert "expired-rows" not in _kinds(healthy)
+
+
+def test_never_evicted_dedup_without_watermark(spark, tmp_path):
+    problem = _run(spark, tmp_path, "no_watermark", lambda df: df.dropDuplicates(["k"]), output_mode="append")
+    healthy = _run(spark, tmp_path, "watermark",
+                   lambda df: df.withWatermark("ts", "5 seconds").dropDuplicates(["k", "ts"]), output_mode="append")
+    found = [f for f in state_reader.diagnose(problem).findings if f.kind == "never-evicted"]
+    assert found and found[0].evidence["rows_latest"] > found[0].evidence["rows_first"], found
+    assert "watermark" in found[0].evidence["why"]
+    assert "never-evicted" not in _kinds(healthy)
+
+
+def test_watermark_stalled_when_event_time_stops(spark, tmp_path):
+    # the same input rows arrive every batch; in the problem, event time stops moving after batch 2
+    stalled = _rows(_new_keys, event_time=lambda b, i: T0 + min(b, 2) * 10 + i)
+    problem = _run(spark, tmp_path, "stalled", _windowed, batches=stalled)
+    healthy = _run(spark, tmp_path, "moving", _windowed)
+    found = [f for f in state_reader.diagnose(problem).findings if f.kind == "watermark-stalled"]
+    assert found and found[0].evidence["batches_with_input"] >= 5, found
+    assert "watermark-stalled" not in _kinds(healthy)
+
+
+def test_skew_when_keys_land_in_one_partition(spark, tmp_path):
+    candidates = spark.range(20000).selectExpr("concat('key', id) AS k", "pmod(hash(concat('key', id)), 4) AS p")
+    hot = [r.k for r in candidates.where("p = 0").limit(1500).collect()]
+    spread = [r.k for r in candidates.limit(1500).collect()]
+    confs = {"spark.sql.shuffle.partitions": "4"}
+
+    def batches(keys):
+        return _rows(lambda b: keys[b * 150:(b + 1) * 150])
+
+    dedup = lambda df: df.dropDuplicates(["k"])  # noqa: E731
+    problem = _run(spark, tmp_path, "hot", dedup, output_mode="append", confs=confs, batches=batches(hot))
+    healthy = _run(spark, tmp_path, "spread", dedup, output_mode="append", confs=confs, batches=batches(spread))
+    found = [f for f in state_reader.diagnose(problem).findings if f.kind == "skew"]
+    assert found and found[0].evidence["partition"] == 0 and found[0].evidence["rows"] == 1500, found
+    assert "skew" not in _kinds(healthy)
+
+
+def test_long_chain_when_snapshots_are_not_written(spark, tmp_path):
+    agg = lambda df: df.groupBy("k").agg(F.sum("v").alias("total"))  # noqa: E731
+    problem = _run(spark, tmp_path, "no_snapshots", agg,
+                   confs={"spark.sql.streaming.stateStore.minDeltasForSnapshot": "1000"})
+    healthy = _run(spark, tmp_path, "snapshots", agg)
+    found = [f for f in state_reader.diagnose(problem, thresholds={"long-chain": 8}).findings
+             if f.kind == "long-chain"]
+    assert found and found[0].evidence["chain"] >= BATCHES, found
+    assert "long-chain" not in _kinds(healthy, **{"long-chain": 8})
+
+
+def test_large_rows_when_state_holds_a_big_payload(spark, tmp_path):
+    def build(big: bool):
+        size = 1_200_000 if big else 10
+        return lambda df: (df.withColumn("payload", F.repeat(F.lit("x"), size))
+                           .groupBy("k").agg(F.max("payload").alias("payload")))
+
+    problem = _run(spark, tmp_path, "big", build(True), batches=_rows(lambda b: ["one"]))
+    healthy = _run(spark, tmp_path, "small", build(False), batches=_rows(lambda b: ["one"]))
+    found = [f for f in state_reader.diagnose(problem).findings if f.kind == "large-rows"]
+    assert found and found[0].evidence["column"] == "value" and found[0].evidence["largest"][0]["bytes"] >= 1_200_000
+    assert "large-rows" not in _kinds(healthy)
+
+
+def test_uncommitted_batch_after_a_crash(spark, tmp_path):
+    healthy = _run(spark, tmp_path, "clean", lambda df: df.groupBy("k").count())
+    crashed = tmp_path / "crashed"
+    shutil.copytree(healthy, crashed)
+    last = max(int(p.name) for p in (crashed / "commits").iterdir() if p.name.isdigit())
+    (crashed / "commits" / str(last)).unlink()  # what a driver that died during its last batch leaves
+    found = [f for f in state_reader.diagnose(str(crashed)).findings if f.kind == "uncommitted-batch"]
+    assert found and found[0].evidence["planned_batches"] == [last], found
+    assert found[0].severity == "info"
+    assert "uncommitted-batch" not in _kinds(healthy)
+
+
+def test_cli_exit_codes_json_and_thresholds(spark, tmp_path):
+    problem = _run(spark, tmp_path, "complete", _windowed, output_mode="complete")
+    healthy = _run(spark, tmp_path, "update", _windowed)
+    exe = [sys.executable, "-m", "state_reader"]
+    proc = subprocess.run([*exe, "doctor", problem, "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3, proc.stderr
+    report = json.loads(proc.stdout)
+    assert {f["kind"] for f in report["findings"]} >= {"expired-rows"}
+    assert all(f["severity"] in ("error", "warning", "info") for f in report["findings"])
+    proc = subprocess.run([*exe, "doctor", healthy], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "nothing found" in proc.stdout, proc.stdout + proc.stderr
+    proc = subprocess.run([*exe, "doctor", healthy, "--threshold", "skw=2"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1 and "skew" in proc.stderr  # names the threshold it may have meant
+    table = state_reader.diagnose(problem).table()
+    assert set(table.column_names) >= {"kind", "severity", "operator_id", "store_name", "evidence", "action"}
+
+
+def test_doctor_on_every_fixture_operator_does_not_fail(checkpoints):
+    """Every operator the tests write, both providers: doctor runs through and says what it checked."""
+    for name in ("agg_window", "rocksdb_cl_agg_window", "session_window", "join_inner", "rocksdb_cl_multi",
+                 "apply_in_pandas", "tws"):
+        diagnosis = state_reader.diagnose(checkpoints(name))
+        assert diagnosis.checked and not any("not read" in c for c in diagnosis.checked), (name, diagnosis.checked)
+
+
+@pytest.mark.parametrize("bad", [{"skew": "x"}, {"nope": 1}])
+def test_bad_thresholds_are_refused(checkpoints, bad):
+    with pytest.raises(state_reader.InvalidOptionError):
+        state_reader.diagnose(checkpoints("agg_window"), thresholds=bad)
