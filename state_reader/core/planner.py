@@ -53,7 +53,8 @@ def detect_provider(cp: Checkpoint, recorded: str | None, operator_id: int) -> s
     return HDFS_PROVIDER
 
 
-def _store_schema(cp: Checkpoint, operator_id: int, store_name: str) -> tuple[StructType, StructType]:
+def store_schema(cp: Checkpoint, operator_id: int, store_name: str) -> tuple[StructType, StructType]:
+    """(key, value) schema of one store, from its v1/v2 schema file."""
     rel = cp.schema_file(operator_id, store_name)
     shown = cp.storage.display(rel)
     try:
@@ -145,7 +146,7 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
         join = _join_side_plan(cp, opts.operator_id, opts.join_side)
         key_schema, value_schema = join.count_key_schema, join.shown_value_schema
     else:
-        key_schema, value_schema = _store_schema(cp, opts.operator_id, opts.store_name)
+        key_schema, value_schema = store_schema(cp, opts.operator_id, opts.store_name)
 
     conf = cp.offset_conf(batch_id)
     store_conf = StoreConf.parse(conf)
@@ -265,6 +266,6 @@ def _join_side_plan(cp: Checkpoint, operator_id: int, side: str) -> JoinSidePlan
             f"Failed to read the state schema for joinSide={side}: operator {operator_id} of "
             f"{cp.location} holds no stream-stream join state ({cp.storage.display(rel)} does not exist)",
             path=cp.storage.display(rel))
-    count_key, count_value = _store_schema(cp, operator_id, count_store)
-    row_key, row_value = _store_schema(cp, operator_id, row_store)
+    count_key, count_value = store_schema(cp, operator_id, count_store)
+    row_key, row_value = store_schema(cp, operator_id, row_store)
     return JoinSidePlan(side, count_key, count_value, row_key, row_value)

@@ -35,6 +35,7 @@ from state_reader.fronts.doctor import THRESHOLDS, diagnose
 from state_reader.fronts.export import export_state
 from state_reader.fronts.flatten import display_rows, json_rows, render_cell
 from state_reader.fronts.overview import describe_checkpoint
+from state_reader.fronts.schema_check import compare_schemas, ddl, store_schemas
 from state_reader.fronts.stats import StatsResult, batch_summary, collect_stats, growth_note, parse_batch_range
 from state_reader.fronts.verify import verify_checkpoint
 from state_reader.model.plan import StateReadPlan
@@ -598,6 +599,50 @@ def doctor(checkpoint: str, thresholds: Sequence[str], as_json: bool, debug: boo
         con.print(Text("  evidence: " + ", ".join(f"{k}={json.dumps(v, default=str, ensure_ascii=False)}"
                                                   for k, v in f.evidence.items()), style="dim"))
         con.print(Text(f"  what to do: {f.action}"))
+    return code
+
+
+@cli.command()
+@click.argument("checkpoint")
+@common_options
+def schema(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+    """Print every store's stored key and value schema."""
+    schemas = store_schemas(checkpoint, storage_options=_storage_options(storage_option))
+    if as_json:
+        _emit_json({"stores": [s.as_dict() for s in schemas]})
+        return EXIT_OK
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("op", "operator", "store", "key", "value"):
+        table.add_column(col, overflow="fold")
+    for s in schemas:
+        table.add_row(str(s.operator_id), Text(s.operator_name or "unknown"), Text(s.store_name), Text(ddl(s.key)),
+                      Text(ddl(s.value)))
+    _console().print(table)
+    return EXIT_OK
+
+
+@cli.command(name="schema-diff")
+@click.argument("checkpoint")
+@click.argument("other")
+@common_options
+def schema_diff(checkpoint: str, other: str, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+    """Would the query that wrote OTHER (e.g. a short test run of a changed query) restart from CHECKPOINT?
+
+    Exit 3 when Spark would refuse the restart.
+    """
+    verdicts = compare_schemas(checkpoint, other, storage_options=_storage_options(storage_option))
+    code = EXIT_OK if all(v.compatible for v in verdicts) else EXIT_FINDINGS
+    if as_json:
+        _emit_json({"compatible": code == EXIT_OK, "stores": [v.as_dict() for v in verdicts]})
+        return code
+    con = _console()
+    for v in verdicts:
+        verdict = Text("compatible" if v.compatible else f"refused ({v.error_class})",
+                       style="green" if v.compatible else "red bold")
+        con.print(Text(f"operator {v.operator_id}, store {v.store_name}: ") + verdict)
+        con.print(Text(f"  {v.reason}"))
+    con.print(Text("Spark would restart from it" if code == EXIT_OK else "Spark would refuse to restart from it",
+                   style="green bold" if code == EXIT_OK else "red bold"))
     return code
 
 
