@@ -8,6 +8,7 @@ first checkpoint and not on the second.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
-from streaming_queries import HDFS, T0, Query, _write_input, run_query
+from streaming_queries import HDFS, ROCKSDB, T0, Query, _write_input, run_query
 
 import state_reader
 from state_reader.fronts.schema_check import compare_schemas
@@ -227,3 +228,35 @@ def test_schema_prints_every_store(checkpoints):
     stores = {s["store_name"] for s in json.loads(proc.stdout)["stores"]}
     assert stores == {"left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues",
                       "right-keyWithIndexToValue"}
+
+
+WITHOUT_MAINTENANCE = """
+import sys
+from pathlib import Path
+from conftest import build_session
+from streaming_queries import ROCKSDB, Query, run_query
+import test_doctor as t
+
+# maintenance (snapshots, cleanup) runs on a timer started once per executor: this session's never fires
+spark = build_session(extra={"spark.sql.streaming.stateStore.maintenanceInterval": "1h"})
+query = Query(lambda df: df.dropDuplicates(["k"]), output_mode="append", schema=t.SCHEMA,
+              confs={**ROCKSDB, "spark.sql.streaming.minBatchesToRetain": "2"}, batches=t._rows(t._new_keys))
+print(run_query(spark, query, Path(sys.argv[1])))
+spark.stop()
+"""
+
+
+def test_storage_waste_when_cleanup_does_not_run(spark, tmp_path):
+    script = tmp_path / "no_maintenance.py"
+    script.write_text(WITHOUT_MAINTENANCE)
+    tests = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "stale")], capture_output=True, text=True,
+                          timeout=600, cwd=tests, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    problem = done.stdout.strip().splitlines()[-1]
+    healthy = _run(spark, tmp_path, "cleaned", lambda df: df.dropDuplicates(["k"]), output_mode="append",
+                   confs={**ROCKSDB, "spark.sql.streaming.minBatchesToRetain": "2"})
+    found = [f for f in state_reader.diagnose(problem).findings if f.kind == "storage-waste"]
+    assert found and found[0].evidence["files"] >= 10, found
+    assert "storage-waste" not in _kinds(healthy)

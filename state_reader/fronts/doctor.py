@@ -25,11 +25,12 @@ from state_reader.core.options import from_kwargs
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table
 from state_reader.errors import InvalidOptionError, StateReaderError
+from state_reader.formats.snapshot_zip import SST_DIR
 from state_reader.fronts.stats import _options, operator_stores
 from state_reader.grouping import group_ids
 from state_reader.io.storage import Storage
 from state_reader.model import operators
-from state_reader.model.checkpoint import Checkpoint, OffsetEntry, numeric_names
+from state_reader.model.checkpoint import Checkpoint, OffsetEntry, numeric_names, parse_state_file_name
 from state_reader.model.plan import StateReadPlan
 from state_reader.providers.store_files import StoreFiles, unique_id_for
 
@@ -45,6 +46,7 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "stalled-batches": (5, "batches that took input while the watermark stayed where it was"),
     "growth-batches": (5, "batches over which state grew with no key removed"),
     "large-row-bytes": (1 << 20, "a key or value of at least this many bytes"),
+    "waste-files": (10, "state files (and SSTs) of one store that no retained batch can use"),
 }
 
 
@@ -315,6 +317,48 @@ def _long_chain(cp: Checkpoint, store: _Store, limit: float) -> list[Finding]:
         "time for maintenance")]
 
 
+def _storage_waste(cp: Checkpoint, store: _Store, limit: float) -> list[Finding]:
+    """State files older than any committed batch in the logs can use, and SSTs no retained snapshot lists.
+
+    Spark's maintenance deletes them; their piling up means it is not running or not
+    keeping up. Files at or after the oldest retained batch's base snapshot are kept
+    on purpose (a delta beside a snapshot of the same version, say) and not counted.
+    """
+    plan = store.plan
+    committed = cp.committed_batches
+    wasted: dict[str, int] = {}
+    for pid in plan.partitions:
+        files = StoreFiles(cp.storage, plan.store_dir(pid), plan.provider, plan.codec)
+        needed: set[str] = set()
+        oldest_base: int | None = None
+        for batch in committed:
+            uid = unique_id_for(cp, files, batch + 1, store.operator_id, pid, plan.store_name)
+            version = files.version_files(batch + 1, uid)
+            needed.update(version.files)
+            if oldest_base is None:
+                oldest_base = version.snapshot_version or 0
+        for name, size in files.sizes.items():
+            parsed = parse_state_file_name(name)
+            if parsed is not None and parsed[0] < (oldest_base or 0) and name not in needed:
+                wasted[f"{plan.store_dir(pid)}/{name}"] = size
+        if files.rocksdb:
+            ssts = cp.storage.list_sizes(f"{plan.store_dir(pid)}/{SST_DIR}") or {}
+            for name, size in ssts.items():
+                if not name.startswith(".") and f"{SST_DIR}/{name}" not in needed:
+                    wasted[f"{plan.store_dir(pid)}/{SST_DIR}/{name}"] = size
+    if len(wasted) < limit:
+        return []
+    return [Finding(
+        "storage-waste", "warning", store.operator_id, store.store_name,
+        f"{len(wasted)} state files ({sum(wasted.values())} bytes) are needed by no batch the logs still hold "
+        f"({committed[0]}..{committed[-1]})",
+        {"files": len(wasted), "bytes": sum(wasted.values()), "retained_batches": [committed[0], committed[-1]],
+         "examples": sorted(wasted)[:3]},
+        "Spark deletes old state files in its maintenance task, which is not keeping up or not running: check "
+        "spark.sql.streaming.stateStore.maintenanceInterval and the executors' logs for maintenance errors. "
+        "No batch the query can restart from reads them")]
+
+
 def _never_evicted(cp: Checkpoint, path: str, storage_options: dict[str, Any] | None, store: _Store,
                    first_batch: int | None, entries: dict[int, OffsetEntry], limit: float) -> list[Finding]:
     latest = store.plan.batch_id
@@ -389,6 +433,7 @@ def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
     watermark = entries[latest].watermark_ms if latest in entries else 0
 
     event_time: int | None = None
+    file_checked: set[str | None] = set()
     for op, store_name, op_name in operator_stores(cp, batch_id=latest):
         planned: list[StateReadPlan] = []
 
@@ -412,7 +457,11 @@ def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
         if held is not None:
             event_time = held if event_time is None else max(event_time, held)
         result.findings += _large_rows(store, limits["large-row-bytes"])
-        result.findings += _long_chain(cp, store, limits["long-chain"])
+        store_dir = plan.store_dir(plan.partitions[0]) if plan.partitions else None
+        if store_dir not in file_checked:  # transformWithState variables share their store's files
+            file_checked.add(store_dir)
+            result.findings += _long_chain(cp, store, limits["long-chain"])
+            result.findings += _storage_waste(cp, store, limits["waste-files"])
         first = _first_retained(cp, plan)
         result.findings += _never_evicted(cp, checkpoint, storage_options, store, first, entries,
                                           limits["growth-batches"])
