@@ -260,3 +260,53 @@ def test_storage_waste_when_cleanup_does_not_run(spark, tmp_path):
     found = [f for f in state_reader.diagnose(problem).findings if f.kind == "storage-waste"]
     assert found and found[0].evidence["files"] >= 10, found
     assert "storage-waste" not in _kinds(healthy)
+
+
+def _timer_processor(offset_ms: int):
+    """transformWithStateInPandas that counts rows per key and keeps a periodic processing-time timer per key,
+    first set ``offset_ms`` from now and re-armed one minute after the time it fired for. A negative offset is
+    the bug: re-armed from its own (past) time instead of from now, the timer is always already due."""
+    def build(df):
+        from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+        class Counter(StatefulProcessor):
+            def init(self, handle) -> None:
+                self.handle = handle
+                self.count = handle.getValueState("count", "n long")
+
+            def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803 - PySpark's names
+                import pandas as pd
+
+                n = self.count.get()[0] if self.count.exists() else 0
+                n += sum(len(pdf) for pdf in rows)
+                self.count.update((n,))
+                self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + offset_ms)
+                yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+            def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802, N803
+                import pandas as pd
+
+                self.handle.registerTimer(expiredTimerInfo.getExpiryTimeInMs() + 60_000)
+                yield pd.DataFrame({"k": [key[0]], "n": [-1]})
+
+            def close(self) -> None:
+                pass
+
+        return df.groupBy("k").transformWithStateInPandas(Counter(), "k string, n long", "Update", "ProcessingTime")
+
+    return build
+
+
+def test_overdue_timers_set_in_the_past(spark, tmp_path):
+    from streaming_queries import ROCKSDB_CHANGELOG
+
+    def run(name: str, offset_ms: int) -> str:
+        query = Query(_timer_processor(offset_ms), confs=ROCKSDB_CHANGELOG, schema=SCHEMA, processing_time="1 second",
+                      batches=_rows(lambda b: [f"k{b}"]))
+        return run_query(spark, query, tmp_path / name)
+
+    problem = run("past", -3_600_000)
+    healthy = run("future", 3_600_000)
+    found = [f for f in state_reader.diagnose(problem).findings if f.kind == "overdue-timers"]
+    assert found and found[0].evidence["overdue"] >= 1, found
+    assert "overdue-timers" not in _kinds(healthy)

@@ -359,6 +359,42 @@ def _storage_waste(cp: Checkpoint, store: _Store, limit: float) -> list[Finding]
         "No batch the query can restart from reads them")]
 
 
+def _overdue_timers(store: _Store, entry: OffsetEntry | None) -> list[Finding]:
+    """Timers (transformWithState) and timeouts (flatMapGroupsWithState) the last batch should have fired."""
+    if entry is None or store.table.num_rows == 0:
+        return []
+    table = store.table
+    if "expiration_timestamp_ms" in table.column_names:  # a transformWithState timer family
+        event_time = "event" in store.store_name.lower()
+        due = table.column("expiration_timestamp_ms")
+    else:
+        if "value" not in table.column_names:
+            return []
+        value_type = table.schema.field("value").type
+        if not (pa.types.is_struct(value_type) and "timeoutTimestamp" in [f.name for f in value_type]):
+            return []
+        due = pc.struct_field(table.column("value"), "timeoutTimestamp")
+        due = due.filter(pc.not_equal(due, -1))  # -1: no timeout set
+        event_time = False  # processing-time or event-time timeouts: both are late once behind both clocks
+    now = entry.watermark_ms if event_time else entry.timestamp_ms
+    if not event_time and entry.watermark_ms > 0 and "expiration_timestamp_ms" not in table.column_names:
+        now = min(now, entry.watermark_ms)
+    values = np.asarray(due.to_numpy(zero_copy_only=False), dtype=np.int64) if len(due) else np.zeros(0, np.int64)
+    late = values[values < now] if now > 0 else values[:0]
+    if not late.size:
+        return []
+    clock = "watermark" if event_time else "processing time"
+    return [Finding(
+        "overdue-timers", "warning", store.operator_id, store.store_name,
+        f"{late.size} timers are due before the last batch's {clock} ({_iso(now)}) and have not fired; the "
+        f"oldest was due at {_iso(int(late.min()))}",
+        {"overdue": int(late.size), "timers": len(values), "oldest_due": _iso(int(late.min())), clock.replace(" ", "_"):
+         _iso(now)},
+        "a timer fires in the first batch at or after its time; one set in the past fires only in the next "
+        "batch, and never if no batch runs. Set processing-time timers from the current processing time "
+        "(not from event time), and check that batches keep running (spark.sql.streaming.noDataMicroBatches.enabled)")]
+
+
 def _never_evicted(cp: Checkpoint, path: str, storage_options: dict[str, Any] | None, store: _Store,
                    first_batch: int | None, entries: dict[int, OffsetEntry], limit: float) -> list[Finding]:
     latest = store.plan.batch_id
@@ -397,8 +433,11 @@ def _no_eviction_reason(store: _Store, entries: dict[int, OffsetEntry]) -> str |
     if operators.is_transform_with_state(store.operator_name):
         return None  # variables may be cleared explicitly or expire by TTL: growth alone is not a cause
     value_type = store.plan.arrow_schema.field("value").type
-    if pa.types.is_struct(value_type) and "timeoutTimestamp" in [f.name for f in value_type]:
+    has_timeouts = pa.types.is_struct(value_type) and "timeoutTimestamp" in [f.name for f in value_type]
+    if has_timeouts or store.operator_name in operators.FLAT_MAP_GROUPS_WITH_STATE:
         # flatMapGroupsWithState: a group leaves the state when its timeout fires (or the function removes it)
+        if not has_timeouts:
+            return "the operator runs without timeouts (GroupStateTimeout.NoTimeout)"
         timeouts = pc.struct_field(store.table.column("value"), "timeoutTimestamp")
         return "no group has a timeout set" if pc.max(timeouts).as_py() in (None, -1) else None
     if all(e.watermark_ms <= 0 for e in entries.values()):
@@ -457,6 +496,7 @@ def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
         if held is not None:
             event_time = held if event_time is None else max(event_time, held)
         result.findings += _large_rows(store, limits["large-row-bytes"])
+        result.findings += _overdue_timers(store, entries.get(plan.batch_id))
         store_dir = plan.store_dir(plan.partitions[0]) if plan.partitions else None
         if store_dir not in file_checked:  # transformWithState variables share their store's files
             file_checked.add(store_dir)
