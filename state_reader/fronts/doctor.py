@@ -26,7 +26,7 @@ from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table
 from state_reader.errors import InvalidOptionError, StateReaderError
 from state_reader.formats.snapshot_zip import SST_DIR
-from state_reader.fronts.stats import _options, operator_stores
+from state_reader.fronts.stats import operator_stores, store_read_options
 from state_reader.grouping import group_ids
 from state_reader.io.storage import Storage
 from state_reader.model import operators
@@ -107,6 +107,10 @@ def parse_thresholds(given: dict[str, Any] | None) -> dict[str, float]:
         except (TypeError, ValueError):
             raise InvalidOptionError(f"threshold '{name}' must be a number, not {value!r}") from None
     return values
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def _iso(ms: int) -> str:
@@ -284,7 +288,7 @@ def _large_rows(store: _Store, limit: float) -> list[Finding]:
         parts = store.table.column("partition_id")
         out.append(Finding(
             "large-rows", "warning", store.operator_id, store.store_name,
-            f"{int((sizes >= limit).sum())} {column}s of at least {int(limit)} bytes; the largest is "
+            f"{_n(int((sizes >= limit).sum()), column)} of at least {int(limit)} bytes; the largest is "
             f"{int(sizes.max())} bytes",
             {"column": column, "largest": [{"bytes": int(sizes[i]), "partition": parts[int(i)].as_py(),
                                             "key": _short(keys[int(i)].as_py())} for i in top],
@@ -386,7 +390,7 @@ def _overdue_timers(store: _Store, entry: OffsetEntry | None) -> list[Finding]:
     clock = "watermark" if event_time else "processing time"
     return [Finding(
         "overdue-timers", "warning", store.operator_id, store.store_name,
-        f"{late.size} timers are due before the last batch's {clock} ({_iso(now)}) and have not fired; the "
+        f"{_n(int(late.size), 'timer')} due before the last batch's {clock} ({_iso(now)}) have not fired; the "
         f"oldest was due at {_iso(int(late.min()))}",
         {"overdue": int(late.size), "timers": len(values), "oldest_due": _iso(int(late.min())), clock.replace(" ", "_"):
          _iso(now)},
@@ -404,7 +408,7 @@ def _never_evicted(cp: Checkpoint, path: str, storage_options: dict[str, Any] | 
     if reason is None:
         return []
     try:
-        earlier = read_table(plan_state_read(from_kwargs(path, _options(
+        earlier = read_table(plan_state_read(from_kwargs(path, store_read_options(
             store.operator_id, store.store_name, first_batch, storage_options, store.operator_name)), cp),
             show_progress=False)
     except StateReaderError:
@@ -483,7 +487,7 @@ def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
         try:
             # the latest batch, planned again should a running query clean it up under the read
             table = live.read_consistently(
-                from_kwargs(checkpoint, _options(op, store_name, None, storage_options, op_name)), read,
+                from_kwargs(checkpoint, store_read_options(op, store_name, None, storage_options, op_name)), read,
                 checkpoint=cp)
         except StateReaderError as exc:
             result.checked.append(f"operator {op}, store {store_name}: not read ({exc.message})")
@@ -505,8 +509,9 @@ def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
         first = _first_retained(cp, plan)
         result.findings += _never_evicted(cp, checkpoint, storage_options, store, first, entries,
                                           limits["growth-batches"])
-        result.checked.append(f"operator {op} ({op_name or 'unknown'}), store {store_name}: {table.num_rows} rows "
-                              f"in {len(plan.partitions)} partitions at batch {latest}")
+        result.checked.append(f"operator {op} ({op_name or 'unknown'}), store {store_name}: "
+                              f"{_n(table.num_rows, 'row')} in {_n(len(plan.partitions), 'partition')} at batch "
+                              f"{plan.batch_id}")
     result.findings += _watermark_stalled(entries, limits["stalled-batches"], event_time)
     result.checked.append(f"the watermark over batches {min(entries, default=latest)}..{latest}")
     order = {s: i for i, s in enumerate(SEVERITIES)}

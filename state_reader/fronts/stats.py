@@ -146,8 +146,8 @@ def operator_stores(cp: Checkpoint, operator_id: int | None = None, store_name: 
     return out
 
 
-def _options(operator_id: int, store_name: str, batch_id: int | None, storage_options: dict[str, Any] | None,
-             operator_name: str | None) -> dict[str, Any]:
+def store_read_options(operator_id: int, store_name: str, batch_id: int | None,
+                       storage_options: dict[str, Any] | None, operator_name: str | None) -> dict[str, Any]:
     """The read options of one store; for transformWithState, of one of its variables or its timers."""
     options: dict[str, Any] = {"operator_id": operator_id, "store_name": store_name, "batch_id": batch_id,
                                "storage_options": storage_options}
@@ -163,8 +163,8 @@ def _options(operator_id: int, store_name: str, batch_id: int | None, storage_op
 def _plan(checkpoint: str, cp: Checkpoint, storage_options: dict[str, Any] | None, operator_id: int,
           store_name: str, batch_id: int, operator_name: str | None = None) -> StateReadPlan:
     """The plan of one store at ``batch_id``."""
-    return plan_state_read(from_kwargs(checkpoint, _options(operator_id, store_name, batch_id, storage_options,
-                                                            operator_name)), cp)
+    options = store_read_options(operator_id, store_name, batch_id, storage_options, operator_name)
+    return plan_state_read(from_kwargs(checkpoint, options), cp)
 
 
 def _measure(columns: list[pa.Array]) -> tuple[int, int]:
@@ -280,7 +280,7 @@ def _collect_stats(checkpoint: str, *, operator_id: int | None = None, store_nam
                 if batch == latest and end_batch is None:
                     # the latest batch moves on with a running query: measured as read_state reads it
                     rows_out.extend(live.read_consistently(
-                        from_kwargs(checkpoint, _options(op, store, None, storage_options, op_name)), measure,
+                        from_kwargs(checkpoint, store_read_options(op, store, None, storage_options, op_name)), measure,
                         checkpoint=cp))
                     continue
                 try:
