@@ -310,3 +310,43 @@ def test_overdue_timers_set_in_the_past(spark, tmp_path):
     found = [f for f in state_reader.diagnose(problem).findings if f.kind == "overdue-timers"]
     assert found and found[0].evidence["overdue"] >= 1, found
     assert "overdue-timers" not in _kinds(healthy)
+
+
+def _count_processor(ttl_ms: int | None):
+    """transformWithStateInPandas counting rows per key in a value state, with TTL or without."""
+    def build(df):
+        from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+        class Counter(StatefulProcessor):
+            def init(self, handle) -> None:
+                self.count = (handle.getValueState("count", "n long", ttl_ms) if ttl_ms
+                              else handle.getValueState("count", "n long"))
+
+            def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803 - PySpark's names
+                import pandas as pd
+
+                n = (self.count.get()[0] if self.count.exists() else 0) + sum(len(pdf) for pdf in rows)
+                self.count.update((n,))
+                yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+            def close(self) -> None:
+                pass
+
+        # TTL needs processing time
+        return df.groupBy("k").transformWithStateInPandas(Counter(), "k string, n long", "Update", "ProcessingTime")
+
+    return build
+
+
+def test_never_evicted_state_variable_without_ttl(spark, tmp_path):
+    from streaming_queries import ROCKSDB_CHANGELOG
+
+    def run(name: str, ttl_ms: int | None) -> str:
+        return run_query(spark, Query(_count_processor(ttl_ms), confs=ROCKSDB_CHANGELOG, schema=SCHEMA,
+                                      batches=_rows(_new_keys), processing_time="1 second"), tmp_path / name)
+
+    problem = run("no_ttl", None)
+    healthy = run("ttl", 3_600_000)
+    found = [f for f in state_reader.diagnose(problem).findings if f.kind == "never-evicted"]
+    assert found and "TTL" in found[0].evidence["why"], found
+    assert "never-evicted" not in _kinds(healthy)

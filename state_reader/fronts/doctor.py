@@ -165,19 +165,43 @@ def _watermark_stalled(entries: dict[int, OffsetEntry], limit: float,
 # --- the state checks --------------------------------------------------------------------------------
 
 
-def _event_time_field(key_type: pa.StructType) -> str | None:
-    """The key field holding an event-time window (``struct<start, end>`` of timestamps), if any."""
-    for f in key_type:
-        if pa.types.is_struct(f.type) and [c.name for c in f.type] == ["start", "end"] \
-                and all(pa.types.is_timestamp(c.type) for c in f.type):
-            return f.name
+WATERMARK_METADATA = "spark.watermarkDelayMs"  # on the event-time column of a key, in the schema file
+
+
+def _event_times(store: _Store) -> tuple[np.ndarray, str, bool] | None:
+    """(event time of each row in ms, what it is, whether rows at the watermark itself expire), or None.
+
+    The event-time column of a key carries the watermark delay in its field
+    metadata: a window (its end counts) or a timestamp. A session window keeps
+    its window in the value; dropDuplicatesWithinWatermark keeps an expiry.
+    """
+    table = store.table
+    for f in store.plan.key_schema.fields:
+        if WATERMARK_METADATA in (f.metadata or {}):
+            column = pc.struct_field(table.column("key"), f.name)
+            if pa.types.is_struct(column.type):
+                return _millis(pc.struct_field(column, "end")), "window end", True
+            if pa.types.is_timestamp(column.type):
+                return _millis(column), f"event time ({f.name})", True
+    value_type = table.schema.field("value").type if "value" in table.column_names else None
+    if value_type is None or not pa.types.is_struct(value_type):
+        return None
+    names = [f.name for f in value_type]
+    if "expiresAtMicros" in names:
+        expires = pc.struct_field(table.column("value"), "expiresAtMicros").cast(pa.int64())
+        return np.asarray(expires.fill_null(_NONE_MS * 1000).to_numpy(zero_copy_only=False)) // 1000, "expiry", False
+    if "session_window" in names:
+        window = pc.struct_field(table.column("value"), "session_window")
+        return _millis(pc.struct_field(window, "end")), "session end", True
     return None
 
 
-def _window_ends_ms(table: pa.Table, name: str) -> np.ndarray:
-    ends = pc.struct_field(pc.struct_field(table.column("key"), name), "end")
-    micros = pc.cast(ends, pa.timestamp("us", tz=ends.type.tz)).cast(pa.int64())
-    return np.asarray(micros.fill_null(np.iinfo(np.int64).max).to_numpy(zero_copy_only=False)) // 1000
+_NONE_MS = np.iinfo(np.int64).max // 1000
+
+
+def _millis(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    micros = pc.cast(column, pa.timestamp("us", tz=getattr(column.type, "tz", None))).cast(pa.int64())
+    return np.asarray(micros.fill_null(_NONE_MS * 1000).to_numpy(zero_copy_only=False)) // 1000
 
 
 def _row_bytes(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -251,26 +275,29 @@ def _skew(store: _Store, limits: dict[str, float]) -> list[Finding]:
 
 
 def _expired(store: _Store, watermark_ms: int) -> tuple[list[Finding], int | None]:
-    """(findings, latest event time held in the state) for a store keyed by event-time windows."""
-    name = _event_time_field(store.plan.arrow_schema.field("key").type)
-    if name is None or store.table.num_rows == 0:
+    """(findings, latest event time held in the state) for a store whose rows expire with the watermark."""
+    if store.table.num_rows == 0:
         return [], None
-    ends = _window_ends_ms(store.table, name)
-    valid = ends[ends != np.iinfo(np.int64).max // 1000]
+    found = _event_times(store)
+    if found is None:
+        return [], None
+    times, what, inclusive = found
+    valid = times[times != _NONE_MS]
     latest = int(valid.max()) if valid.size else None
     if watermark_ms <= 0:
         return [], latest
-    expired = valid[valid <= watermark_ms]
+    expired = valid[valid <= watermark_ms] if inclusive else valid[valid < watermark_ms]
     if not expired.size:
         return [], latest
     return [Finding(
         "expired-rows", "warning", store.operator_id, store.store_name,
-        f"{expired.size} of {store.table.num_rows} rows hold windows that ended at or before the watermark "
-        f"({_iso(watermark_ms)}) and should have been evicted",
-        {"expired_rows": int(expired.size), "rows": store.table.num_rows, "oldest_window_end": _iso(int(expired.min())),
-         "watermark": _iso(watermark_ms)},
-        "a query in complete output mode keeps every window forever; use update or append mode with "
-        "withWatermark on the window's time column so closed windows leave the state")], latest
+        f"{expired.size} of {store.table.num_rows} rows have a {what} {'at or ' if inclusive else ''}before the "
+        f"watermark ({_iso(watermark_ms)}) and should have been evicted",
+        {"expired_rows": int(expired.size), "rows": store.table.num_rows, "oldest": _iso(int(expired.min())),
+         "of": what, "watermark": _iso(watermark_ms)},
+        "Spark evicts these rows in the batch whose watermark passes them, except in complete output mode, "
+        "which keeps every key forever: use update or append mode with withWatermark on the event-time "
+        "column")], latest
 
 
 def _large_rows(store: _Store, limit: float) -> list[Finding]:
@@ -433,9 +460,12 @@ def _never_evicted(cp: Checkpoint, path: str, storage_options: dict[str, Any] | 
 
 def _no_eviction_reason(store: _Store, entries: dict[int, OffsetEntry]) -> str | None:
     """Why this store cannot shrink, or None when it has a way to."""
-    key_type = store.plan.arrow_schema.field("key").type
     if operators.is_transform_with_state(store.operator_name):
-        return None  # variables may be cleared explicitly or expire by TTL: growth alone is not a cause
+        # a variable with TTL expires; one without may still be cleared by the processor, which the
+        # "no key removed" evidence rules out
+        value = store.table.schema.field("value").type if "value" in store.table.column_names else None
+        has_ttl = value is not None and pa.types.is_struct(value) and "ttlExpirationMs" in [f.name for f in value]
+        return None if has_ttl or store.store_name.startswith("$") else "the state variable has no TTL"
     value_type = store.plan.arrow_schema.field("value").type
     has_timeouts = pa.types.is_struct(value_type) and "timeoutTimestamp" in [f.name for f in value_type]
     if has_timeouts or store.operator_name in operators.FLAT_MAP_GROUPS_WITH_STATE:
@@ -446,8 +476,7 @@ def _no_eviction_reason(store: _Store, entries: dict[int, OffsetEntry]) -> str |
         return "no group has a timeout set" if pc.max(timeouts).as_py() in (None, -1) else None
     if all(e.watermark_ms <= 0 for e in entries.values()):
         return "the query defines no watermark, so no key can expire"
-    has_time = any(pa.types.is_timestamp(f.type) or _event_time_field(pa.struct([f])) for f in key_type)
-    if not has_time:
+    if _event_times(store) is None:
         return "the key holds no event-time column, so the watermark cannot expire any key"
     return None
 
@@ -496,7 +525,10 @@ def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
         store = _Store(op, store_name, op_name, plan, table)
         result.findings += _skew(store, limits)
         expired, held = _expired(store, watermark)
-        result.findings += expired
+        if len(cp.operator_ids) == 1:
+            # with several stateful operators, each later one evicts by a watermark Spark derives from the
+            # operator before it, which the offset log does not hold
+            result.findings += expired
         if held is not None:
             event_time = held if event_time is None else max(event_time, held)
         result.findings += _large_rows(store, limits["large-row-bytes"])
@@ -512,6 +544,9 @@ def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
         result.checked.append(f"operator {op} ({op_name or 'unknown'}), store {store_name}: "
                               f"{_n(table.num_rows, 'row')} in {_n(len(plan.partitions), 'partition')} at batch "
                               f"{plan.batch_id}")
+    if len(cp.operator_ids) > 1:
+        result.checked.append("expired rows: not checked, as each of several stateful operators evicts by its "
+                              "own watermark")
     result.findings += _watermark_stalled(entries, limits["stalled-batches"], event_time)
     result.checked.append(f"the watermark over batches {min(entries, default=latest)}..{latest}")
     order = {s: i for i, s in enumerate(SEVERITIES)}
