@@ -51,6 +51,18 @@ def _run(spark, root: str, batches: list[list[dict]], build, mode: str = "update
     return checkpoint
 
 
+def _partition(key: str) -> int:
+    """The state partition (of 4) Spark's hash partitioning gives a string key: pmod(murmur3(key), 4)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    cache = _partition.__dict__.setdefault("cache", {})
+    if not cache:
+        rows = spark.range(8000).selectExpr("concat('key', id) AS k", "pmod(hash(concat('key', id)), 4) AS p")
+        cache.update((r.k, r.p) for r in rows.collect())
+    return cache[key]
+
+
 def _cases():
     from pyspark.sql import functions as F
 
@@ -61,8 +73,17 @@ def _cases():
 
     moving = [[{"ts": b * 10 + i, "k": f"k{b}-{i}", "v": i} for i in range(5)] for b in ten]
     stalled = [[{"ts": min(b, 2) * 10 + i, "k": f"k{b}-{i}", "v": i} for i in range(5)] for b in ten]
+    # keyed by k alone, so that hash(k) places it (both also show never-evicted: no watermark)
+    dedup = lambda df: df.dropDuplicates(["k"])  # noqa: E731
+    # keys that Spark's hash() puts in state partition 0 of 4, and keys spread over all
+    hot = [f"key{i}" for i in range(8000) if _partition(f"key{i}") == 0][:1500]
+    spread = [f"key{i}" for i in range(1500)]
     return {
         # name: (what differs, problem (batches, query, mode), healthy twin)
+        "skew": ("every key hashes to state partition 0 of 4",
+                 ([[{"ts": b, "k": k, "v": 1} for k in hot[b * 150:(b + 1) * 150]] for b in ten], dedup, "append"),
+                 ([[{"ts": b, "k": k, "v": 1} for k in spread[b * 150:(b + 1) * 150]] for b in ten], dedup,
+                  "append")),
         "expired-rows": ("complete output mode keeps every window",
                          (moving, windowed, "complete"), (moving, windowed, "update")),
         "never-evicted": ("dropDuplicates without a watermark",
@@ -89,7 +110,7 @@ def main() -> int:
 
     spark = (SparkSession.builder.master("local[2]").appName("state-reader-doctor")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
+             .config("spark.sql.shuffle.partitions", "4").config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     root = args.keep or tempfile.mkdtemp(prefix="state-reader-doctor-")

@@ -263,8 +263,12 @@ def _skew(store: _Store, limits: dict[str, float]) -> list[Finding]:
         first_row = {int(g): int(np.argmax(ids == g)) for g in heavy}
         evidence["heaviest_keys"] = [{"key": _short(keys[first_row[int(g)]].as_py()), "rows": int(per_key[g])}
                                      for g in heavy]
-    else:
+    else:  # a row per key: the keys whose rows are largest
         evidence["keys_in_partition"] = int(per_key.size)
+        if "value" in in_worst.column_names:
+            sizes = _row_bytes(in_worst.column("value")) + _row_bytes(in_worst.column("key"))
+            evidence["largest_keys"] = [{"key": _short(keys[int(i)].as_py()), "bytes": int(sizes[i])}
+                                        for i in np.argsort(sizes)[::-1][:3]]
     return [Finding(
         "skew", "warning", store.operator_id, store.store_name,
         f"partition {worst} holds {counts[worst]} rows, {ratio:.1f}× the median partition ({median:g})",
