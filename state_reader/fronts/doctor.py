@@ -431,12 +431,15 @@ def _overdue_timers(store: _Store, entry: OffsetEntry | None) -> list[Finding]:
 
 
 def _never_evicted(cp: Checkpoint, path: str, storage_options: dict[str, Any] | None, store: _Store,
-                   first_batch: int | None, entries: dict[int, OffsetEntry], limit: float) -> list[Finding]:
+                   entries: dict[int, OffsetEntry], limit: float) -> list[Finding]:
     latest = store.plan.batch_id
-    if first_batch is None or latest - first_batch < limit:
+    if not cp.committed_batches or latest - cp.committed_batches[0] < limit:
         return []
     reason = _no_eviction_reason(store, entries)
     if reason is None:
+        return []
+    first_batch = _first_retained(cp, store.plan)  # the oldest state still on disk, read only when it matters
+    if first_batch is None or latest - first_batch < limit:
         return []
     try:
         earlier = read_table(plan_state_read(from_kwargs(path, store_read_options(
@@ -542,9 +545,7 @@ def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
             file_checked.add(store_dir)
             result.findings += _long_chain(cp, store, limits["long-chain"])
             result.findings += _storage_waste(cp, store, limits["waste-files"])
-        first = _first_retained(cp, plan)
-        result.findings += _never_evicted(cp, checkpoint, storage_options, store, first, entries,
-                                          limits["growth-batches"])
+        result.findings += _never_evicted(cp, checkpoint, storage_options, store, entries, limits["growth-batches"])
         result.checked.append(f"operator {op} ({op_name or 'unknown'}), store {store_name}: "
                               f"{_n(table.num_rows, 'row')} in {_n(len(plan.partitions), 'partition')} at batch "
                               f"{plan.batch_id}")
