@@ -17,10 +17,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from state_reader._version import __version__ as __version__
-from state_reader.core.live import read_consistently as _read_consistently
-from state_reader.core.metadata import read_metadata_table as _read_metadata_table
-from state_reader.core.options import from_kwargs as _from_kwargs
-from state_reader.core.scan import read_table as _read_table
 from state_reader.errors import (
     BatchNotRetainedError,
     ChecksumMismatchError,
@@ -49,25 +45,21 @@ from state_reader.errors import (
     UnsupportedOptionError,
     UnsupportedTypeError,
 )
-from state_reader.errors import public_api as _public_api
+from state_reader.fronts.api import diagnose, read_metadata, read_state
 from state_reader.fronts.changefeed import changes
 from state_reader.fronts.doctor import Diagnosis, Finding
-from state_reader.fronts.doctor import diagnose as _diagnose
 from state_reader.fronts.flatten import with_unique_field_names
+from state_reader.fronts.notebook import Checkpoint
+from state_reader.fronts.notebook import open_checkpoint as open
 from state_reader.fronts.plotting import plot_state_size
 from state_reader.fronts.stats import stats
-from state_reader.io.storage import Storage as _Storage
-from state_reader.model.checkpoint import Checkpoint as _Checkpoint
 
 if TYPE_CHECKING:
     from typing import Any
 
-    import pyarrow as pa
-
-    from state_reader.core.key_filter import KeyFilterSpec
-
 __all__ = [
     "BatchNotRetainedError",
+    "Checkpoint",
     "ChecksumMismatchError",
     "CodecUnavailableError",
     "CommittedBatchUnavailableError",
@@ -97,6 +89,7 @@ __all__ = [
     "UnsupportedTypeError",
     "changes",
     "diagnose",
+    "open",
     "plot_state_size",
     "read_metadata",
     "read_state",
@@ -104,97 +97,6 @@ __all__ = [
     "stats",
     "with_unique_field_names",
 ]
-
-
-@_public_api
-def read_state(
-    checkpoint: str,
-    *,
-    batch_id: int | None = None,
-    operator_id: int | None = None,
-    store_name: str | None = None,
-    join_side: str | None = None,
-    read_change_feed: bool | None = None,
-    change_start_batch_id: int | None = None,
-    change_end_batch_id: int | None = None,
-    snapshot_start_batch_id: int | None = None,
-    snapshot_partition_id: int | None = None,
-    state_var_name: str | None = None,
-    read_registered_timers: bool | None = None,
-    flatten_collection_types: bool | None = None,
-    change_feed_from_snapshots: bool | None = None,
-    storage_options: dict[str, Any] | None = None,
-    verify_checksums: bool | None = None,
-    key_filter: KeyFilterSpec | None = None,
-    exact_schema: bool = False,
-) -> pa.Table:
-    """The state of one store as a ``pyarrow.Table``: columns ``key``, ``value``, ``partition_id``.
-
-    The options are those of ``spark.read.format("statestore")`` in snake_case,
-    with the same defaults (None = not given): the latest committed batch,
-    operator 0, store ``default``. ``checkpoint`` is a local path or an fsspec
-    URL (``s3://``, ``s3a://``, ``gs://``, ``abfs://``, ``file://``);
-    ``storage_options`` go to fsspec. ``verify_checksums`` (default on) checks every
-    file against its ``.crc`` sidecars where there are any.
-
-    ``key_filter`` keeps only matching keys, checked partition by partition as
-    they are decoded: a callable taking the keys (``pyarrow.StructArray``) and
-    returning a boolean mask, or an expression such as
-    ``"user = 'ann' and region_id > 3"`` (syntax in :mod:`state_reader.core.key_filter`).
-
-    Struct fields whose names repeat (aggregation buffers: ``count, sum, sum,
-    count``) come back renamed ``sum#2``, ``count#2``, so that ``to_pandas()`` and
-    ``to_pylist()`` keep every field; ``exact_schema=True`` keeps Spark's own
-    names, exactly the schema the data source gives.
-    """
-    options = dict(locals())
-    path = options.pop("checkpoint")
-    key_filter = options.pop("key_filter")
-    exact = options.pop("exact_schema")
-    table = _read_consistently(_from_kwargs(path, options),
-                               lambda plan: _read_table(plan, key_filter=key_filter, show_progress=False))
-    return table if exact else with_unique_field_names(table)
-
-
-@_public_api
-def diagnose(
-    checkpoint: str,
-    *,
-    thresholds: dict[str, float] | None = None,
-    storage_options: dict[str, Any] | None = None,
-) -> Diagnosis:
-    """What is wrong with the query that wrote ``checkpoint``, from its files alone.
-
-    Returns a :class:`Diagnosis`: ``findings`` (each a :class:`Finding` with ``kind``,
-    ``severity``, ``operator_id``, ``store_name``, ``summary``, ``evidence``, ``action``),
-    ``healthy``, what was ``checked``, and ``table()`` / ``to_pandas()``. ``thresholds``
-    overrides the limits in ``state_reader.fronts.doctor.THRESHOLDS`` by name.
-    """
-    return _diagnose(checkpoint, thresholds=thresholds, storage_options=storage_options)
-
-
-@_public_api
-def read_metadata(
-    checkpoint: str,
-    *,
-    batch_id: int | None = None,
-    infer_missing_metadata: bool | None = None,
-    include_hidden_columns: bool | None = None,
-    storage_options: dict[str, Any] | None = None,
-    verify_checksums: bool | None = None,
-) -> pa.Table:
-    """Operators and stores of a checkpoint, as ``spark.read.format("state-metadata")``.
-
-    Checkpoints written before Spark 4.0 have no operator metadata and give no
-    rows, as in Spark, unless ``infer_missing_metadata`` describes them from
-    their files. ``include_hidden_columns`` adds the built-in's hidden
-    ``_numColsPrefixKey`` column. ``verify_checksums`` as in :func:`read_state`.
-    """
-    options = dict(locals())
-    path = options.pop("checkpoint")
-    # unlike the data source (which gives no rows, as Spark's does), say when there is no checkpoint at all
-    _Checkpoint(_Storage(path, storage_options or {})).require_checkpoint()
-    return _read_metadata_table(_from_kwargs(path, options))
 
 
 def register(spark: Any) -> None:
