@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install java demo test test-compat unit lint bench clean
+.PHONY: help install java demo test test-compat test-browser unit lint bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -31,6 +31,12 @@ test: install ## Run the test suite (real Spark, real checkpoints)
 
 test-compat: java ## Test the Spark fronts on pyspark 3.5, 4.0, 4.1 and 4.2, each in its own virtualenv (.venv-compat/)
 	PYTHON=$(PYTHON) tests/compat/run.sh
+
+test-browser: install ## Install Chromium if missing, then run the browser tests (the screenshot goes to docs/)
+	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver; }
+	STATE_READER_SCREENSHOT=docs/notebook.png $(PY) -m pytest -m browser tests/test_notebook.py
 
 unit: install ## Run only the tests that need no Spark (seconds, no JVM)
 	$(PY) -m pytest -m 'not spark'

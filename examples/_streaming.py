@@ -10,6 +10,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 
 os.environ.setdefault("TZ", "UTC")
@@ -66,9 +67,12 @@ def run_query(spark, root: str, batches: list[list[dict]], schema: str, build: C
 
     source_dir = os.path.join(root, "input")
     os.makedirs(source_dir, exist_ok=True)
+    start = time.time() - len(batches)
     for i, rows in enumerate(batches):
-        with open(os.path.join(source_dir, f"{i:04d}.json"), "w", encoding="utf-8") as fh:
+        path = os.path.join(source_dir, f"{i:04d}.json")
+        with open(path, "w", encoding="utf-8") as fh:
             fh.writelines(json.dumps(row) + "\n" for row in rows)
+        os.utime(path, (start + i, start + i))  # a file source takes files oldest first: batch i reads file i
     checkpoint = os.path.join(root, "checkpoint")
     stream = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(source_dir)
               .withColumn("ts", F.col("ts").cast("timestamp")))

@@ -23,11 +23,13 @@ ENV_DELAY = "STATE_READER_PROGRESS_DELAY"
 
 
 def progress_wanted() -> bool:
-    """True when a progress bar would be seen: both stdout and stderr are terminals."""
+    """True when a progress bar would be seen: in a notebook, or when stdout and stderr are terminals."""
     forced = os.environ.get(ENV_SWITCH, "").strip().lower()
     if forced in ("0", "false", "no", "off"):
         return False
     if forced in ("1", "true", "yes", "on"):
+        return True
+    if "ipykernel" in sys.modules:  # a notebook: rich draws its bars in the cell's output
         return True
     try:
         return sys.stdout.isatty() and sys.stderr.isatty()

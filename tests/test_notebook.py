@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import os
 import re
 import shutil
 from pathlib import Path
@@ -119,3 +120,98 @@ def test_open_takes_storage_options(checkpoints):
     cp = state_reader.open(f"file://{path}", auto_mkdir=False)
     assert cp.storage_options == {"auto_mkdir": False}
     assert "stateStoreSave" in _text(cp._repr_html_())
+
+
+# -- the example notebook, run through a real kernel, and its HTML in a real browser -------------------
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture(scope="module")
+def exported_notebook(tmp_path_factory) -> Path:
+    """examples/debugging.ipynb executed by a Jupyter kernel (nbclient) and exported to HTML (nbconvert)."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nbconvert = pytest.importorskip("nbconvert")
+    notebook = nbformat.read(EXAMPLES / "debugging.ipynb", as_version=4)
+    nbclient.NotebookClient(notebook, timeout=900, kernel_name="python3",
+                            resources={"metadata": {"path": str(EXAMPLES)}}).execute()
+    errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors, errors
+    page, _ = nbconvert.HTMLExporter().from_notebook_node(notebook)
+    out = tmp_path_factory.mktemp("notebook") / "debugging.html"
+    out.write_text(page, encoding="utf-8")
+    return out
+
+
+def test_example_notebook_runs_and_shows_every_checkpoint(exported_notebook):
+    shown = _text(exported_notebook.read_text(encoding="utf-8"))
+    for expected in ("state_reader.Checkpoint", "stateStoreSave", "symmetricHashJoin",
+                     "transformWithStateInPandasExec", "doctor:", "rows ×"):
+        assert expected in shown, expected
+
+
+def _browser():
+    """A headless Chromium driven by selenium, or a skip saying what is missing."""
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (make test-browser)")
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if not binary or not driver_path:
+        pytest.skip("no Chromium and chromedriver on the PATH (make test-browser installs them)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update", "--no-first-run",
+                 "--window-size=1200,1600"):
+        options.add_argument(flag)
+    from selenium.webdriver.chrome.service import Service
+
+    return webdriver.Chrome(service=Service(driver_path), options=options)
+
+
+@pytest.mark.browser
+def test_browser_shows_operators_partitions_and_findings(exported_notebook, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    driver = _browser()
+    try:
+        driver.get(exported_notebook.as_uri())
+        displays = driver.find_elements(By.CSS_SELECTOR, "div.sr-cp")
+        assert len(displays) >= 5
+        page = driver.find_element(By.TAG_NAME, "body").text
+        for name in ("stateStoreSave", "symmetricHashJoin", "transformWithStateInPandasExec"):
+            assert name in page
+        # the join's four stores and the aggregation's partitions, as the browser lays them out
+        summaries = [e.get_attribute("textContent") for e in driver.find_elements(By.CSS_SELECTOR, "details summary")]
+        assert any("4 stores" in s for s in summaries), summaries
+        assert any("2 partitions" in s for s in summaries), summaries
+        assert "doctor:" in page
+        # the README's picture: the transformWithState display after doctor(), every section opened
+        driver.execute_script("document.querySelectorAll('details').forEach(d => d.open = true)")
+        shown = next(d for d in driver.find_elements(By.CSS_SELECTOR, "div.sr-cp")
+                     if "transformWithStateInPandasExec" in d.text and "doctor:" in d.text)
+        driver.execute_script("arguments[0].scrollIntoView()", shown)
+        shot = Path(os.environ.get("STATE_READER_SCREENSHOT") or tmp_path / "notebook.png")
+        shown.screenshot(str(shot))
+        assert shot.stat().st_size > 5_000
+    finally:
+        driver.quit()
+
+
+@pytest.mark.browser
+def test_browser_keeps_a_script_key_as_text(checkpoints, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    hostile = tmp_path / "<script>document.title='pwned'</script>"
+    shutil.copytree(checkpoints("dedup"), hostile)
+    cp = state_reader.open(str(hostile))
+    page = tmp_path / "page.html"
+    page.write_text(f"<html><head><title>safe</title></head><body>{cp._repr_html_()}"
+                    f"{cp.state()._repr_html_()}</body></html>", encoding="utf-8")
+    driver = _browser()
+    try:
+        driver.get(page.as_uri())
+        assert driver.title == "safe"
+        assert "<script>document.title='pwned'</script>" in driver.find_element(By.TAG_NAME, "body").text
+    finally:
+        driver.quit()

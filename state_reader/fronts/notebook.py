@@ -31,6 +31,7 @@ from state_reader.fronts.plotting import plot_state_size
 from state_reader.fronts.stats import stats
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import Checkpoint as _Logs
+from state_reader.progress import progress
 from state_reader.providers.store_files import StoreFiles, unique_id_for
 
 _CSS = """<style>
@@ -182,10 +183,14 @@ class Checkpoint:
         desc = self.description
         logs = _Logs(Storage(self.path, self.storage_options))
         committed = logs.committed_batches
-        out = []
-        for op in desc.get("operators", []):
-            for store in op.get("stores", []):
-                out.append(_store_sizes(logs, op["operator_id"], store["store_name"], desc, committed))
+        stores = [(op["operator_id"], store["store_name"]) for op in desc.get("operators", [])
+                  for store in op.get("stores", [])]
+        # listing a remote checkpoint takes a while: a bar after half a second
+        with progress("listing state files", len(stores)) as bar:
+            out = []
+            for op, store in stores:
+                out.append(_store_sizes(logs, op, store, desc, committed))
+                bar.advance(description=f"listing operator {op} · store {store}")
         return out
 
     # -- display -------------------------------------------------------------------------------------
