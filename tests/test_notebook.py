@@ -147,7 +147,7 @@ def exported_notebook(tmp_path_factory) -> Path:
 def test_example_notebook_runs_and_shows_every_checkpoint(exported_notebook):
     shown = _text(exported_notebook.read_text(encoding="utf-8"))
     for expected in ("state_reader.Checkpoint", "stateStoreSave", "symmetricHashJoin",
-                     "transformWithStateInPandasExec", "doctor:", "rows ×"):
+                     "transformWithStateInPandasExec", "doctor:", "rows ×", "never-evicted"):
         assert expected in shown, expected
 
 
@@ -185,11 +185,13 @@ def test_browser_shows_operators_partitions_and_findings(exported_notebook, tmp_
         summaries = [e.get_attribute("textContent") for e in driver.find_elements(By.CSS_SELECTOR, "details summary")]
         assert any("4 stores" in s for s in summaries), summaries
         assert any("2 partitions" in s for s in summaries), summaries
-        assert "doctor:" in page
+        # the transformWithState query keeps new users in a variable without TTL: its finding, by kind
+        kinds = [e.text.split()[-1] for e in driver.find_elements(By.CSS_SELECTOR, "span.sr-warning")]
+        assert "never-evicted" in kinds, kinds
         # the README's picture: the transformWithState display after doctor(), every section opened
         driver.execute_script("document.querySelectorAll('details').forEach(d => d.open = true)")
         shown = next(d for d in driver.find_elements(By.CSS_SELECTOR, "div.sr-cp")
-                     if "transformWithStateInPandasExec" in d.text and "doctor:" in d.text)
+                     if "transformWithStateInPandasExec" in d.text and "never-evicted" in d.text)
         driver.execute_script("arguments[0].scrollIntoView()", shown)
         shot = Path(os.environ.get("STATE_READER_SCREENSHOT") or tmp_path / "notebook.png")
         shown.screenshot(str(shot))

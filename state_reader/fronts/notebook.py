@@ -198,9 +198,13 @@ class Checkpoint:
     def _summary(self) -> list[tuple[str, str]]:
         d = self.description
         b = d.get("batches") or {}
+        # batches whose state every store can still rebuild from the files on disk
+        kept = [{batch for batch, _ in s.over_batches} for s in self.sizes]
+        retained = sorted(set.intersection(*kept)) if kept else []
         return [("provider", str(d.get("provider"))), ("codec", str(d.get("codec"))),
                 ("checkpoint format", str(d.get("checkpoint_format_version"))),
                 ("committed batches", f"{b.get('first')}..{b.get('last')} ({b.get('count')})"),
+                ("retained batches", f"{retained[0]}..{retained[-1]} ({len(retained)})" if retained else "none"),
                 ("shuffle partitions", str(d.get("shuffle_partitions")))]
 
     def __repr__(self) -> str:
@@ -261,18 +265,20 @@ def _store_sizes(logs: _Logs, operator_id: int, store_name: str, desc: dict[str,
     partitions = logs.partition_ids(operator_id)
     latest: dict[int, int] = {}
     totals = dict.fromkeys(committed, 0)
+    missing: set[int] = set()
     for pid in partitions:
         files = StoreFiles(logs.storage, logs.store_dir(operator_id, pid, store_name), provider, codec)
         for batch in committed:
             uid = unique_id_for(logs, files, batch + 1, operator_id, pid, store_name)
             version = files.version_files(batch + 1, uid)
             if not version.complete:
+                missing.add(batch)  # cleaned up: no longer rebuildable
                 continue
             totals[batch] += version.bytes_on_disk
             if batch == committed[-1]:
                 latest[pid] = version.bytes_on_disk
     return StoreSizes(operator_id, store_name, {p: latest.get(p, 0) for p in partitions},
-                      [(b, n) for b, n in totals.items() if n])
+                      [(b, n) for b, n in totals.items() if b not in missing])
 
 
 def _store_html(s: StoreSizes) -> str:
