@@ -76,7 +76,8 @@ class StoreSizes:
     operator_id: int
     store_name: str
     partitions: dict[int, int]
-    over_batches: list[tuple[int, int]]
+    over_batches: list[tuple[int, int]]  # (batch, total bytes) at up to SPARKLINE_POINTS batches
+    retained: tuple[int, int, int] | None = None  # (first, last, count) of the batches it can rebuild
 
 
 class StateTable:
@@ -199,8 +200,10 @@ class Checkpoint:
         d = self.description
         b = d.get("batches") or {}
         # batches whose state every store can still rebuild from the files on disk
-        kept = [{batch for batch, _ in s.over_batches} for s in self.sizes]
-        retained = sorted(set.intersection(*kept)) if kept else []
+        spans = [s.retained for s in self.sizes if s.retained]
+        first = max((r[0] for r in spans), default=None)
+        last = min((r[1] for r in spans), default=None)
+        retained = [b for b in self.batches if first is not None and first <= b <= last]
         return [("provider", str(d.get("provider"))), ("codec", str(d.get("codec"))),
                 ("checkpoint format", str(d.get("checkpoint_format_version"))),
                 ("committed batches", f"{b.get('first')}..{b.get('last')} ({b.get('count')})"),
@@ -259,26 +262,46 @@ class Checkpoint:
         return f'<details open><summary>doctor: {len(findings)} findings</summary>{items}</details>'
 
 
+SPARKLINE_POINTS = 24  # batches sized for a sparkline: a few dozen points draw the trend
+
+
 def _store_sizes(logs: _Logs, operator_id: int, store_name: str, desc: dict[str, Any],
                  committed: list[int]) -> StoreSizes:
+    """Bytes on disk per partition at the latest batch, and the store's total at up to
+    :data:`SPARKLINE_POINTS` batches from the oldest it can still rebuild to the latest."""
     provider, codec = desc.get("provider_class") or "", desc.get("codec")
     partitions = logs.partition_ids(operator_id)
-    latest: dict[int, int] = {}
-    totals = dict.fromkeys(committed, 0)
-    missing: set[int] = set()
-    for pid in partitions:
-        files = StoreFiles(logs.storage, logs.store_dir(operator_id, pid, store_name), provider, codec)
-        for batch in committed:
-            uid = unique_id_for(logs, files, batch + 1, operator_id, pid, store_name)
-            version = files.version_files(batch + 1, uid)
+    files = {pid: StoreFiles(logs.storage, logs.store_dir(operator_id, pid, store_name), provider, codec)
+             for pid in partitions}
+
+    def sizes(batch: int) -> dict[int, int] | None:
+        """Bytes of each partition's files for ``batch``; None once cleanup took any of them."""
+        out = {}
+        for pid, store in files.items():
+            version = store.version_files(batch + 1, unique_id_for(logs, store, batch + 1, operator_id, pid,
+                                                                   store_name))
             if not version.complete:
-                missing.add(batch)  # cleaned up: no longer rebuildable
-                continue
-            totals[batch] += version.bytes_on_disk
-            if batch == committed[-1]:
-                latest[pid] = version.bytes_on_disk
-    return StoreSizes(operator_id, store_name, {p: latest.get(p, 0) for p in partitions},
-                      [(b, n) for b, n in totals.items() if b not in missing])
+                return None
+            out[pid] = version.bytes_on_disk
+        return out
+
+    if not committed or not partitions:
+        return StoreSizes(operator_id, store_name, dict.fromkeys(partitions, 0), [])
+    latest = sizes(committed[-1]) or {}
+    # cleanup takes the oldest batches first: the oldest one still rebuildable, by bisection
+    lo, hi = 0, len(committed) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sizes(committed[mid]) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    kept = committed[lo:]
+    step = max(1, -(-len(kept) // SPARKLINE_POINTS))
+    points = sorted({*kept[::step], kept[-1]})
+    over = [(b, sum(found.values())) for b in points if (found := sizes(b)) is not None]
+    return StoreSizes(operator_id, store_name, {p: latest.get(p, 0) for p in partitions}, over,
+                      retained=(kept[0], kept[-1], len(kept)))
 
 
 def _store_html(s: StoreSizes) -> str:
@@ -286,7 +309,7 @@ def _store_html(s: StoreSizes) -> str:
     bars = "".join(f'<tr><td>{p}</td><td><span class="sr-bar" style="width:{max(1, round(160 * n / top))}px">'
                    f'</span></td><td>{_e(_bytes(n))}</td></tr>' for p, n in s.partitions.items())
     trend = [n for _, n in s.over_batches]
-    span = f"batches {s.over_batches[0][0]}..{s.over_batches[-1][0]}" if s.over_batches else ""
+    span = f"batches {s.retained[0]}..{s.retained[1]}" if s.retained else ""
     return (f'<details><summary>store {_e(s.store_name)} · {len(s.partitions)} partitions · '
             f'{_e(_bytes(sum(s.partitions.values())))} on disk {_sparkline(trend)} '
             f'<span class="sr-muted">{_e(span)}</span></summary><table><tr><th>partition</th><th>bytes on disk</th>'
