@@ -322,6 +322,26 @@ def _typed(df: DataFrame) -> DataFrame:
     return typed.groupBy(*_TYPED_COLUMNS).agg(*aggs)
 
 
+# Keys of every type a key filter can pin, for one-key lookups: -0.0 and NaN, multi-byte
+# strings, wide decimals, a nested struct, and a null in every column of some row.
+_LOOKUP_COLUMNS = {
+    "s": "if(n % 5 = 4, null, concat('ü€😀-', n))",
+    "l": "if(n % 6 = 5, null, cast(n as bigint) * 1000003 - 500)",
+    "d": "case n % 4 when 0 then -0.0d when 1 then cast('NaN' as double) when 2 then null else n / 3.0d end",
+    "dec": "if(n % 7 = 6, null, cast(n * 1.25 as decimal(9,2)))",
+    "bdec": "if(n % 7 = 5, null, cast(concat('-123456789012345678901', n, '.12345') as decimal(30,5)))",
+    "day": "if(n % 8 = 7, null, date_add(date'2024-02-29', n))",
+    "at": "if(n % 9 = 8, null, timestamp'2024-01-01 00:00:00' + make_dt_interval(0, 0, 0, n + 0.123456))",
+    "raw": "if(n % 5 = 3, null, encode(concat('b', n), 'utf-8'))",
+    "st": "if(n % 10 = 9, null, named_struct('a', if(n % 3 = 0, null, n), 'b', concat('x', n)))",
+}
+
+
+def _lookup_keys(df: DataFrame) -> DataFrame:
+    keyed = df.select(*(F.expr(e).alias(c) for c, e in _LOOKUP_COLUMNS.items()))
+    return keyed.groupBy(*_LOOKUP_COLUMNS).agg(F.count(F.lit(1)).alias("cnt"))
+
+
 def _exotic(df: DataFrame) -> DataFrame:
     """Types PySpark cannot collect or move through Arrow: only the Spark-free API reads them."""
     return df.groupBy((F.col("n") % 2).alias("parity")).agg(
@@ -344,6 +364,9 @@ QUERIES: dict[str, Query] = {
     "agg_lzf": Query(_window_agg, confs={**HDFS, "spark.sql.streaming.stateStore.compression.codec": "lzf"}),
     "types": Query(_typed, confs=HDFS, batches=_types_batches, schema=TYPES_SCHEMA),
     "exotic_types": Query(_exotic, confs=HDFS, batches=_types_batches, schema=TYPES_SCHEMA),
+    # eight state partitions, so that a lookup visibly reads few of them
+    "lookup_types": Query(_lookup_keys, confs={**HDFS, "spark.sql.shuffle.partitions": "8"}, batches=_types_batches,
+                          schema=TYPES_SCHEMA),
     "join_inner": Query(_join("inner"), output_mode="append", confs=HDFS, sources=2),
     "join_left_outer": Query(_join("left_outer"), output_mode="append", confs=HDFS, sources=2),
     "join_right_outer": Query(_join("right_outer"), output_mode="append", confs=HDFS, sources=2),
@@ -379,6 +402,7 @@ ROCKSDB_BASE_QUERIES = ("agg_window", "agg_fmt1", "agg_fmt2", "types", "dedup", 
 for _name in ROCKSDB_BASE_QUERIES:
     QUERIES[f"rocksdb_{_name}"] = _with(QUERIES[_name], ROCKSDB)
     QUERIES[f"rocksdb_cl_{_name}"] = _with(QUERIES[_name], ROCKSDB_CHANGELOG)
+QUERIES["rocksdb_lookup_types"] = _with(QUERIES["lookup_types"], ROCKSDB)
 QUERIES["rocksdb_cl_agg_zstd"] = _with(QUERIES["agg_zstd"], ROCKSDB_CHANGELOG)
 QUERIES["rocksdb_cl_checksum_agg_window"] = _with(
     QUERIES["agg_window"], {**ROCKSDB_CHANGELOG, "spark.sql.streaming.stateStore.rowChecksum.enabled": "true"})

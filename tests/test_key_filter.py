@@ -57,7 +57,7 @@ def test_parse():
     ("", "empty"), ("user =", "expected a literal"), ("user = null", "is null"), ("(n = 1", "expected ')'"),
     ("n = 1 n", "'and', 'or'"), ("user ~ 'a'", "unexpected"), ("nope = 1", "does not exist"),
     ("value.count = 1", "not a key field"), ("n = 'x'", "cannot compare"), ("user = true", "cannot compare"),
-    ("w.start = 'yesterday'", "not a timestamp"), ("user.x = 1", "not a struct"),
+    ("w.start = 'yesterday'", "not a timestamp"), ("user.x = 1", "not a struct"), ("w = 1", "name a field inside"),
 ])
 def test_errors_name_the_problem(bad, message):
     with pytest.raises(state_reader.InvalidOptionError, match=re.escape(message)):

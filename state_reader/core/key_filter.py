@@ -334,6 +334,9 @@ def _is_numeric(typ: pa.DataType) -> bool:
 
 def literal_scalar(value: Any, typ: pa.DataType, where: str) -> pa.Scalar:
     """``value`` as a scalar of the field's type ``typ`` (or one Arrow compares with it)."""
+    if pa.types.is_nested(typ):
+        raise _error(f"{where} is a {typ}; key filters compare fields that hold one value "
+                     f"(name a field inside a struct)")
     if isinstance(value, bool) != pa.types.is_boolean(typ):
         raise _error(f"cannot compare {where} ({typ}) with {value!r}")
     if pa.types.is_timestamp(typ) and isinstance(value, str) and typ.tz is not None:

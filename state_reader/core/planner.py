@@ -196,6 +196,7 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
         join=join,
         variable=variable,
         change_feed_from_snapshots=opts.change_feed_from_snapshots,
+        num_partitions=store_meta.num_partitions if store_meta is not None else store_conf.shuffle_partitions,
     )
 
 

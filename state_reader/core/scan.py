@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from state_reader.core.decode import read_partition
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec, as_key_filter
+from state_reader.core.pruning import lookup_partitions
 from state_reader.errors import InvalidOptionError, MissingStateFileError
 from state_reader.model.plan import StateReadPlan
 from state_reader.progress import progress
@@ -62,6 +63,22 @@ def select_partitions(plan: StateReadPlan, partitions: Sequence[int] | None) -> 
             f"partition {', '.join(map(str, missing))} of operator {plan.operator_id} does not exist "
             f"under {where} (partitions: {have})", path=where)
     return list(dict.fromkeys(partitions))
+
+
+def partitions_to_read(plan: StateReadPlan, key_filter: KeyFilter | None,
+                       partitions: Sequence[int] | None = None) -> list[int]:
+    """The partitions a read decodes: those asked for (default: all) that the key filter can match.
+
+    A filter that pins the partition key to a few values reads only the
+    partitions Spark put those keys in (:mod:`state_reader.core.pruning`).
+    """
+    chosen = select_partitions(plan, partitions)
+    if key_filter is not None:
+        matching = lookup_partitions(plan, key_filter.predicate)
+        if matching is not None:
+            keep = set(matching)
+            chosen = [p for p in chosen if p in keep]
+    return chosen
 
 
 def require_files(plan: StateReadPlan, partitions: Sequence[int]) -> None:
@@ -136,7 +153,7 @@ def iter_batches(plan: StateReadPlan, *, key_filter: KeyFilterSpec | KeyFilter |
     ``threads`` defaults to :func:`read_threads`.
     """
     flt = bind_key_filter(plan, key_filter)
-    chosen = select_partitions(plan, partitions)
+    chosen = partitions_to_read(plan, flt, partitions)
     remaining = limit
     what = label or f"operator {plan.operator_id} · batch {plan.batch_id}"
     with progress(f"reading {what}", len(chosen), enabled=show_progress) as bar:

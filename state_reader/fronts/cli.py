@@ -28,7 +28,7 @@ from rich.text import Text
 from state_reader._version import __version__
 from state_reader.core.live import read_consistently
 from state_reader.core.options import from_kwargs
-from state_reader.core.scan import read_table, require_files
+from state_reader.core.scan import bind_key_filter, partitions_to_read, read_table, require_files
 from state_reader.errors import StateReaderError
 from state_reader.fronts.changefeed import change_counts, changes
 from state_reader.fronts.doctor import THRESHOLDS, diagnose
@@ -269,22 +269,23 @@ def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch
          read_registered_timers: bool | None, join_side: str | None, limit: int, layout: str, as_json: bool,
          debug: bool, storage_option: Sequence[str]) -> int:
     """The state of one store at one batch, as a table."""
-    def read(plan: StateReadPlan) -> tuple[StateReadPlan, pa.Table, bool]:
+    def read(plan: StateReadPlan) -> tuple[StateReadPlan, pa.Table, bool, list[int]]:
+        # a key filter that pins the partition key reads only the partitions it can match
+        chosen = partitions_to_read(plan, bind_key_filter(plan, key_filter), list(partitions) or None)
         # one row more than shown tells whether there are more
-        table = read_table(plan, key_filter=key_filter, partitions=list(partitions) or None,
-                           limit=(limit + 1) if limit else None)
+        table = read_table(plan, key_filter=key_filter, partitions=chosen, limit=(limit + 1) if limit else None)
         truncated = bool(limit) and table.num_rows > limit
         if truncated:
             # the limit stopped the read early: the partitions it did not decode must still be readable
-            require_files(plan, list(partitions) or plan.partitions)
+            require_files(plan, chosen)
             table = table.slice(0, limit)
-        return plan, table, truncated
+        return plan, table, truncated, chosen
 
-    plan, table, truncated = _read(checkpoint, storage_option, read, operator_id=operator_id, store_name=store_name,
-                                   batch_id=batch_id, state_var_name=state_var_name, join_side=join_side,
-                                   read_registered_timers=read_registered_timers)
+    plan, table, truncated, chosen = _read(
+        checkpoint, storage_option, read, operator_id=operator_id, store_name=store_name, batch_id=batch_id,
+        state_var_name=state_var_name, join_side=join_side, read_registered_timers=read_registered_timers)
     where = {"operator_id": plan.operator_id, "store_name": _shown_store(plan, store_name, join_side),
-             "batch_id": plan.batch_id, "version": plan.version, "partitions": list(partitions) or plan.partitions}
+             "batch_id": plan.batch_id, "version": plan.version, "partitions": chosen}
     if as_json:
         # row_count: every row of the result (None: the limit stopped the read before all were counted)
         _emit_json({**where, "key_filter": key_filter, "row_count": None if truncated else table.num_rows,
@@ -292,7 +293,9 @@ def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch
         return EXIT_OK
     con = _console()
     head = (f"operator {plan.operator_id} · store {where['store_name']} · batch {plan.batch_id} "
-            f"(version {plan.version}) · partitions {', '.join(map(str, where['partitions']))}")
+            f"(version {plan.version}) · partitions {', '.join(map(str, chosen))}"
+            + (f" of {len(plan.partitions)} (the key filter pins the partition key)"
+               if key_filter and not partitions and len(chosen) < len(plan.partitions) else ""))
     con.print(Text(head + (f" · key filter: {key_filter}" if key_filter else ""), style="bold"))
     if table.num_rows == 0:
         con.print("no rows" + (" match the key filter" if key_filter else ""))

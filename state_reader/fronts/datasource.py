@@ -22,7 +22,7 @@ from state_reader.core.key_filter import And, Comparison, InList, KeyFilter, Not
 from state_reader.core.metadata import metadata_schema, read_metadata_table
 from state_reader.core.options import StateMetadataOptions
 from state_reader.core.planner import plan_state_read
-from state_reader.core.scan import iter_batches
+from state_reader.core.scan import iter_batches, partitions_to_read
 from state_reader.fronts import spark_shared as shared
 from state_reader.fronts.flatten import unique_schema
 from state_reader.fronts.sql import register_functions
@@ -41,8 +41,13 @@ class _StatePartition(InputPartition):
 
 
 def group_partitions(ids: list[int], per_task: int | None, cores: int | None) -> list[_StatePartition]:
-    """:func:`state_reader.fronts.spark_shared.group_partitions`, as Spark input partitions."""
-    return [_StatePartition(group) for group in shared.group_partitions(ids, per_task, cores)]
+    """:func:`state_reader.fronts.spark_shared.group_partitions`, as Spark input partitions.
+
+    No state partition to read (a lookup of keys no partition can hold) is one
+    input partition that reads nothing, since Spark plans at least one.
+    """
+    return [_StatePartition(group) for group in shared.group_partitions(ids, per_task, cores)] or [
+        _StatePartition(())]
 
 
 class StateStoreDataSource(DataSource):
@@ -210,6 +215,8 @@ class PushdownStateStoreReader(StateStoreReader):
             column = pa.StructArray.from_arrays([pa.array(ids, pa.int32())], names=["partition_id"])
             keep = evaluate(And(tuple(self.partition_predicates)), column).to_pylist()
             ids = [p for p, k in zip(ids, keep, strict=True) if k]
+        # key filters that pin the partition key: only the partitions Spark put those keys in
+        ids = partitions_to_read(self.plan, self.key_filter(), ids)
         return list(group_partitions(ids, self.per_task, self.cores))
 
     def key_filter(self) -> KeyFilter | None:

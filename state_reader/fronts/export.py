@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
-from state_reader.core.scan import bind_key_filter, iter_batches, select_partitions
+from state_reader.core.scan import bind_key_filter, iter_batches, partitions_to_read
 from state_reader.errors import InvalidOptionError, UnsupportedTypeError
 from state_reader.fronts.flatten import flatten_table, json_rows, unique_names, unique_schema, with_unique_field_names
 from state_reader.model.plan import StateReadPlan
@@ -136,7 +136,7 @@ def export_state(plan: StateReadPlan, path: str, *, fmt: str | None = None,
     """Write the state ``plan`` reads to ``path`` (format from ``fmt`` or the extension)."""
     kind = format_of(path, fmt)
     flt = bind_key_filter(plan, key_filter)
-    chosen = select_partitions(plan, partitions)
+    chosen = partitions_to_read(plan, flt, partitions)
     target = os.path.abspath(path)
     directory = os.path.dirname(target)
     if not os.path.isdir(directory):

@@ -46,6 +46,8 @@ class StoreConf:
     row_checksum: bool
     encoding: str
     merge_operator_version: int
+    # spark.sql.shuffle.partitions as the query first ran: the number of state partitions (None: not recorded)
+    shuffle_partitions: int | None = None
 
     @classmethod
     def parse(cls, conf: Mapping[str, str]) -> StoreConf:
@@ -59,6 +61,8 @@ class StoreConf:
             row_checksum=conf_flag(conf, CONF_ROW_CHECKSUM),
             encoding=encoding,
             merge_operator_version=merge_operator_version(conf.get(CONF_MERGE_OPERATOR)),
+            shuffle_partitions=int(partitions) if (partitions := str(conf.get(CONF_SHUFFLE_PARTITIONS, "")).strip()
+                                                   ).isdigit() else None,
         )
 
     @property

@@ -76,6 +76,8 @@ class StateReadPlan:
     variable: StateVariable | None = None
     # RocksDB without changelogs: derive the change feed by comparing snapshots (not in Spark)
     change_feed_from_snapshots: bool = False
+    # the operator's number of state partitions, from operator metadata or the recorded shuffle partitions
+    num_partitions: int | None = None
 
     @property
     def storage(self) -> Storage:
@@ -113,6 +115,31 @@ class StateReadPlan:
     @property
     def arrow_schema(self) -> pa.Schema:
         return self.output_schema.to_arrow_schema()
+
+    @property
+    def partition_key_fields(self) -> int | None:
+        """How many leading fields of the ``key`` column Spark's shuffle hashes to place a row.
+
+        A stateful operator's input is hash-partitioned by its grouping (or
+        deduplication, or join) key, so a row's partition is
+        ``pmod(hash(those fields), num_partitions)``. Session windows partition
+        by the grouping key without the window (the prefix-key columns); a join's
+        ``keyWithIndexToValue`` key ends with the row's index, and format 4's keys
+        with the row's event time. None where the shown key is not led by the
+        partitioning key.
+        """
+        fields = len(self.key_schema.fields)
+        if self.join is not None:
+            return fields  # a join side (formats 1 to 3): the join key
+        name = self.variable.name if self.variable is not None else self.store_name
+        if name.endswith("-keyWithIndexToValue"):
+            return fields - 1
+        if name.endswith(("-keyWithTsToValues", "-tsWithKey")):
+            # join state format 4: the join key, then the row's event time
+            return fields - 1 if self.key_schema.fields[-1].name == "__event_time" else None
+        if self.variable is None and self.num_cols_prefix_key:
+            return self.num_cols_prefix_key
+        return fields
 
     def store_dir(self, partition_id: int) -> str:
         """The store's directory for one partition, relative to the checkpoint."""

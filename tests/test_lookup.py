@@ -1,0 +1,317 @@
+"""One-key lookups: Spark's hash, bit for bit, and key filters that read only the partitions
+their keys hash to, with the same rows as a full read filtered afterwards."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import random
+import shutil
+import subprocess
+import sys
+from decimal import Context, Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from oracle import arrow_rows
+
+import state_reader
+from state_reader.core.key_filter import And, Comparison, InList, KeyFilter, NullCheck, Or, Predicate
+from state_reader.core.options import from_kwargs
+from state_reader.core.planner import plan_state_read
+from state_reader.core.scan import partitions_to_read
+from state_reader.formats.spark_hash import murmur3_hash, partition_ids
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+
+
+# --- the hash, against Spark's hash() ---------------------------------------------------------
+
+
+def _random_values(rnd: random.Random) -> dict[str, tuple[str, list]]:
+    """Spark SQL type -> values of it, edge cases first, then random ones, with nulls."""
+    def ints(bits: int) -> list:
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        return [lo, hi, 0, -1, 1, None] + [rnd.randint(lo, hi) for _ in range(40)]
+
+    def floats() -> list:
+        return [0.0, -0.0, math.nan, math.inf, -math.inf, 1e-310, None] + [rnd.uniform(-1e6, 1e6) for _ in range(40)]
+
+    def text() -> str:
+        return "".join(rnd.choice("aZ0 é€😀\u0000ß") for _ in range(rnd.randrange(0, 14)))
+
+    def decimal(precision: int, scale: int) -> list:
+        top = 10 ** precision - 1
+        exact = Context(prec=60)
+        unscaled = [0, top, -top, -1, -128, 255, 1 << 63, -(1 << 63)] + [rnd.randint(-top, top) for _ in range(40)]
+        return [Decimal(u).scaleb(-scale, exact) for u in unscaled if abs(u) <= top] + [None]
+
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    return {
+        "boolean": ("boolean", [True, False, None]),
+        "tinyint": ("tinyint", ints(8)),
+        "smallint": ("smallint", ints(16)),
+        "int": ("int", ints(32)),
+        "bigint": ("bigint", ints(64)),
+        "float": ("float", floats()),
+        "double": ("double", floats()),
+        "decimal(9,2)": ("decimal(9,2)", decimal(9, 2)),
+        "decimal(18,0)": ("decimal(18,0)", decimal(18, 0)),
+        "decimal(19,4)": ("decimal(19,4)", decimal(19, 4)),
+        "decimal(38,10)": ("decimal(38,10)", decimal(38, 10)),
+        "string": ("string", ["", "a", "ab", "abc", "abcd", "abcde", None] + [text() for _ in range(60)]),
+        "binary": ("binary", [b"", b"\x80", b"\xff\xfe\xfd", b"\x00\x01\x02\x03\x04", None]
+                   + [rnd.randbytes(rnd.randrange(0, 12)) for _ in range(40)]),
+        "date": ("date", [dt.date(1970, 1, 1), dt.date(1, 1, 1), dt.date(9999, 12, 31), None]
+                 + [dt.date(1970, 1, 1) + dt.timedelta(days=rnd.randint(-700000, 700000)) for _ in range(30)]),
+        "timestamp": ("timestamp", [epoch, epoch - dt.timedelta(microseconds=1), None]
+                      + [epoch + dt.timedelta(microseconds=rnd.randint(-10**16, 10**16)) for _ in range(30)]),
+        "timestamp_ntz": ("timestamp_ntz", [dt.datetime(1970, 1, 1), None]
+                          + [dt.datetime(1970, 1, 1) + dt.timedelta(seconds=rnd.randint(-10**10, 10**10))
+                             for _ in range(30)]),
+    }
+
+
+def test_murmur3_equals_spark_hash_for_every_key_type(spark):
+    from pyspark.sql import functions as F
+
+    rnd = random.Random(7)
+    values = _random_values(rnd)
+    for name, (sql_type, column) in values.items():
+        df = spark.createDataFrame([(v,) for v in column], f"c {sql_type}")
+        theirs = [r[0] for r in df.select(F.hash("c")).collect()]
+        ours = murmur3_hash([df.toArrow().column("c").combine_chunks()]).tolist()
+        assert ours == theirs, name
+
+
+def test_murmur3_equals_spark_hash_for_nested_and_several_columns(spark):
+    from pyspark.sql import functions as F
+
+    rnd = random.Random(11)
+    rows = []
+    for i in range(120):
+        inner = None if i % 9 == 0 else {"a": None if i % 4 == 0 else rnd.randint(-5, 5),
+                                         "b": {"c": rnd.choice(["x", "é€", None]), "d": rnd.random() - 0.5}}
+        arr = None if i % 7 == 0 else [rnd.choice([None, rnd.randint(-9, 9)]) for _ in range(rnd.randrange(0, 5))]
+        sarr = None if i % 5 == 0 else [{"k": rnd.choice(["p", "q", None])} for _ in range(rnd.randrange(0, 3))]
+        rows.append((rnd.randint(-100, 100), inner, arr, sarr, rnd.choice(["u", "vvvvv", None])))
+    schema = ("n int, st struct<a: int, b: struct<c: string, d: double>>, arr array<int>, "
+              "sarr array<struct<k: string>>, s string")
+    df = spark.createDataFrame(rows, schema)
+    table = df.toArrow()
+    columns = [table.column(c).combine_chunks() for c in table.column_names]
+    for chosen in (["st"], ["arr"], ["sarr"], ["n", "st", "arr", "sarr", "s"], ["s", "n"]):
+        theirs = [r[0] for r in df.select(F.hash(*chosen)).collect()]
+        ours = murmur3_hash([columns[table.column_names.index(c)] for c in chosen]).tolist()
+        assert ours == theirs, chosen
+    for n in (1, 3, 64, 200):
+        theirs = [r[0] for r in df.select(F.expr(f"pmod(hash(n, s), {n})")).collect()]
+        assert partition_ids([columns[0], columns[4]], n).tolist() == theirs
+
+
+def test_murmur3_of_maps_as_spark_hashes_them(spark):
+    from pyspark.sql import functions as F
+
+    spark.conf.set("spark.sql.legacy.allowHashOnMapType", "true")
+    try:
+        df = spark.createDataFrame([({"a": 1, "bb": None},), ({},), (None,), ({"é": -7},)], "m map<string,int>")
+        theirs = [r[0] for r in df.select(F.hash("m")).collect()]
+    finally:
+        spark.conf.unset("spark.sql.legacy.allowHashOnMapType")
+    assert murmur3_hash([df.toArrow().column("m").combine_chunks()]).tolist() == theirs
+
+
+# --- lookups on real checkpoints --------------------------------------------------------------
+
+JOIN_STORES = [{"join_side": "left"}, {"join_side": "right"}] + [
+    {"store_name": f"{side}-{store}"} for side in ("left", "right") for store in ("keyToNumValues",
+                                                                                   "keyWithIndexToValue")]
+TWS_READS = [{"state_var_name": v} for v in ("profile", "events", "counters", "plain")] + [
+    {"state_var_name": "counters", "flatten_collection_types": False}, {"read_registered_timers": True}]
+READS = {
+    "agg_window": [{}], "agg_fmt1": [{}], "rocksdb_cl_agg_window": [{}], "session_window": [{}],
+    "rocksdb_session_window": [{}], "dedup": [{}], "dedup_within": [{}],
+    "multi": [{"operator_id": 0, "batch_id": 4}, {"operator_id": 1, "batch_id": 4}],
+    "apply_in_pandas": [{}], "rocksdb_apply_in_pandas_fmt1": [{}], "join_inner": JOIN_STORES, "join_v3": JOIN_STORES,
+    "join_v4": [{"join_side": "left"}, {"join_side": "right"}, {"store_name": "left-keyWithTsToValues"},
+                {"store_name": "right-tsWithKey"}],
+    "tws": TWS_READS, "lookup_types": [{}], "rocksdb_lookup_types": [{}],
+}
+GOLDEN_READS = {"agg_window_hdfs": [{}], "agg_window_rocksdb": [{}], "dedup_hdfs": [{}], "session_window_hdfs": [{}],
+                "join_inner_hdfs": JOIN_STORES}
+
+
+def _leaf_predicates(value: object, typ: pa.DataType, path: tuple[str, ...]) -> list[Predicate]:
+    """``path = value`` for every scalar field under ``path`` (IS NULL for nulls)."""
+    if pa.types.is_struct(typ):
+        out: list[Predicate] = []
+        for field in typ:
+            sub = None if value is None else value[field.name]
+            out += _leaf_predicates(sub, field.type, (*path, field.name))
+        return out
+    return [NullCheck(path) if value is None else Comparison(path, "=", value)]
+
+
+def _key_predicate(key: dict, key_type: pa.StructType, fields: int) -> Predicate:
+    parts: list[Predicate] = []
+    for field in list(key_type)[:fields]:
+        parts += _leaf_predicates(key[field.name], field.type, (field.name,))
+    return And(tuple(parts))
+
+
+def _check_lookups(cp: str, options: dict) -> int:
+    """Lookups of sampled keys (one, two with OR, two with IN) equal the full read filtered.
+
+    Returns how many lookups read fewer partitions than the full read.
+    """
+    full = state_reader.read_state(cp, **options)
+    plan = plan_state_read(from_kwargs(cp, options))
+    fields = plan.partition_key_fields
+    key_type = full.schema.field("key").type
+    keys = full.column("key").combine_chunks()
+    assert fields is not None, options
+    if plan.num_partitions and plan.partitions == list(range(plan.num_partitions)):
+        # every stored row is in the partition its partition key hashes to
+        placed = partition_ids([keys.field(i) for i in range(fields)], plan.num_partitions)
+        assert placed.tolist() == full.column("partition_id").to_pylist(), (cp, options)
+    distinct = list({repr(k): k for k in keys.to_pylist()}.values())
+    samples = distinct[:: max(1, len(distinct) // 4)][:5]
+    predicates: list[Predicate] = [_key_predicate(k, key_type, fields) for k in samples]
+    if len(samples) >= 2:
+        predicates.append(Or(tuple(predicates[:2])))
+    first_field = key_type.field(0)
+    if not pa.types.is_struct(first_field.type) and fields == 1 and len(samples) >= 2:
+        predicates.append(InList((first_field.name,), tuple(s[first_field.name] for s in samples[:2]
+                                                             if s[first_field.name] is not None)))
+    pruned = 0
+    for predicate in predicates:
+        if isinstance(predicate, InList) and not predicate.values:
+            continue
+        got = state_reader.read_state(cp, key_filter=predicate, **options)
+        expected = full.filter(KeyFilter(predicate, key_type).mask(keys))
+        assert arrow_rows(got) == arrow_rows(expected), (cp, options, predicate)
+        chosen = partitions_to_read(plan, KeyFilter(predicate, key_type))
+        assert set(expected.column("partition_id").to_pylist()) <= set(chosen)
+        pruned += len(chosen) < len(plan.partitions)
+    return pruned
+
+
+@pytest.mark.parametrize("name", sorted(READS))
+def test_lookups_equal_filtered_full_reads(checkpoints, name):
+    cp = checkpoints(name)
+    pruned = sum(_check_lookups(cp, options) for options in READS[name])
+    assert pruned > 0  # some lookup read fewer partitions than the whole store
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_READS))
+@pytest.mark.parametrize("writer", ["spark-3.3.4", "spark-3.4.4", "spark-3.5.8", "spark-4.0.5"])
+def test_lookups_on_checkpoints_of_older_writers(writer, name):
+    cp = GOLDEN / writer / name
+    if not cp.is_dir():
+        pytest.skip(f"{writer} wrote no {name}")
+    assert sum(_check_lookups(str(cp), options) for options in GOLDEN_READS[name]) > 0
+
+
+def test_lookup_of_minus_zero_and_nan_doubles(checkpoints):
+    cp = checkpoints("lookup_types")
+    full = state_reader.read_state(cp)
+    key_type = full.schema.field("key").type
+    rows = full.column("key").to_pylist()
+    zero = next(k for k in rows if k["d"] == 0.0)
+    minus = _key_predicate({**zero, "d": -0.0}, key_type, key_type.num_fields)
+    got = state_reader.read_state(cp, key_filter=minus)
+    assert got.num_rows == 1 and got.column("key").to_pylist() == [zero]
+    nan = next(k for k in rows if k["d"] is not None and math.isnan(k["d"]))
+    # NaN equals nothing in key filters (Arrow's rule), with or without pruning
+    assert state_reader.read_state(cp, key_filter=_key_predicate(nan, key_type, key_type.num_fields)).num_rows == 0
+
+
+def test_filters_that_do_not_pin_the_key_read_every_partition(checkpoints):
+    cp = checkpoints("lookup_types")
+    plan = plan_state_read(from_kwargs(cp, {}))
+    key_type = plan.arrow_schema.field("key").type
+    for spec in ("s = 'ü€😀-1'", "s = 'ü€😀-1' or l > 0", "not (s = 'ü€😀-1')", "s in ('a', 'b') and l >= 3",
+                 lambda k: pc.equal(k.field("s"), "ü€😀-1")):
+        assert partitions_to_read(plan, KeyFilter(spec, key_type)) == plan.partitions
+
+
+def _literal(value: object) -> str:
+    if isinstance(value, bytes):
+        return repr(value.decode())
+    if isinstance(value, dt.datetime):
+        return f"'{value:%Y-%m-%d %H:%M:%S.%f}'"
+    if isinstance(value, (str, dt.date)):
+        return f"'{value}'"
+    return str(value)
+
+
+def _expression(predicate: And) -> str:
+    """The key filter expression of :func:`_key_predicate`'s predicate."""
+    return " and ".join(f"{'.'.join(p.path)} is null" if isinstance(p, NullCheck)
+                        else f"{'.'.join(p.path)} = {_literal(p.value)}" for p in predicate.parts)
+
+
+def test_a_lookup_reads_only_its_partition(checkpoints, tmp_path):
+    cp = checkpoints("lookup_types")
+    full = state_reader.read_state(cp)
+    key_type = full.schema.field("key").type
+    row = next(r for r in full.to_pylist() if r["key"]["st"] and r["key"]["s"] and r["key"]["d"] == 0)
+    expr = _expression(_key_predicate(row["key"], key_type, key_type.num_fields))
+    copy = tmp_path / "damaged"
+    shutil.copytree(cp, copy)
+    plan = plan_state_read(from_kwargs(str(copy), {}))
+    keep = partitions_to_read(plan, KeyFilter(expr, key_type))
+    assert keep == [row["partition_id"]] and len(plan.partitions) == 8
+    for pid in plan.partitions:  # every other partition's state files are damaged
+        if pid not in keep:
+            for f in (copy / "state" / "0" / str(pid)).rglob("*"):
+                if f.is_file() and not f.name.startswith((".", "_")):
+                    f.write_bytes(b"not a state file")
+    with pytest.raises(state_reader.StateReaderError):
+        state_reader.read_state(str(copy))
+    assert state_reader.read_state(str(copy), key_filter=expr).to_pylist() == [row]
+    # the command line takes the same path, and says what it read
+    out = subprocess.run([sys.executable, "-m", "state_reader", "show", str(copy), "--key-filter", expr],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert f"partitions {keep[0]} of 8" in " ".join(out.stdout.split()), out.stdout
+
+
+def test_changes_lookup_equals_filtered_feed(checkpoints):
+    for name in ("agg_window", "rocksdb_cl_agg_window"):
+        cp = checkpoints(name)
+        feed = state_reader.changes(cp, 1, 3)
+        users = [u for u in pc.unique(pc.struct_field(feed.column("key"), [1])).to_pylist() if u]
+        window = feed.column("key").to_pylist()[0]["window"]
+        expr = (f"user = '{users[0]}' and window.start = '{window['start']:%Y-%m-%d %H:%M:%S}' "
+                f"and window.end = '{window['end']:%Y-%m-%d %H:%M:%S}'")
+        got = state_reader.changes(cp, 1, 3, key_filter=expr)
+        flt = KeyFilter(expr, feed.schema.field("key").type)
+        assert arrow_rows(got) == arrow_rows(feed.filter(flt.mask(feed.column("key"))))
+
+
+def test_spark_pushdown_reads_only_the_keys_partitions(spark, checkpoints):
+    pytest.importorskip("pyspark.sql.datasource", reason="Python data sources need pyspark 4")
+    from pyspark.sql import functions as F
+    from pyspark.sql.datasource import Filter  # noqa: F401  (pyspark 4.1+: filter pushdown)
+
+    cp = checkpoints("apply_in_pandas")
+    users = sorted({k["grp"] for k in state_reader.read_state(cp).column("key").to_pylist()})
+    reads = {}
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        state_reader.register(spark)
+        for label, cond in (("one", F.col("key.grp") == users[0]), ("in", F.col("key.grp").isin(users[:2])),
+                            ("all", F.col("key.grp") >= users[0])):
+            df = (spark.read.format("state_reader.statestore").option("partitionsPerTask", 1).load(cp)
+                  .where(cond))
+            reads[label] = (df.rdd.getNumPartitions(), sorted(map(str, df.collect())))
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+        state_reader.register(spark)
+    plain = spark.read.format("statestore").load(cp)
+    assert reads["one"][1] == sorted(map(str, plain.where(F.col("key.grp") == users[0]).collect()))
+    assert reads["in"][1] == sorted(map(str, plain.where(F.col("key.grp").isin(users[:2])).collect()))
+    assert reads["one"][0] == 1 and reads["all"][0] == 2
