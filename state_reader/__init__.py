@@ -45,7 +45,7 @@ from state_reader.errors import (
     UnsupportedOptionError,
     UnsupportedTypeError,
 )
-from state_reader.fronts.api import diagnose, read_metadata, read_state
+from state_reader.fronts.api import diagnose, read_metadata, read_state, scan_state
 from state_reader.fronts.changefeed import changes
 from state_reader.fronts.doctor import Diagnosis, Finding
 from state_reader.fronts.flatten import with_unique_field_names
@@ -94,6 +94,7 @@ __all__ = [
     "read_metadata",
     "read_state",
     "register",
+    "scan_state",
     "stats",
     "with_unique_field_names",
 ]

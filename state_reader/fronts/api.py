@@ -1,4 +1,5 @@
-"""The Spark-free reading functions of the public API: ``read_state``, ``read_metadata``, ``diagnose``.
+"""The Spark-free reading functions of the public API: ``read_state``, ``scan_state``, ``read_metadata``,
+``diagnose``.
 
 ``state_reader`` re-exports them; the fronts that build on them (the notebook
 object) import them from here.
@@ -8,21 +9,33 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
+from state_reader.core.live import GONE as _GONE
+from state_reader.core.live import cleaned_up_during_read as _cleaned_up_during_read
 from state_reader.core.live import read_consistently as _read_consistently
 from state_reader.core.metadata import read_metadata_table as _read_metadata_table
 from state_reader.core.options import from_kwargs as _from_kwargs
+from state_reader.core.planner import plan_state_read as _plan_state_read
+from state_reader.core.scan import bind_key_filter as _bind_key_filter
+from state_reader.core.scan import iter_batches as _iter_batches
 from state_reader.core.scan import read_table as _read_table
+from state_reader.core.scan import result_metadata as _result_metadata
 from state_reader.errors import public_api as _public_api
+from state_reader.errors import unexpected_errors_as_ours as _unexpected_errors_as_ours
 from state_reader.fronts.doctor import Diagnosis
 from state_reader.fronts.doctor import diagnose as _diagnose
+from state_reader.fronts.flatten import renamed_batch as _renamed_batch
+from state_reader.fronts.flatten import unique_schema as _unique_schema
 from state_reader.fronts.flatten import with_unique_field_names
 from state_reader.io.storage import Storage as _Storage
 from state_reader.model.checkpoint import Checkpoint as _Checkpoint
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    from collections.abc import Iterator
 
-    from state_reader.core.key_filter import KeyFilterSpec
+    from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
+    from state_reader.model.plan import StateReadPlan
 
 
 @_public_api
@@ -73,6 +86,69 @@ def read_state(
     table = _read_consistently(_from_kwargs(path, options),
                                lambda plan: _read_table(plan, key_filter=key_filter, show_progress=False))
     return table if exact else with_unique_field_names(table)
+
+
+@_public_api
+def scan_state(
+    checkpoint: str,
+    *,
+    batch_id: int | None = None,
+    operator_id: int | None = None,
+    store_name: str | None = None,
+    join_side: str | None = None,
+    read_change_feed: bool | None = None,
+    change_start_batch_id: int | None = None,
+    change_end_batch_id: int | None = None,
+    snapshot_start_batch_id: int | None = None,
+    snapshot_partition_id: int | None = None,
+    state_var_name: str | None = None,
+    read_registered_timers: bool | None = None,
+    flatten_collection_types: bool | None = None,
+    change_feed_from_snapshots: bool | None = None,
+    storage_options: dict[str, Any] | None = None,
+    verify_checksums: bool | None = None,
+    key_filter: KeyFilterSpec | None = None,
+    exact_schema: bool = False,
+) -> pa.RecordBatchReader:
+    """The same read as :func:`read_state`, streamed: a ``pyarrow.RecordBatchReader``.
+
+    For state larger than memory: partitions are decoded one at a time as the
+    reader is consumed, so memory stays bounded by one partition's state. DuckDB,
+    Polars and ``pyarrow.dataset`` query the reader directly::
+
+        reader = state_reader.scan_state(cp, key_filter="user = 'ann'")
+        duckdb.sql("select key.user, value.count from reader")
+
+    The read is planned (and every option checked) when this returns; the files
+    are read as the batches are. Unlike ``read_state``, a read of the latest batch
+    is not planned again when a running query cleans up its files midway (rows
+    already handed out cannot be taken back): it fails with
+    ``BatchNotRetainedError`` instead.
+    """
+    options = dict(locals())
+    path = options.pop("checkpoint")
+    key_filter = options.pop("key_filter")
+    exact = options.pop("exact_schema")
+    plan = _plan_state_read(_from_kwargs(path, options))
+    bound = _bind_key_filter(plan, key_filter)
+    schema = plan.arrow_schema.with_metadata(_result_metadata(plan))
+    if not exact:
+        schema = _unique_schema(schema)
+    return pa.RecordBatchReader.from_batches(schema, _streamed(plan, bound, schema, str(path)))
+
+
+def _streamed(plan: StateReadPlan, key_filter: KeyFilter | None, schema: pa.Schema,
+              where: str) -> Iterator[pa.RecordBatch]:
+    # one partition at a time (one thread), so that memory holds one partition's state
+    with _unexpected_errors_as_ours(where):
+        try:
+            for batch in _iter_batches(plan, key_filter=key_filter, threads=1, show_progress=False):
+                yield _renamed_batch(batch, schema)
+        except _GONE as exc:
+            gone = _cleaned_up_during_read(plan, exc)
+            if gone is None:
+                raise
+            raise gone from exc
 
 
 @_public_api
