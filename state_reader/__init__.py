@@ -45,17 +45,39 @@ from state_reader.errors import (
     UnsupportedOptionError,
     UnsupportedTypeError,
 )
-from state_reader.fronts.api import diagnose, read_metadata, read_state, scan_state
-from state_reader.fronts.changefeed import changes
-from state_reader.fronts.doctor import Diagnosis, Finding
-from state_reader.fronts.flatten import with_unique_field_names
-from state_reader.fronts.notebook import Checkpoint
-from state_reader.fronts.notebook import open_checkpoint as open
-from state_reader.fronts.plotting import plot_state_size
-from state_reader.fronts.stats import stats
 
 if TYPE_CHECKING:
     from typing import Any
+
+    from state_reader.fronts.api import diagnose, read_metadata, read_state, scan_state
+    from state_reader.fronts.changefeed import changes
+    from state_reader.fronts.doctor import Diagnosis, Finding
+    from state_reader.fronts.flatten import with_unique_field_names
+    from state_reader.fronts.notebook import Checkpoint
+    from state_reader.fronts.notebook import open_checkpoint as open
+    from state_reader.fronts.plotting import plot_state_size
+    from state_reader.fronts.stats import stats
+
+# The functions and classes below import numpy, pyarrow and fsspec, which the
+# command line's cheap commands (``state-reader metadata``) need not pay for at
+# start: they are imported on first use (PEP 562), where they live.
+_LAZY = {
+    "diagnose": "state_reader.fronts.api",
+    "read_metadata": "state_reader.fronts.api",
+    "read_state": "state_reader.fronts.api",
+    "scan_state": "state_reader.fronts.api",
+    "changes": "state_reader.fronts.changefeed",
+    "Diagnosis": "state_reader.fronts.doctor",
+    "Finding": "state_reader.fronts.doctor",
+    "with_unique_field_names": "state_reader.fronts.flatten",
+    "Checkpoint": "state_reader.fronts.notebook",
+    "open": "state_reader.fronts.notebook",
+    "plot_state_size": "state_reader.fronts.plotting",
+    "stats": "state_reader.fronts.stats",
+    # the DataFrame front imports pyspark
+    "spark": "state_reader.spark",
+}
+_RENAMED = {"open": "open_checkpoint"}
 
 __all__ = [
     "BatchNotRetainedError",
@@ -120,12 +142,19 @@ def register(spark: Any) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    # `state_reader.spark` (the DataFrame front) imports pyspark, so only when asked for
-    if name == "spark":
-        import importlib
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'state_reader' has no attribute {name!r}")
+    import importlib
 
-        return importlib.import_module("state_reader.spark")
-    raise AttributeError(f"module 'state_reader' has no attribute {name!r}")
+    module = importlib.import_module(module_name)
+    value = module if name == "spark" else getattr(module, _RENAMED.get(name, name))
+    globals()[name] = value  # later lookups find it directly
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 # the module's names are its public API: not the compiler directive at its top

@@ -79,6 +79,20 @@ def test_metadata_text_and_json(agg):
     assert op["partitions_on_disk"] == 2
 
 
+def test_cheap_commands_import_only_what_they_use(agg):
+    """A cold start is mostly imports: `metadata` loads no pandas, numba or pyspark, `--help` no numpy either."""
+    probe = ("import sys; from state_reader.fronts.cli import main; code = main(sys.argv[1:]); "
+             "print(sorted(m for m in ('pandas', 'numba', 'pyspark', 'numpy', 'pyarrow', 'fsspec', 'matplotlib') "
+             "if m in sys.modules))")
+    loaded = {}
+    for args in (["metadata", agg], ["--help"]):
+        proc = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        loaded[args[0]] = proc.stdout.strip().splitlines()[-1]
+    assert loaded["metadata"] == "['fsspec', 'numpy', 'pyarrow']"
+    assert loaded["--help"] == "[]"
+
+
 def test_metadata_before_spark_4_is_inferred():
     info = run_json("metadata", SPARK35 / "session_window_hdfs")
     assert info["operator_metadata"].startswith("inferred")

@@ -65,6 +65,10 @@ def test_bare_install_gives_a_working_command_line(checkpoints, tmp_path):
     for absent in ("pyspark", "matplotlib", "pandas"):
         probe = subprocess.run([str(py), "-c", f"import {absent}"], capture_output=True, timeout=120)
         assert probe.returncode != 0, f"{absent} came with a bare install"
+    # the compiled kernels are part of the base install: large reads are fast without an extra
+    fast = subprocess.run([str(py), "-c", "from state_reader.formats.kernels import numba_available; "
+                           "print(numba_available())"], capture_output=True, text=True, timeout=300)
+    assert fast.returncode == 0 and fast.stdout.strip() == "True", fast.stderr
     exe = venv / "bin" / "state-reader"
     path = checkpoints("agg_window")
     env = {**os.environ, "COLUMNS": "200"}

@@ -66,6 +66,17 @@ def infer_operator_metadata(cp: Checkpoint, operator_id: int) -> OperatorMetadat
 def read_metadata_table(options: Mapping[str, Any] | StateMetadataOptions) -> pa.Table:
     """The ``state-metadata`` rows of a checkpoint as an Arrow table."""
     opts = options if isinstance(options, StateMetadataOptions) else StateMetadataOptions.parse(options)
+    schema = metadata_schema(opts).to_arrow_schema()
+    return pa.Table.from_pylist([{k: r[k] for k in schema.names} for r in metadata_rows(opts)], schema=schema)
+
+
+def metadata_rows(options: Mapping[str, Any] | StateMetadataOptions) -> list[dict[str, Any]]:
+    """The ``state-metadata`` rows of a checkpoint as dicts, hidden column included.
+
+    (Building an Arrow table from Python values makes pyarrow import pandas, a
+    quarter of a second that the command line's ``metadata`` need not pay.)
+    """
+    opts = options if isinstance(options, StateMetadataOptions) else StateMetadataOptions.parse(options)
     cp = Checkpoint(Storage(opts.path, opts.storage_options, verify_checksums=opts.verify_checksums))
     batches = cp.committed_batches
     min_batch, max_batch = (batches[0], batches[-1]) if batches else (-1, -1)
@@ -91,5 +102,4 @@ def read_metadata_table(options: Mapping[str, Any] | StateMetadataOptions) -> pa
                 "operatorProperties": meta.properties_json if meta.version == 2 else None,
                 HIDDEN_COLUMN: -1 if meta.version == 2 else store.num_cols_prefix_key,
             })
-    schema = metadata_schema(opts).to_arrow_schema()
-    return pa.Table.from_pylist([{k: r[k] for k in schema.names} for r in rows], schema=schema)
+    return rows

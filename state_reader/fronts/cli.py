@@ -16,29 +16,26 @@ import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-import pyarrow as pa
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from state_reader._version import __version__
-from state_reader.core.live import read_consistently
-from state_reader.core.options import from_kwargs
-from state_reader.core.scan import bind_key_filter, partitions_to_read, read_table, require_files
 from state_reader.errors import StateReaderError
-from state_reader.fronts.changefeed import change_counts, changes
-from state_reader.fronts.doctor import THRESHOLDS, diagnose
-from state_reader.fronts.export import export_state
-from state_reader.fronts.flatten import display_rows, json_rows, render_cell
-from state_reader.fronts.overview import describe_checkpoint
-from state_reader.fronts.schema_check import compare_schemas, ddl, store_schemas
-from state_reader.fronts.stats import StatsResult, batch_summary, collect_stats, growth_note, parse_batch_range
-from state_reader.fronts.verify import verify_checkpoint
-from state_reader.model.plan import StateReadPlan
+from state_reader.fronts.doctor_thresholds import THRESHOLDS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from state_reader.fronts.stats import StatsResult
+    from state_reader.model.plan import StateReadPlan
+
+# Each command imports what it uses when it runs: numpy, pyarrow and fsspec are most of
+# a cold start, and `metadata` or `--help` should not wait for what only `show` needs.
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -89,6 +86,8 @@ CELL_WIDTH = 48  # longest cell shown in table layout; records layout shows ever
 
 
 def _data_table(names: list[str], rows: list[list[Any]]) -> Table:
+    from state_reader.fronts.flatten import render_cell
+
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for name in names:
         table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=CELL_WIDTH)
@@ -100,6 +99,8 @@ def _data_table(names: list[str], rows: list[list[Any]]) -> Table:
 
 def _records(names: list[str], rows: list[list[Any]]) -> Table:
     """One block per row, one line per column: readable however many columns there are."""
+    from state_reader.fronts.flatten import render_cell
+
     grid = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
@@ -114,6 +115,8 @@ def _records(names: list[str], rows: list[list[Any]]) -> Table:
 
 def _print_rows(con: Console, names: list[str], rows: list[list[Any]], layout: str) -> None:
     """A table when the rows fit the screen (or ``layout`` says so), else records."""
+    from state_reader.fronts.flatten import render_cell
+
     if layout == "auto":
         widths = [max([len(n)] + [min(len(render_cell(r[i])), CELL_WIDTH) for r in rows]) for i, n in
                   enumerate(names)]
@@ -181,6 +184,9 @@ T = TypeVar("T")
 
 def _read(checkpoint: str, storage_option: Sequence[str], read: Callable[[StateReadPlan], T], **kwargs: Any) -> T:
     """``read(plan)`` of the options given, planned again if a running query cleans up under it."""
+    from state_reader.core.live import read_consistently
+    from state_reader.core.options import from_kwargs
+
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     return read_consistently(from_kwargs(checkpoint, {**kwargs, "storage_options": _storage_options(storage_option)}),
                              read)
@@ -213,6 +219,8 @@ def cli(debug: bool) -> None:
 @common_options
 def metadata(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """Operators, stores, batches, provider, codec, state formats."""
+    from state_reader.fronts.overview import describe_checkpoint
+
     info = describe_checkpoint(checkpoint, storage_options=_storage_options(storage_option))
     if as_json:
         _emit_json(info)
@@ -269,6 +277,9 @@ def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch
          read_registered_timers: bool | None, join_side: str | None, limit: int, layout: str, as_json: bool,
          debug: bool, storage_option: Sequence[str]) -> int:
     """The state of one store at one batch, as a table."""
+    from state_reader.core.scan import bind_key_filter, partitions_to_read, read_table, require_files
+    from state_reader.fronts.flatten import display_rows, json_rows
+
     def read(plan: StateReadPlan) -> tuple[StateReadPlan, pa.Table, bool, list[int]]:
         # a key filter that pins the partition key reads only the partitions it can match
         chosen = partitions_to_read(plan, bind_key_filter(plan, key_filter), list(partitions) or None)
@@ -310,6 +321,8 @@ def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch
 
 
 def _stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bool) -> None:
+    from state_reader.fronts.stats import growth_note
+
     all_rows = result.table.to_pylist()
     for (op, store), provider in result.providers.items():
         batches = [r for r in summary.to_pylist() if r["operator_id"] == op and r["store_name"] == store]
@@ -393,6 +406,9 @@ def _stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bo
 def stats(checkpoint: str, operator_id: int | None, store_name: str | None, batch_range: str | None, detail: bool,
           as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """State size per partition and batch: growth, skew."""
+    from state_reader.fronts.flatten import json_rows
+    from state_reader.fronts.stats import batch_summary, collect_stats, parse_batch_range
+
     start, end = parse_batch_range(batch_range)
     result = collect_stats(checkpoint, operator_id=operator_id, store_name=store_name, start_batch=start,
                            end_batch=end, storage_options=_storage_options(storage_option))
@@ -427,6 +443,9 @@ def changes_command(checkpoint: str, start: int, end: int | None, operator_id: i
                     state_var_name: str | None, key_filter: str | None, limit: int, layout: str, as_json: bool,
                     debug: bool, storage_option: Sequence[str]) -> int:
     """The change feed: what batches FROM..TO changed."""
+    from state_reader.fronts.changefeed import change_counts, changes
+    from state_reader.fronts.flatten import display_rows, json_rows
+
     table = changes(checkpoint, start, end, operator_id=operator_id, store_name=store_name,
                     state_var_name=state_var_name, key_filter=key_filter,
                     storage_options=_storage_options(storage_option))
@@ -470,6 +489,8 @@ def export(checkpoint: str, out: str, fmt: str | None, operator_id: int | None, 
            read_registered_timers: bool | None, join_side: str | None, as_json: bool, debug: bool,
            storage_option: Sequence[str]) -> int:
     """Write the state of one store at one batch to a file."""
+    from state_reader.fronts.export import export_state
+
     plan, result = _read(checkpoint, storage_option,
                          lambda plan: (plan, export_state(plan, out, fmt=fmt, key_filter=key_filter,
                                                           partitions=list(partitions) or None)),
@@ -495,6 +516,8 @@ def export(checkpoint: str, out: str, fmt: str | None, operator_id: int | None, 
 @common_options
 def verify(checkpoint: str, operator_id: int | None, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """Decode every retained version; exit 2 on damage."""
+    from state_reader.fronts.verify import verify_checkpoint
+
     report = verify_checkpoint(checkpoint, operator_id=operator_id, storage_options=_storage_options(storage_option))
     code = EXIT_OK if report.ok else EXIT_DAMAGED
     if as_json:
@@ -546,6 +569,7 @@ def plot(checkpoint: str, out: str, operator_id: int | None, store_name: str | N
          as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """Plot state rows and bytes per partition over batches."""
     from state_reader.fronts.plotting import PLOT_NEEDS, figure_from_stats
+    from state_reader.fronts.stats import collect_stats, parse_batch_range
 
     try:
         import matplotlib
@@ -577,6 +601,8 @@ def plot(checkpoint: str, out: str, operator_id: int | None, store_name: str | N
 def doctor(checkpoint: str, thresholds: Sequence[str], as_json: bool, debug: bool,
            storage_option: Sequence[str]) -> int:
     """Say what is wrong with the query that wrote CHECKPOINT; exit 3 when a warning or worse is found."""
+    from state_reader.fronts.doctor import diagnose
+
     given: dict[str, str] = {}
     for item in thresholds:
         name, sep, value = item.partition("=")
@@ -610,6 +636,8 @@ def doctor(checkpoint: str, thresholds: Sequence[str], as_json: bool, debug: boo
 @common_options
 def schema(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """Print every store's stored key and value schema."""
+    from state_reader.fronts.schema_check import ddl, store_schemas
+
     schemas = store_schemas(checkpoint, storage_options=_storage_options(storage_option))
     if as_json:
         _emit_json({"stores": [s.as_dict() for s in schemas]})
@@ -633,6 +661,8 @@ def schema_diff(checkpoint: str, other: str, as_json: bool, debug: bool, storage
 
     Exit 3 when Spark would refuse the restart.
     """
+    from state_reader.fronts.schema_check import compare_schemas
+
     verdicts = compare_schemas(checkpoint, other, storage_options=_storage_options(storage_option))
     code = EXIT_OK if all(v.compatible for v in verdicts) else EXIT_FINDINGS
     if as_json:

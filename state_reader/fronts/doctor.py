@@ -26,6 +26,7 @@ from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table
 from state_reader.errors import InvalidOptionError, StateReaderError
 from state_reader.formats.snapshot_zip import SST_DIR
+from state_reader.fronts.doctor_thresholds import THRESHOLDS
 from state_reader.fronts.stats import operator_stores, store_read_options
 from state_reader.grouping import group_ids
 from state_reader.io.storage import Storage
@@ -37,17 +38,6 @@ from state_reader.providers.store_files import StoreFiles, unique_id_for
 SEVERITIES = ("error", "warning", "info")
 KINDS = ("watermark-stalled", "never-evicted", "expired-rows", "skew", "long-chain", "storage-waste",
          "uncommitted-batch", "large-rows", "overdue-timers")
-
-# name -> (default, what it bounds); `state-reader doctor --threshold NAME=VALUE` overrides one
-THRESHOLDS: dict[str, tuple[float, str]] = {
-    "skew": (4.0, "a partition holding this many times the median partition's rows is skewed"),
-    "skew-min-rows": (1000, "partitions with fewer rows than this are too small to call skewed"),
-    "long-chain": (50, "deltas or changelogs replayed after the last snapshot, in any partition"),
-    "stalled-batches": (5, "batches that took input while the watermark stayed where it was"),
-    "growth-batches": (5, "batches over which state grew with no key removed"),
-    "large-row-bytes": (1 << 20, "a key or value of at least this many bytes"),
-    "waste-files": (10, "state files (and SSTs) of one store that no retained batch can use"),
-}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from state_reader.core.metadata import read_metadata_table
+from state_reader.core.metadata import metadata_rows
 from state_reader.core.planner import detect_provider
 from state_reader.errors import OffsetLogUnavailableError, OffsetMetadataUnavailableError, StateReaderError
 from state_reader.io.storage import Storage
@@ -71,15 +71,15 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
     except (OffsetLogUnavailableError, OffsetMetadataUnavailableError):
         conf, conf_source = cp.latest_conf(), "latest offset log entry"
 
-    meta = read_metadata_table({"path": checkpoint, "storageOptions": storage_options or {}})
+    meta = metadata_rows({"path": checkpoint, "storageOptions": storage_options or {}})
     inferred = False
-    if meta.num_rows == 0 and cp.operator_ids:
-        meta = read_metadata_table({"path": checkpoint, "inferMissingMetadata": True,
-                                    "storageOptions": storage_options or {}})
+    if not meta and cp.operator_ids:
+        meta = metadata_rows({"path": checkpoint, "inferMissingMetadata": True,
+                              "storageOptions": storage_options or {}})
         inferred = True
 
     operators: dict[int, dict[str, Any]] = {}
-    for row in meta.to_pylist():
+    for row in meta:
         op = row["operatorId"]
         entry = operators.setdefault(op, {
             "operator_id": op, "operator_name": row["operatorName"],
