@@ -3,24 +3,25 @@
 For each benchmark checkpoint (see ``generate.py``), in one warm SparkSession,
 timed several times each, interleaved:
 
-* ``builtin``      ``spark.read.format("statestore").load(cp).toArrow()``
-* ``ours-spark``   ``spark.read.format("state_reader.statestore").load(cp).toArrow()``
-* ``ours``         ``state_reader.read_state(cp)`` (no Spark involved) with the Python
-                   record walk and Arrow merge (``STATE_READER_NUMBA=0``; RocksDB:
-                   iterated with rocksdict)
-* ``ours-numba``   the same with the numba kernels (``STATE_READER_NUMBA=1``; RocksDB:
-                   the SST files read directly), when numba is installed
+* ``builtin``      ``spark.read.format("statestore").load(cp).toArrow()`` (``-pandas``: ``toPandas()``)
+* ``ours-spark``   ``spark.read.format("state_reader.statestore").load(cp).toArrow()`` (and ``toPandas()``)
+* ``ours``         ``state_reader.read_state(cp)`` (no Spark involved) as installed: the numba
+                   kernels (RocksDB: the SST files read directly) where they pay
+* ``ours-python``  the same with ``STATE_READER_NUMBA=0``: the Python record walk and Arrow
+                   merge, RocksDB iterated with rocksdict
 * ``floor``        reading the files the state is rebuilt from and decompressing them,
                    nothing else, on one thread (RocksDB: the zip and the SST files,
                    whose data blocks are lz4-decompressed)
+* ``*-lookup``     one key: ``.where(key.key = ...)`` through Spark (filter pushdown on),
+                   ``read_state(cp, key_filter="key = ...")`` Spark-free
 
-then the peak memory of the Spark-free read (in fresh processes), and cold
-starts: a fresh process importing state_reader and reading the 1M-key (or
-largest) HDFS checkpoint, against a fresh SparkSession's first read of it, and
-``state-reader metadata`` when the CLI exists.
+then the peak memory of the Spark-free read and of ``scan_state`` (in fresh
+processes), and cold starts: a fresh process importing state_reader and reading
+the 1M-key (or largest) HDFS checkpoint, against a fresh SparkSession's first read
+of it, and ``state-reader metadata``.
 
     python benchmarks/bench_read.py [--keys 100000,1000000] [--providers hdfs,rocksdb]
-                                    [--repeats 5] [--data-dir DIR] [--json FILE]
+                                    [--partitions 8] [--repeats 5] [--data-dir DIR] [--json FILE]
 """
 
 from __future__ import annotations
@@ -164,25 +165,44 @@ def _with_numba(setting: str, fn: Callable[[], object]) -> object:
             os.environ["STATE_READER_NUMBA"] = saved
 
 
-def bench_checkpoint(spark, cp: Path, repeats: int) -> dict:
+def lookup_key(keys: int) -> str:
+    """A key that every benchmark checkpoint of ``keys`` keys holds (generate.py writes user-0 ... user-<keys-1>)."""
+    return f"user-{keys // 2 + 7}"
+
+
+def bench_checkpoint(spark, cp: Path, keys: int, repeats: int) -> dict:
     """Medians (and all runs) of every method on one checkpoint."""
+    from pyspark.sql import functions as F
+
     import state_reader
-    from state_reader.formats import kernels
 
     path = str(cp)
-    methods: dict[str, Callable[[], object]] = {
-        "builtin": lambda: spark.read.format("statestore").load(path).toArrow(),
-        "ours-spark": lambda: spark.read.format("state_reader.statestore").load(path).toArrow(),
-        "ours": lambda: _with_numba("0", lambda: state_reader.read_state(path)),
+    key = lookup_key(keys)
+
+    def spark_read(fmt: str):
+        return spark.read.format(fmt).load(path)
+
+    scans: dict[str, Callable[[], object]] = {
+        "builtin": lambda: spark_read("statestore").toArrow(),
+        "ours-spark": lambda: spark_read("state_reader.statestore").toArrow(),
+        "builtin-pandas": lambda: spark_read("statestore").toPandas(),
+        "ours-spark-pandas": lambda: spark_read("state_reader.statestore").toPandas(),
+        "ours": lambda: state_reader.read_state(path),  # the default: numba where it pays
+        "ours-python": lambda: _with_numba("0", lambda: state_reader.read_state(path)),
         "floor": lambda: floor_read(cp),
     }
-    if kernels.numba_available():
-        methods["ours-numba"] = lambda: _with_numba("1", lambda: state_reader.read_state(path))
+    lookups: dict[str, Callable[[], object]] = {
+        "builtin-lookup": lambda: spark_read("statestore").where(F.col("key.key") == key).toArrow(),
+        "ours-spark-lookup": lambda: spark_read("state_reader.statestore").where(F.col("key.key") == key).toArrow(),
+        "ours-lookup": lambda: state_reader.read_state(path, key_filter=f"key = '{key}'"),
+    }
+    methods = {**scans, **lookups}
     rows = {}
     for name, fn in methods.items():  # warm-up: JIT, JVM, Python workers, page cache
-        rows[name] = _rows(fn())
-    counts = {v for k, v in rows.items() if k != "floor"}
-    if len(counts) != 1:
+        out = fn()
+        rows[name] = len(out) if name.endswith("-pandas") else _rows(out)
+    counts = {v for k, v in rows.items() if k in scans and k != "floor"}
+    if len(counts) != 1 or {rows[k] for k in lookups} != {1}:
         raise SystemExit(f"{cp}: the readers disagree on the number of rows: {rows}")
     times: dict[str, list[float]] = {name: [] for name in methods}
     for _ in range(repeats):
@@ -217,10 +237,16 @@ try:  # restart the high-water mark from here
 except OSError:
     pass
 start = time.perf_counter()
-table = state_reader.read_state(sys.argv[1])
+if os.environ.get("BENCH_SCAN"):  # consume scan_state batch by batch, keeping none
+    rows = nbytes = 0
+    for batch in state_reader.scan_state(sys.argv[1]):
+        rows, nbytes = rows + batch.num_rows, nbytes + batch.nbytes
+        del batch
+else:
+    table = state_reader.read_state(sys.argv[1])
+    rows, nbytes = table.num_rows, table.nbytes
 elapsed = time.perf_counter() - start
-print(json.dumps({"before": before, "peak": peak(), "table": table.nbytes, "rows": table.num_rows,
-                  "seconds": elapsed}))
+print(json.dumps({"before": before, "peak": peak(), "table": nbytes, "rows": rows, "seconds": elapsed}))
 """
 
 _COLD_OURS = """
@@ -256,18 +282,22 @@ def peak_memory(cp: Path, warm_cp: Path) -> dict:
     loaded on first use (pyarrow.compute, pandas through pyarrow, numba) count,
     with the default (automatic) choice of path; ``warm`` (Python path) and
     ``warm-numba``: growth over the RSS after a tiny read of ``warm_cp`` on the
-    same path loaded them (numba's compiled code alone is about 120 MB).
+    same path loaded them (numba's compiled code alone is about 120 MB); ``scan``:
+    ``scan_state`` consumed batch by batch (automatic path, warm), nothing kept.
     """
     from state_reader.formats import kernels
 
     runs = [("cold", None, []), ("warm", "0", [str(warm_cp)])]
     if kernels.numba_available():
         runs.append(("warm-numba", "1", [str(warm_cp)]))
+    runs.append(("scan", None, [str(warm_cp)]))
     out = {}
     for name, numba, extra in runs:
-        env = {k: v for k, v in os.environ.items() if k != "STATE_READER_NUMBA"}
+        env = {k: v for k, v in os.environ.items() if k not in ("STATE_READER_NUMBA", "BENCH_SCAN")}
         if numba is not None:
             env["STATE_READER_NUMBA"] = numba
+        if name == "scan":
+            env["BENCH_SCAN"] = "1"
         done = subprocess.run([sys.executable, "-c", _PEAK, str(cp), *extra], capture_output=True, text=True,
                               check=True, env=env)
         got = json.loads(done.stdout.strip().splitlines()[-1])
@@ -318,38 +348,46 @@ def report(results: list[dict], memory: dict, cold: dict, cold_cp: str) -> str:
         f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"{_fast.describe()}",
         "",
-        "Medians; `ours` = `read_state` with the Python record walk, `ours-numba` = with the numba walk "
-        "and merge; speed-ups are builtin / ours.",
+        "Full scans, medians. `ours` = `read_state` as installed (numba where it pays), `ours-python` = with "
+        "STATE_READER_NUMBA=0; speed-ups are builtin / ours (`-pandas`: `toPandas()` on both sides).",
         "",
-        "| provider | keys | builtin | ours-spark | ours | ours-numba | floor | ours-spark speed-up "
-        "| ours speed-up | ours-numba speed-up | ours / floor | ours-numba / floor | ours ns/row | ours-numba ns/row |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| provider | keys | partitions | builtin | ours-spark | builtin pandas | ours-spark pandas | ours | "
+        "ours-python | floor | spark speed-up | pandas speed-up | ours speed-up | ours-python speed-up "
+        "| ours / floor | ours ns/row |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         m = r["median"]
-        nb = m.get("ours-numba")
-
-        def opt(value: float | None, fmt: str) -> str:
-            return "-" if value is None else format(value, fmt)
-
         lines.append(
-            f"| {r['provider']} | {r['keys']:,} | {m['builtin']:.3f} s | {m['ours-spark']:.3f} s | "
-            f"{m['ours']:.3f} s | {opt(nb, '.3f')} s | {m['floor']:.3f} s | {m['builtin'] / m['ours-spark']:.2f}x | "
-            f"{m['builtin'] / m['ours']:.1f}x | {opt(nb and m['builtin'] / nb, '.1f')}x | "
-            f"{m['ours'] / m['floor']:.1f}x | {opt(nb and nb / m['floor'], '.1f')}x | "
-            f"{m['ours'] / r['rows'] * 1e9:.0f} | {opt(nb and nb / r['rows'] * 1e9, '.0f')} |")
+            f"| {r['provider']} | {r['keys']:,} | {r['partitions']} | {m['builtin']:.3f} s | {m['ours-spark']:.3f} s | "
+            f"{m['builtin-pandas']:.3f} s | {m['ours-spark-pandas']:.3f} s | {m['ours']:.3f} s | "
+            f"{m['ours-python']:.3f} s | {m['floor']:.3f} s | {m['builtin'] / m['ours-spark']:.2f}x | "
+            f"{m['builtin-pandas'] / m['ours-spark-pandas']:.2f}x | {m['builtin'] / m['ours']:.1f}x | "
+            f"{m['builtin'] / m['ours-python']:.1f}x | {m['ours'] / m['floor']:.1f}x | "
+            f"{m['ours'] / r['rows'] * 1e9:.0f} |")
+    lines += ["", "One-key lookups (`where key.key = ...` through Spark, with filter pushdown on; "
+              "`key_filter` Spark-free), medians; speed-ups over the built-in's lookup:", "",
+              "| provider | keys | builtin | ours-spark | ours | ours-spark speed-up | ours speed-up |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        m = r["median"]
+        lines.append(f"| {r['provider']} | {r['keys']:,} | {m['builtin-lookup']:.3f} s | "
+                     f"{m['ours-spark-lookup']:.3f} s | {m['ours-lookup']:.4f} s | "
+                     f"{m['builtin-lookup'] / m['ours-spark-lookup']:.1f}x | "
+                     f"{m['builtin-lookup'] / m['ours-lookup']:.0f}x |")
     lines += ["", "Peak memory of the Spark-free read, fresh processes (growth of peak RSS over the RSS after "
               "`import state_reader` (cold, automatic path) or after a tiny read on the same path that loaded the "
-              "lazily imported modules (warm: Python path, warm numba: numba path)):",
+              "lazily imported modules (warm: Python path, warm numba: numba path; scan: `scan_state` consumed "
+              "batch by batch, automatic path)):",
               "", "| provider | keys | table | cold growth | cold / table | warm growth | warm / table "
-              "| warm numba growth | warm numba / table |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| warm numba growth | warm numba / table | scan growth | scan / table |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for (provider, keys), mem in memory.items():
         numba = mem.get("warm-numba")
         numba_cells = "- | -" if numba is None else f"{_mb(numba)} | {numba / mem['table']:.2f}"
         lines.append(f"| {provider} | {keys:,} | {_mb(mem['table'])} | {_mb(mem['cold'])} | "
                      f"{mem['cold'] / mem['table']:.2f} | {_mb(mem['warm'])} | {mem['warm'] / mem['table']:.2f} | "
-                     f"{numba_cells} |")
+                     f"{numba_cells} | {_mb(mem['scan'])} | {mem['scan'] / mem['table']:.2f} |")
     if cold:
         lines += ["", f"Cold start, fresh process, {cold_cp} (median wall time):", "",
                   "| what | seconds |", "|---|---:|"]
@@ -361,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", default="100000,1000000", help="comma-separated key counts, e.g. 100k,1M,5M")
     parser.add_argument("--providers", default="hdfs,rocksdb", help="comma-separated: hdfs, rocksdb")
+    parser.add_argument("--partitions", type=int, default=generate.PARTITIONS,
+                        help=f"state partitions of the checkpoints (default {generate.PARTITIONS})")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of each method (default 5)")
     parser.add_argument("--data-dir", default=None,
                         help=f"checkpoint cache (default ${generate.DATA_ENV} or benchmarks/.data)")
@@ -373,16 +413,18 @@ def main(argv: list[str] | None = None) -> int:
     import state_reader
 
     spark = generate.build_session()
+    # Python data sources see Spark's filters only with this on (the lookups)
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     state_reader.register(spark)
     try:
         root = generate.data_dir(args.data_dir)
-        paths = generate.ensure(root, providers, key_counts, spark)
-        warm = generate.ensure(root, providers, [WARM_KEYS], spark)
+        paths = generate.ensure(root, providers, key_counts, spark, args.partitions)
+        warm = generate.ensure(root, providers, [WARM_KEYS], spark, args.partitions)
         results = []
         for (provider, keys), cp in paths.items():
             print(f"timing {provider} {keys} keys ...", file=sys.stderr, flush=True)
-            r = bench_checkpoint(spark, cp, args.repeats)
-            r.update(provider=provider, keys=keys)
+            r = bench_checkpoint(spark, cp, keys, args.repeats)
+            r.update(provider=provider, keys=keys, partitions=args.partitions)
             results.append(r)
     finally:
         spark.stop()

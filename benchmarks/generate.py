@@ -2,7 +2,7 @@
 
 One checkpoint per (provider, number of keys): ``groupBy(key)`` over a string
 key with ``count``, ``sum`` of a long and ``max`` of a double, 8 state
-partitions, two micro-batches (every key once, then a tenth of the keys
+partitions (``--partitions``), two micro-batches (every key once, then a tenth of the keys
 again). The aggregation buffers are then ``count``, ``sum`` and ``max``:
 unique names, which Spark's ``toArrow()`` needs.
 
@@ -39,9 +39,10 @@ def data_dir(given: str | None = None) -> Path:
     return Path(given or os.environ.get(DATA_ENV) or DEFAULT_DATA_DIR).resolve()
 
 
-def checkpoint_dir(root: Path, provider: str, keys: int) -> Path:
-    """The checkpoint of one (provider, key count) under the data directory."""
-    return root / f"{provider}-{keys}" / "checkpoint"
+def checkpoint_dir(root: Path, provider: str, keys: int, partitions: int = PARTITIONS) -> Path:
+    """The checkpoint of one (provider, key count, state partitions) under the data directory."""
+    suffix = "" if partitions == PARTITIONS else f"-p{partitions}"
+    return root / f"{provider}-{keys}{suffix}" / "checkpoint"
 
 
 def parse_keys(text: str) -> list[int]:
@@ -88,11 +89,11 @@ def _write_input(directory: Path, keys: int) -> None:
         pq.write_table(table, directory / f"part-{batch}.parquet")
 
 
-def generate(spark, root: Path, provider: str, keys: int) -> Path:
+def generate(spark, root: Path, provider: str, keys: int, partitions: int = PARTITIONS) -> Path:
     """Run the aggregation into a fresh checkpoint unless a finished one is cached."""
     from pyspark.sql import functions as F
 
-    out = checkpoint_dir(root, provider, keys).parent
+    out = checkpoint_dir(root, provider, keys, partitions).parent
     checkpoint = out / "checkpoint"
     if (out / DONE).exists():
         return checkpoint
@@ -101,6 +102,7 @@ def generate(spark, root: Path, provider: str, keys: int) -> Path:
     started = time.perf_counter()
     _write_input(out / "input", keys)
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[provider])
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))  # frozen into the checkpoint
     events = (spark.readStream.schema("key string, amount long, price double")
               .option("maxFilesPerTrigger", 1).parquet(str(out / "input")))
     counts = events.groupBy("key").agg(F.count(F.lit(1)).alias("count"), F.sum("amount").alias("total"),
@@ -109,22 +111,25 @@ def generate(spark, root: Path, provider: str, keys: int) -> Path:
              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
     query.awaitTermination()
     shutil.rmtree(out / "input")
-    (out / DONE).write_text(f"{keys} keys, {provider}, {time.perf_counter() - started:.1f} s\n")
+    (out / DONE).write_text(f"{keys} keys, {provider}, {partitions} partitions, "
+                            f"{time.perf_counter() - started:.1f} s\n")
     return checkpoint
 
 
-def ensure(root: Path, providers: list[str], key_counts: list[int], spark=None) -> dict[tuple[str, int], Path]:
-    """Checkpoints for every (provider, keys), generating the missing ones with ``spark``
-    (or a session of their own)."""
-    paths = {(p, n): checkpoint_dir(root, p, n) for p in providers for n in key_counts}
+def ensure(root: Path, providers: list[str], key_counts: list[int], spark=None,
+           partitions: int = PARTITIONS) -> dict[tuple[str, int], Path]:
+    """Checkpoints for every (provider, keys) with ``partitions`` state partitions, generating
+    the missing ones with ``spark`` (or a session of their own)."""
+    paths = {(p, n): checkpoint_dir(root, p, n, partitions) for p in providers for n in key_counts}
     missing = [(p, n) for (p, n), path in paths.items() if not (path.parent / DONE).exists()]
     if missing:
         own = spark is None
         spark = spark or build_session("state-reader-bench-generate")
         try:
             for p, n in missing:
-                print(f"generating {p} checkpoint with {n} keys ...", file=sys.stderr, flush=True)
-                generate(spark, root, p, n)
+                print(f"generating {p} checkpoint with {n} keys, {partitions} partitions ...", file=sys.stderr,
+                      flush=True)
+                generate(spark, root, p, n, partitions)
         finally:
             if own:
                 spark.stop()
@@ -135,9 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", default="100000,1000000", help="comma-separated key counts (100k, 1M allowed)")
     parser.add_argument("--providers", default="hdfs,rocksdb", help="comma-separated: hdfs, rocksdb")
+    parser.add_argument("--partitions", type=int, default=PARTITIONS, help=f"state partitions (default {PARTITIONS})")
     parser.add_argument("--data-dir", default=None, help=f"cache directory (default ${DATA_ENV} or benchmarks/.data)")
     args = parser.parse_args(argv)
-    paths = ensure(data_dir(args.data_dir), args.providers.split(","), parse_keys(args.keys))
+    paths = ensure(data_dir(args.data_dir), args.providers.split(","), parse_keys(args.keys),
+                   partitions=args.partitions)
     for (provider, keys), path in paths.items():
         print(f"{provider:8} {keys:>9}  {path}")
     return 0

@@ -26,7 +26,7 @@ def test_grouping_gives_each_core_an_even_share():
     assert _groups(ids, 1, 2) == [(p,) for p in ids]
     assert _groups(ids, 3, 2) == [(0, 1, 2), (3, 4, 5), (6, 7)]
     assert _groups([5], None, 2) == [(5,)]
-    assert _groups([], None, 2) == []
+    assert _groups([], None, 2) == [()]  # nothing to read: one input partition that reads nothing
 
 
 def test_partitions_per_task_option():
