@@ -24,6 +24,7 @@ from state_reader.errors import (
     CommittedBatchUnavailableError,
     ConflictingOptionsError,
     CorruptFileError,
+    DestinationNotEmptyError,
     EmptyOptionError,
     InvalidOptionError,
     MissingStateFileError,
@@ -34,12 +35,14 @@ from state_reader.errors import (
     OperatorMetadataReadError,
     ReadOutpacedError,
     RequiredOptionError,
+    RewriteFailedError,
     RowDecodeError,
     SchemaReadError,
     SparkSetupError,
     StateReaderError,
     StorageError,
     TruncatedFileError,
+    UncommittedBatchError,
     UnexpectedError,
     UnsafeArchiveError,
     UnsupportedOptionError,
@@ -49,7 +52,7 @@ from state_reader.errors import (
 if TYPE_CHECKING:
     from typing import Any
 
-    from state_reader.fronts.api import diagnose, read_metadata, read_state, scan_state
+    from state_reader.fronts.api import diagnose, read_metadata, read_state, repartition, rewrite, scan_state
     from state_reader.fronts.changefeed import changes
     from state_reader.fronts.doctor import Diagnosis, Finding
     from state_reader.fronts.flatten import with_unique_field_names
@@ -66,6 +69,8 @@ _LAZY = {
     "read_metadata": "state_reader.fronts.api",
     "read_state": "state_reader.fronts.api",
     "scan_state": "state_reader.fronts.api",
+    "rewrite": "state_reader.fronts.api",
+    "repartition": "state_reader.fronts.api",
     "changes": "state_reader.fronts.changefeed",
     "Diagnosis": "state_reader.fronts.doctor",
     "Finding": "state_reader.fronts.doctor",
@@ -87,6 +92,7 @@ __all__ = [
     "CommittedBatchUnavailableError",
     "ConflictingOptionsError",
     "CorruptFileError",
+    "DestinationNotEmptyError",
     "Diagnosis",
     "EmptyOptionError",
     "Finding",
@@ -99,12 +105,14 @@ __all__ = [
     "OperatorMetadataReadError",
     "ReadOutpacedError",
     "RequiredOptionError",
+    "RewriteFailedError",
     "RowDecodeError",
     "SchemaReadError",
     "SparkSetupError",
     "StateReaderError",
     "StorageError",
     "TruncatedFileError",
+    "UncommittedBatchError",
     "UnexpectedError",
     "UnsafeArchiveError",
     "UnsupportedOptionError",
@@ -116,6 +124,8 @@ __all__ = [
     "read_metadata",
     "read_state",
     "register",
+    "repartition",
+    "rewrite",
     "scan_state",
     "stats",
     "with_unique_field_names",

@@ -187,6 +187,27 @@ class SparkSetupError(StateReaderError):
     error_class = "STATE_READER_SPARK_SETUP"
 
 
+# --- rewriting ---------------------------------------------------------------
+
+
+class DestinationNotEmptyError(StateReaderError):
+    """A rewrite's destination already holds files: a rewrite only ever creates a new checkpoint."""
+
+    error_class = "STATE_READER_DESTINATION_NOT_EMPTY"
+
+
+class UncommittedBatchError(StateReaderError):
+    """The source's last planned batch has no commit: its query is running, or stopped mid-batch."""
+
+    error_class = "STATE_READER_UNCOMMITTED_BATCH"
+
+
+class RewriteFailedError(StateReaderError):
+    """A rewrite stopped part-way; its destination is marked so that Spark refuses to start from it."""
+
+    error_class = "STATE_READER_REWRITE_FAILED"
+
+
 class UnexpectedError(StateReaderError):
     """A failure state_reader did not anticipate: a bug, or damage no check recognised.
 

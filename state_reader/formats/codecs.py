@@ -1,10 +1,12 @@
-"""Decompression of state files (HDFS .delta/.snapshot, RocksDB .changelog).
+"""Decompression and compression of state files (HDFS .delta/.snapshot, RocksDB .changelog).
 
 Spark compresses these with ``spark.sql.streaming.stateStore.compression.codec``
 (lz4 by default), using the stream formats of the JVM libraries it bundles:
 lz4-java's ``LZ4BlockOutputStream``, zstd-jni, snappy-java's
 ``SnappyOutputStream`` and ning's ``LZFOutputStream``. Each is decoded here from
-its framing; the block payloads go to well-kept Python bindings.
+its framing; the block payloads go to well-kept Python bindings. The writers beside
+them produce the same streams (lz4 and snappy in 32 KiB blocks, zstd at level 1, as
+Spark does by default).
 """
 
 from __future__ import annotations
@@ -338,3 +340,77 @@ def decompress(data: bytes, codec: str | None, path: str) -> bytes:
     if not data:
         raise TruncatedFileError(f"{path} is empty; a {name} stream was expected", path=path)
     return decoder(data, path)
+
+
+# --- compression: the same stream formats, written -------------------------------
+# Block sizes are Spark's defaults (spark.io.compression.{lz4,snappy}.blockSize = 32k).
+_BLOCK = 32 * 1024
+_LZ4_LEVEL = 5  # log2(32 KiB) - 10: the low nibble of every lz4-java token
+_LZF_MAX_CHUNK = 0xFFFF
+
+
+def _compress_lz4(data: bytes) -> bytes:
+    import lz4.block
+    import xxhash
+
+    out = bytearray()
+    view = memoryview(data)
+    for at in range(0, len(data), _BLOCK):
+        block = view[at:at + _BLOCK]
+        checksum = xxhash.xxh32_intdigest(block, seed=_LZ4_XXHASH_SEED) & 0x0FFFFFFF
+        packed = lz4.block.compress(block, store_size=False)
+        if len(packed) < len(block):
+            out += _LZ4_HEADER.pack(_LZ4_MAGIC, _LZ4_METHOD_LZ4 | _LZ4_LEVEL, len(packed), len(block), checksum)
+            out += packed
+        else:  # lz4-java stores a block that does not shrink
+            out += _LZ4_HEADER.pack(_LZ4_MAGIC, _LZ4_METHOD_RAW | _LZ4_LEVEL, len(block), len(block), checksum)
+            out += block
+    out += _LZ4_HEADER.pack(_LZ4_MAGIC, _LZ4_METHOD_RAW | _LZ4_LEVEL, 0, 0, 0)  # the end block
+    return bytes(out)
+
+
+def _compress_zstd(data: bytes) -> bytes:
+    import zstandard
+
+    return zstandard.ZstdCompressor(level=1).compress(data)  # spark.io.compression.zstd.level
+
+
+def _compress_snappy(data: bytes) -> bytes:
+    import cramjam
+
+    out = bytearray(_SNAPPY_MAGIC + struct.pack(">ii", 1, 1))
+    view = memoryview(data)
+    for at in range(0, len(data), _BLOCK):
+        chunk = bytes(cramjam.snappy.compress_raw(view[at:at + _BLOCK]))
+        out += struct.pack(">i", len(chunk)) + chunk
+    return bytes(out)
+
+
+def _compress_lzf(data: bytes) -> bytes:
+    # stored (uncompressed) chunks: valid LZF streams that every reader takes, and no
+    # LZF compressor among the well-kept Python packages
+    out = bytearray()
+    view = memoryview(data)
+    for at in range(0, len(data), _LZF_MAX_CHUNK):
+        chunk = view[at:at + _LZF_MAX_CHUNK]
+        out += _LZF_MAGIC + b"\x00" + struct.pack(">H", len(chunk)) + chunk
+    return bytes(out)
+
+
+_ENCODERS: dict[str, Callable[[bytes], bytes]] = {
+    "lz4": _compress_lz4,
+    "zstd": _compress_zstd,
+    "snappy": _compress_snappy,
+    "lzf": _compress_lzf,
+}
+
+
+def compress(data: bytes, codec: str | None) -> bytes:
+    """``data`` as a state file written with ``codec`` (short or class name): the stream
+    format Spark's codec writes and reads back."""
+    name = codec_name(codec)
+    encoder = _ENCODERS.get(name)
+    if encoder is None:
+        raise CodecUnavailableError(
+            f"cannot write state files with compression codec {codec!r} (known: {', '.join(sorted(_ENCODERS))})")
+    return encoder(data)

@@ -17,6 +17,8 @@ from state_reader.core.live import read_consistently as _read_consistently
 from state_reader.core.metadata import read_metadata_table as _read_metadata_table
 from state_reader.core.options import from_kwargs as _from_kwargs
 from state_reader.core.planner import plan_state_read as _plan_state_read
+from state_reader.core.rewrite import RewriteReport
+from state_reader.core.rewrite import rewrite_checkpoint as _rewrite_checkpoint
 from state_reader.core.scan import bind_key_filter as _bind_key_filter
 from state_reader.core.scan import iter_batches as _iter_batches
 from state_reader.core.scan import read_table as _read_table
@@ -28,6 +30,7 @@ from state_reader.fronts.doctor import diagnose as _diagnose
 from state_reader.fronts.flatten import renamed_batch as _renamed_batch
 from state_reader.fronts.flatten import unique_schema as _unique_schema
 from state_reader.fronts.flatten import with_unique_field_names
+from state_reader.io.destination import Destination as _Destination
 from state_reader.io.storage import Storage as _Storage
 from state_reader.model.checkpoint import Checkpoint as _Checkpoint
 
@@ -190,3 +193,45 @@ def read_metadata(
     # unlike the data source (which gives no rows, as Spark's does), say when there is no checkpoint at all
     _Checkpoint(_Storage(path, storage_options or {})).require_checkpoint()
     return _read_metadata_table(_from_kwargs(path, options))
+
+
+@_public_api
+def rewrite(
+    checkpoint: str,
+    destination: str,
+    *,
+    num_partitions: int | None = None,
+    provider: str | None = None,
+    drop_keys: KeyFilterSpec | None = None,
+    batch_id: int | None = None,
+    allow_uncommitted: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    destination_storage_options: dict[str, Any] | None = None,
+) -> RewriteReport:
+    """Write the state of ``checkpoint`` into a new checkpoint at ``destination`` that the same
+    query resumes from (``checkpointLocation=destination``), continuing with the batch it would
+    have run next.
+
+    ``num_partitions``: the new number of state partitions (Spark's frozen
+    ``spark.sql.shuffle.partitions``); each row goes to the partition Spark's shuffle sends
+    its key to. ``drop_keys``: a key filter (the grammar of ``read_state``'s
+    ``key_filter``) whose matching keys are left out, from every store of each operator.
+    ``batch_id``: the committed batch whose state is written (default: the last).
+    ``provider``: ``"hdfs"`` or ``"rocksdb"``; only the checkpoint's own provider for now.
+
+    ``checkpoint`` is only read. ``destination`` must not exist or be empty. A source
+    whose last planned batch was never committed (a running or crashed query) is refused
+    unless ``allow_uncommitted``: resuming would plan that batch again. A rewrite that
+    fails part-way leaves a destination Spark refuses to start from. Returns a
+    :class:`~state_reader.core.rewrite.RewriteReport` (rows per new partition, files, bytes).
+    """
+    source = _Storage(checkpoint, dict(storage_options or {}))
+    dest = _Destination(destination, dict(destination_storage_options or storage_options or {}))
+    return _rewrite_checkpoint(source, dest, num_partitions=num_partitions, provider=provider,
+                               drop_keys=drop_keys, batch_id=batch_id, allow_uncommitted=allow_uncommitted)
+
+
+@_public_api
+def repartition(checkpoint: str, destination: str, num_partitions: int, **options: Any) -> RewriteReport:
+    """:func:`rewrite` with a new number of state partitions: ``repartition(src, dst, 32)``."""
+    return rewrite(checkpoint, destination, num_partitions=num_partitions, **options)

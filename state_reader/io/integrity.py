@@ -121,6 +121,13 @@ def verify_hadoop(data: bytes, sidecar: bytes, shown: str, sidecar_shown: str) -
                 f"(stored 0x{expected:08x}, computed 0x{actual:08x}): the file is damaged", path=shown)
 
 
+def hadoop_checksums(data: bytes, chunk: int = 512) -> bytes:
+    """The Hadoop ``.crc`` file of ``data``, as ``ChecksumFileSystem`` writes it beside each file."""
+    view = memoryview(data)
+    sums = [zlib.crc32(view[at:at + chunk]) & 0xFFFFFFFF for at in range(0, len(data), chunk)]
+    return _HADOOP_HEADER.pack(HADOOP_MAGIC, chunk) + np.asarray(sums, dtype=">u4").tobytes()
+
+
 def verify_spark(data: bytes, sidecar: bytes, shown: str, sidecar_shown: str) -> None:
     """Check ``data`` against a Spark checksum sidecar (JSON with the CRC-32C of the whole file)."""
     try:

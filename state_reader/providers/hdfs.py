@@ -329,3 +329,41 @@ def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
                             np.where(removal, 0, records.value_len), source + " value")
     return (kinds, decode_rows(keys, plan.key_schema),
             decode_rows(values, plan.value_schema, valid=~removal))
+
+
+# --- writing: snapshot files -----------------------------------------------------
+
+END_OF_FILE = b"\xff\xff\xff\xff"  # the int32 -1 that ends every delta and snapshot stream
+
+
+def _gather(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The spans ``source[starts[i]:starts[i] + lengths[i]]``, one after another, as one array."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.uint8)
+    out_starts = np.cumsum(lengths) - lengths
+    return source[np.arange(total, dtype=np.int64) + np.repeat(starts - out_starts, lengths)]
+
+
+def framed_records(buf: np.ndarray, live: _Records, value_skip: int) -> tuple[np.ndarray, np.ndarray]:
+    """The put records ``live`` framed as in a snapshot (``keyLen key valueLen value``, lengths
+    big-endian), in their order, and each record's framed length.
+
+    A row checksum that precedes a value (``value_skip`` bytes) goes with it.
+    """
+    n = len(live.key_len)
+    value_len = live.value_len + value_skip
+    headers = np.empty((n, 2), dtype=">i4")
+    headers[:, 0] = live.key_len
+    headers[:, 1] = value_len
+    base = len(buf)
+    source = np.concatenate([buf, headers.view(np.uint8).reshape(-1)])
+    at = base + 8 * np.arange(n, dtype=np.int64)
+    starts = np.stack([at, live.key_start, at + 4, live.value_start - value_skip], axis=1).reshape(-1)
+    lengths = np.stack([np.full(n, 4), live.key_len, np.full(n, 4), value_len], axis=1).reshape(-1)
+    return _gather(source, starts.astype(np.int64), lengths.astype(np.int64)), 8 + live.key_len + value_len
+
+
+def snapshot_file(records: list[np.ndarray], codec: str | None) -> bytes:
+    """A ``<version>.snapshot`` file holding the framed ``records``, compressed with ``codec``."""
+    return codecs.compress(b"".join(r.tobytes() for r in records) + END_OF_FILE, codec)

@@ -1,0 +1,85 @@
+"""The writers beside the readers: compressed streams, Hadoop checksum files, snapshot framing,
+and the destination a rewrite writes to. (Spark reading what they write is tested by the resume
+oracle in test_rewrite.py.)"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from state_reader.errors import DestinationNotEmptyError
+from state_reader.formats import codecs
+from state_reader.io.destination import Destination
+from state_reader.io.integrity import hadoop_checksums, verify_hadoop
+from state_reader.io.storage import Storage
+from state_reader.providers.hdfs import END_OF_FILE, HDFSStore, framed_records, snapshot_file
+
+DATA = [b"\xff" * 4, b"state " * 20000, os.urandom(70_001), bytes(32 * 1024)]
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd", "snappy", "lzf"])
+def test_compressed_streams_read_back(codec):
+    for data in DATA:
+        packed = codecs.compress(data, codec)
+        assert codecs.sniff(packed) == codec
+        assert codecs.decompress(packed, codec, "x") == data
+
+
+def test_lz4_stream_is_lz4_javas():
+    packed = codecs.compress(b"a" * 32768 + os.urandom(5000), "lz4")
+    tokens, at = [], 0
+    while at < len(packed):
+        magic, token, clen, dlen, _ = struct.unpack_from("<8sBiii", packed, at)
+        assert magic == b"LZ4Block"
+        tokens.append((token, dlen))
+        at += 21 + clen
+    # 32 KiB blocks (level 5), compressed where it pays, stored where not, then the empty end block
+    assert tokens == [(0x25, 32768), (0x15, 5000), (0x15, 0)]
+
+
+def test_hadoop_checksums_verify():
+    for data in [*DATA, b""]:
+        sidecar = hadoop_checksums(data)
+        verify_hadoop(data, sidecar, "f", ".f.crc")
+        assert sidecar[:8] == b"crc\x00\x00\x00\x02\x00" and len(sidecar) == 8 + 4 * -(-len(data) // 512)
+
+
+@pytest.mark.parametrize("row_checksum", [False, True])
+def test_snapshot_framing_reads_back(tmp_path, row_checksum):
+    rng = np.random.default_rng(3)
+    skip = 4 if row_checksum else 0
+    records = {bytes(rng.integers(0, 256, 8 * k, dtype=np.uint8)): bytes(rng.integers(0, 256, 8 * v + skip,
+                                                                                    dtype=np.uint8))
+               for k, v in zip(rng.integers(1, 5, 300), rng.integers(0, 6, 300), strict=True)}
+    stream = b"".join(struct.pack(">i", len(k)) + k + struct.pack(">i", len(v)) + v for k, v in records.items())
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "1.snapshot").write_bytes(codecs.compress(stream + END_OF_FILE, "lz4"))
+    store = HDFSStore(Storage(str(tmp_path)), "in", "lz4", row_checksum)
+    buf, _, live = store.load_records(1)
+    order = np.arange(len(live.key_len))[::-1]
+    framed, lengths = framed_records(buf, live.take(order), skip)
+    assert int(lengths.sum()) == len(framed)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "1.snapshot").write_bytes(snapshot_file([framed[: lengths[0]], framed[lengths[0]:]], "zstd"))
+    again = HDFSStore(Storage(str(tmp_path)), "out", "zstd", row_checksum).load(1)
+    assert again == {k: v[skip:] for k, v in records.items()}
+
+
+def test_destination_writes_only_into_an_empty_directory(tmp_path):
+    dest = Destination(str(tmp_path / "new"))
+    dest.require_empty()
+    dest.write("state/0/1/2.snapshot", b"abc")
+    assert (tmp_path / "new" / "state" / "0" / "1" / "2.snapshot").read_bytes() == b"abc"
+    sidecar = (tmp_path / "new" / "state" / "0" / "1" / ".2.snapshot.crc").read_bytes()
+    verify_hadoop(b"abc", sidecar, "f", "s")
+    assert sorted(p.name for p in (tmp_path / "new" / "state" / "0" / "1").iterdir()) == [".2.snapshot.crc",
+                                                                                        "2.snapshot"]
+    with pytest.raises(DestinationNotEmptyError, match="not empty"):
+        Destination(str(tmp_path / "new")).require_empty()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(DestinationNotEmptyError, match="is a file"):
+        Destination(str(tmp_path / "file")).require_empty()
