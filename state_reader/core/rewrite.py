@@ -17,8 +17,12 @@ Spark cannot parse and replaced by the source's only at the very end, so a
 rewrite that stops part-way (an error, a killed process) leaves a directory that
 Spark refuses to start from.
 
-Supported now: checkpoints of the HDFS-backed provider (every operator it runs).
-RocksDB checkpoints and moves between providers are refused with a clear error.
+Supported now: the HDFS-backed provider (every operator it runs), and RocksDB
+checkpoints of format 1 without column families (aggregations, deduplication,
+session windows, flatMapGroupsWithState), whose new snapshots are RocksDB
+databases built with rocksdict and packed as Spark packs its own. Moves between
+providers, RocksDB column families (transformWithState, join formats 3 and 4) and
+checkpoint format 2 are refused with a clear error.
 """
 
 from __future__ import annotations
@@ -40,13 +44,17 @@ from state_reader.errors import (
     UncommittedBatchError,
     UnsupportedOptionError,
 )
+from state_reader.formats import snapshot_zip
+from state_reader.formats.rocksdb_encoding import KeyEncoderSpec, decode_keys
 from state_reader.formats.spark_hash import partition_ids
 from state_reader.formats.unsaferow import RowBuffer, decode_rows
 from state_reader.io.destination import Destination
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint, numeric_names, state_file_name
-from state_reader.model.conf import CONF_SHUFFLE_PARTITIONS, HDFS_PROVIDER, ROCKSDB_PROVIDER
+from state_reader.model import operators
+from state_reader.model.checkpoint import Checkpoint, numeric_names, parse_state_file_name, state_file_name
+from state_reader.model.conf import CONF_JOIN_FORMAT, CONF_SHUFFLE_PARTITIONS, HDFS_PROVIDER, ROCKSDB_PROVIDER
 from state_reader.model.plan import StateReadPlan
+from state_reader.providers import rocksdb
 from state_reader.providers.hdfs import HDFSStore, framed_records, snapshot_file
 
 PROVIDER_CLASSES = {"hdfs": HDFS_PROVIDER, "rocksdb": ROCKSDB_PROVIDER}
@@ -149,9 +157,30 @@ def _plan(cp: Checkpoint, batch_id: int, operator_id: int, store_name: str) -> S
                             "batchId": batch_id, "operatorId": operator_id, "storeName": store_name}, cp)
 
 
-def _route_store(plan: StateReadPlan, num_partitions: int, drop: KeyFilter | None,
-                 single: bool) -> tuple[list[list[np.ndarray]], np.ndarray, int]:
-    """Every row of one store, framed, in the new partition its key hashes to: the framed
+def _targets(plan: StateReadPlan, keys: pa.StructArray, num_partitions: int, drop: KeyFilter | None,
+             single: bool) -> tuple[np.ndarray, np.ndarray, int]:
+    """The rows to keep, ordered by new partition, each one's new partition, and how many are dropped."""
+    n = len(keys)
+    keep = np.ones(n, dtype=bool)
+    if drop is not None:
+        keep = ~np.asarray(drop.mask(keys).to_numpy(zero_copy_only=False), dtype=bool)
+    if single:
+        target = np.zeros(n, dtype=np.int32)
+    else:
+        width = plan.partition_key_fields
+        if width is None:
+            raise UnsupportedOptionError(
+                f"cannot tell which key fields Spark partitions store '{plan.store_name}' of operator "
+                f"{plan.operator_id} by, so its rows cannot be moved to new partitions")
+        target = partition_ids([keys.field(i) for i in range(width)], num_partitions)
+    index = np.flatnonzero(keep)
+    index = index[np.argsort(target[index], kind="stable")]
+    return index, target[index], n - len(index)
+
+
+def _route_hdfs_store(plan: StateReadPlan, num_partitions: int, drop: KeyFilter | None,
+                      single: bool) -> tuple[list[list[np.ndarray]], np.ndarray, int]:
+    """Every row of one HDFS store, framed, in the new partition its key hashes to: the framed
     records of each new partition, the rows of each, and the rows dropped."""
     out: list[list[np.ndarray]] = [[] for _ in range(num_partitions)]
     rows = np.zeros(num_partitions, dtype=np.int64)
@@ -161,28 +190,14 @@ def _route_store(plan: StateReadPlan, num_partitions: int, drop: KeyFilter | Non
         directory = plan.checkpoint.store_dir(plan.operator_id, pid, plan.store_name)
         store = HDFSStore(plan.storage, directory, plan.codec, plan.store_conf.row_checksum)
         buf, size, live = store.load_records(plan.version)
-        n = len(live.key_len)
-        if n == 0:
+        if len(live.key_len) == 0:
             continue
         source = f"{plan.storage.display(directory)} (version {plan.version})"
         keys = decode_rows(RowBuffer.wrap(buf, size, live.key_start, live.key_len, source + " key"), plan.key_schema)
-        keep = np.ones(n, dtype=bool)
-        if drop is not None:
-            keep = ~np.asarray(drop.mask(keys).to_numpy(zero_copy_only=False), dtype=bool)
-        dropped_total += n - int(keep.sum())
-        if single:
-            target = np.zeros(n, dtype=np.int32)
-        else:
-            width = plan.partition_key_fields
-            if width is None:
-                raise UnsupportedOptionError(
-                    f"cannot tell which key fields Spark partitions store '{plan.store_name}' of operator "
-                    f"{plan.operator_id} by, so its rows cannot be moved to new partitions")
-            target = partition_ids([keys.field(i) for i in range(width)], num_partitions)
-        index = np.flatnonzero(keep)
-        index = index[np.argsort(target[index], kind="stable")]
+        index, target, dropped = _targets(plan, keys, num_partitions, drop, single)
+        dropped_total += dropped
         framed, lengths = framed_records(buf, live.take(index), skip)
-        counts = np.bincount(target[index], minlength=num_partitions)
+        counts = np.bincount(target, minlength=num_partitions)
         # the records are in partition order: partition p's bytes run between these offsets
         bounds = np.r_[0, np.cumsum(lengths)][np.r_[0, np.cumsum(counts)]]
         for new_pid in np.flatnonzero(counts).tolist():
@@ -190,6 +205,52 @@ def _route_store(plan: StateReadPlan, num_partitions: int, drop: KeyFilter | Non
         rows += counts
         del buf, live, keys, framed
     return out, rows, dropped_total
+
+
+def _route_rocksdb_store(plan: StateReadPlan, num_partitions: int, drop: KeyFilter | None,
+                         single: bool) -> tuple[list[tuple[list[bytes], list[bytes]]], np.ndarray, int]:
+    """Every entry of one RocksDB store in the new partition its key hashes to, as encoded bytes."""
+    out: list[tuple[list[bytes], list[bytes]]] = [([], []) for _ in range(num_partitions)]
+    rows = np.zeros(num_partitions, dtype=np.int64)
+    dropped_total = 0
+    spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
+    for pid in plan.partitions:
+        directory = plan.checkpoint.store_dir(plan.operator_id, pid, plan.store_name)
+        state = rocksdb.load_store(plan, directory, pid)
+        if state.uses_column_families:
+            raise UnsupportedOptionError(
+                f"operator {plan.operator_id} of {plan.checkpoint.location} keeps column families "
+                "(transformWithState, join state formats 3 and 4); rewriting those is not supported yet",
+                path=plan.checkpoint.location)
+        source = f"{plan.storage.display(directory)} (version {plan.version})"
+        key_rows, value_rows = state.row_buffers(source)
+        if len(key_rows.starts) == 0:
+            continue
+        keys = decode_keys(key_rows, plan.key_schema, spec, plan.store_conf.avro)
+        index, target, dropped = _targets(plan, keys, num_partitions, drop, single)
+        dropped_total += dropped
+        for i, new_pid in zip(index.tolist(), target.tolist(), strict=True):
+            ks, vs = int(key_rows.starts[i]), int(value_rows.starts[i])
+            out[new_pid][0].append(key_rows.buf[ks:ks + int(key_rows.lengths[i])].tobytes())
+            out[new_pid][1].append(value_rows.buf[vs:vs + int(value_rows.lengths[i])].tobytes())
+        rows += np.bincount(target, minlength=num_partitions)
+    return out, rows, dropped_total
+
+
+def _zip_extra_metadata(plan: StateReadPlan) -> dict[str, Any]:
+    """The fields the source's writer puts in a snapshot zip's metadata beyond SSTs and key counts."""
+    for pid in plan.partitions:
+        directory = plan.checkpoint.store_dir(plan.operator_id, pid, plan.store_name)
+        zips = [(parsed[0], name) for name in plan.storage.list_names(directory) or []
+                if (parsed := parse_state_file_name(name)) is not None and parsed[2] == "zip"
+                and parsed[0] <= plan.version]
+        if zips:
+            name = max(zips)[1]
+            shown = plan.storage.display(f"{directory}/{name}")
+            raw, _ = snapshot_zip.read_metadata_entry(plan.storage.read_bytes(f"{directory}/{name}"), shown)
+            doc = json.loads(raw.decode("utf-8").partition("\n")[2])
+            return {k: v for k, v in doc.items() if k not in ("sstFiles", "logFiles", "numKeys")}
+    return {}
 
 
 def rewrite_checkpoint(source: Storage, dest: Destination, *, num_partitions: int | None = None,
@@ -220,25 +281,31 @@ def rewrite_checkpoint(source: Storage, dest: Destination, *, num_partitions: in
         raise InvalidOptionError(f"provider must be one of {', '.join(PROVIDER_CLASSES)}, got {provider!r}")
 
     plans: list[tuple[StateReadPlan, bool]] = []
+    join_format = int(conf.get(CONF_JOIN_FORMAT) or 0) if str(conf.get(CONF_JOIN_FORMAT, "")).isdigit() else 0
     for op in cp.operator_ids:
+        meta = cp.operator_metadata(op, batch)
+        name = meta.operator_name if meta is not None else None
+        if operators.is_transform_with_state(name) or (name == operators.JOIN and join_format >= 3):
+            raise UnsupportedOptionError(
+                f"operator {op} ({name}) of {cp.location} keeps its state in column families (transformWithState, "
+                "join state formats 3 and 4); rewriting those is not supported yet", path=cp.location)
         for store_name in store_names_on_disk(cp, op):
             plan = _plan(cp, batch, op, store_name)
-            if plan.provider != HDFS_PROVIDER:
+            if plan.provider == ROCKSDB_PROVIDER and _commit_has_unique_ids(cp, batch):
                 raise UnsupportedOptionError(
-                    f"operator {op} of {cp.location} keeps its state with {plan.provider.rsplit('.', 1)[-1]}; "
-                    "this version rewrites checkpoints of the HDFS-backed provider only", path=cp.location)
+                    f"{cp.location} uses RocksDB checkpoint format 2 (state files named by the unique ids in its "
+                    "commit log); rewriting it is not supported yet", path=cp.location)
             if provider is not None and PROVIDER_CLASSES[provider.lower()] != plan.provider:
                 raise UnsupportedOptionError(
                     f"moving {cp.location} to the {provider} provider is not supported yet; rewrite it with its "
                     "own provider", path=cp.location)
-            meta = plan.checkpoint.operator_metadata(op, batch)
-            name = meta.operator_name if meta is not None else None
             # a global limit keeps its count in partition 0 whatever the partitions (its key has no fields)
             single = name in SINGLE_PARTITION_OPERATORS or plan.partition_key_fields == 0
             plans.append((plan, single))
 
     dest.require_empty()
-    report = RewriteReport(cp.location, dest.display(), batch, "hdfs", old_partitions, new_partitions)
+    source_provider = "rocksdb" if plans and plans[0][0].provider == ROCKSDB_PROVIDER else "hdfs"
+    report = RewriteReport(cp.location, dest.display(), batch, source_provider, old_partitions, new_partitions)
 
     def put(rel: str, data: bytes) -> None:
         dest.write(rel, data)
@@ -249,17 +316,28 @@ def rewrite_checkpoint(source: Storage, dest: Destination, *, num_partitions: in
     try:
         for plan, single in plans:
             drop = KeyFilter(drop_keys, _key_type(plan)) if drop_keys is not None else None
-            routed, rows, dropped = _route_store(plan, new_partitions, drop, single)
             targets = [0] if single else range(new_partitions)
-            for pid in targets:
-                rel = posixpath.join(cp.store_dir(plan.operator_id, pid, plan.store_name),
-                                     state_file_name(batch + 1, "snapshot"))
-                put(rel, snapshot_file(routed[pid], plan.codec))
+            if plan.provider == ROCKSDB_PROVIDER:
+                entries, rows, dropped = _route_rocksdb_store(plan, new_partitions, drop, single)
+                extra = _zip_extra_metadata(plan)
+                for pid in targets:
+                    directory = cp.store_dir(plan.operator_id, pid, plan.store_name)
+                    archive, ssts = rocksdb.snapshot_files(*entries[pid], extra)
+                    for name, data in ssts:
+                        put(posixpath.join(directory, snapshot_zip.SST_DIR, name), data)
+                    put(posixpath.join(directory, state_file_name(batch + 1, "zip")), archive)
+                del entries
+            else:
+                routed, rows, dropped = _route_hdfs_store(plan, new_partitions, drop, single)
+                for pid in targets:
+                    rel = posixpath.join(cp.store_dir(plan.operator_id, pid, plan.store_name),
+                                         state_file_name(batch + 1, "snapshot"))
+                    put(rel, snapshot_file(routed[pid], plan.codec))
+                del routed
             meta = plan.checkpoint.operator_metadata(plan.operator_id, batch)
             report.stores.append(StoreReport(
                 plan.operator_id, meta.operator_name if meta is not None else None, plan.store_name,
                 int(rows.sum()), dropped, [int(rows[p]) for p in targets]))
-            del routed
         _copy_logs(cp, put, batch, new_partitions)
         _copy_state_metadata(cp, put, new_partitions, dest)
         put("metadata", cp.storage.read_bytes("metadata"))
@@ -269,6 +347,12 @@ def rewrite_checkpoint(source: Storage, dest: Destination, *, num_partitions: in
             "marks the destination incomplete, so Spark will not start from it; delete it and rewrite again",
             path=dest.display()) from exc
     return report
+
+
+def _commit_has_unique_ids(cp: Checkpoint, batch: int) -> bool:
+    """Whether the commit of ``batch`` names state files by unique ids (checkpoint format 2)."""
+    _, entry = cp.commit_entry(batch)
+    return isinstance(entry, dict) and bool(entry.get("stateUniqueIds"))
 
 
 def _key_type(plan: StateReadPlan) -> pa.StructType:

@@ -73,3 +73,38 @@ def _gc_paused() -> Iterator[None]:
             _gc_pauses -= 1
             if _gc_pauses == 0 and _gc_was_enabled:
                 gc.enable()
+
+
+# What Spark zips beside its metadata: RocksDB's own small files (the SSTs go to SSTs/).
+DB_FILES_IN_ZIP = ("CURRENT", "MANIFEST-", "OPTIONS-")
+# format 5: what Spark's RocksDB writes, and what every RocksDB Spark bundles (8.x and 9.x) reads
+TABLE_FORMAT_VERSION = 5
+
+
+def write_db(directory: str, keys: list[bytes], values: list[bytes]) -> None:
+    """Create the RocksDB database ``directory`` holding ``keys`` -> ``values``, flushed to SST files.
+
+    Raw byte keys in RocksDB's default bytewise order, lz4 blocks, no write-ahead log
+    left to replay: a directory Spark's RocksDB state store opens as a snapshot.
+    """
+    try:
+        from rocksdict import BlockBasedOptions, DBCompressionType, Options, Rdict, WriteBatch, WriteOptions
+    except ImportError as exc:
+        raise CodecUnavailableError("writing a RocksDB snapshot needs the 'rocksdict' package") from exc
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    table = BlockBasedOptions()
+    table.set_format_version(TABLE_FORMAT_VERSION)
+    options.set_block_based_table_factory(table)
+    options.set_compression_type(DBCompressionType.lz4())
+    db = Rdict(directory, options=options)
+    try:
+        write = WriteOptions()
+        write.disable_wal = True
+        batch = WriteBatch(raw_mode=True)
+        for key, value in zip(keys, values, strict=True):
+            batch.put(key, value)
+        db.write(batch, write_opt=write)
+        db.flush(True)
+    finally:
+        db.close()

@@ -204,3 +204,27 @@ def read_column_families(raw: bytes, zip_shown: str) -> dict[str, int]:
     """The column family name -> id mapping a snapshot zip records."""
     metadata, _ = read_metadata_entry(raw, zip_shown)
     return parse_metadata(metadata, zip_shown).column_families
+
+
+def metadata_entry(sst_files: list[DataFile], num_keys: int, extra: dict[str, Any] | None = None) -> bytes:
+    """Spark's ``metadata`` entry for a snapshot of ``sst_files`` holding ``num_keys`` keys.
+
+    ``extra`` carries the fields a newer writer adds (column family mapping and the like),
+    as the source checkpoint recorded them.
+    """
+    doc: dict[str, Any] = {
+        "sstFiles": [{"localFileName": f.local_name, "dfsSstFileName": f.dfs_name, "sizeBytes": f.size}
+                     for f in sst_files],
+        "numKeys": num_keys,
+        **(extra or {}),
+    }
+    return (ZIP_METADATA_VERSION + "\n" + json.dumps(doc, separators=(",", ":"))).encode("utf-8")
+
+
+def build_zip(entries: dict[str, bytes]) -> bytes:
+    """A snapshot zip of ``entries`` (name -> bytes, ``metadata`` among them), deflated as Spark's are."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return out.getvalue()

@@ -36,7 +36,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import uuid
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -528,3 +530,33 @@ def _column_family(keys: RowBuffer, values: RowBuffer, state: StoreState, name: 
         raise InvalidOptionError(f"{source}: no column family '{name}' (column families: {known})")
     mask = column_family_ids(keys) == state.column_families[name]
     return strip_column_family(select(keys, mask)), select(values, mask)
+
+
+# --- writing: snapshots ------------------------------------------------------------
+
+
+def snapshot_files(keys: list[bytes], values: list[bytes],
+                   extra_metadata: dict[str, Any] | None = None) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """One store's snapshot: the ``<version>.zip`` bytes and its SST files as (name in ``SSTs/``, bytes).
+
+    The database is built in a private temporary directory with rocksdict and packed as
+    Spark packs its own: RocksDB's small files and ``metadata`` in the zip, every SST
+    under a name of its own (``<file number>-<uuid>.sst``) in the store's shared ``SSTs/``.
+    """
+    with tempfile.TemporaryDirectory(prefix="state_reader-rocksdb-") as workdir:
+        db_dir = os.path.join(workdir, "db")
+        rocksdict_db.write_db(db_dir, keys, values)
+        entries: dict[str, bytes] = {}
+        ssts: list[tuple[str, bytes]] = []
+        described: list[snapshot_zip.DataFile] = []
+        for name in sorted(os.listdir(db_dir)):
+            with open(os.path.join(db_dir, name), "rb") as fh:
+                data = fh.read()
+            if name.endswith(".sst"):
+                dfs_name = f"{name[:-4]}-{uuid.uuid4()}.sst"
+                ssts.append((dfs_name, data))
+                described.append(snapshot_zip.DataFile(name, dfs_name, len(data)))
+            elif name.startswith(rocksdict_db.DB_FILES_IN_ZIP) or name.endswith(".log"):
+                entries[name] = data
+    entries[snapshot_zip.ZIP_METADATA] = snapshot_zip.metadata_entry(described, len(keys), extra_metadata)
+    return snapshot_zip.build_zip(entries), ssts
