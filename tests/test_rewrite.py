@@ -203,7 +203,7 @@ def test_spark_refuses_an_incomplete_rewrite(spark, checkpoints, tmp_path):
 GOLDEN_CASES = [("spark-3.5.8", "agg_window_hdfs"), ("spark-3.5.8", "dedup_hdfs"), ("spark-4.0.5", "join_inner_hdfs"),
                 ("spark-3.5.8", "session_window_hdfs"),
                 ("spark-4.0.5", "agg_window_hdfs"), ("spark-4.0.5", "multi_op_hdfs"),
-                ("spark-3.4.4", "agg_snappy_hdfs")]
+                ("spark-3.4.4", "agg_snappy_hdfs"), ("spark-3.5.8", "agg_window_rocksdb")]
 
 
 def _golden_spec(name: str):
