@@ -7,11 +7,12 @@ eviction, timeouts, explicit removal) spread over several batches.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,10 +83,7 @@ def run_query(spark: SparkSession, query: Query, out: Path) -> str:
         shutil.rmtree(out)
     _write_input(query.batches(), out / "input")
     checkpoint = out / "checkpoint"
-    saved = {k: spark.conf.get(k, None) for k in query.confs}
-    for key, value in query.confs.items():
-        spark.conf.set(key, value)
-    try:
+    with session_confs(spark, query.confs):
         sources = [spark.readStream.schema(query.schema).option("maxFilesPerTrigger", 1)
                    .option("allowNonNumericNumbers", "true").json(str(out / "input")) for _ in range(query.sources)]
         writer = (query.build(*sources).writeStream.format("noop").outputMode(query.output_mode)
@@ -98,13 +96,23 @@ def run_query(spark: SparkSession, query: Query, out: Path) -> str:
             _wait_for_commits(handle, checkpoint / "commits", len(query.batches()))
             handle.stop()
         time.sleep(0.5)  # let maintenance write snapshots of the last versions
+    return str(checkpoint)
+
+
+@contextlib.contextmanager
+def session_confs(spark: SparkSession, confs: dict[str, str]) -> Iterator[None]:
+    """``confs`` set in the session while inside, then put back as they were."""
+    saved = {k: spark.conf.get(k, None) for k in confs}
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        yield
     finally:
         for key, value in saved.items():
             if value is None:
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
-    return str(checkpoint)
 
 
 def _wait_for_commits(handle, commits: Path, count: int, timeout: float = 120.0) -> None:
@@ -392,7 +400,8 @@ CHECKPOINT_V2 = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}
 
 def _with(query: Query, confs: dict[str, str]) -> Query:
     return Query(query.build, output_mode=query.output_mode, confs={**query.confs, **confs},
-                 batches=query.batches, schema=query.schema, operators=query.operators)
+                 batches=query.batches, schema=query.schema, operators=query.operators, sources=query.sources,
+                 processing_time=query.processing_time)
 
 
 # The single-store operator queries above, each with RocksDB without and with
@@ -419,6 +428,9 @@ CHECKPOINT_V2_QUERIES: dict[str, Query] = {
 QUERIES["tws"] = Query(_transform_with_state, confs=ROCKSDB_CHANGELOG, processing_time="1 second")
 QUERIES["tws_avro"] = Query(_transform_with_state, processing_time="1 second",
                             confs={**ROCKSDB_CHANGELOG, "spark.sql.streaming.stateStore.encodingFormat": "avro"})
+
+# stream-stream join state format 2 on RocksDB with changelogs: four stores in sub-directories, each with changelogs
+QUERIES["rocksdb_cl_join_left_outer"] = _with(QUERIES["join_left_outer"], ROCKSDB_CHANGELOG)
 
 # stream-stream join state format 3: one store, a virtual column family per join store
 QUERIES["join_v3"] = Query(_join("inner"), output_mode="append", sources=2,

@@ -3,6 +3,8 @@ of one store) against Spark's built-in reader."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from oracle import assert_same_as_builtin
 
 from state_reader.io.storage import Storage
@@ -24,3 +26,15 @@ def test_join_v3_sides_stores_and_changes(spark, checkpoints):
     assert assert_same_as_builtin(spark, path, {"storeName": "left-keyWithIndexToValue", "readChangeFeed": "true",
                                                 "changeStartBatchId": "0"}) > 0
     assert_same_as_builtin(spark, path, {}, fmt="state-metadata")
+
+
+def test_join_side_from_a_snapshot_on_rocksdb_with_changelogs(spark, checkpoints):
+    """joinSide with snapshotStartBatchId on RocksDB (format 2 stores in sub-directories): the side's
+    stores have changelogs, though the partition directory itself holds none."""
+    path = checkpoints("rocksdb_cl_join_left_outer")
+    store = Path(path) / "state" / "0" / "0" / "left-keyToNumValues"
+    zips = sorted(int(p.stem) for p in store.glob("*.zip"))
+    assert zips, "no snapshot to start from"
+    for side in ("left", "right"):
+        assert_same_as_builtin(spark, path, {"joinSide": side, "snapshotStartBatchId": str(zips[0] - 1),
+                                             "snapshotPartitionId": "0"})

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from streaming_queries import QUERIES, Query, _write_input, run_query
+from streaming_queries import QUERIES, Query, _write_input, run_query, session_confs
 
 import state_reader
 from state_reader.core.options import from_kwargs
@@ -49,21 +49,12 @@ def resume(spark, query: Query, checkpoint: str, input_dir: Path) -> dict[int, l
     def sink(df, batch_id: int) -> None:
         collected[batch_id] = sorted(repr(tuple(r)) for r in df.collect())
 
-    saved = {k: spark.conf.get(k, None) for k in query.confs}
-    for key, value in query.confs.items():
-        spark.conf.set(key, value)
-    try:
+    with session_confs(spark, query.confs):
         sources = [spark.readStream.schema(query.schema).option("maxFilesPerTrigger", 1)
                    .option("allowNonNumericNumbers", "true").json(str(input_dir)) for _ in range(query.sources)]
         handle = (query.build(*sources).writeStream.foreachBatch(sink).outputMode(query.output_mode)
                   .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
         handle.awaitTermination()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
     return collected
 
 
@@ -247,14 +238,9 @@ def test_resume_oracle_older_writers(spark, tmp_path, writer, name):
     input_root = tmp_path / "input"
     for stream_name, stream in spec.data(spec.name).items():
         golden.write_input(str(input_root / stream_name), stream.batches[-1], 90)
-    for key, value in spec.conf.items():
-        spark.conf.set(key, value)
-    try:
+    with session_confs(spark, spec.conf):
         expected = _resume_golden(spark, golden, spec, str(original), input_root)
         got = _resume_golden(spark, golden, spec, dst, input_root)
-    finally:
-        for key in spec.conf:
-            spark.conf.unset(key)
     assert expected and got == expected
 
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 from state_reader.errors import UnsupportedOptionError
 from state_reader.grouping import group_ids
 from state_reader.model.conf import HDFS_PROVIDER, ROCKSDB_PROVIDER
-from state_reader.model.plan import JOIN_SIDE_STORES, JoinSidePlan, StateReadPlan
+from state_reader.model.plan import JoinSidePlan, StateReadPlan
 from state_reader.providers import hdfs, rocksdb
 
 # Rows per RecordBatch handed out; keeps memory per batch bounded (and Spark's executors').
@@ -108,7 +108,7 @@ def _join_store_plan(plan: StateReadPlan, join: JoinSidePlan, index: int) -> Sta
     if join.families is not None:
         return replace(plan, join=None, variable=join.families[index], key_schema=key_schema,
                        value_schema=value_schema)
-    return replace(plan, join=None, store_name=f"{join.side}-{JOIN_SIDE_STORES[index]}", key_schema=key_schema,
+    return replace(plan, join=None, store_name=join.store_name(index), key_schema=key_schema,
                    value_schema=value_schema)
 
 

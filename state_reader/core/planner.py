@@ -175,7 +175,9 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
     if provider == ROCKSDB_PROVIDER:
         replays = snapshot_start_version is not None and snapshot_start_version < batch_id + 1
         if (opts.read_change_feed and not opts.change_feed_from_snapshots) or replays:
-            _require_changelogs(cp, cp.store_dir(opts.operator_id, partitions[0], store_name), conf,
+            # a join side of formats 1 and 2 reads its side's stores; the first tells for both
+            checked = join.store_name(0) if join is not None and join.families is None else store_name
+            _require_changelogs(cp, cp.store_dir(opts.operator_id, partitions[0], checked), conf,
                                 "a change feed" if opts.read_change_feed else
                                 f"rebuilding version {batch_id + 1} from the snapshot of version "
                                 f"{snapshot_start_version}")

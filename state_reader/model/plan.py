@@ -40,6 +40,10 @@ class JoinSidePlan:
     row_value_schema: StructType
     families: tuple[StateVariable, StateVariable] | None = None
 
+    def store_name(self, index: int) -> str:
+        """The store (formats 1 and 2: its sub-directory) of the counts (0) or the rows (1) of this side."""
+        return f"{self.side}-{JOIN_SIDE_STORES[index]}"
+
     @property
     def shown_value_schema(self) -> StructType:
         """The buffered row without the internal ``matched`` flag."""
