@@ -430,7 +430,8 @@ QUERIES["tws_avro"] = Query(_transform_with_state, processing_time="1 second",
                             confs={**ROCKSDB_CHANGELOG, "spark.sql.streaming.stateStore.encodingFormat": "avro"})
 
 # stream-stream join state format 2 on RocksDB with changelogs: four stores in sub-directories, each with changelogs
-QUERIES["rocksdb_cl_join_left_outer"] = _with(QUERIES["join_left_outer"], ROCKSDB_CHANGELOG)
+# (named apart from the rocksdb_* queries, whose oracle reads the default store)
+QUERIES["join_left_outer_rocksdb_cl"] = _with(QUERIES["join_left_outer"], ROCKSDB_CHANGELOG)
 
 # stream-stream join state format 3: one store, a virtual column family per join store
 QUERIES["join_v3"] = Query(_join("inner"), output_mode="append", sources=2,

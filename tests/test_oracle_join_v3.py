@@ -31,7 +31,7 @@ def test_join_v3_sides_stores_and_changes(spark, checkpoints):
 def test_join_side_from_a_snapshot_on_rocksdb_with_changelogs(spark, checkpoints):
     """joinSide with snapshotStartBatchId on RocksDB (format 2 stores in sub-directories): the side's
     stores have changelogs, though the partition directory itself holds none."""
-    path = checkpoints("rocksdb_cl_join_left_outer")
+    path = checkpoints("join_left_outer_rocksdb_cl")
     store = Path(path) / "state" / "0" / "0" / "left-keyToNumValues"
     zips = sorted(int(p.stem) for p in store.glob("*.zip"))
     assert zips, "no snapshot to start from"
