@@ -388,6 +388,8 @@ def test_metadata_reports_what_the_checkpoint_has(checkpoints):
     assert agg["operators"][0]["batches"]["last"] == agg["batches"]["latest_committed"]
     rocks = run_json("metadata", checkpoints("rocksdb_cl_agg_window"))
     assert rocks["changelog_checkpointing"] is True and rocks["checkpoint_format_version"] == 1
+    # format 2 is not in the offset log's confs: the commit log's unique ids tell
+    assert run_json("metadata", checkpoints("rocksdb_v2_agg_window"))["checkpoint_format_version"] == 2
     golden = Path(__file__).resolve().parent / "golden" / "spark-3.5.8"
     names = {op["operator_name"] for op in run_json("metadata", golden / "multi_op_hdfs")["operators"]}
     assert "dedupeWithinWatermark" in names

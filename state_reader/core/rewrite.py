@@ -291,7 +291,7 @@ def rewrite_checkpoint(source: Storage, dest: Destination, *, num_partitions: in
                 "join state formats 3 and 4); rewriting those is not supported yet", path=cp.location)
         for store_name in store_names_on_disk(cp, op):
             plan = _plan(cp, batch, op, store_name)
-            if plan.provider == ROCKSDB_PROVIDER and _commit_has_unique_ids(cp, batch):
+            if plan.provider == ROCKSDB_PROVIDER and cp.names_files_by_unique_id(batch):
                 raise UnsupportedOptionError(
                     f"{cp.location} uses RocksDB checkpoint format 2 (state files named by the unique ids in its "
                     "commit log); rewriting it is not supported yet", path=cp.location)
@@ -347,12 +347,6 @@ def rewrite_checkpoint(source: Storage, dest: Destination, *, num_partitions: in
             "marks the destination incomplete, so Spark will not start from it; delete it and rewrite again",
             path=dest.display()) from exc
     return report
-
-
-def _commit_has_unique_ids(cp: Checkpoint, batch: int) -> bool:
-    """Whether the commit of ``batch`` names state files by unique ids (checkpoint format 2)."""
-    _, entry = cp.commit_entry(batch)
-    return isinstance(entry, dict) and bool(entry.get("stateUniqueIds"))
 
 
 def _key_type(plan: StateReadPlan) -> pa.StructType:

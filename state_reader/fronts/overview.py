@@ -19,7 +19,6 @@ from state_reader.model.checkpoint import Checkpoint
 from state_reader.model.conf import (
     CONF_AGG_FORMAT,
     CONF_CHANGELOG,
-    CONF_CHECKPOINT_FORMAT,
     CONF_CODEC,
     CONF_ENCODING,
     CONF_FMGWS_FORMAT,
@@ -116,8 +115,8 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
         # Spark does not pin this conf in the offset log: the changelog files tell
         "changelog_checkpointing": (conf_flag(conf, CONF_CHANGELOG) or changelogs) if provider == "rocksdb"
         else None,
-        "checkpoint_format_version": int(conf[CONF_CHECKPOINT_FORMAT])
-        if conf.get(CONF_CHECKPOINT_FORMAT, "").isdigit() else 1,
+        # the offset log does not record the format: the commit log's unique ids tell
+        "checkpoint_format_version": 2 if cp.names_files_by_unique_id(latest) else 1,
         "rocksdb_merge_operator_version": conf.get(CONF_MERGE_OPERATOR),
         "conf_source": conf_source,
         "conf": {k: v for k, v in sorted(conf.items()) if "stateStore" in k or "stateFormatVersion" in k

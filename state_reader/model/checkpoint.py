@@ -275,6 +275,14 @@ class Checkpoint:
                 continue
         return {}
 
+    def names_files_by_unique_id(self, batch_id: int) -> bool:
+        """Whether the state of ``batch_id`` is in files named by unique ids (RocksDB checkpoint format 2).
+
+        The offset log does not record the format; the commit entry's ``stateUniqueIds`` tells.
+        """
+        _, entry = self.commit_entry(batch_id)
+        return isinstance(entry, dict) and bool(entry.get("stateUniqueIds"))
+
     def state_unique_id(self, batch_id: int, operator_id: int, partition_id: int, store_name: str) -> str | None:
         """Unique id of a store's files of version ``batch_id + 1`` (checkpoint format 2), or None (format 1).
 
