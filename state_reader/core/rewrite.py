@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
 from state_reader.core.planner import plan_state_read, store_names_on_disk
+from state_reader.core.scan import bind_key_filter
 from state_reader.errors import (
     InvalidOptionError,
     RewriteFailedError,
@@ -315,7 +316,7 @@ def rewrite_checkpoint(source: Storage, dest: Destination, *, num_partitions: in
     dest.write("metadata", INCOMPLETE)  # the commit point is the real `metadata`, written last
     try:
         for plan, single in plans:
-            drop = KeyFilter(drop_keys, _key_type(plan)) if drop_keys is not None else None
+            drop = bind_key_filter(plan, drop_keys)
             targets = [0] if single else range(new_partitions)
             if plan.provider == ROCKSDB_PROVIDER:
                 entries, rows, dropped = _route_rocksdb_store(plan, new_partitions, drop, single)
@@ -347,10 +348,6 @@ def rewrite_checkpoint(source: Storage, dest: Destination, *, num_partitions: in
             "marks the destination incomplete, so Spark will not start from it; delete it and rewrite again",
             path=dest.display()) from exc
     return report
-
-
-def _key_type(plan: StateReadPlan) -> pa.StructType:
-    return plan.arrow_schema.field("key").type
 
 
 def _copy_logs(cp: Checkpoint, put: Any, batch: int, num_partitions: int) -> None:
