@@ -399,3 +399,29 @@ def test_metadata_reports_what_the_checkpoint_has(checkpoints):
 def test_hdfs_without_its_libraries_is_one_line():
     proc = run("show", "hdfs://namenode:8020/checkpoint", env={"JAVA_HOME": "/nonexistent-java"})
     assert_one_line_error(proc, "hdfs:// needs pyarrow's HDFS client", "webhdfs://")
+
+
+# -- rewrite ----------------------------------------------------------------------------------
+
+
+def test_rewrite_dry_run_then_rewrite(agg, tmp_path):
+    before = sorted((p.relative_to(agg), p.read_bytes()) for p in Path(agg).rglob("*") if p.is_file())
+    plan = run_json("rewrite", agg, "--partitions", "5", "--dry-run", "--plot", tmp_path / "plan.png")
+    assert plan["dry_run"] and plan["destination"] is None and plan["files"] == 0
+    assert plan["current"]["partitions"] == 2 and plan["new"]["partitions"] == 5
+    assert plan["new"]["rows"] == plan["current"]["rows"] > 0
+    assert _png_size(tmp_path / "plan.png")[0] > 500
+    text = run("rewrite", agg, "-n", "5", "--dry-run")
+    assert text.returncode == 0 and "nothing written" in text.stdout and "skew (max/median)" in text.stdout
+    dst = tmp_path / "dst"
+    done = run_json("rewrite", agg, dst, "--partitions", "5")
+    assert not done["dry_run"] and done["files"] > 0
+    # what the dry run projected is what the rewrite wrote, partition by partition
+    assert done["new"] == plan["new"] and done["stores"] == plan["stores"]
+    assert sorted((p.relative_to(agg), p.read_bytes()) for p in Path(agg).rglob("*") if p.is_file()) == before
+    again = run("rewrite", agg, dst, "--partitions", "3")
+    assert_one_line_error(again, "not empty")
+    assert_one_line_error(run("rewrite", agg, "--partitions", "3"), "DESTINATION is required")
+    text = run("rewrite", agg, tmp_path / "moved", "--provider", "rocksdb")
+    assert text.returncode == 0 and "hdfs -> rocksdb" in text.stdout, text.stdout
+    assert run_json("metadata", tmp_path / "moved")["provider"] == "rocksdb"

@@ -103,31 +103,40 @@ CASES = ["agg_window", "agg_fmt1", "dedup", "dedup_within", "session_window", "a
 
 @pytest.mark.parametrize("name", CASES)
 def test_resume_oracle(spark, tmp_path, name):
+    """Rewritten to fewer partitions, to more, and into the other provider: each resumes as the source does."""
     query = QUERIES[name]
     src = run_query(spark, query, tmp_path / "run")
     input_dir = tmp_path / "run" / "input"
     before = _digest(src)
     op, store = _stores(src)[0]
-    old = int(plan_state_read(from_kwargs(src, {"operator_id": op, "store_name": store})).num_partitions or 0)
-    targets = {"fewer": max(1, old - 1), "more": old + 3}
-    for label, n in targets.items():
+    plan = plan_state_read(from_kwargs(src, {"operator_id": op, "store_name": store}))
+    old = int(plan.num_partitions or 0)
+    other = "hdfs" if "RocksDB" in plan.provider else "rocksdb"
+    targets = {"fewer": (max(1, old - 1), None), "more": (old + 3, None), other: (old + 1, other)}
+    for label, (n, provider) in targets.items():
         dst = str(tmp_path / f"dst-{label}")
-        report = state_reader.repartition(src, dst, n)
+        report = state_reader.rewrite(src, dst, num_partitions=n, provider=provider)
         assert report.new_partitions == n and report.old_partitions == old
+        assert report.provider == (provider or report.source_provider)
         assert _digest(src) == before, "the source changed"
         assert_builtin_sees_same_state(spark, src, dst, n)
+    moved = plan_state_read(from_kwargs(str(tmp_path / f"dst-{other}"), {"operator_id": op, "store_name": store}))
+    assert ("RocksDB" in moved.provider) == (other == "rocksdb")
     _add_input(input_dir, _new_batches(query))
     copy = str(tmp_path / "src-copy")
     shutil.copytree(src, copy)
     expected = resume(spark, query, copy, input_dir)
     assert expected, "the restarted query ran no batch"
-    for label, n in targets.items():
+    for label, (n, _) in targets.items():
         dst = str(tmp_path / f"dst-{label}")
         got = resume(spark, query, dst, input_dir)
         assert got == expected, (label, n)
         for op, store in _stores(copy):
             options = {"operatorId": op, "storeName": store}
             assert _state_rows(spark, dst, **options) == _state_rows(spark, copy, **options), (label, op, store)
+    # the resumed query kept the provider the rewrite put in the checkpoint
+    after = plan_state_read(from_kwargs(str(tmp_path / f"dst-{other}"), {"operator_id": op, "store_name": store}))
+    assert ("RocksDB" in after.provider) == (other == "rocksdb")
 
 
 def test_drop_keys_removes_them_from_every_store(spark, tmp_path):
@@ -167,8 +176,8 @@ def test_refusals(checkpoints, tmp_path):
         state_reader.repartition(checkpoints("rocksdb_v2_agg_window"), str(tmp_path / "c"), 3)
     with pytest.raises(state_reader.UnsupportedOptionError, match="column families"):
         state_reader.repartition(checkpoints("join_v3"), str(tmp_path / "e"), 3)
-    with pytest.raises(state_reader.UnsupportedOptionError, match="not supported yet"):
-        state_reader.rewrite(src, str(tmp_path / "f"), provider="rocksdb")
+    with pytest.raises(state_reader.UnsupportedOptionError, match="RocksDB provider only"):
+        state_reader.rewrite(checkpoints("join_v3"), str(tmp_path / "f"), provider="hdfs")
     with pytest.raises(state_reader.InvalidOptionError):
         state_reader.repartition(src, str(tmp_path / "d"), 0)
 

@@ -5,30 +5,36 @@ partition by partition (raw key and value bytes, merged as a read merges them),
 each row is sent to the partition Spark's shuffle sends its key to,
 ``pmod(murmur3(partition key), N)`` (:mod:`state_reader.formats.spark_hash`), and
 each new partition's rows are written as the snapshot of version ``B + 1``, the
-version Spark loads to run batch ``B + 1``. Keys and values are copied byte for
-byte; only keys are decoded, to hash them and to match ``drop_keys``.
+version Spark loads to run batch ``B + 1``. Only keys are decoded, to hash them
+and to match ``drop_keys``; rows are moved as bytes, re-framed between the
+providers' encodings when the provider changes (UnsafeRows in HDFS-backed
+snapshots; a version byte, and for session windows a split prefix key, in RocksDB).
+
+Routed rows wait in local temporary files, one per new partition, so memory holds
+one old partition while routing and one new partition while writing.
 
 Everything else Spark reads at restart comes along: ``metadata``, the source
 logs, the offset and commit logs up to ``B`` (the offset log's recorded
-``spark.sql.shuffle.partitions`` set to ``N``), the state schema files and the
-operator metadata (its partition counts set to ``N``). Nothing is written inside
-the source. The destination's ``metadata`` file is written first with content
-Spark cannot parse and replaced by the source's only at the very end, so a
-rewrite that stops part-way (an error, a killed process) leaves a directory that
-Spark refuses to start from.
+``spark.sql.shuffle.partitions`` set to ``N`` and, on a move, its provider class),
+the state schema files and the operator metadata (its partition counts set to
+``N``). Nothing is written inside the source. The destination's ``metadata`` file
+is written first with content Spark cannot parse and replaced by the source's only
+at the very end, so a rewrite that stops part-way (an error, a killed process)
+leaves a directory that Spark refuses to start from.
 
-Supported now: the HDFS-backed provider (every operator it runs), and RocksDB
+Supported now: the HDFS-backed provider (every operator it runs) and RocksDB
 checkpoints of format 1 without column families (aggregations, deduplication,
-session windows, flatMapGroupsWithState), whose new snapshots are RocksDB
-databases built with rocksdict and packed as Spark packs its own. Moves between
-providers, RocksDB column families (transformWithState, join formats 3 and 4) and
-checkpoint format 2 are refused with a clear error.
+session windows, flatMapGroupsWithState, joins of formats 1 and 2), and moves
+between the two. RocksDB column families (transformWithState, join formats 3 and
+4) and checkpoint format 2 are refused with a clear error.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import posixpath
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,17 +52,32 @@ from state_reader.errors import (
     UnsupportedOptionError,
 )
 from state_reader.formats import snapshot_zip
-from state_reader.formats.rocksdb_encoding import KeyEncoderSpec, decode_keys
+from state_reader.formats.rocksdb_encoding import (
+    KeyEncoderSpec,
+    decode_keys,
+    encode_keys,
+    encode_values,
+    unsafe_keys,
+    unsafe_values,
+)
 from state_reader.formats.spark_hash import partition_ids
 from state_reader.formats.unsaferow import RowBuffer, decode_rows
 from state_reader.io.destination import Destination
 from state_reader.io.storage import Storage
 from state_reader.model import operators
 from state_reader.model.checkpoint import Checkpoint, numeric_names, parse_state_file_name, state_file_name
-from state_reader.model.conf import CONF_JOIN_FORMAT, CONF_SHUFFLE_PARTITIONS, HDFS_PROVIDER, ROCKSDB_PROVIDER
+from state_reader.model.conf import (
+    CONF_JOIN_FORMAT,
+    CONF_PROVIDER,
+    CONF_ROW_CHECKSUM,
+    CONF_SHUFFLE_PARTITIONS,
+    HDFS_PROVIDER,
+    ROCKSDB_PROVIDER,
+)
 from state_reader.model.plan import StateReadPlan
+from state_reader.progress import Progress, progress
 from state_reader.providers import rocksdb
-from state_reader.providers.hdfs import HDFSStore, framed_records, snapshot_file
+from state_reader.providers.hdfs import HDFSStore, frame_records, framed_rows, snapshot_file
 
 PROVIDER_CLASSES = {"hdfs": HDFS_PROVIDER, "rocksdb": ROCKSDB_PROVIDER}
 # what the destination's `metadata` holds until the rewrite is complete: not JSON, so Spark refuses to start
@@ -67,19 +88,25 @@ SINGLE_PARTITION_OPERATORS = ("globalLimit",)
 
 @dataclass
 class StoreReport:
-    """What a rewrite wrote for one store of one operator."""
+    """What a rewrite wrote (or, in a dry run, would write) for one store of one operator.
+
+    Bytes are the uncompressed key and value bytes, in the destination provider's encoding
+    for the new partitions and as stored for the old ones.
+    """
 
     operator_id: int
     operator_name: str | None
     store_name: str
-    rows: int
-    dropped: int
-    rows_per_partition: list[int]
-
+    rows: int = 0
+    dropped: int = 0
+    rows_per_partition: list[int] = field(default_factory=list)
+    bytes_per_partition: list[int] = field(default_factory=list)
+    old_rows_per_partition: list[int] = field(default_factory=list)
+    old_bytes_per_partition: list[int] = field(default_factory=list)
 
 @dataclass
 class RewriteReport:
-    """What :func:`rewrite_checkpoint` wrote."""
+    """What :func:`rewrite_checkpoint` wrote, or would write (``dry_run``)."""
 
     source: str
     destination: str
@@ -87,22 +114,89 @@ class RewriteReport:
     provider: str
     old_partitions: int
     new_partitions: int
+    source_provider: str = ""
+    dry_run: bool = False
     stores: list[StoreReport] = field(default_factory=list)
     files: int = 0
     bytes: int = 0
 
     def table(self) -> pa.Table:
-        """One row per (operator, store, new partition): the rows written there."""
-        rows = [{"operator_id": s.operator_id, "store_name": s.store_name, "partition_id": p, "rows": n}
+        """One row per (operator, store, new partition): the rows and bytes written there."""
+        rows = [{"operator_id": s.operator_id, "store_name": s.store_name, "partition_id": p, "rows": n,
+                 "bytes": s.bytes_per_partition[p]}
                 for s in self.stores for p, n in enumerate(s.rows_per_partition)]
         schema = pa.schema([("operator_id", pa.int32()), ("store_name", pa.string()),
-                            ("partition_id", pa.int32()), ("rows", pa.int64())])
+                            ("partition_id", pa.int32()), ("rows", pa.int64()), ("bytes", pa.int64())])
         return pa.Table.from_pylist(rows, schema=schema)
 
+    def partition_sizes(self, new: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Rows and bytes of every partition summed over all stores, in the new layout or today's.
+
+        A partition of every store runs in one task, so these are the loads a task gets.
+        """
+        count = self.new_partitions if new else self.old_partitions
+        rows = np.zeros(max(count, 1), dtype=np.int64)
+        size = np.zeros(max(count, 1), dtype=np.int64)
+        for s in self.stores:
+            r = s.rows_per_partition if new else s.old_rows_per_partition
+            b = s.bytes_per_partition if new else s.old_bytes_per_partition
+            rows[:len(r)] += r
+            size[:len(b)] += b
+        return rows[:count], size[:count]
+
+    def skew(self, new: bool = True) -> float:
+        """Largest partition's bytes over the median partition's (1.0 = even; inf when the median is empty)."""
+        _, size = self.partition_sizes(new)
+        if len(size) == 0 or size.max() == 0:
+            return 1.0
+        median = float(np.median(size))
+        return float(size.max()) / median if median > 0 else float("inf")
+
+    def layout(self) -> pa.Table:
+        """Today's and the new per-partition rows and bytes (all stores), one row per (layout, partition)."""
+        out = {"layout": [], "partition_id": [], "rows": [], "bytes": []}
+        for label, new in (("current", False), ("new", True)):
+            rows, size = self.partition_sizes(new)
+            out["layout"] += [label] * len(rows)
+            out["partition_id"] += list(range(len(rows)))
+            out["rows"] += rows.tolist()
+            out["bytes"] += size.tolist()
+        schema = pa.schema([("layout", pa.string()), ("partition_id", pa.int32()), ("rows", pa.int64()),
+                            ("bytes", pa.int64())])
+        return pa.Table.from_pydict(out, schema=schema)
+
+    def summary(self) -> dict[str, Any]:
+        """The report as plain data (the CLI's ``--json``)."""
+        def side(new: bool) -> dict[str, Any]:
+            rows, size = self.partition_sizes(new)
+            return {"partitions": len(rows), "rows": int(rows.sum()), "bytes": int(size.sum()),
+                    "rows_per_partition": rows.tolist(), "bytes_per_partition": size.tolist(),
+                    "skew": skew if np.isfinite(skew := self.skew(new)) else None}
+
+        return {"source": self.source, "destination": self.destination or None, "batch_id": self.batch_id,
+                "dry_run": self.dry_run, "source_provider": self.source_provider, "provider": self.provider,
+                "files": self.files, "bytes": self.bytes, "current": side(False), "new": side(True),
+                "stores": [{"operator_id": s.operator_id, "operator_name": s.operator_name,
+                            "store_name": s.store_name, "rows": s.rows, "dropped": s.dropped,
+                            "rows_per_partition": s.rows_per_partition,
+                            "bytes_per_partition": s.bytes_per_partition} for s in self.stores]}
+
     def __str__(self) -> str:
-        lines = [f"rewrote {self.source} at batch {self.batch_id} into {self.destination}: "
-                 f"{self.provider}, {self.old_partitions} -> {self.new_partitions} partitions, "
-                 f"{self.files} files, {self.bytes:,} bytes"]
+        move = f"{self.source_provider} -> {self.provider}" if self.source_provider != self.provider else self.provider
+        if self.dry_run:
+            head = (f"dry run: {self.source} at batch {self.batch_id}, {move}, "
+                    f"{self.old_partitions} -> {self.new_partitions} partitions (nothing written)")
+        else:
+            head = (f"rewrote {self.source} at batch {self.batch_id} into {self.destination}: {move}, "
+                    f"{self.old_partitions} -> {self.new_partitions} partitions, "
+                    f"{self.files} files, {self.bytes:,} bytes")
+        lines = [head]
+        for label, new in (("today", False), ("new", True)):
+            rows, size = self.partition_sizes(new)
+            if len(rows):
+                lines.append(f"  {label:>5}: {len(rows)} partitions, {int(rows.sum()):,} rows, {int(size.sum()):,} "
+                             f"bytes; per partition {int(size.min()):,} .. median {int(np.median(size)):,} .. "
+                             f"max {int(size.max()):,} bytes, skew (max/median) {self.skew(new):.2f}")
         for s in self.stores:
             dropped = f", {s.dropped} dropped" if s.dropped else ""
             lines.append(f"  operator {s.operator_id} ({s.operator_name or 'unknown'}) store {s.store_name}: "
@@ -128,14 +222,14 @@ def _files_under(storage: Storage, rel: str) -> list[str]:
     return out
 
 
-def _with_partitions(text: str, num_partitions: int, shown: str) -> str:
-    """An offset log entry with its recorded shuffle partitions set to ``num_partitions``."""
+def _with_confs(text: str, confs: dict[str, str], shown: str) -> str:
+    """An offset log entry with ``confs`` set among the confs it records (Spark restores them at restart)."""
     lines = text.split("\n")
     try:
         meta = json.loads(lines[1])
-        meta.setdefault("conf", {})[CONF_SHUFFLE_PARTITIONS] = str(num_partitions)
+        meta.setdefault("conf", {}).update(confs)
     except (IndexError, ValueError, AttributeError) as exc:
-        raise RewriteFailedError(f"{shown} has no offset metadata line to carry the new partition count: {exc}",
+        raise RewriteFailedError(f"{shown} has no offset metadata line to carry the rewritten confs: {exc}",
                                  path=shown) from exc
     lines[1] = json.dumps(meta, separators=(",", ":"))
     return "\n".join(lines)
@@ -179,63 +273,95 @@ def _targets(plan: StateReadPlan, keys: pa.StructArray, num_partitions: int, dro
     return index, target[index], n - len(index)
 
 
-def _route_hdfs_store(plan: StateReadPlan, num_partitions: int, drop: KeyFilter | None,
-                      single: bool) -> tuple[list[list[np.ndarray]], np.ndarray, int]:
-    """Every row of one HDFS store, framed, in the new partition its key hashes to: the framed
-    records of each new partition, the rows of each, and the rows dropped."""
-    out: list[list[np.ndarray]] = [[] for _ in range(num_partitions)]
-    rows = np.zeros(num_partitions, dtype=np.int64)
-    dropped_total = 0
-    skip = 4 if plan.store_conf.row_checksum else 0
-    for pid in plan.partitions:
-        directory = plan.checkpoint.store_dir(plan.operator_id, pid, plan.store_name)
-        store = HDFSStore(plan.storage, directory, plan.codec, plan.store_conf.row_checksum)
-        buf, size, live = store.load_records(plan.version)
-        if len(live.key_len) == 0:
-            continue
-        source = f"{plan.storage.display(directory)} (version {plan.version})"
-        keys = decode_rows(RowBuffer.wrap(buf, size, live.key_start, live.key_len, source + " key"), plan.key_schema)
-        index, target, dropped = _targets(plan, keys, num_partitions, drop, single)
-        dropped_total += dropped
-        framed, lengths = framed_records(buf, live.take(index), skip)
-        counts = np.bincount(target, minlength=num_partitions)
-        # the records are in partition order: partition p's bytes run between these offsets
-        bounds = np.r_[0, np.cumsum(lengths)][np.r_[0, np.cumsum(counts)]]
-        for new_pid in np.flatnonzero(counts).tolist():
-            out[new_pid].append(framed[bounds[new_pid]:bounds[new_pid + 1]])
-        rows += counts
-        del buf, live, keys, framed
-    return out, rows, dropped_total
+class _StoreRows:
+    """One store's rows, partition by partition, as its provider stores them, and how to turn
+    them into the other provider's encoding."""
 
+    def __init__(self, plan: StateReadPlan) -> None:
+        self.plan = plan
+        self.rocksdb = plan.provider == ROCKSDB_PROVIDER
+        self.spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
 
-def _route_rocksdb_store(plan: StateReadPlan, num_partitions: int, drop: KeyFilter | None,
-                         single: bool) -> tuple[list[tuple[list[bytes], list[bytes]]], np.ndarray, int]:
-    """Every entry of one RocksDB store in the new partition its key hashes to, as encoded bytes."""
-    out: list[tuple[list[bytes], list[bytes]]] = [([], []) for _ in range(num_partitions)]
-    rows = np.zeros(num_partitions, dtype=np.int64)
-    dropped_total = 0
-    spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
-    for pid in plan.partitions:
+    def load(self, pid: int) -> tuple[RowBuffer, RowBuffer]:
+        plan = self.plan
         directory = plan.checkpoint.store_dir(plan.operator_id, pid, plan.store_name)
+        if not self.rocksdb:
+            return HDFSStore(plan.storage, directory, plan.codec, plan.store_conf.row_checksum).load_rows(plan.version)
         state = rocksdb.load_store(plan, directory, pid)
         if state.uses_column_families:
             raise UnsupportedOptionError(
                 f"operator {plan.operator_id} of {plan.checkpoint.location} keeps column families "
                 "(transformWithState, join state formats 3 and 4); rewriting those is not supported yet",
                 path=plan.checkpoint.location)
-        source = f"{plan.storage.display(directory)} (version {plan.version})"
-        key_rows, value_rows = state.row_buffers(source)
-        if len(key_rows.starts) == 0:
+        return state.row_buffers(f"{plan.storage.display(directory)} (version {plan.version})")
+
+    def decode_keys(self, keys: RowBuffer) -> pa.StructArray:
+        if self.rocksdb:
+            return decode_keys(keys, self.plan.key_schema, self.spec, self.plan.store_conf.avro)
+        return decode_rows(keys, self.plan.key_schema)
+
+    def convert(self, keys: RowBuffer, values: RowBuffer, to_rocksdb: bool) -> tuple[RowBuffer, RowBuffer]:
+        """The rows in the encoding of the target provider."""
+        if to_rocksdb == self.rocksdb:
+            return keys, values
+        if to_rocksdb:
+            return encode_keys(keys, self.plan.key_schema, self.spec), encode_values(values)
+        return unsafe_keys(keys, self.plan.key_schema, self.spec), unsafe_values(values)
+
+
+class _Spill:
+    """The framed records routed to each new partition of one store, in local temporary files
+    until that partition is written: memory holds one old partition while routing and one new
+    partition while writing, never the whole store."""
+
+    def __init__(self, workdir: str, num_partitions: int) -> None:
+        self.paths = [os.path.join(workdir, f"{p}.records") for p in range(num_partitions)]
+        for path in self.paths:
+            open(path, "wb").close()
+
+    def add(self, framed: np.ndarray, bounds: np.ndarray, counts: np.ndarray) -> None:
+        """Append each new partition's run of ``framed`` (``bounds[p]:bounds[p+1]``)."""
+        for pid in np.flatnonzero(counts).tolist():
+            with open(self.paths[pid], "ab") as fh:
+                fh.write(memoryview(framed[bounds[pid]:bounds[pid + 1]]))
+
+    def take(self, pid: int) -> bytes:
+        with open(self.paths[pid], "rb") as fh:
+            data = fh.read()
+        os.remove(self.paths[pid])
+        return data
+
+
+def _route_store(rows: _StoreRows, report: StoreReport, num_partitions: int, drop: KeyFilter | None,
+                 single: bool, to_rocksdb: bool, spill: _Spill | None, bar: Progress) -> None:
+    """Send every row of one store to its new partition (into ``spill`` unless a dry run),
+    counting rows and bytes per old and per new partition in ``report``."""
+    plan = rows.plan
+    new_rows = np.zeros(num_partitions, dtype=np.int64)
+    new_bytes = np.zeros(num_partitions, dtype=np.int64)
+    for pid in plan.partitions:
+        keys, values = rows.load(pid)
+        report.old_rows_per_partition.append(len(keys.starts))
+        report.old_bytes_per_partition.append(int((keys.lengths + values.lengths).sum()))
+        if len(keys.starts) == 0:
             continue
-        keys = decode_keys(key_rows, plan.key_schema, spec, plan.store_conf.avro)
-        index, target, dropped = _targets(plan, keys, num_partitions, drop, single)
-        dropped_total += dropped
-        for i, new_pid in zip(index.tolist(), target.tolist(), strict=True):
-            ks, vs = int(key_rows.starts[i]), int(value_rows.starts[i])
-            out[new_pid][0].append(key_rows.buf[ks:ks + int(key_rows.lengths[i])].tobytes())
-            out[new_pid][1].append(value_rows.buf[vs:vs + int(value_rows.lengths[i])].tobytes())
-        rows += np.bincount(target, minlength=num_partitions)
-    return out, rows, dropped_total
+        index, target, dropped = _targets(plan, rows.decode_keys(keys), num_partitions, drop, single)
+        report.dropped += dropped
+        keys, values = rows.convert(keys.take(index), values.take(index), to_rocksdb)
+        counts = np.bincount(target, minlength=num_partitions)
+        sizes = keys.lengths + values.lengths
+        new_rows += counts
+        new_bytes += np.bincount(target, weights=sizes, minlength=num_partitions).astype(np.int64)
+        if spill is not None:
+            framed, lengths = frame_records(keys, values)
+            # the records are in partition order: partition p's bytes run between these offsets
+            spill.add(framed, np.r_[0, np.cumsum(lengths)][np.r_[0, np.cumsum(counts)]], counts)
+        del keys, values
+        bar.advance()
+    targets = [0] if single else range(num_partitions)
+    report.rows = int(new_rows.sum())
+    report.rows_per_partition = [int(new_rows[p]) for p in targets]
+    report.bytes_per_partition = [int(new_bytes[p]) for p in targets]
 
 
 def _zip_extra_metadata(plan: StateReadPlan) -> dict[str, Any]:
@@ -254,10 +380,15 @@ def _zip_extra_metadata(plan: StateReadPlan) -> dict[str, Any]:
     return {}
 
 
-def rewrite_checkpoint(source: Storage, dest: Destination, *, num_partitions: int | None = None,
+def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partitions: int | None = None,
                        provider: str | None = None, drop_keys: KeyFilterSpec | None = None,
-                       batch_id: int | None = None, allow_uncommitted: bool = False) -> RewriteReport:
-    """Write the checkpoint of ``source`` at ``batch_id`` (default: the last committed) into ``dest``."""
+                       batch_id: int | None = None, allow_uncommitted: bool = False,
+                       dry_run: bool = False, show_progress: bool | None = None) -> RewriteReport:
+    """Write the checkpoint of ``source`` at ``batch_id`` (default: the last committed) into ``dest``.
+
+    ``dry_run`` writes nothing (``dest`` may be None) and reports the rows and bytes each
+    new partition would get next to each old partition's.
+    """
     cp = Checkpoint(source)
     cp.require_checkpoint()
     committed = cp.committed_batches
@@ -280,13 +411,23 @@ def rewrite_checkpoint(source: Storage, dest: Destination, *, num_partitions: in
         raise InvalidOptionError(f"num_partitions must be at least 1, got {num_partitions}")
     if provider is not None and provider.lower() not in PROVIDER_CLASSES:
         raise InvalidOptionError(f"provider must be one of {', '.join(PROVIDER_CLASSES)}, got {provider!r}")
+    source_class = conf.get(CONF_PROVIDER) or HDFS_PROVIDER
+    source_provider = next((k for k, v in PROVIDER_CLASSES.items() if v == source_class), source_class)
+    target_provider = source_provider if provider is None else provider.lower()
+    moving = target_provider != source_provider
 
     plans: list[tuple[StateReadPlan, bool]] = []
     join_format = int(conf.get(CONF_JOIN_FORMAT) or 0) if str(conf.get(CONF_JOIN_FORMAT, "")).isdigit() else 0
     for op in cp.operator_ids:
         meta = cp.operator_metadata(op, batch)
         name = meta.operator_name if meta is not None else None
-        if operators.is_transform_with_state(name) or (name == operators.JOIN and join_format >= 3):
+        families = operators.is_transform_with_state(name) or (name == operators.JOIN and join_format >= 3)
+        if families and target_provider == "hdfs":
+            raise UnsupportedOptionError(
+                f"operator {op} ({name}) of {cp.location} keeps its state in RocksDB column families "
+                "(transformWithState, join state formats 3 and 4), which Spark runs on the RocksDB provider only; "
+                "it cannot move to the HDFS-backed provider", path=cp.location)
+        if families:
             raise UnsupportedOptionError(
                 f"operator {op} ({name}) of {cp.location} keeps its state in column families (transformWithState, "
                 "join state formats 3 and 4); rewriting those is not supported yet", path=cp.location)
@@ -296,17 +437,34 @@ def rewrite_checkpoint(source: Storage, dest: Destination, *, num_partitions: in
                 raise UnsupportedOptionError(
                     f"{cp.location} uses RocksDB checkpoint format 2 (state files named by the unique ids in its "
                     "commit log); rewriting it is not supported yet", path=cp.location)
-            if provider is not None and PROVIDER_CLASSES[provider.lower()] != plan.provider:
+            if moving and plan.store_conf.row_checksum:
                 raise UnsupportedOptionError(
-                    f"moving {cp.location} to the {provider} provider is not supported yet; rewrite it with its "
-                    "own provider", path=cp.location)
+                    f"{cp.location} keeps row checksums ({CONF_ROW_CHECKSUM}); moving it to another provider "
+                    "is not supported yet", path=cp.location)
+            if moving and plan.store_conf.avro:
+                raise UnsupportedOptionError(
+                    f"{cp.location} encodes its state with Avro; moving it to another provider is not supported "
+                    "yet", path=cp.location)
             # a global limit keeps its count in partition 0 whatever the partitions (its key has no fields)
             single = name in SINGLE_PARTITION_OPERATORS or plan.partition_key_fields == 0
             plans.append((plan, single))
 
-    dest.require_empty()
-    source_provider = "rocksdb" if plans and plans[0][0].provider == ROCKSDB_PROVIDER else "hdfs"
-    report = RewriteReport(cp.location, dest.display(), batch, source_provider, old_partitions, new_partitions)
+    to_rocksdb = target_provider == "rocksdb"
+    if not dry_run:
+        if dest is None:
+            raise InvalidOptionError("a rewrite needs a destination (or dry_run=True)")
+        dest.require_empty()
+    report = RewriteReport(cp.location, dest.display() if dest is not None else "", batch, target_provider,
+                           old_partitions, new_partitions, source_provider=source_provider, dry_run=dry_run)
+    if dry_run:
+        for plan, single in plans:
+            store = _store_report(plan)
+            with progress(f"routing {_label(plan)}", len(plan.partitions), enabled=show_progress) as bar:
+                _route_store(_StoreRows(plan), store, new_partitions, bind_key_filter(plan, drop_keys), single,
+                             to_rocksdb, None, bar)
+            report.stores.append(store)
+        return report
+    assert dest is not None
 
     def put(rel: str, data: bytes) -> None:
         dest.write(rel, data)
@@ -315,49 +473,66 @@ def rewrite_checkpoint(source: Storage, dest: Destination, *, num_partitions: in
 
     dest.write("metadata", INCOMPLETE)  # the commit point is the real `metadata`, written last
     try:
-        for plan, single in plans:
-            drop = bind_key_filter(plan, drop_keys)
-            targets = [0] if single else range(new_partitions)
-            if plan.provider == ROCKSDB_PROVIDER:
-                entries, rows, dropped = _route_rocksdb_store(plan, new_partitions, drop, single)
-                extra = _zip_extra_metadata(plan)
-                for pid in targets:
-                    directory = cp.store_dir(plan.operator_id, pid, plan.store_name)
-                    archive, ssts = rocksdb.snapshot_files(*entries[pid], extra)
-                    for name, data in ssts:
-                        put(posixpath.join(directory, snapshot_zip.SST_DIR, name), data)
-                    put(posixpath.join(directory, state_file_name(batch + 1, "zip")), archive)
-                del entries
-            else:
-                routed, rows, dropped = _route_hdfs_store(plan, new_partitions, drop, single)
-                for pid in targets:
-                    rel = posixpath.join(cp.store_dir(plan.operator_id, pid, plan.store_name),
-                                         state_file_name(batch + 1, "snapshot"))
-                    put(rel, snapshot_file(routed[pid], plan.codec))
-                del routed
-            meta = plan.checkpoint.operator_metadata(plan.operator_id, batch)
-            report.stores.append(StoreReport(
-                plan.operator_id, meta.operator_name if meta is not None else None, plan.store_name,
-                int(rows.sum()), dropped, [int(rows[p]) for p in targets]))
-        _copy_logs(cp, put, batch, new_partitions)
+        with tempfile.TemporaryDirectory(prefix="state_reader-rewrite-") as workdir:
+            for plan, single in plans:
+                store = _store_report(plan)
+                spill = _Spill(workdir, new_partitions)
+                targets = [0] if single else range(new_partitions)
+                with progress(f"routing {_label(plan)}", len(plan.partitions) + len(targets),
+                              enabled=show_progress) as bar:
+                    _route_store(_StoreRows(plan), store, new_partitions, bind_key_filter(plan, drop_keys), single,
+                                 to_rocksdb, spill, bar)
+                    bar.advance(0, f"writing {_label(plan)}")
+                    _write_store(cp, plan, spill, targets, to_rocksdb, put, bar)
+                report.stores.append(store)
+        confs = {CONF_SHUFFLE_PARTITIONS: str(new_partitions), CONF_PROVIDER: PROVIDER_CLASSES[target_provider]}
+        _copy_logs(cp, put, batch, confs if moving else {CONF_SHUFFLE_PARTITIONS: str(new_partitions)})
         _copy_state_metadata(cp, put, new_partitions, dest)
         put("metadata", cp.storage.read_bytes("metadata"))
-    except StateReaderError as exc:
+    except (StateReaderError, OSError) as exc:
         raise RewriteFailedError(
-            f"rewriting {cp.location} into {dest.display()} stopped: {exc.message}. {dest.display('metadata')} "
-            "marks the destination incomplete, so Spark will not start from it; delete it and rewrite again",
-            path=dest.display()) from exc
+            f"rewriting {cp.location} into {dest.display()} stopped: {getattr(exc, 'message', exc)}. "
+            f"{dest.display('metadata')} marks the destination incomplete, so Spark will not start from it; "
+            "delete it and rewrite again", path=dest.display()) from exc
     return report
 
 
-def _copy_logs(cp: Checkpoint, put: Any, batch: int, num_partitions: int) -> None:
-    """The offset and commit logs up to ``batch`` (offsets with the new partition count), and the source logs."""
+def _label(plan: StateReadPlan) -> str:
+    return f"operator {plan.operator_id} store {plan.store_name}"
+
+
+def _write_store(cp: Checkpoint, plan: StateReadPlan, spill: _Spill, targets: Any, to_rocksdb: bool,
+                 put: Any, bar: Progress) -> None:
+    """Each new partition's routed rows as the snapshot of version B + 1 in the target provider's files."""
+    extra = _zip_extra_metadata(plan) if plan.provider == ROCKSDB_PROVIDER else {}
+    for pid in targets:
+        directory = cp.store_dir(plan.operator_id, pid, plan.store_name)
+        framed = spill.take(pid)
+        if to_rocksdb:
+            archive, ssts = rocksdb.snapshot_files(*framed_rows(framed, f"rows routed to {directory}"), extra)
+            for name, data in ssts:
+                put(posixpath.join(directory, snapshot_zip.SST_DIR, name), data)
+            put(posixpath.join(directory, state_file_name(plan.version, "zip")), archive)
+        else:
+            put(posixpath.join(directory, state_file_name(plan.version, "snapshot")),
+                snapshot_file(framed, plan.codec))
+        del framed
+        bar.advance()
+
+
+def _store_report(plan: StateReadPlan) -> StoreReport:
+    meta = plan.checkpoint.operator_metadata(plan.operator_id, plan.batch_id)
+    return StoreReport(plan.operator_id, meta.operator_name if meta is not None else None, plan.store_name)
+
+
+def _copy_logs(cp: Checkpoint, put: Any, batch: int, confs: dict[str, str]) -> None:
+    """The offset and commit logs up to ``batch`` (offsets with ``confs`` set), and the source logs."""
     storage = cp.storage
     for b in _offset_batches(cp):
         if b <= batch:
             rel = f"offsets/{b}"
             text = storage.read_bytes(rel).decode("utf-8")
-            put(rel, _with_partitions(text, num_partitions, storage.display(rel)).encode("utf-8"))
+            put(rel, _with_confs(text, confs, storage.display(rel)).encode("utf-8"))
     for b in numeric_names(storage.list_names("commits")):
         if b <= batch:
             put(f"commits/{b}", storage.read_bytes(f"commits/{b}"))

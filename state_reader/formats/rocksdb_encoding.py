@@ -49,7 +49,7 @@ import pyarrow as pa
 
 from state_reader.errors import CorruptFileError, RowDecodeError, UnsupportedOptionError
 from state_reader.formats.spark_types import DataType, StructField, StructType
-from state_reader.formats.unsaferow import RowBuffer, decode_rows
+from state_reader.formats.unsaferow import RowBuffer, decode_rows, pack_rows, splice_rows
 
 STATE_ENCODING_VERSION = 0
 VIRTUAL_CF_PREFIX_BYTES = 2
@@ -375,3 +375,53 @@ def split_multi_value(value: bytes, merge_operator_version: int, row_checksum: b
         if pos < n and value[pos] == _COMMA and (merge_operator_version == 1 or element_at(pos + 1) is not None):
             pos += 1
     return out
+
+
+# -- writing: UnsafeRows <-> RocksDB keys and values --------------------------------
+
+# key encoders whose keys hold the whole key as UnsafeRows, so they convert to and from the
+# HDFS-backed provider's plain UnsafeRow keys without decoding
+CONVERTIBLE_KEY_ENCODERS = (NO_PREFIX, PREFIX_SCAN)
+
+
+def _require_convertible(spec: KeyEncoderSpec, source: str) -> None:
+    if spec.kind not in CONVERTIBLE_KEY_ENCODERS:
+        raise UnsupportedOptionError(f"{source}: keys of the RocksDB key encoder {spec.kind} cannot be converted "
+                                     "to or from the HDFS-backed provider (Spark runs them on RocksDB only)",
+                                     path=source)
+
+
+def encode_keys(rows: RowBuffer, schema: StructType, spec: KeyEncoderSpec) -> RowBuffer:
+    """UnsafeRow keys of ``schema`` as RocksDB writes them with ``spec`` (no column families)."""
+    _require_convertible(spec, rows.source)
+    if spec.kind == NO_PREFIX:
+        return pack_rows([(1, rows)], rows.source)
+    n, fields = spec.num_prefix_cols, schema.fields
+    head = splice_rows([(rows, schema, 0, n)], rows.source)
+    rest = splice_rows([(rows, schema, n, len(fields))], rows.source)
+    out = pack_rows([(LENGTH_BYTES + 1, head), (1, rest)], rows.source)
+    length = (head.lengths + 1).astype("<i4").view(np.uint8).reshape(-1, LENGTH_BYTES)
+    out.buf[out.starts[:, None] + np.arange(LENGTH_BYTES, dtype=np.int64)] = length
+    return out
+
+
+def unsafe_keys(keys: RowBuffer, schema: StructType, spec: KeyEncoderSpec) -> RowBuffer:
+    """RocksDB keys written with ``spec`` (column family id stripped) as UnsafeRows of ``schema``."""
+    _require_convertible(spec, keys.source)
+    if spec.kind == NO_PREFIX:
+        return _strip_version(keys, "key")
+    n, fields = spec.num_prefix_cols, schema.fields
+    head, rest = _length_prefixed(keys, "prefix-scan key")
+    return splice_rows([(_strip_version(head, "key prefix"), StructType(fields[:n]), 0, n),
+                        (_strip_version(rest, "key remainder"), StructType(fields[n:]), 0, len(fields) - n)],
+                       keys.source)
+
+
+def encode_values(rows: RowBuffer) -> RowBuffer:
+    """UnsafeRow values as RocksDB writes single values (no row checksum)."""
+    return pack_rows([(1, rows)], rows.source)
+
+
+def unsafe_values(values: RowBuffer) -> RowBuffer:
+    """Single RocksDB values (no row checksum) as UnsafeRows."""
+    return _strip_version(values, "value")

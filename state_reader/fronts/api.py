@@ -198,13 +198,14 @@ def read_metadata(
 @_public_api
 def rewrite(
     checkpoint: str,
-    destination: str,
+    destination: str | None = None,
     *,
     num_partitions: int | None = None,
     provider: str | None = None,
     drop_keys: KeyFilterSpec | None = None,
     batch_id: int | None = None,
     allow_uncommitted: bool = False,
+    dry_run: bool = False,
     storage_options: dict[str, Any] | None = None,
     destination_storage_options: dict[str, Any] | None = None,
 ) -> RewriteReport:
@@ -217,7 +218,11 @@ def rewrite(
     its key to. ``drop_keys``: a key filter (the grammar of ``read_state``'s
     ``key_filter``) whose matching keys are left out, from every store of each operator.
     ``batch_id``: the committed batch whose state is written (default: the last).
-    ``provider``: ``"hdfs"`` or ``"rocksdb"``; only the checkpoint's own provider for now.
+    ``provider``: ``"hdfs"`` or ``"rocksdb"``: write the state in that provider's files and
+    record it in the checkpoint (operators Spark runs on RocksDB only are refused for HDFS).
+    ``dry_run``: write nothing (``destination`` may be omitted) and report the rows and bytes
+    each new partition would get, next to each old partition's (``report.table()``,
+    ``report.skew()``).
 
     ``checkpoint`` is only read. ``destination`` must not exist or be empty. A source
     whose last planned batch was never committed (a running or crashed query) is refused
@@ -226,12 +231,14 @@ def rewrite(
     :class:`~state_reader.core.rewrite.RewriteReport` (rows per new partition, files, bytes).
     """
     source = _Storage(checkpoint, dict(storage_options or {}))
-    dest = _Destination(destination, dict(destination_storage_options or storage_options or {}))
+    dest = (None if destination is None else
+            _Destination(destination, dict(destination_storage_options or storage_options or {})))
     return _rewrite_checkpoint(source, dest, num_partitions=num_partitions, provider=provider,
-                               drop_keys=drop_keys, batch_id=batch_id, allow_uncommitted=allow_uncommitted)
+                               drop_keys=drop_keys, batch_id=batch_id, allow_uncommitted=allow_uncommitted,
+                               dry_run=dry_run)
 
 
 @_public_api
-def repartition(checkpoint: str, destination: str, num_partitions: int, **options: Any) -> RewriteReport:
+def repartition(checkpoint: str, destination: str | None, num_partitions: int, **options: Any) -> RewriteReport:
     """:func:`rewrite` with a new number of state partitions: ``repartition(src, dst, 32)``."""
     return rewrite(checkpoint, destination, num_partitions=num_partitions, **options)

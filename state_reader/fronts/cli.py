@@ -593,6 +593,54 @@ def plot(checkpoint: str, out: str, operator_id: int | None, store_name: str | N
     return EXIT_OK
 
 
+@cli.command(epilog=KEY_FILTER_HELP)
+@click.argument("checkpoint")
+@click.argument("destination", required=False)
+@click.option("--partitions", "-n", "num_partitions", type=click.IntRange(min=1),
+              help="New number of state partitions (default: unchanged).")
+@click.option("--provider", type=click.Choice(["hdfs", "rocksdb"]), help="Write the state in this provider's files.")
+@click.option("--drop-keys", metavar="EXPR", help="Leave out the keys matching this key filter, from every store.")
+@click.option("--batch", "batch_id", type=int, help="Committed batch to rewrite (default: the last).")
+@click.option("--allow-uncommitted", is_flag=True, help="Rewrite even when the last planned batch has no commit.")
+@click.option("--dry-run", is_flag=True, help="Write nothing; show the rows and bytes each new partition would get.")
+@click.option("--plot", "plot_out", metavar="FILE.png", help="Also draw today's and the new partition sizes.")
+@common_options
+def rewrite(checkpoint: str, destination: str | None, num_partitions: int | None, provider: str | None,
+            drop_keys: str | None, batch_id: int | None, allow_uncommitted: bool, dry_run: bool,
+            plot_out: str | None, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+    """Write CHECKPOINT's state into a new checkpoint DESTINATION that the same query resumes from
+    (CHECKPOINT is only read; DESTINATION must not exist or be empty)."""
+    from state_reader.fronts.api import rewrite as rewrite_checkpoint
+
+    if destination is None and not dry_run:
+        raise click.UsageError("DESTINATION is required unless --dry-run is given")
+    if plot_out is not None:
+        try:
+            import matplotlib
+        except ImportError:
+            from state_reader.fronts.plotting import PLOT_NEEDS
+
+            raise click.ClickException(PLOT_NEEDS) from None
+        matplotlib.use("Agg")
+    report = rewrite_checkpoint(checkpoint, None if dry_run else destination, num_partitions=num_partitions,
+                                provider=provider, drop_keys=drop_keys, batch_id=batch_id,
+                                allow_uncommitted=allow_uncommitted, dry_run=dry_run,
+                                storage_options=_storage_options(storage_option))
+    if plot_out is not None:
+        from state_reader.fronts.plotting import rewrite_layout_figure
+
+        rewrite_layout_figure(report).savefig(plot_out)
+    if as_json:
+        _emit_json({**report.summary(), "plot": plot_out})
+        return EXIT_OK
+    con = _console()
+    for line in str(report).split("\n"):
+        con.print(Text(line))
+    if plot_out is not None:
+        con.print(Text(f"wrote {plot_out}"))
+    return EXIT_OK
+
+
 @cli.command()
 @click.argument("checkpoint")
 @click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",

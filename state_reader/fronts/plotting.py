@@ -114,3 +114,29 @@ def plot_state_size(checkpoint: str, *, operator_id: int | None = None, store_na
     table = stats(checkpoint, operator_id=operator_id, store_name=store_name, start_batch=start_batch,
                   end_batch=end_batch, storage_options=storage_options)
     return figure_from_stats(table, title=title or f"state of {checkpoint}")
+
+
+def rewrite_layout_figure(report: Any) -> Any:
+    """Today's and the new per-partition state bytes of a rewrite (or dry run) side by side,
+    on one scale, with each layout's median and skew (max/median) in its title."""
+    figure_class = _require_matplotlib()
+    from matplotlib.ticker import MaxNLocator
+
+    sides = [("today", *report.partition_sizes(False), report.skew(False)),
+             ("new", *report.partition_sizes(True), report.skew(True))]
+    largest = max((float(size.max()) for _, _, size, _ in sides if len(size)), default=0.0)
+    unit, scale = _byte_unit(largest)
+    fig = figure_class(figsize=(11, 3.6), layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    for ax, (label, _, size, skew) in zip(axes, sides, strict=True):
+        values = size / scale
+        ax.bar(range(len(values)), values, width=0.85, color="#4c72b0" if label == "today" else "#dd8452")
+        if len(values):
+            ax.axhline(statistics.median(values.tolist()), color="black", linewidth=0.8, linestyle="--")
+        ax.set_title(f"{label}: {len(values)} partitions, skew {skew:.2f} (max/median)", fontsize=10)
+        ax.set_xlabel("state partition")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.margins(x=0.01)
+    axes[0].set_ylabel(f"state ({unit}, uncompressed)")
+    fig.suptitle(f"{report.source} at batch {report.batch_id}", fontsize=10)
+    return fig

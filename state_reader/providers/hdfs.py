@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from state_reader.errors import CorruptFileError, MissingStateFileError, StateReaderError, TruncatedFileError
 from state_reader.formats import codecs, kernels
-from state_reader.formats.unsaferow import PAD, RowBuffer, byte_view, decode_rows, int_array
+from state_reader.formats.unsaferow import PAD, RowBuffer, byte_view, copy_spans, decode_rows, int_array
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import parse_state_file_name, state_file_name, version_ranges
 from state_reader.model.plan import StateReadPlan
@@ -284,6 +284,14 @@ class HDFSStore:
         last = _last_writes(buf, *records.identity(self.row_checksum), use_numba)
         return buf, size, records.take(last[records.value_len[last] >= 0])
 
+    def load_rows(self, version: int) -> tuple[RowBuffer, RowBuffer]:
+        """Keys and values (as stored: a row checksum stays in front of its value) at ``version``."""
+        buf, size, live = self.load_records(version)
+        source = f"{self.storage.display(self.directory)} (version {version})"
+        skip = self.value_skip
+        return (RowBuffer.wrap(buf, size, live.key_start, live.key_len, source + " key"),
+                RowBuffer.wrap(buf, size, live.value_start - skip, live.value_len + skip, source + " value"))
+
     def load(self, version: int, start_snapshot: int | None = None) -> dict[bytes, bytes]:
         """Key -> value bytes of the store at ``version``.
 
@@ -336,34 +344,40 @@ def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
 END_OF_FILE = b"\xff\xff\xff\xff"  # the int32 -1 that ends every delta and snapshot stream
 
 
-def _gather(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The spans ``source[starts[i]:starts[i] + lengths[i]]``, one after another, as one array."""
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, np.uint8)
-    out_starts = np.cumsum(lengths) - lengths
-    return source[np.arange(total, dtype=np.int64) + np.repeat(starts - out_starts, lengths)]
+def frame_records(keys: RowBuffer, values: RowBuffer) -> tuple[np.ndarray, np.ndarray]:
+    """Put records ``keyLen key valueLen value`` (lengths big-endian) of each key and value, one
+    after another, and each record's framed length."""
+    lengths = 8 + keys.lengths + values.lengths
+    starts = np.cumsum(lengths) - lengths
+    out = np.empty(int(lengths.sum()), dtype=np.uint8)
+    headers = np.empty((len(lengths), 2), dtype=">i4")
+    headers[:, 0] = keys.lengths
+    headers[:, 1] = values.lengths
+    raw = headers.view(np.uint8).reshape(-1)
+    at = 8 * np.arange(len(lengths), dtype=np.int64)
+    four = np.full(len(lengths), 4, dtype=np.int64)
+    copy_spans(out, starts, raw, at, four)
+    copy_spans(out, starts + 4, keys.buf, keys.starts, keys.lengths)
+    copy_spans(out, starts + 4 + keys.lengths, raw, at + 4, four)
+    copy_spans(out, starts + 8 + keys.lengths, values.buf, values.starts, values.lengths)
+    return out, lengths
 
 
-def framed_records(buf: np.ndarray, live: _Records, value_skip: int) -> tuple[np.ndarray, np.ndarray]:
-    """The put records ``live`` framed as in a snapshot (``keyLen key valueLen value``, lengths
-    big-endian), in their order, and each record's framed length.
-
-    A row checksum that precedes a value (``value_skip`` bytes) goes with it.
-    """
-    n = len(live.key_len)
-    value_len = live.value_len + value_skip
-    headers = np.empty((n, 2), dtype=">i4")
-    headers[:, 0] = live.key_len
-    headers[:, 1] = value_len
-    base = len(buf)
-    source = np.concatenate([buf, headers.view(np.uint8).reshape(-1)])
-    at = base + 8 * np.arange(n, dtype=np.int64)
-    starts = np.stack([at, live.key_start, at + 4, live.value_start - value_skip], axis=1).reshape(-1)
-    lengths = np.stack([np.full(n, 4), live.key_len, np.full(n, 4), value_len], axis=1).reshape(-1)
-    return _gather(source, starts.astype(np.int64), lengths.astype(np.int64)), 8 + live.key_len + value_len
+def framed_rows(data: bytes, path: str) -> tuple[RowBuffer, RowBuffer]:
+    """The keys and values of a stream of put records (as :func:`frame_records` writes, with or
+    without the end marker), where they lie in one buffer."""
+    body = data if data.endswith(END_OF_FILE) else data + END_OF_FILE
+    buf = np.zeros(len(body) + PAD, dtype=np.uint8)
+    buf[:len(body)] = np.frombuffer(body, dtype=np.uint8)
+    positions = _walk(buf, 0, len(body), path, False, 0, False)
+    be32 = byte_view(buf, ">i4")
+    key_len = be32[positions].astype(np.int64)
+    value_at = positions + 8 + key_len
+    value_len = be32[value_at - 4].astype(np.int64)
+    return (RowBuffer.wrap(buf, len(body), positions + 4, key_len, path + " key"),
+            RowBuffer.wrap(buf, len(body), value_at, value_len, path + " value"))
 
 
-def snapshot_file(records: list[np.ndarray], codec: str | None) -> bytes:
-    """A ``<version>.snapshot`` file holding the framed ``records``, compressed with ``codec``."""
-    return codecs.compress(b"".join(r.tobytes() for r in records) + END_OF_FILE, codec)
+def snapshot_file(framed: bytes, codec: str | None) -> bytes:
+    """A ``<version>.snapshot`` file holding the ``framed`` records, compressed with ``codec``."""
+    return codecs.compress(framed + END_OF_FILE, codec)

@@ -535,7 +535,7 @@ def _column_family(keys: RowBuffer, values: RowBuffer, state: StoreState, name: 
 # --- writing: snapshots ------------------------------------------------------------
 
 
-def snapshot_files(keys: list[bytes], values: list[bytes],
+def snapshot_files(keys: RowBuffer, values: RowBuffer,
                    extra_metadata: dict[str, Any] | None = None) -> tuple[bytes, list[tuple[str, bytes]]]:
     """One store's snapshot: the ``<version>.zip`` bytes and its SST files as (name in ``SSTs/``, bytes).
 
@@ -545,7 +545,7 @@ def snapshot_files(keys: list[bytes], values: list[bytes],
     """
     with tempfile.TemporaryDirectory(prefix="state_reader-rocksdb-") as workdir:
         db_dir = os.path.join(workdir, "db")
-        rocksdict_db.write_db(db_dir, keys, values)
+        rocksdict_db.write_db(db_dir, _row_bytes(keys), _row_bytes(values))
         entries: dict[str, bytes] = {}
         ssts: list[tuple[str, bytes]] = []
         described: list[snapshot_zip.DataFile] = []
@@ -558,5 +558,5 @@ def snapshot_files(keys: list[bytes], values: list[bytes],
                 described.append(snapshot_zip.DataFile(name, dfs_name, len(data)))
             elif name.startswith(rocksdict_db.DB_FILES_IN_ZIP) or name.endswith(".log"):
                 entries[name] = data
-    entries[snapshot_zip.ZIP_METADATA] = snapshot_zip.metadata_entry(described, len(keys), extra_metadata)
+    entries[snapshot_zip.ZIP_METADATA] = snapshot_zip.metadata_entry(described, len(keys.starts), extra_metadata)
     return snapshot_zip.build_zip(entries), ssts
