@@ -35,6 +35,8 @@ import json
 import os
 import posixpath
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -252,37 +254,23 @@ def _plan(cp: Checkpoint, batch_id: int, operator_id: int, store_name: str) -> S
                             "batchId": batch_id, "operatorId": operator_id, "storeName": store_name}, cp)
 
 
-def _targets(plan: StateReadPlan, keys: pa.StructArray, num_partitions: int, drop: KeyFilter | None,
-             single: bool) -> tuple[np.ndarray, np.ndarray, int]:
-    """The rows to keep, ordered by new partition, each one's new partition, and how many are dropped."""
-    n = len(keys)
-    keep = np.ones(n, dtype=bool)
-    if drop is not None:
-        keep = ~np.asarray(drop.mask(keys).to_numpy(zero_copy_only=False), dtype=bool)
-    if single:
-        target = np.zeros(n, dtype=np.int32)
-    else:
-        width = plan.partition_key_fields
-        if width is None:
-            raise UnsupportedOptionError(
-                f"cannot tell which key fields Spark partitions store '{plan.store_name}' of operator "
-                f"{plan.operator_id} by, so its rows cannot be moved to new partitions")
-        target = partition_ids([keys.field(i) for i in range(width)], num_partitions)
-    index = np.flatnonzero(keep)
-    index = index[np.argsort(target[index], kind="stable")]
-    return index, target[index], n - len(index)
+class StoreRows:
+    """One store's rows, partition by partition, as its provider stores them: where each row
+    goes in the new layout, and how to turn rows into the other provider's encoding."""
 
-
-class _StoreRows:
-    """One store's rows, partition by partition, as its provider stores them, and how to turn
-    them into the other provider's encoding."""
-
-    def __init__(self, plan: StateReadPlan) -> None:
+    def __init__(self, plan: StateReadPlan, single: bool = False) -> None:
         self.plan = plan
+        # a global limit keeps its count in partition 0 whatever the partitions (its key has no fields)
+        self.single = single
         self.rocksdb = plan.provider == ROCKSDB_PROVIDER
         self.spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
 
+    def target_partitions(self, num_partitions: int) -> list[int]:
+        """The new partitions this store writes: all of them, or partition 0 alone."""
+        return [0] if self.single else list(range(num_partitions))
+
     def load(self, pid: int) -> tuple[RowBuffer, RowBuffer]:
+        """Keys and values of old partition ``pid`` at the plan's version, as stored."""
         plan = self.plan
         directory = plan.checkpoint.store_dir(plan.operator_id, pid, plan.store_name)
         if not self.rocksdb:
@@ -295,10 +283,22 @@ class _StoreRows:
                 path=plan.checkpoint.location)
         return state.row_buffers(f"{plan.storage.display(directory)} (version {plan.version})")
 
-    def decode_keys(self, keys: RowBuffer) -> pa.StructArray:
-        if self.rocksdb:
-            return decode_keys(keys, self.plan.key_schema, self.spec, self.plan.store_conf.avro)
-        return decode_rows(keys, self.plan.key_schema)
+    def route(self, keys: RowBuffer, num_partitions: int, drop: KeyFilter | None) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's new partition (``pmod(murmur3(partition key), num_partitions)``) and whether it
+        is kept (not matched by ``drop``)."""
+        plan = self.plan
+        decoded = (decode_keys(keys, plan.key_schema, self.spec, plan.store_conf.avro) if self.rocksdb
+                   else decode_rows(keys, plan.key_schema))
+        n = len(decoded)
+        keep = np.ones(n, dtype=bool) if drop is None else _kept(drop, decoded)
+        if self.single:
+            return np.zeros(n, dtype=np.int32), keep
+        width = plan.partition_key_fields
+        if width is None:
+            raise UnsupportedOptionError(
+                f"cannot tell which key fields Spark partitions store '{plan.store_name}' of operator "
+                f"{plan.operator_id} by, so its rows cannot be moved to new partitions")
+        return partition_ids([decoded.field(i) for i in range(width)], num_partitions), keep
 
     def convert(self, keys: RowBuffer, values: RowBuffer, to_rocksdb: bool) -> tuple[RowBuffer, RowBuffer]:
         """The rows in the encoding of the target provider."""
@@ -307,6 +307,37 @@ class _StoreRows:
         if to_rocksdb:
             return encode_keys(keys, self.plan.key_schema, self.spec), encode_values(values)
         return unsafe_keys(keys, self.plan.key_schema, self.spec), unsafe_values(values)
+
+
+def _kept(drop: KeyFilter, keys: pa.StructArray) -> np.ndarray:
+    return ~np.asarray(drop.mask(keys).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+@dataclass
+class RoutedPartition:
+    """The rows of one old partition that are kept, ordered by new partition, in the target encoding."""
+
+    keys: RowBuffer
+    values: RowBuffer
+    # each kept row's new partition (non-decreasing)
+    target: np.ndarray
+    dropped: int
+    old_rows: int
+    old_bytes: int
+
+
+def route_partition(rows: StoreRows, pid: int, num_partitions: int, drop: KeyFilter | None,
+                    to_rocksdb: bool) -> RoutedPartition:
+    """Load old partition ``pid`` of a store and send each row to its new partition."""
+    keys, values = rows.load(pid)
+    old_rows, old_bytes = len(keys.starts), int((keys.lengths + values.lengths).sum())
+    if old_rows == 0:
+        return RoutedPartition(keys, values, np.zeros(0, dtype=np.int32), 0, 0, 0)
+    target, keep = rows.route(keys, num_partitions, drop)
+    index = np.flatnonzero(keep)
+    index = index[np.argsort(target[index], kind="stable")]
+    keys, values = rows.convert(keys.take(index), values.take(index), to_rocksdb)
+    return RoutedPartition(keys, values, target[index], old_rows - len(index), old_rows, old_bytes)
 
 
 class _Spill:
@@ -332,40 +363,38 @@ class _Spill:
         return data
 
 
-def _route_store(rows: _StoreRows, report: StoreReport, num_partitions: int, drop: KeyFilter | None,
-                 single: bool, to_rocksdb: bool, spill: _Spill | None, bar: Progress) -> None:
+def _route_store(rows: StoreRows, report: StoreReport, num_partitions: int, drop: KeyFilter | None,
+                 to_rocksdb: bool, spill: _Spill | None, bar: Progress) -> None:
     """Send every row of one store to its new partition (into ``spill`` unless a dry run),
     counting rows and bytes per old and per new partition in ``report``."""
-    plan = rows.plan
     new_rows = np.zeros(num_partitions, dtype=np.int64)
     new_bytes = np.zeros(num_partitions, dtype=np.int64)
-    for pid in plan.partitions:
-        keys, values = rows.load(pid)
-        report.old_rows_per_partition.append(len(keys.starts))
-        report.old_bytes_per_partition.append(int((keys.lengths + values.lengths).sum()))
-        if len(keys.starts) == 0:
-            continue
-        index, target, dropped = _targets(plan, rows.decode_keys(keys), num_partitions, drop, single)
-        report.dropped += dropped
-        keys, values = rows.convert(keys.take(index), values.take(index), to_rocksdb)
-        counts = np.bincount(target, minlength=num_partitions)
-        sizes = keys.lengths + values.lengths
+    for pid in rows.plan.partitions:
+        routed = route_partition(rows, pid, num_partitions, drop, to_rocksdb)
+        report.old_rows_per_partition.append(routed.old_rows)
+        report.old_bytes_per_partition.append(routed.old_bytes)
+        report.dropped += routed.dropped
+        counts = np.bincount(routed.target, minlength=num_partitions)
         new_rows += counts
-        new_bytes += np.bincount(target, weights=sizes, minlength=num_partitions).astype(np.int64)
-        if spill is not None:
-            framed, lengths = frame_records(keys, values)
+        sizes = routed.keys.lengths + routed.values.lengths
+        new_bytes += np.bincount(routed.target, weights=sizes, minlength=num_partitions).astype(np.int64)
+        if spill is not None and len(routed.target):
+            framed, lengths = frame_records(routed.keys, routed.values)
             # the records are in partition order: partition p's bytes run between these offsets
             spill.add(framed, np.r_[0, np.cumsum(lengths)][np.r_[0, np.cumsum(counts)]], counts)
-        del keys, values
+        del routed
         bar.advance()
-    targets = [0] if single else range(num_partitions)
+    targets = rows.target_partitions(num_partitions)
     report.rows = int(new_rows.sum())
     report.rows_per_partition = [int(new_rows[p]) for p in targets]
     report.bytes_per_partition = [int(new_bytes[p]) for p in targets]
 
 
-def _zip_extra_metadata(plan: StateReadPlan) -> dict[str, Any]:
-    """The fields the source's writer puts in a snapshot zip's metadata beyond SSTs and key counts."""
+def zip_extra_metadata(plan: StateReadPlan) -> dict[str, Any]:
+    """The fields the source's writer puts in a RocksDB snapshot zip's metadata beyond SSTs and key
+    counts (none when the source is HDFS-backed)."""
+    if plan.provider != ROCKSDB_PROVIDER:
+        return {}
     for pid in plan.partitions:
         directory = plan.checkpoint.store_dir(plan.operator_id, pid, plan.store_name)
         zips = [(parsed[0], name) for name in plan.storage.list_names(directory) or []
@@ -380,15 +409,40 @@ def _zip_extra_metadata(plan: StateReadPlan) -> dict[str, Any]:
     return {}
 
 
-def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partitions: int | None = None,
-                       provider: str | None = None, drop_keys: KeyFilterSpec | None = None,
-                       batch_id: int | None = None, allow_uncommitted: bool = False,
-                       dry_run: bool = False, show_progress: bool | None = None) -> RewriteReport:
-    """Write the checkpoint of ``source`` at ``batch_id`` (default: the last committed) into ``dest``.
+@dataclass
+class RewritePlan:
+    """What a rewrite will do, checked before anything is written."""
 
-    ``dry_run`` writes nothing (``dest`` may be None) and reports the rows and bytes each
-    new partition would get next to each old partition's.
-    """
+    checkpoint: Checkpoint
+    batch_id: int
+    old_partitions: int
+    new_partitions: int
+    source_provider: str
+    provider: str
+    # every store of every stateful operator, with how its rows are found and routed
+    stores: list[StoreRows]
+
+    @property
+    def to_rocksdb(self) -> bool:
+        return self.provider == "rocksdb"
+
+    @property
+    def offset_confs(self) -> dict[str, str]:
+        """The confs the destination's offset log records differently from the source's."""
+        confs = {CONF_SHUFFLE_PARTITIONS: str(self.new_partitions)}
+        if self.provider != self.source_provider:
+            confs[CONF_PROVIDER] = PROVIDER_CLASSES[self.provider]
+        return confs
+
+    def report(self, destination: str, dry_run: bool) -> RewriteReport:
+        return RewriteReport(self.checkpoint.location, destination, self.batch_id, self.provider,
+                             self.old_partitions, self.new_partitions, source_provider=self.source_provider,
+                             dry_run=dry_run)
+
+
+def plan_rewrite(source: Storage, *, num_partitions: int | None = None, provider: str | None = None,
+                 batch_id: int | None = None, allow_uncommitted: bool = False) -> RewritePlan:
+    """Check that ``source`` can be rewritten as asked and plan every store; reads logs and metadata only."""
     cp = Checkpoint(source)
     cp.require_checkpoint()
     committed = cp.committed_batches
@@ -416,7 +470,7 @@ def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partiti
     target_provider = source_provider if provider is None else provider.lower()
     moving = target_provider != source_provider
 
-    plans: list[tuple[StateReadPlan, bool]] = []
+    stores: list[StoreRows] = []
     join_format = int(conf.get(CONF_JOIN_FORMAT) or 0) if str(conf.get(CONF_JOIN_FORMAT, "")).isdigit() else 0
     for op in cp.operator_ids:
         meta = cp.operator_metadata(op, batch)
@@ -445,82 +499,104 @@ def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partiti
                 raise UnsupportedOptionError(
                     f"{cp.location} encodes its state with Avro; moving it to another provider is not supported "
                     "yet", path=cp.location)
-            # a global limit keeps its count in partition 0 whatever the partitions (its key has no fields)
-            single = name in SINGLE_PARTITION_OPERATORS or plan.partition_key_fields == 0
-            plans.append((plan, single))
+            stores.append(StoreRows(plan, name in SINGLE_PARTITION_OPERATORS or plan.partition_key_fields == 0))
+    return RewritePlan(cp, batch, old_partitions, new_partitions, source_provider, target_provider, stores)
 
-    to_rocksdb = target_provider == "rocksdb"
-    if not dry_run:
-        if dest is None:
-            raise InvalidOptionError("a rewrite needs a destination (or dry_run=True)")
-        dest.require_empty()
-    report = RewriteReport(cp.location, dest.display() if dest is not None else "", batch, target_provider,
-                           old_partitions, new_partitions, source_provider=source_provider, dry_run=dry_run)
+
+def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partitions: int | None = None,
+                       provider: str | None = None, drop_keys: KeyFilterSpec | None = None,
+                       batch_id: int | None = None, allow_uncommitted: bool = False,
+                       dry_run: bool = False, show_progress: bool | None = None) -> RewriteReport:
+    """Write the checkpoint of ``source`` at ``batch_id`` (default: the last committed) into ``dest``.
+
+    ``dry_run`` writes nothing (``dest`` may be None) and reports the rows and bytes each
+    new partition would get next to each old partition's.
+    """
+    rp = plan_rewrite(source, num_partitions=num_partitions, provider=provider, batch_id=batch_id,
+                      allow_uncommitted=allow_uncommitted)
+    n = rp.new_partitions
     if dry_run:
-        for plan, single in plans:
-            store = _store_report(plan)
-            with progress(f"routing {_label(plan)}", len(plan.partitions), enabled=show_progress) as bar:
-                _route_store(_StoreRows(plan), store, new_partitions, bind_key_filter(plan, drop_keys), single,
-                             to_rocksdb, None, bar)
+        report = rp.report("", dry_run=True)
+        for rows in rp.stores:
+            store = store_report(rows.plan)
+            with progress(f"routing {_label(rows.plan)}", len(rows.plan.partitions), enabled=show_progress) as bar:
+                _route_store(rows, store, n, bind_key_filter(rows.plan, drop_keys), rp.to_rocksdb, None, bar)
             report.stores.append(store)
         return report
-    assert dest is not None
+    if dest is None:
+        raise InvalidOptionError("a rewrite needs a destination (or dry_run=True)")
+    dest.require_empty()
+    report = rp.report(dest.display(), dry_run=False)
+    put = _counting_writer(dest, report)
+    dest.write("metadata", INCOMPLETE)  # the commit point is the real `metadata`, written last
+    with failure_marked(rp, dest):
+        with tempfile.TemporaryDirectory(prefix="state_reader-rewrite-") as workdir:
+            for rows in rp.stores:
+                store = store_report(rows.plan)
+                spill = _Spill(workdir, n)
+                targets = rows.target_partitions(n)
+                with progress(f"routing {_label(rows.plan)}", len(rows.plan.partitions) + len(targets),
+                              enabled=show_progress) as bar:
+                    _route_store(rows, store, n, bind_key_filter(rows.plan, drop_keys), rp.to_rocksdb, spill, bar)
+                    bar.advance(0, f"writing {_label(rows.plan)}")
+                    extra = zip_extra_metadata(rows.plan)
+                    for pid in targets:
+                        write_partition(rows.plan, pid, spill.take(pid), rp.to_rocksdb, extra, put)
+                        bar.advance()
+                report.stores.append(store)
+        finish_checkpoint(rp, dest, put)
+    return report
 
+
+def _counting_writer(dest: Destination, report: RewriteReport) -> Callable[[str, bytes], None]:
     def put(rel: str, data: bytes) -> None:
         dest.write(rel, data)
         report.files += 1
         report.bytes += len(data)
 
-    dest.write("metadata", INCOMPLETE)  # the commit point is the real `metadata`, written last
+    return put
+
+
+@contextmanager
+def failure_marked(rp: RewritePlan, dest: Destination) -> Iterator[None]:
+    """Turn a failure while writing ``dest`` into a :class:`RewriteFailedError` that says the
+    destination is marked incomplete (its ``metadata`` still holds :data:`INCOMPLETE`)."""
     try:
-        with tempfile.TemporaryDirectory(prefix="state_reader-rewrite-") as workdir:
-            for plan, single in plans:
-                store = _store_report(plan)
-                spill = _Spill(workdir, new_partitions)
-                targets = [0] if single else range(new_partitions)
-                with progress(f"routing {_label(plan)}", len(plan.partitions) + len(targets),
-                              enabled=show_progress) as bar:
-                    _route_store(_StoreRows(plan), store, new_partitions, bind_key_filter(plan, drop_keys), single,
-                                 to_rocksdb, spill, bar)
-                    bar.advance(0, f"writing {_label(plan)}")
-                    _write_store(cp, plan, spill, targets, to_rocksdb, put, bar)
-                report.stores.append(store)
-        confs = {CONF_SHUFFLE_PARTITIONS: str(new_partitions), CONF_PROVIDER: PROVIDER_CLASSES[target_provider]}
-        _copy_logs(cp, put, batch, confs if moving else {CONF_SHUFFLE_PARTITIONS: str(new_partitions)})
-        _copy_state_metadata(cp, put, new_partitions, dest)
-        put("metadata", cp.storage.read_bytes("metadata"))
+        yield
     except (StateReaderError, OSError) as exc:
         raise RewriteFailedError(
-            f"rewriting {cp.location} into {dest.display()} stopped: {getattr(exc, 'message', exc)}. "
+            f"rewriting {rp.checkpoint.location} into {dest.display()} stopped: {getattr(exc, 'message', exc)}. "
             f"{dest.display('metadata')} marks the destination incomplete, so Spark will not start from it; "
             "delete it and rewrite again", path=dest.display()) from exc
-    return report
+
+
+def write_partition(plan: StateReadPlan, pid: int, framed: bytes, to_rocksdb: bool, extra: dict[str, Any],
+                    put: Callable[[str, bytes], None]) -> None:
+    """New partition ``pid`` of a store: its ``framed`` rows (target encoding, as
+    :func:`~state_reader.providers.hdfs.frame_records` frames them) as the snapshot of version B + 1."""
+    directory = plan.checkpoint.store_dir(plan.operator_id, pid, plan.store_name)
+    if to_rocksdb:
+        archive, ssts = rocksdb.snapshot_files(*framed_rows(framed, f"rows routed to {directory}"), extra)
+        for name, data in ssts:
+            put(posixpath.join(directory, snapshot_zip.SST_DIR, name), data)
+        put(posixpath.join(directory, state_file_name(plan.version, "zip")), archive)
+    else:
+        put(posixpath.join(directory, state_file_name(plan.version, "snapshot")), snapshot_file(framed, plan.codec))
+
+
+def finish_checkpoint(rp: RewritePlan, dest: Destination, put: Callable[[str, bytes], None]) -> None:
+    """Everything but the state: logs, schema files, operator metadata, and last the real ``metadata``
+    (the commit point: from then on Spark starts from ``dest``)."""
+    _copy_logs(rp.checkpoint, put, rp.batch_id, rp.offset_confs)
+    _copy_state_metadata(rp.checkpoint, put, rp.new_partitions, dest)
+    put("metadata", rp.checkpoint.storage.read_bytes("metadata"))
 
 
 def _label(plan: StateReadPlan) -> str:
     return f"operator {plan.operator_id} store {plan.store_name}"
 
 
-def _write_store(cp: Checkpoint, plan: StateReadPlan, spill: _Spill, targets: Any, to_rocksdb: bool,
-                 put: Any, bar: Progress) -> None:
-    """Each new partition's routed rows as the snapshot of version B + 1 in the target provider's files."""
-    extra = _zip_extra_metadata(plan) if plan.provider == ROCKSDB_PROVIDER else {}
-    for pid in targets:
-        directory = cp.store_dir(plan.operator_id, pid, plan.store_name)
-        framed = spill.take(pid)
-        if to_rocksdb:
-            archive, ssts = rocksdb.snapshot_files(*framed_rows(framed, f"rows routed to {directory}"), extra)
-            for name, data in ssts:
-                put(posixpath.join(directory, snapshot_zip.SST_DIR, name), data)
-            put(posixpath.join(directory, state_file_name(plan.version, "zip")), archive)
-        else:
-            put(posixpath.join(directory, state_file_name(plan.version, "snapshot")),
-                snapshot_file(framed, plan.codec))
-        del framed
-        bar.advance()
-
-
-def _store_report(plan: StateReadPlan) -> StoreReport:
+def store_report(plan: StateReadPlan) -> StoreReport:
     meta = plan.checkpoint.operator_metadata(plan.operator_id, plan.batch_id)
     return StoreReport(plan.operator_id, meta.operator_name if meta is not None else None, plan.store_name)
 
