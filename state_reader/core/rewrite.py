@@ -283,22 +283,28 @@ class StoreRows:
                 path=plan.checkpoint.location)
         return state.row_buffers(f"{plan.storage.display(directory)} (version {plan.version})")
 
-    def route(self, keys: RowBuffer, num_partitions: int, drop: KeyFilter | None) -> tuple[np.ndarray, np.ndarray]:
-        """Each row's new partition (``pmod(murmur3(partition key), num_partitions)``) and whether it
-        is kept (not matched by ``drop``)."""
+    def partition_key(self, keys: RowBuffer, drop: KeyFilter | None) -> tuple[list[pa.Array], np.ndarray]:
+        """The columns Spark's shuffle hashes to place each row (none for a single-partition store),
+        and whether each row is kept (not matched by ``drop``)."""
         plan = self.plan
         decoded = (decode_keys(keys, plan.key_schema, self.spec, plan.store_conf.avro) if self.rocksdb
                    else decode_rows(keys, plan.key_schema))
-        n = len(decoded)
-        keep = np.ones(n, dtype=bool) if drop is None else _kept(drop, decoded)
+        keep = np.ones(len(decoded), dtype=bool) if drop is None else _kept(drop, decoded)
         if self.single:
-            return np.zeros(n, dtype=np.int32), keep
+            return [], keep
         width = plan.partition_key_fields
         if width is None:
             raise UnsupportedOptionError(
                 f"cannot tell which key fields Spark partitions store '{plan.store_name}' of operator "
                 f"{plan.operator_id} by, so its rows cannot be moved to new partitions")
-        return partition_ids([decoded.field(i) for i in range(width)], num_partitions), keep
+        return [decoded.field(i) for i in range(width)], keep
+
+    def route(self, keys: RowBuffer, num_partitions: int, drop: KeyFilter | None) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's new partition (``pmod(murmur3(partition key), num_partitions)``) and whether it is kept."""
+        columns, keep = self.partition_key(keys, drop)
+        if not columns:
+            return np.zeros(len(keep), dtype=np.int32), keep
+        return partition_ids(columns, num_partitions), keep
 
     def convert(self, keys: RowBuffer, values: RowBuffer, to_rocksdb: bool) -> tuple[RowBuffer, RowBuffer]:
         """The rows in the encoding of the target provider."""
