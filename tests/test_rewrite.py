@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from streaming_queries import QUERIES, Query, _write_input, run_query, session_confs
+from streaming_queries import CHECKPOINT_V2_QUERIES, QUERIES, Query, _write_input, run_query, session_confs
 
 import state_reader
 from state_reader.core.options import from_kwargs
@@ -58,6 +58,34 @@ def resume(spark, query: Query, checkpoint: str, input_dir: Path) -> dict[int, l
     return collected
 
 
+def resume_with_timers(spark, query: Query, checkpoint: str, input_dir: Path, batches: int = 2) -> list[list[str]]:
+    """``resume`` for queries whose processing-time timers keep an availableNow trigger planning
+    batches without data forever: run on a processing-time trigger until ``batches`` batches with
+    output, then stop; their rows, in order (batches without data carry no rows and are skipped)."""
+    collected: dict[int, list[str]] = {}
+
+    def sink(df, batch_id: int) -> None:
+        rows = sorted(repr(tuple(r)) for r in df.collect())
+        if rows:
+            collected[batch_id] = rows
+
+    with session_confs(spark, query.confs):
+        source = (spark.readStream.schema(query.schema).option("maxFilesPerTrigger", 1)
+                  .option("allowNonNumericNumbers", "true").json(str(input_dir)))
+        handle = (query.build(source).writeStream.foreachBatch(sink).outputMode(query.output_mode)
+                  .option("checkpointLocation", checkpoint).trigger(processingTime="1 second").start())
+        try:
+            deadline = time.monotonic() + 180
+            while len(collected) < batches and time.monotonic() < deadline:
+                if handle.exception() is not None:
+                    raise handle.exception()
+                time.sleep(0.2)
+        finally:
+            handle.stop()
+    assert len(collected) >= batches, f"the restarted query produced {len(collected)} batches with output"
+    return [collected[b] for b in sorted(collected)]
+
+
 def _digest(directory: str) -> dict[str, str]:
     return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(Path(directory).rglob("*")) if p.is_file()}
@@ -95,16 +123,19 @@ def assert_builtin_sees_same_state(spark, src: str, dst: str, num_partitions: in
 
 # every operator the HDFS-backed provider runs, and every codec; RocksDB (checkpoint format 1) without and
 # with changelog checkpointing, for the operators without column families
+# with checkpoint format 2 (files named by unique ids in the commit log)
 CASES = ["agg_window", "agg_fmt1", "dedup", "dedup_within", "session_window", "apply_in_pandas", "join_inner",
          "multi", "limit", "agg_zstd", "agg_snappy", "agg_lzf",
          "rocksdb_agg_window", "rocksdb_cl_agg_window", "rocksdb_dedup", "rocksdb_cl_session_window",
-         "rocksdb_apply_in_pandas", "rocksdb_cl_multi"]
+         "rocksdb_apply_in_pandas", "rocksdb_cl_multi", "join_left_outer_rocksdb_cl",
+         "rocksdb_v2_agg_window", "rocksdb_v2_session_window", "rocksdb_v2_multi"]
+ALL_QUERIES = {**QUERIES, **CHECKPOINT_V2_QUERIES}
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_resume_oracle(spark, tmp_path, name):
     """Rewritten to fewer partitions, to more, and into the other provider: each resumes as the source does."""
-    query = QUERIES[name]
+    query = ALL_QUERIES[name]
     src = run_query(spark, query, tmp_path / "run")
     input_dir = tmp_path / "run" / "input"
     before = _digest(src)
@@ -113,15 +144,19 @@ def test_resume_oracle(spark, tmp_path, name):
     old = int(plan.num_partitions or 0)
     other = "hdfs" if "RocksDB" in plan.provider else "rocksdb"
     targets = {"fewer": (max(1, old - 1), None), "more": (old + 3, None), other: (old + 1, other)}
-    for label, (n, provider) in targets.items():
-        dst = str(tmp_path / f"dst-{label}")
-        report = state_reader.rewrite(src, dst, num_partitions=n, provider=provider)
-        assert report.new_partitions == n and report.old_partitions == old
-        assert report.provider == (provider or report.source_provider)
-        assert _digest(src) == before, "the source changed"
-        assert_builtin_sees_same_state(spark, src, dst, n)
-    moved = plan_state_read(from_kwargs(str(tmp_path / f"dst-{other}"), {"operator_id": op, "store_name": store}))
-    assert ("RocksDB" in moved.provider) == (other == "rocksdb")
+    if name in CHECKPOINT_V2_QUERIES:
+        # the HDFS-backed provider has no checkpoint format 2
+        with pytest.raises(state_reader.UnsupportedOptionError, match="format 2"):
+            state_reader.rewrite(src, str(tmp_path / "hdfs"), provider="hdfs")
+        del targets[other]
+    with session_confs(spark, query.confs):  # Spark's reader needs the format 2 conf to read such state
+        for label, (n, provider) in targets.items():
+            dst = str(tmp_path / f"dst-{label}")
+            report = state_reader.rewrite(src, dst, num_partitions=n, provider=provider)
+            assert report.new_partitions == n and report.old_partitions == old
+            assert report.provider == (provider or report.source_provider)
+            assert _digest(src) == before, "the source changed"
+            assert_builtin_sees_same_state(spark, src, dst, n)
     _add_input(input_dir, _new_batches(query))
     copy = str(tmp_path / "src-copy")
     shutil.copytree(src, copy)
@@ -131,12 +166,100 @@ def test_resume_oracle(spark, tmp_path, name):
         dst = str(tmp_path / f"dst-{label}")
         got = resume(spark, query, dst, input_dir)
         assert got == expected, (label, n)
-        for op, store in _stores(copy):
-            options = {"operatorId": op, "storeName": store}
-            assert _state_rows(spark, dst, **options) == _state_rows(spark, copy, **options), (label, op, store)
-    # the resumed query kept the provider the rewrite put in the checkpoint
-    after = plan_state_read(from_kwargs(str(tmp_path / f"dst-{other}"), {"operator_id": op, "store_name": store}))
-    assert ("RocksDB" in after.provider) == (other == "rocksdb")
+        with session_confs(spark, query.confs):
+            for op, store in _stores(copy):
+                options = {"operatorId": op, "storeName": store}
+                assert _state_rows(spark, dst, **options) == _state_rows(spark, copy, **options), (label, op, store)
+    if other in targets:
+        # the resumed query kept the provider the rewrite put in the checkpoint
+        after = plan_state_read(from_kwargs(str(tmp_path / f"dst-{other}"), {"operator_id": op, "store_name": store}))
+        assert ("RocksDB" in after.provider) == (other == "rocksdb")
+
+
+# stores with RocksDB column families: transformWithState (every variable kind, TTL, timers) and joins of
+# formats 3 and 4; Spark runs them on RocksDB only
+FAMILY_CASES = ["tws", "join_v3", "join_v4"]
+# what the restarted query writes from its clock: TTL expiries and timers registered at "now + 1 hour"
+_CLOCK_FIELDS = {"ttlExpirationMs", "expiration_timestamp_ms"}
+
+
+def _forget_unfinished_batch(checkpoint: str) -> None:
+    """A query on a processing-time trigger is stopped while planning its next batch; drop that plan,
+    as if it had stopped a moment earlier, so that both restarts plan the next batch from the new input."""
+    cp = Path(checkpoint)
+    committed = max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
+    for p in (cp / "offsets").iterdir():
+        number = p.name.removeprefix(".").removesuffix(".crc")
+        if number.isdigit() and int(number) > committed:
+            p.unlink()
+
+
+def _family_reads(checkpoint: str) -> list[dict[str, str]]:
+    """The built-in reader's options that together show every column family's state."""
+    cp = Checkpoint(Storage(checkpoint))
+    meta = cp.operator_metadata(0, cp.latest_committed_batch())
+    if "transformWithState" in (meta.operator_name or ""):
+        names = [v["stateName"] for v in meta.properties["stateVariables"] if not v["stateName"].startswith("$")]
+        return [{"stateVarName": n} for n in names] + [{"readRegisteredTimers": "true"}]
+    return [{"joinSide": "left"}, {"joinSide": "right"}]
+
+
+def _without_clock(value):
+    if hasattr(value, "asDict"):
+        value = value.asDict()
+    if isinstance(value, dict):
+        return {k: _without_clock(v) for k, v in sorted(value.items()) if k not in _CLOCK_FIELDS}
+    if isinstance(value, (list, tuple)):
+        return [_without_clock(v) for v in value]
+    return value
+
+
+def _family_rows(spark, checkpoint: str, options: dict[str, str], clock: bool = True,
+                 partition: bool = False) -> list[str]:
+    df = spark.read.format("statestore").options(**options).load(checkpoint)
+    rows = (df if partition else df.drop("partition_id")).collect()
+    return sorted(repr(r.asDict(recursive=True) if clock else _without_clock(r)) for r in rows)
+
+
+@pytest.mark.parametrize("name", FAMILY_CASES)
+def test_resume_oracle_column_families(spark, tmp_path, name):
+    """Every column family is rewritten (internal ones too): Spark's reader sees each variable, its
+    timers and both join sides unchanged, every row where hash() puts it, and the query resumes alike."""
+    from pyspark.sql import functions as F
+
+    query = QUERIES[name]
+    src = run_query(spark, query, tmp_path / "run")
+    _forget_unfinished_batch(src)
+    input_dir = tmp_path / "run" / "input"
+    before = _digest(src)
+    reads = _family_reads(src)
+    with pytest.raises(state_reader.UnsupportedOptionError, match="RocksDB provider only"):
+        state_reader.rewrite(src, str(tmp_path / "hdfs"), provider="hdfs")
+    old = state_reader.rewrite(src, dry_run=True).old_partitions
+    targets = {"fewer": max(1, old - 1), "more": old + 3}
+    for label, n in targets.items():
+        dst = str(tmp_path / f"dst-{label}")
+        report = state_reader.repartition(src, dst, n)
+        assert report.stores[0].rows > 0 and report.stores[0].rows == sum(report.stores[0].old_rows_per_partition)
+        assert _digest(src) == before, "the source changed"
+        for options in reads:
+            assert _family_rows(spark, dst, options) == _family_rows(spark, src, options), (label, options)
+            df = spark.read.format("statestore").options(**options).load(dst)
+            # join format 4 shows each row's event time in the key; the join key is the rest
+            key = [F.col("key")[f] for f in df.schema["key"].dataType.names if f != "__event_time"]
+            wrong = df.where(F.col("partition_id") != F.pmod(F.hash(*key), F.lit(n))).count()
+            assert wrong == 0, (label, options)
+    _add_input(input_dir, _new_batches(query))
+    copy = str(tmp_path / "src-copy")
+    shutil.copytree(src, copy)
+    restart = resume_with_timers if query.processing_time else resume
+    expected = restart(spark, query, copy, input_dir)
+    assert expected, "the restarted query ran no batch"
+    for label in targets:
+        dst = str(tmp_path / f"dst-{label}")
+        assert restart(spark, query, dst, input_dir) == expected, label
+        for options in reads:
+            assert _family_rows(spark, dst, options, clock=False) == _family_rows(spark, copy, options, clock=False)
 
 
 def test_drop_keys_removes_them_from_every_store(spark, tmp_path):
@@ -172,10 +295,6 @@ def test_refusals(checkpoints, tmp_path):
     assert not (tmp_path / "a").exists()
     report = state_reader.repartition(str(running), str(tmp_path / "b"), 3, allow_uncommitted=True)
     assert report.batch_id == last
-    with pytest.raises(state_reader.UnsupportedOptionError, match="checkpoint format 2"):
-        state_reader.repartition(checkpoints("rocksdb_v2_agg_window"), str(tmp_path / "c"), 3)
-    with pytest.raises(state_reader.UnsupportedOptionError, match="column families"):
-        state_reader.repartition(checkpoints("join_v3"), str(tmp_path / "e"), 3)
     with pytest.raises(state_reader.UnsupportedOptionError, match="RocksDB provider only"):
         state_reader.rewrite(checkpoints("join_v3"), str(tmp_path / "f"), provider="hdfs")
     with pytest.raises(state_reader.InvalidOptionError):
@@ -253,21 +372,22 @@ def test_resume_oracle_older_writers(spark, tmp_path, writer, name):
     assert expected and got == expected
 
 
-def test_equals_sparks_own_repartition(spark, checkpoints, tmp_path):
+@pytest.mark.parametrize("name", ["rocksdb_agg_window", "tws", "join_v3"])
+def test_equals_sparks_own_repartition(spark, checkpoints, tmp_path, name):
     """Where Spark 4.3's experimental repartition works (RocksDB, format 1), ours gives the same state,
     every row in the same partition."""
     manager = getattr(spark, "_streamingCheckpointManager", None)
     if manager is None:
         pytest.skip("this pyspark has no streaming checkpoint manager")
-    src = checkpoints("rocksdb_agg_window")
+    src = tmp_path / "src"
+    shutil.copytree(checkpoints(name), src)
+    _forget_unfinished_batch(str(src))
     theirs = tmp_path / "theirs"
     shutil.copytree(src, theirs)
     manager.repartition(str(theirs), 5)  # in place, on the copy
     ours = str(tmp_path / "ours")
-    state_reader.repartition(src, ours, 5)
-
-    def rows(cp: str) -> list[str]:
-        df = spark.read.format("statestore").load(cp)
-        return sorted(repr(tuple(r)) for r in df.collect())
-
-    assert rows(ours) == rows(str(theirs))
+    state_reader.repartition(str(src), ours, 5)
+    reads = _family_reads(ours) if name != "rocksdb_agg_window" else [{}]
+    for options in reads:
+        assert _family_rows(spark, ours, options, partition=True) == \
+            _family_rows(spark, str(theirs), options, partition=True), options

@@ -35,6 +35,7 @@ import json
 import os
 import posixpath
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,11 +45,13 @@ import numpy as np
 import pyarrow as pa
 
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
-from state_reader.core.planner import plan_state_read, store_names_on_disk
+from state_reader.core.planner import join_column_families, plan_state_read, store_names_on_disk
 from state_reader.core.scan import bind_key_filter
 from state_reader.errors import (
+    CorruptFileError,
     InvalidOptionError,
     RewriteFailedError,
+    SchemaReadError,
     StateReaderError,
     UncommittedBatchError,
     UnsupportedOptionError,
@@ -56,18 +59,30 @@ from state_reader.errors import (
 from state_reader.formats import snapshot_zip
 from state_reader.formats.rocksdb_encoding import (
     KeyEncoderSpec,
+    column_family_ids,
     decode_keys,
     encode_keys,
     encode_values,
+    rejoin_multi_value,
+    strip_column_family,
     unsafe_keys,
     unsafe_values,
 )
 from state_reader.formats.spark_hash import partition_ids
-from state_reader.formats.unsaferow import RowBuffer, decode_rows
+from state_reader.formats.spark_types import StructType
+from state_reader.formats.unsaferow import RowBuffer, decode_rows, pack_rows
 from state_reader.io.destination import Destination
 from state_reader.io.storage import Storage
 from state_reader.model import operators
-from state_reader.model.checkpoint import Checkpoint, numeric_names, parse_state_file_name, state_file_name
+from state_reader.model.checkpoint import (
+    DEFAULT_STORE,
+    JOIN_STORES,
+    Checkpoint,
+    OperatorMetadata,
+    numeric_names,
+    parse_state_file_name,
+    state_file_name,
+)
 from state_reader.model.conf import (
     CONF_JOIN_FORMAT,
     CONF_PROVIDER,
@@ -77,6 +92,14 @@ from state_reader.model.conf import (
     ROCKSDB_PROVIDER,
 )
 from state_reader.model.plan import StateReadPlan
+from state_reader.model.state_variables import (
+    LIST,
+    PartitionKeyPath,
+    family_partition_key,
+    family_schemas,
+    user_variables,
+    variable_kinds,
+)
 from state_reader.progress import Progress, progress
 from state_reader.providers import rocksdb
 from state_reader.providers.hdfs import HDFSStore, frame_records, framed_rows, snapshot_file
@@ -201,8 +224,11 @@ class RewriteReport:
                              f"max {int(size.max()):,} bytes, skew (max/median) {self.skew(new):.2f}")
         for s in self.stores:
             dropped = f", {s.dropped} dropped" if s.dropped else ""
+            per = s.rows_per_partition
+            shown = (str(per) if len(per) <= 16 else
+                     f"{min(per):,} .. median {int(np.median(per)):,} .. max {max(per):,}") if per else "[]"
             lines.append(f"  operator {s.operator_id} ({s.operator_name or 'unknown'}) store {s.store_name}: "
-                         f"{s.rows} rows{dropped}, per partition {s.rows_per_partition}")
+                         f"{s.rows:,} rows{dropped}, per partition {shown}")
         return "\n".join(lines)
 
 
@@ -249,9 +275,9 @@ def _operator_metadata(text: str, num_partitions: int, src_root: str, dst_root: 
     return header + "\n" + json.dumps(doc, separators=(",", ":"))
 
 
-def _plan(cp: Checkpoint, batch_id: int, operator_id: int, store_name: str) -> StateReadPlan:
+def _plan(cp: Checkpoint, batch_id: int, operator_id: int, store_name: str, **options: Any) -> StateReadPlan:
     return plan_state_read({"path": cp.storage.url, "storageOptions": cp.storage.storage_options,
-                            "batchId": batch_id, "operatorId": operator_id, "storeName": store_name}, cp)
+                            "batchId": batch_id, "operatorId": operator_id, "storeName": store_name, **options}, cp)
 
 
 class StoreRows:
@@ -313,6 +339,137 @@ class StoreRows:
         if to_rocksdb:
             return encode_keys(keys, self.plan.key_schema, self.spec), encode_values(values)
         return unsafe_keys(keys, self.plan.key_schema, self.spec), unsafe_values(values)
+
+
+class FamilyStoreRows(StoreRows):
+    """A RocksDB store that keeps virtual column families (transformWithState, join formats 3 and 4).
+
+    Every family is rewritten, Spark's internal ones too (TTL indexes, list counters, both timer
+    indexes), each row routed by the grouping (or join) key found in its own family's key, so a
+    key's variables, TTL entries and timers land in the same new partition. Rows are copied as
+    they are, except that family ids are made those of the destination's snapshots where a
+    partition numbered them differently, and that list values RocksDB combined at read time get
+    the merge delimiter the checkpoint's merge operator writes.
+    """
+
+    def __init__(self, plan: StateReadPlan, metadata: OperatorMetadata) -> None:
+        super().__init__(plan)
+        store = metadata.store(DEFAULT_STORE)
+        if store is None:
+            raise SchemaReadError(f"operator metadata of operator {plan.operator_id} lists no '{DEFAULT_STORE}' store",
+                                  path=plan.storage.display(f"state/{plan.operator_id}/_metadata"))
+        self.families = family_schemas(plan.checkpoint, plan.operator_id, store)
+        kinds = variable_kinds(metadata)
+        self.paths = {name: family_partition_key(name, family, kinds) for name, family in self.families.items()}
+        self.specs = {name: KeyEncoderSpec.from_plan(family.key_encoder, 0) for name, family in self.families.items()}
+        self.multi_value = {name for name in self.families
+                            if kinds.get(name) == LIST or name.endswith(("-keyWithTsToValues", "-tsWithKey"))}
+        # the ids the destination's snapshots name (their metadata is the source's): rows are renumbered to them
+        self.mapping: dict[str, int] = dict(zip_extra_metadata(plan).get("columnFamilyMapping") or {})
+        self.names = {cf_id: name for name, cf_id in self.mapping.items()}
+        # the key Spark hashes and drop_keys is matched against: a transformWithState plan's key is the
+        # grouping key already; a join family's key is narrowed to the join key
+        if operators.is_transform_with_state(metadata.operator_name) or plan.variable is None:
+            self.key_schema = plan.key_schema
+        else:
+            self.key_schema = _struct_at(plan.variable.family.key_schema, self.paths[plan.variable.name])
+
+    def load(self, pid: int) -> tuple[RowBuffer, RowBuffer]:
+        plan = self.plan
+        directory = plan.checkpoint.store_dir(plan.operator_id, pid, plan.store_name)
+        source = f"{plan.storage.display(directory)} (version {plan.version})"
+        state = rocksdb.load_store(plan, directory, pid)
+        keys, values = state.row_buffers(source)
+        if len(keys.starts) == 0:
+            return keys, values
+        own = rocksdb.store_column_families(plan, directory, state)
+        if own != self.mapping:
+            keys = self._renumbered(keys, own, source)
+        if self.multi_value and plan.store_conf.merge_operator_version != 1:
+            values = self._rejoined(keys, values, source)
+        return keys, values
+
+    def _renumbered(self, keys: RowBuffer, own: dict[str, int], source: str) -> RowBuffer:
+        table = np.full(1 << 16, -1, dtype=np.int32)
+        for name, cf_id in own.items():
+            if name not in self.mapping:
+                raise CorruptFileError(f"{source}: column family {name} is not among those of the store's "
+                                       f"other partitions ({', '.join(sorted(self.mapping))})", path=source)
+            table[cf_id & 0xFFFF] = self.mapping[name]
+        new_ids = table[column_family_ids(keys).astype(np.int64) & 0xFFFF]
+        if (new_ids < 0).any():
+            raise CorruptFileError(f"{source}: a key names a column family id its snapshot does not list", path=source)
+        out = pack_rows([(0, keys)], keys.source)
+        out.buf[out.starts[:, None] + np.arange(2, dtype=np.int64)] = \
+            new_ids.astype("<i2").view(np.uint8).reshape(-1, 2)
+        return out
+
+    def _rejoined(self, keys: RowBuffer, values: RowBuffer, source: str) -> RowBuffer:
+        ids = column_family_ids(keys)
+        multi = np.isin(ids, [self.mapping[n] for n in self.multi_value if n in self.mapping])
+        if not multi.any():
+            return values
+        conf = self.plan.store_conf
+        data = values.buf
+        rows = [bytes(data[s:s + n]) for s, n in zip(values.starts.tolist(), values.lengths.tolist(), strict=True)]
+        for i in np.flatnonzero(multi).tolist():
+            rows[i] = rejoin_multi_value(rows[i], conf.merge_operator_version, conf.row_checksum, source)
+        return RowBuffer.from_rows(rows, values.source)
+
+    def partition_key(self, keys: RowBuffer, drop: KeyFilter | None) -> tuple[list[pa.Array], np.ndarray]:
+        plan = self.plan
+        target_type = self.key_schema.to_arrow()
+        ids = column_family_ids(keys) if len(keys.starts) else np.zeros(0, dtype=np.int16)
+        parts: list[pa.Array] = []
+        order: list[np.ndarray] = []
+        for cf_id in np.unique(ids).tolist():
+            name = self.names.get(cf_id)
+            if name is None or name not in self.families:
+                raise CorruptFileError(
+                    f"{keys.source}: {len(ids[ids == cf_id])} keys of column family "
+                    f"{name or f'id {cf_id}'}, which has no schema to route them by", path=keys.source)
+            index = np.flatnonzero(ids == cf_id)
+            decoded = decode_keys(strip_column_family(keys.take(index)), self.families[name].key_schema,
+                                  self.specs[name], plan.store_conf.avro)
+            parts.append(_as_type(_array_at(decoded, self.paths[name]), target_type, name))
+            order.append(index)
+        if not parts:
+            grouping = pa.array([], type=target_type)
+        else:
+            grouping = pa.concat_arrays(parts).take(pa.array(np.argsort(np.concatenate(order), kind="stable")))
+        keep = np.ones(len(grouping), dtype=bool) if drop is None else _kept(drop, grouping)
+        return [grouping], keep
+
+    def convert(self, keys: RowBuffer, values: RowBuffer, to_rocksdb: bool) -> tuple[RowBuffer, RowBuffer]:
+        return keys, values  # column families exist on RocksDB only; plan_rewrite refuses a move
+
+
+def _array_at(keys: pa.StructArray, path: PartitionKeyPath) -> pa.StructArray:
+    out = keys
+    for i in path.path:
+        out = out.field(i)
+    if path.leading is not None:
+        out = pa.StructArray.from_arrays([out.field(i) for i in range(path.leading)],
+                                         fields=[out.type.field(i) for i in range(path.leading)])
+    return out
+
+
+def _struct_at(schema: StructType, path: PartitionKeyPath) -> StructType:
+    out = schema
+    for i in path.path:
+        out = out.fields[i].data_type  # type: ignore[assignment]
+    return StructType(list(out.fields[:path.leading])) if path.leading is not None else out
+
+
+def _as_type(arr: pa.StructArray, target: pa.DataType, family: str) -> pa.StructArray:
+    """One family's grouping keys as the store's grouping key type (families differ in nullability only)."""
+    if arr.type == target:
+        return arr
+    try:
+        return arr.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise SchemaReadError(f"the grouping key in column family {family} ({arr.type}) does not match the "
+                              f"operator's ({target}): {exc}", path=family) from exc
 
 
 def _kept(drop: KeyFilter, keys: pa.StructArray) -> np.ndarray:
@@ -427,10 +584,38 @@ class RewritePlan:
     provider: str
     # every store of every stateful operator, with how its rows are found and routed
     stores: list[StoreRows]
+    # RocksDB checkpoint format 2: state files named by unique ids that the commit entry of the batch lists
+    unique_ids: bool = False
+    # seeds the destination's unique ids, so that any process writing a partition names it alike
+    rewrite_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
     @property
     def to_rocksdb(self) -> bool:
         return self.provider == "rocksdb"
+
+    def unique_id(self, plan: StateReadPlan, pid: int) -> str | None:
+        """The unique id of a new partition's files (checkpoint format 2), None in format 1."""
+        if not self.unique_ids:
+            return None
+        return str(uuid.uuid5(uuid.UUID(self.rewrite_id), f"{plan.operator_id}/{pid}/{plan.store_name}"))
+
+    def commit_entry(self) -> dict[str, Any]:
+        """The destination's commit entry of the rewritten batch: the source's, with (format 2) the new
+        partitions' unique ids, one list per partition holding each store's id in Spark's store order."""
+        _, entry = self.checkpoint.commit_entry(self.batch_id)
+        entry = dict(entry)
+        if self.unique_ids:
+            by_operator: dict[int, list[StoreRows]] = {}
+            for rows in self.stores:
+                by_operator.setdefault(rows.plan.operator_id, []).append(rows)
+            ids: dict[str, list[list[str]]] = {}
+            for op, stores in by_operator.items():
+                stores = sorted(stores, key=lambda r: JOIN_STORES.index(r.plan.store_name)
+                                if r.plan.store_name in JOIN_STORES else 0)
+                ids[str(op)] = [[self.unique_id(r.plan, pid) or "" for r in stores]
+                                for pid in stores[0].target_partitions(self.new_partitions)]
+            entry["stateUniqueIds"] = ids
+        return entry
 
     @property
     def offset_confs(self) -> dict[str, str]:
@@ -488,25 +673,43 @@ def plan_rewrite(source: Storage, *, num_partitions: int | None = None, provider
                 "(transformWithState, join state formats 3 and 4), which Spark runs on the RocksDB provider only; "
                 "it cannot move to the HDFS-backed provider", path=cp.location)
         if families:
-            raise UnsupportedOptionError(
-                f"operator {op} ({name}) of {cp.location} keeps its state in column families (transformWithState, "
-                "join state formats 3 and 4); rewriting those is not supported yet", path=cp.location)
+            assert meta is not None
+            plan = _plan(cp, batch, op, DEFAULT_STORE, **_family_plan_options(cp, meta))
+            _require_rewritable(cp, plan, batch, moving)
+            stores.append(FamilyStoreRows(plan, meta))
+            continue
         for store_name in store_names_on_disk(cp, op):
             plan = _plan(cp, batch, op, store_name)
-            if plan.provider == ROCKSDB_PROVIDER and cp.names_files_by_unique_id(batch):
-                raise UnsupportedOptionError(
-                    f"{cp.location} uses RocksDB checkpoint format 2 (state files named by the unique ids in its "
-                    "commit log); rewriting it is not supported yet", path=cp.location)
-            if moving and plan.store_conf.row_checksum:
-                raise UnsupportedOptionError(
-                    f"{cp.location} keeps row checksums ({CONF_ROW_CHECKSUM}); moving it to another provider "
-                    "is not supported yet", path=cp.location)
-            if moving and plan.store_conf.avro:
-                raise UnsupportedOptionError(
-                    f"{cp.location} encodes its state with Avro; moving it to another provider is not supported "
-                    "yet", path=cp.location)
+            _require_rewritable(cp, plan, batch, moving)
             stores.append(StoreRows(plan, name in SINGLE_PARTITION_OPERATORS or plan.partition_key_fields == 0))
-    return RewritePlan(cp, batch, old_partitions, new_partitions, source_provider, target_provider, stores)
+    return RewritePlan(cp, batch, old_partitions, new_partitions, source_provider, target_provider, stores,
+                       unique_ids=cp.names_files_by_unique_id(batch))
+
+
+def _family_plan_options(cp: Checkpoint, meta: OperatorMetadata) -> dict[str, Any]:
+    """Read options that plan a store with column families: its first variable, or its first join family."""
+    if operators.is_transform_with_state(meta.operator_name):
+        names = user_variables(meta)
+        return {"stateVarName": names[0]} if names else {"readRegisteredTimers": True}
+    names = join_column_families(cp, meta)
+    return {"storeName": next((n for n in names if n.endswith("-keyToNumValues")), names[0])}
+
+
+def _require_rewritable(cp: Checkpoint, plan: StateReadPlan, batch: int, moving: bool) -> None:
+    """Refuse what the rewrite does not support yet, before anything is written."""
+    if moving and cp.names_files_by_unique_id(batch):
+        raise UnsupportedOptionError(
+            f"{cp.location} uses RocksDB checkpoint format 2, which the HDFS-backed provider does not support "
+            "(Spark refuses checkpointFormatVersion 2 with it); it cannot move to the HDFS-backed provider",
+            path=cp.location)
+    if moving and plan.store_conf.row_checksum:
+        raise UnsupportedOptionError(
+            f"{cp.location} keeps row checksums ({CONF_ROW_CHECKSUM}); moving it to another provider "
+            "is not supported yet", path=cp.location)
+    if moving and plan.store_conf.avro:
+        raise UnsupportedOptionError(
+            f"{cp.location} encodes its state with Avro; moving it to another provider is not supported "
+            "yet", path=cp.location)
 
 
 def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partitions: int | None = None,
@@ -547,7 +750,8 @@ def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partiti
                     bar.advance(0, f"writing {_label(rows.plan)}")
                     extra = zip_extra_metadata(rows.plan)
                     for pid in targets:
-                        write_partition(rows.plan, pid, spill.take(pid), rp.to_rocksdb, extra, put)
+                        write_partition(rows.plan, pid, spill.take(pid), rp.to_rocksdb, extra, put,
+                                        rp.unique_id(rows.plan, pid))
                         bar.advance()
                 report.stores.append(store)
         finish_checkpoint(rp, dest, put)
@@ -577,15 +781,16 @@ def failure_marked(rp: RewritePlan, dest: Destination) -> Iterator[None]:
 
 
 def write_partition(plan: StateReadPlan, pid: int, framed: bytes, to_rocksdb: bool, extra: dict[str, Any],
-                    put: Callable[[str, bytes], None]) -> None:
+                    put: Callable[[str, bytes], None], unique_id: str | None = None) -> None:
     """New partition ``pid`` of a store: its ``framed`` rows (target encoding, as
-    :func:`~state_reader.providers.hdfs.frame_records` frames them) as the snapshot of version B + 1."""
+    :func:`~state_reader.providers.hdfs.frame_records` frames them) as the snapshot of version B + 1
+    (named by ``unique_id`` in checkpoint format 2: :meth:`RewritePlan.unique_id`)."""
     directory = plan.checkpoint.store_dir(plan.operator_id, pid, plan.store_name)
     if to_rocksdb:
         archive, ssts = rocksdb.snapshot_files(*framed_rows(framed, f"rows routed to {directory}"), extra)
         for name, data in ssts:
             put(posixpath.join(directory, snapshot_zip.SST_DIR, name), data)
-        put(posixpath.join(directory, state_file_name(plan.version, "zip")), archive)
+        put(posixpath.join(directory, state_file_name(plan.version, "zip", unique_id)), archive)
     else:
         put(posixpath.join(directory, state_file_name(plan.version, "snapshot")), snapshot_file(framed, plan.codec))
 
@@ -594,6 +799,8 @@ def finish_checkpoint(rp: RewritePlan, dest: Destination, put: Callable[[str, by
     """Everything but the state: logs, schema files, operator metadata, and last the real ``metadata``
     (the commit point: from then on Spark starts from ``dest``)."""
     _copy_logs(rp.checkpoint, put, rp.batch_id, rp.offset_confs)
+    version = "v2" if rp.unique_ids else f"v{rp.checkpoint.commit_entry(rp.batch_id)[0]}"
+    put(f"commits/{rp.batch_id}", f"{version}\n{json.dumps(rp.commit_entry(), separators=(',', ':'))}".encode())
     _copy_state_metadata(rp.checkpoint, put, rp.new_partitions, dest)
     put("metadata", rp.checkpoint.storage.read_bytes("metadata"))
 
@@ -616,7 +823,7 @@ def _copy_logs(cp: Checkpoint, put: Any, batch: int, confs: dict[str, str]) -> N
             text = storage.read_bytes(rel).decode("utf-8")
             put(rel, _with_confs(text, confs, storage.display(rel)).encode("utf-8"))
     for b in numeric_names(storage.list_names("commits")):
-        if b <= batch:
+        if b < batch:  # the rewritten batch's own entry names the new files: finish_checkpoint writes it
             put(f"commits/{b}", storage.read_bytes(f"commits/{b}"))
     for rel in _files_under(storage, "sources"):
         name = posixpath.basename(rel)

@@ -425,3 +425,12 @@ def encode_values(rows: RowBuffer) -> RowBuffer:
 def unsafe_values(values: RowBuffer) -> RowBuffer:
     """Single RocksDB values (no row checksum) as UnsafeRows."""
     return _strip_version(values, "value")
+
+
+def rejoin_multi_value(value: bytes, merge_operator_version: int, row_checksum: bool, source: str) -> bytes:
+    """A multi value with its elements joined by the delimiter of ``merge_operator_version``:
+    values RocksDB combined at read time have ',' between elements, which version 2 does not write."""
+    header = (CHECKSUM_BYTES if row_checksum else 0) + LENGTH_BYTES
+    delimiter = MERGE_DELIMITERS[merge_operator_version]
+    return delimiter.join(value[start - header:start + size]
+                          for start, size in split_multi_value(value, merge_operator_version, row_checksum, source))

@@ -206,8 +206,10 @@ def read_column_families(raw: bytes, zip_shown: str) -> dict[str, int]:
     return parse_metadata(metadata, zip_shown).column_families
 
 
-def metadata_entry(sst_files: list[DataFile], num_keys: int, extra: dict[str, Any] | None = None) -> bytes:
-    """Spark's ``metadata`` entry for a snapshot of ``sst_files`` holding ``num_keys`` keys.
+def metadata_entry(sst_files: list[DataFile], num_keys: int, num_internal_keys: int | None = None,
+                   extra: dict[str, Any] | None = None) -> bytes:
+    """Spark's ``metadata`` entry for a snapshot of ``sst_files`` holding ``num_keys`` keys (and
+    ``num_internal_keys`` in Spark's internal column families, when it keeps them apart).
 
     ``extra`` carries the fields a newer writer adds (column family mapping and the like),
     as the source checkpoint recorded them.
@@ -218,6 +220,8 @@ def metadata_entry(sst_files: list[DataFile], num_keys: int, extra: dict[str, An
         "numKeys": num_keys,
         **(extra or {}),
     }
+    if num_internal_keys is not None:
+        doc["numInternalKeys"] = num_internal_keys
     return (ZIP_METADATA_VERSION + "\n" + json.dumps(doc, separators=(",", ":"))).encode("utf-8")
 
 

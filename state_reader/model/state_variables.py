@@ -172,3 +172,48 @@ def family_schema(cp: Checkpoint, operator_id: int, store: StoreInfo, name: str)
         raise SchemaReadError(f"no schema for state variable {name} in the schema files of operator {operator_id}",
                               path=cp.storage.display(f"state/{operator_id}/_stateSchema"))
     return family
+
+
+# -- where Spark's partitioning key sits in each column family's key -------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionKeyPath:
+    """Where, in a column family's key, the key Spark's shuffle partitions rows by sits: descend
+    the nested struct fields ``path`` (indexes), then keep the ``leading`` fields (all when None)."""
+
+    path: tuple[int, ...] = ()
+    leading: int | None = None
+
+
+def family_partition_key(name: str, family: ColumnFamilySchema, variable_kinds: dict[str, str]) -> PartitionKeyPath:
+    """The grouping key (transformWithState) or join key (join formats 3, 4) in family ``name``'s key.
+
+    transformWithState keys lead with the grouping key, except map variables and the timers'
+    key-to-time index (``key: struct<G>`` first, prefix-scan encoded), and the range-scan indexes
+    (TTL ``$ttl_*`` and the timers' time-to-key: the time first, then the element key, which for
+    a map's TTL is ``struct<key: G, userKey>``). Join keys lead the four join families; the
+    ``keyWithIndexToValue`` index and format 4's ``__event_time`` end them.
+    """
+    fields = family.key_schema.fields
+    if name.endswith("-keyToNumValues"):
+        return PartitionKeyPath()
+    if name.endswith(("-keyWithIndexToValue", "-keyWithTsToValues", "-tsWithKey")):
+        return PartitionKeyPath(leading=len(fields) - 1)
+    kind = str(family.key_encoder.get("keyStateEncoderType", "NoPrefixKeyStateEncoderSpec"))
+    if kind == "NoPrefixKeyStateEncoderSpec":
+        return PartitionKeyPath()
+    if kind == "PrefixKeyScanStateEncoderSpec" and fields and fields[0].data_type.kind == "struct":
+        return PartitionKeyPath((0,))
+    if kind == "RangeKeyScanStateEncoderSpec" and len(fields) == 2 and fields[1].data_type.kind == "struct":
+        if name.startswith("$ttl_") and variable_kinds.get(name[len("$ttl_"):]) == MAP:
+            return PartitionKeyPath((1, 0))
+        return PartitionKeyPath((1,))
+    raise SchemaReadError(f"cannot tell where the grouping key sits in the key of column family {name} "
+                          f"(key encoder {kind}, key {[f.name for f in fields]})", path=name)
+
+
+def variable_kinds(metadata: OperatorMetadata) -> dict[str, str]:
+    """State variable name -> its type (``ValueState``, ``ListState``, ``MapState``, ``TimerState``)."""
+    return {str(v.get("stateName")): str(v.get("stateVariableType", VALUE))
+            for v in metadata.properties.get("stateVariables", [])}

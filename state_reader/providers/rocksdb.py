@@ -414,6 +414,11 @@ def load_store(plan: StateReadPlan, directory: str, partition_id: int) -> StoreS
     return store.load(plan.version, unique_id(plan.version))
 
 
+def store_column_families(plan: StateReadPlan, directory: str, state: StoreState) -> dict[str, int]:
+    """Virtual column family name -> id of a loaded store (from its snapshot, else its newest zip)."""
+    return state.column_families or _store(plan, directory).column_families(plan.version)
+
+
 def read_store(plan: StateReadPlan, directory: str, partition_id: int,
                column_family: str | None = None) -> tuple[pa.StructArray, pa.StructArray]:
     """Keys and values of one RocksDB store at the plan's version, decoded as Arrow.
@@ -535,6 +540,18 @@ def _column_family(keys: RowBuffer, values: RowBuffer, state: StoreState, name: 
 # --- writing: snapshots ------------------------------------------------------------
 
 
+def _key_counts(keys: RowBuffer, extra: dict[str, Any] | None) -> tuple[int, int | None]:
+    """(numKeys, numInternalKeys) of a snapshot: with column families, keys of Spark's internal
+    families (``columnFamilyTypeMap`` true, or named ``$...``) count apart."""
+    mapping = (extra or {}).get("columnFamilyMapping") or {}
+    if not mapping:
+        return len(keys.starts), None
+    internal_flags = (extra or {}).get("columnFamilyTypeMap") or {}
+    internal = [cf_id for name, cf_id in mapping.items() if internal_flags.get(name, name.startswith("$"))]
+    n_internal = int(np.isin(column_family_ids(keys), internal).sum()) if len(keys.starts) else 0
+    return len(keys.starts) - n_internal, n_internal
+
+
 def snapshot_files(keys: RowBuffer, values: RowBuffer,
                    extra_metadata: dict[str, Any] | None = None) -> tuple[bytes, list[tuple[str, bytes]]]:
     """One store's snapshot: the ``<version>.zip`` bytes and its SST files as (name in ``SSTs/``, bytes).
@@ -558,5 +575,6 @@ def snapshot_files(keys: RowBuffer, values: RowBuffer,
                 described.append(snapshot_zip.DataFile(name, dfs_name, len(data)))
             elif name.startswith(rocksdict_db.DB_FILES_IN_ZIP) or name.endswith(".log"):
                 entries[name] = data
-    entries[snapshot_zip.ZIP_METADATA] = snapshot_zip.metadata_entry(described, len(keys.starts), extra_metadata)
+    entries[snapshot_zip.ZIP_METADATA] = snapshot_zip.metadata_entry(described, *_key_counts(keys, extra_metadata),
+                                                                     extra_metadata)
     return snapshot_zip.build_zip(entries), ssts
