@@ -168,6 +168,13 @@ class RowDecodeError(CorruptFileError):
     error_class = "STATE_READER_ROW_DOES_NOT_FIT_SCHEMA"
 
 
+class RowEncodeError(StateReaderError):
+    """A value cannot be written as an UnsafeRow of the schema it is encoded with
+    (e.g. a decimal wider than its precision, a null map key)."""
+
+    error_class = "STATE_READER_VALUE_DOES_NOT_FIT_SCHEMA"
+
+
 class StorageError(StateReaderError):
     """The storage behind a checkpoint failed while reading it."""
 

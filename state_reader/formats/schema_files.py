@@ -1,9 +1,10 @@
 """State schema files: v1/v2 (``state/<op>/0/[<store>/]_metadata/schema``) and v3
-(``state/<op>/_stateSchema/<store>/<batch>_<uuid>``).
+(``state/<op>/_stateSchema/<store>/<batch>_<uuid>``), read and written.
 
 Both are Java ``DataOutputStream`` output: ``writeUTF`` strings (2-byte big-endian
 length + modified UTF-8) and big-endian ints. JSON documents longer than 65535
-characters are split into chunks, preceded by an int32 chunk count.
+characters (UTF-16 code units, as Java counts them) are split into chunks,
+preceded by an int32 chunk count.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from state_reader.errors import SchemaReadError
-from state_reader.formats.spark_types import StructType, parse_struct
+from state_reader.errors import SchemaReadError, StateReaderError
+from state_reader.formats.spark_types import StructType, parse_struct, spark_json
 
 # The user-key schema of a column family without one is written as this literal.
 _EMPTY_USER_KEY = "{    }"
@@ -139,3 +140,91 @@ def read_schema_v3(data: bytes, path: str) -> list[ColumnFamilySchema]:
             return _read_v3(data, path, with_ids=False)
         except SchemaReadError:
             raise first from None
+
+
+# --- writing ----------------------------------------------------------------------------
+
+# Spark's schema writers cut JSON into chunks of this many UTF-16 code units (SchemaHelper.MAX_UTF_CHUNK_SIZE)
+_CHUNK = 65535
+
+
+def encode_modified_utf8(text: str) -> bytes:
+    """Java modified UTF-8 (``DataOutputStream.writeUTF``'s bytes): NUL as C0 80, characters
+    beyond U+FFFF as two 3-byte surrogates; lone surrogates (a pair cut by a chunk) as themselves."""
+    # one character per UTF-16 code unit, so that a surrogate pair becomes two 3-byte sequences
+    raw = _utf16_units(text).encode("utf-8", "surrogatepass")
+    return raw.replace(b"\x00", b"\xc0\x80") if b"\x00" in raw else raw
+
+
+def _utf16_units(text: str) -> str:
+    """``text`` with every character beyond U+FFFF as its two surrogates: Java's string indices."""
+    if all(ord(ch) < 0x10000 for ch in text):
+        return text
+    units = text.encode("utf-16-le", "surrogatepass")
+    return "".join(chr(int.from_bytes(units[i:i + 2], "little")) for i in range(0, len(units), 2))
+
+
+class _JavaWriter:
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def utf(self, text: str, what: str) -> None:
+        raw = encode_modified_utf8(text)
+        if len(raw) > 0xFFFF:
+            # Java's writeUTF throws UTFDataFormatException here, so Spark cannot write such a file either
+            raise StateReaderError(f"{what} takes {len(raw)} bytes in modified UTF-8; writeUTF holds at most 65535")
+        self.parts.append(struct.pack(">H", len(raw)) + raw)
+
+    def int32(self, value: int) -> None:
+        self.parts.append(struct.pack(">i", value))
+
+    def int16(self, value: int) -> None:
+        self.parts.append(struct.pack(">h", value))
+
+    def chunked(self, text: str, what: str) -> None:
+        """A JSON document as Spark's ``writeJsonSchema``: chunk count, then each chunk by ``writeUTF``."""
+        units = _utf16_units(text)
+        count = (len(units) - 1) // _CHUNK + 1 if units else 1  # Java's division: one empty chunk
+        self.int32(count)
+        for i in range(count):
+            self.utf(units[i * _CHUNK:(i + 1) * _CHUNK], what)
+
+    def bytes(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def write_schema_v2(key_schema: StructType, value_schema: StructType) -> bytes:
+    """The bytes of a schema v2 file (``state/<op>/0/[<store>/]_metadata/schema``) as Spark 3.3+ writes them.
+
+    ``writeUTF("v2")``, then the key and the value schema as chunked ``StructType.json``.
+    """
+    out = _JavaWriter()
+    out.utf("v2", "version")
+    out.chunked(key_schema.json(), "key schema")
+    out.chunked(value_schema.json(), "value schema")
+    return out.bytes()
+
+
+def write_schema_v3(families: list[ColumnFamilySchema], *, with_ids: bool = True) -> bytes:
+    """The bytes of a schema v3 file (``state/<op>/_stateSchema/<store>/<batch>_<uuid>``) listing ``families``.
+
+    Families are written in the order given (Spark sorts them by name). ``with_ids``:
+    the int16 key and value schema ids of released writers (4.0+); without them, the
+    layout of pre-release 4.0 code. A family without a user key schema gets Spark's
+    ``"{    }"`` placeholder.
+    """
+    out = _JavaWriter()
+    out.utf("v3", "version")
+    out.int32(len(families))
+    for family in families:
+        out.utf(family.name, "column family name")
+        if with_ids:
+            out.int16(family.key_schema_id)
+        out.chunked(family.key_schema.json(), f"key schema of {family.name}")
+        if with_ids:
+            out.int16(family.value_schema_id)
+        out.chunked(family.value_schema.json(), f"value schema of {family.name}")
+        out.chunked(spark_json(family.key_encoder), f"key encoder spec of {family.name}")
+        user_key = family.user_key_schema.json() if family.user_key_schema is not None else _EMPTY_USER_KEY
+        out.chunked(user_key, f"user key schema of {family.name}")
+    return out.bytes()

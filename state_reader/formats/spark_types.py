@@ -9,7 +9,9 @@ table built here has exactly the schema Spark's Arrow path expects.
 
 from __future__ import annotations
 
+import decimal
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,8 +130,8 @@ class StructType(DataType):
         return {"type": "struct", "fields": [f.to_json() for f in self.fields]}
 
     def json(self) -> str:
-        """Compact JSON text, as Spark's ``StructType.json``."""
-        return json.dumps(self.to_json(), separators=(",", ":"))
+        """Compact JSON text, character for character as Spark's ``StructType.json``."""
+        return spark_json(self.to_json())
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,8 @@ class UserDefinedType(DataType):
 
     sql_type: DataType = None  # type: ignore[assignment]
     raw: str = ""
+    # the JSON in the order it was written (``raw`` is sorted, for comparing types)
+    ordered: str = field(default="", compare=False, hash=False)
 
     def __init__(self, sql_type: DataType, raw: dict) -> None:
         object.__setattr__(self, "kind", sql_type.kind)
@@ -204,6 +208,7 @@ class UserDefinedType(DataType):
         object.__setattr__(self, "json_name", "udt")
         object.__setattr__(self, "sql_type", sql_type)
         object.__setattr__(self, "raw", json.dumps(raw, sort_keys=True))
+        object.__setattr__(self, "ordered", json.dumps(raw))
 
     @property
     def fixed_width(self) -> int | None:
@@ -213,7 +218,61 @@ class UserDefinedType(DataType):
         return self.sql_type.to_arrow()
 
     def to_json(self) -> Any:
-        return json.loads(self.raw)
+        return json.loads(self.ordered or self.raw)
+
+
+# Jackson's short escapes; every other control character becomes \\u00XX (upper-case hex)
+_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+_JSON_ESCAPE_RE = re.compile(r'["\\\x00-\x1f]')
+
+
+def _java_double(value: float) -> str:
+    """Java's ``Double.toString``: plain from 1e-3 up to 1e7, else ``d.dddE<exp>``; always a fraction digit.
+
+    The digits are the shortest that read back as the same double (Python's ``repr``,
+    and Java's since JDK 19; older JDKs sometimes print a digit more)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    sign = "-" if math.copysign(1.0, value) < 0 else ""
+    if value == 0:
+        return sign + "0.0"
+    parts = decimal.Decimal(repr(abs(value))).normalize().as_tuple()
+    digits = "".join(map(str, parts.digits))
+    exponent = len(digits) + int(parts.exponent) - 1  # of the first digit
+    if 1e-3 <= abs(value) < 1e7:
+        if exponent < 0:
+            return f"{sign}0.{'0' * (-exponent - 1)}{digits}"
+        whole = digits[:exponent + 1].ljust(exponent + 1, "0")
+        return f"{sign}{whole}.{digits[exponent + 1:] or '0'}"
+    return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exponent}"
+
+
+def spark_json(value: Any) -> str:
+    """``value`` as compact JSON text, as Spark writes it (json4s rendered by Jackson).
+
+    Keys keep their order, non-ASCII characters are written as they are, control
+    characters get Jackson's escapes, and floats Java's ``Double.toString`` form.
+    """
+    if isinstance(value, str):
+        return '"' + _JSON_ESCAPE_RE.sub(lambda m: _JSON_ESCAPES.get(m.group(), f"\\u{ord(m.group()):04X}"),
+                                         value) + '"'
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _java_double(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{spark_json(str(k))}:{spark_json(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(spark_json(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
 _DECIMAL_RE = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(-?\d+)\s*\)$")
