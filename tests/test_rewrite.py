@@ -391,3 +391,41 @@ def test_equals_sparks_own_repartition(spark, checkpoints, tmp_path, name):
     for options in reads:
         assert _family_rows(spark, ours, options, partition=True) == \
             _family_rows(spark, str(theirs), options, partition=True), options
+
+
+def test_schema_evolution_example_runs():
+    """examples/schema_evolution.py: Spark refuses the changed query on the old checkpoint and resumes it
+    from the rewrite, old aggregates carried on and the new one computed from the rows after the change."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "examples/schema_evolution.py"], cwd=root, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "refused (STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE)" in out.stdout, out.stdout
+    # c<i> bought for i, i+1, i+2 before the change and 100+i after it
+    assert [line.strip() for line in out.stdout.splitlines() if line.startswith("  c")] == [
+        f"c{i}: 4 purchases, {4 * i + 103} spent, largest since the change {100 + i}" for i in range(5)]
+
+
+def test_transform_refusals(checkpoints, tmp_path):
+    import pyarrow as pa
+
+    def same(batch: pa.RecordBatch) -> pa.RecordBatch:
+        return batch
+
+    with pytest.raises(state_reader.InvalidOptionError, match="operator_id"):
+        state_reader.rewrite(checkpoints("multi"), str(tmp_path / "a"), transform=same)
+    with pytest.raises(state_reader.UnsupportedOptionError, match="several stores"):
+        state_reader.rewrite(checkpoints("join_inner"), str(tmp_path / "b"), transform=same)
+    # found while writing: the destination is left marked incomplete
+    with pytest.raises(state_reader.RewriteFailedError, match="one row per row"):
+        state_reader.rewrite(checkpoints("agg_window"), str(tmp_path / "c"), transform=lambda b: b.slice(0, 1))
+    # an unchanged transform writes the same state and the same schema file, byte for byte
+    src = checkpoints("agg_window")
+    state_reader.rewrite(src, str(tmp_path / "d"), transform=same)
+    schema = Path("state/0/0/_metadata/schema")
+    assert (tmp_path / "d" / schema).read_bytes() == (Path(src) / schema).read_bytes()
+    assert sorted(map(str, state_reader.read_state(str(tmp_path / "d")).drop(["partition_id"]).to_pylist())) == \
+        sorted(map(str, state_reader.read_state(src).drop(["partition_id"]).to_pylist()))

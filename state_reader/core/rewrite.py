@@ -38,7 +38,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -68,9 +68,11 @@ from state_reader.formats.rocksdb_encoding import (
     unsafe_keys,
     unsafe_values,
 )
+from state_reader.formats.schema_files import write_schema_v2
 from state_reader.formats.spark_hash import partition_ids
-from state_reader.formats.spark_types import StructType
+from state_reader.formats.spark_types import StructField, StructType, from_arrow
 from state_reader.formats.unsaferow import RowBuffer, decode_rows, pack_rows
+from state_reader.formats.unsaferow_encode import encode_rows
 from state_reader.io.destination import Destination
 from state_reader.io.storage import Storage
 from state_reader.model import operators
@@ -472,6 +474,84 @@ def _as_type(arr: pa.StructArray, target: pa.DataType, family: str) -> pa.Struct
                               f"operator's ({target}): {exc}", path=family) from exc
 
 
+# a user's function over (key, value) batches that returns the new key and value columns
+Transform = Callable[[pa.RecordBatch], pa.RecordBatch]
+
+
+class TransformedStoreRows(StoreRows):
+    """A store whose rows pass through a user's :data:`Transform` on their way to the new layout:
+    decoded, transformed, encoded as UnsafeRows of the key and value schemas the transform
+    returns (learnt by calling it once on an empty batch). Keys it leaves as they were keep
+    their bytes; changed keys are routed by their new value."""
+
+    def __init__(self, inner: StoreRows, transform: Transform) -> None:
+        self.inner = inner
+        self.transform = transform
+        old = inner.plan
+        self.where = f"operator {old.operator_id} store {old.store_name}"
+        probe = self._apply(pa.RecordBatch.from_arrays(
+            [pa.array([], old.key_schema.to_arrow()), pa.array([], old.value_schema.to_arrow())],
+            names=["key", "value"]), 0)
+        if not all(pa.types.is_struct(probe.column(i).type) for i in (0, 1)):
+            raise InvalidOptionError(f"transform of {self.where} must return struct columns key and value")
+        new_key = _evolved(old.key_schema, probe.column(0).type)
+        new_value = _evolved(old.value_schema, probe.column(1).type)
+        self.key_changed = new_key.json() != old.key_schema.json()
+        super().__init__(replace(old, key_schema=new_key, value_schema=new_value), inner.single)
+        self.rocksdb = False  # rows leave load() as plain UnsafeRows
+
+    def _apply(self, batch: pa.RecordBatch, rows: int) -> pa.RecordBatch:
+        try:
+            out = self.transform(batch)
+        except StateReaderError:
+            raise
+        except Exception as exc:  # the user's code: say where it failed
+            raise RewriteFailedError(f"transform of {self.where} failed: {type(exc).__name__}: {exc}") from exc
+        if isinstance(out, pa.Table):
+            out = out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist(
+                [], schema=out.schema)
+        if not isinstance(out, pa.RecordBatch) or out.schema.names[:2] != ["key", "value"]:
+            raise InvalidOptionError(f"transform of {self.where} must return a pyarrow RecordBatch with columns "
+                                     f"key and value, got {getattr(out, 'schema', type(out))}")
+        if out.num_rows != rows:
+            raise InvalidOptionError(f"transform of {self.where} returned {out.num_rows} rows for {rows}; it must "
+                                     "return one row per row (leave keys out with drop_keys)")
+        return out
+
+    def load(self, pid: int) -> tuple[RowBuffer, RowBuffer]:
+        inner = self.inner
+        keys, values = inner.load(pid)
+        n = len(keys.starts)
+        plain_keys, plain_values = inner.convert(keys, values, to_rocksdb=False)
+        old = inner.plan
+        batch = pa.RecordBatch.from_arrays([decode_rows(plain_keys, old.key_schema),
+                                            decode_rows(plain_values, old.value_schema)], names=["key", "value"])
+        out = self._apply(batch, n)
+        source = f"{self.where}, partition {pid}, as transformed"
+        new_keys = (encode_rows(out.column(0), self.plan.key_schema, source + " key", normalize_floats=True)
+                    if self.key_changed else plain_keys)
+        new_values = encode_rows(out.column(1), self.plan.value_schema, source + " value")
+        return new_keys, new_values
+
+
+def _evolved(old: StructType, arrow_type: pa.StructType) -> StructType:
+    """The Spark schema of a transform's output: fields it kept (same name and type) as they were,
+    with their nullability and metadata (a window's, say); new or changed ones from their Arrow type."""
+    if arrow_type == old.to_arrow():
+        return old
+    kept = {f.name: f for f in old.fields}
+    fields = []
+    for i in range(arrow_type.num_fields):
+        arrow_field = arrow_type.field(i)
+        before = kept.get(arrow_field.name)
+        if before is not None and before.data_type.to_arrow() == arrow_field.type:
+            fields.append(before)
+        else:
+            fields.append(StructField(arrow_field.name, from_arrow(arrow_field.type, arrow_field.name),
+                                      arrow_field.nullable))
+    return StructType(fields)
+
+
 def _kept(drop: KeyFilter, keys: pa.StructArray) -> np.ndarray:
     return ~np.asarray(drop.mask(keys).to_numpy(zero_copy_only=False), dtype=bool)
 
@@ -599,6 +679,12 @@ class RewritePlan:
             return None
         return str(uuid.uuid5(uuid.UUID(self.rewrite_id), f"{plan.operator_id}/{pid}/{plan.store_name}"))
 
+    def schema_files(self) -> dict[str, bytes]:
+        """The schema files a transform changes: path -> the bytes of a v2 file with the new schemas."""
+        return {self.checkpoint.schema_file(rows.plan.operator_id, rows.plan.store_name):
+                write_schema_v2(rows.plan.key_schema, rows.plan.value_schema)
+                for rows in self.stores if isinstance(rows, TransformedStoreRows)}
+
     def commit_entry(self) -> dict[str, Any]:
         """The destination's commit entry of the rewritten batch: the source's, with (format 2) the new
         partitions' unique ids, one list per partition holding each store's id in Spark's store order."""
@@ -632,7 +718,8 @@ class RewritePlan:
 
 
 def plan_rewrite(source: Storage, *, num_partitions: int | None = None, provider: str | None = None,
-                 batch_id: int | None = None, allow_uncommitted: bool = False) -> RewritePlan:
+                 batch_id: int | None = None, allow_uncommitted: bool = False,
+                 transform: Transform | dict[int, Transform] | None = None) -> RewritePlan:
     """Check that ``source`` can be rewritten as asked and plan every store; reads logs and metadata only."""
     cp = Checkpoint(source)
     cp.require_checkpoint()
@@ -682,8 +769,47 @@ def plan_rewrite(source: Storage, *, num_partitions: int | None = None, provider
             plan = _plan(cp, batch, op, store_name)
             _require_rewritable(cp, plan, batch, moving)
             stores.append(StoreRows(plan, name in SINGLE_PARTITION_OPERATORS or plan.partition_key_fields == 0))
+    if transform is not None:
+        stores = _transformed(cp, batch, stores, transform)
     return RewritePlan(cp, batch, old_partitions, new_partitions, source_provider, target_provider, stores,
                        unique_ids=cp.names_files_by_unique_id(batch))
+
+
+def _transformed(cp: Checkpoint, batch: int, stores: list[StoreRows],
+                 transform: Transform | dict[int, Transform]) -> list[StoreRows]:
+    """``stores`` with the transformed operators' store wrapped in :class:`TransformedStoreRows`."""
+    operator_ids = sorted({rows.plan.operator_id for rows in stores})
+    if callable(transform):
+        if len(operator_ids) != 1:
+            raise InvalidOptionError(
+                f"{cp.location} has {len(operator_ids)} stateful operators ({operator_ids}); pass transform as "
+                "{operator_id: function} to say which one it changes")
+        transform = {operator_ids[0]: transform}
+    unknown = sorted(set(transform) - set(operator_ids))
+    if unknown:
+        raise InvalidOptionError(f"transform names operators {unknown}, which {cp.location} does not have "
+                                 f"(its stateful operators: {operator_ids})")
+    out = []
+    for rows in stores:
+        fn = transform.get(rows.plan.operator_id)
+        if fn is None:
+            out.append(rows)
+            continue
+        plan = rows.plan
+        where = f"operator {plan.operator_id} of {cp.location}"
+        if isinstance(rows, FamilyStoreRows) or sum(r.plan.operator_id == plan.operator_id for r in stores) != 1:
+            raise UnsupportedOptionError(f"{where} keeps several stores (a join, transformWithState); transform "
+                                         "supports operators with one store for now", path=cp.location)
+        if plan.store_conf.row_checksum or plan.store_conf.avro:
+            raise UnsupportedOptionError(f"{where} keeps row checksums or Avro-encoded state; transform does not "
+                                         "support those yet", path=cp.location)
+        meta = cp.operator_metadata(plan.operator_id, batch)
+        store = meta.store(plan.store_name) if meta is not None else None
+        if store is not None and store.schema_file_paths:
+            raise UnsupportedOptionError(f"{where} keeps its schema in schema v3 files; transform does not "
+                                         "support those yet", path=cp.location)
+        out.append(TransformedStoreRows(rows, fn))
+    return out
 
 
 def _family_plan_options(cp: Checkpoint, meta: OperatorMetadata) -> dict[str, Any]:
@@ -715,14 +841,16 @@ def _require_rewritable(cp: Checkpoint, plan: StateReadPlan, batch: int, moving:
 def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partitions: int | None = None,
                        provider: str | None = None, drop_keys: KeyFilterSpec | None = None,
                        batch_id: int | None = None, allow_uncommitted: bool = False,
-                       dry_run: bool = False, show_progress: bool | None = None) -> RewriteReport:
+                       dry_run: bool = False, show_progress: bool | None = None,
+                       transform: Transform | dict[int, Transform] | None = None) -> RewriteReport:
     """Write the checkpoint of ``source`` at ``batch_id`` (default: the last committed) into ``dest``.
 
     ``dry_run`` writes nothing (``dest`` may be None) and reports the rows and bytes each
-    new partition would get next to each old partition's.
+    new partition would get next to each old partition's. ``transform`` changes each row's
+    key and value on the way (:class:`TransformedStoreRows`), and the schema files with them.
     """
     rp = plan_rewrite(source, num_partitions=num_partitions, provider=provider, batch_id=batch_id,
-                      allow_uncommitted=allow_uncommitted)
+                      allow_uncommitted=allow_uncommitted, transform=transform)
     n = rp.new_partitions
     if dry_run:
         report = rp.report("", dry_run=True)
@@ -801,7 +929,7 @@ def finish_checkpoint(rp: RewritePlan, dest: Destination, put: Callable[[str, by
     _copy_logs(rp.checkpoint, put, rp.batch_id, rp.offset_confs)
     version = "v2" if rp.unique_ids else f"v{rp.checkpoint.commit_entry(rp.batch_id)[0]}"
     put(f"commits/{rp.batch_id}", f"{version}\n{json.dumps(rp.commit_entry(), separators=(',', ':'))}".encode())
-    _copy_state_metadata(rp.checkpoint, put, rp.new_partitions, dest)
+    _copy_state_metadata(rp.checkpoint, put, rp.new_partitions, dest, rp.schema_files())
     put("metadata", rp.checkpoint.storage.read_bytes("metadata"))
 
 
@@ -832,8 +960,10 @@ def _copy_logs(cp: Checkpoint, put: Any, batch: int, confs: dict[str, str]) -> N
         put(rel, storage.read_bytes(rel))
 
 
-def _copy_state_metadata(cp: Checkpoint, put: Any, num_partitions: int, dest: Destination) -> None:
-    """Schema files as they are; operator metadata with the new partition count."""
+def _copy_state_metadata(cp: Checkpoint, put: Any, num_partitions: int, dest: Destination,
+                         schema_files: dict[str, bytes]) -> None:
+    """Schema files as they are (or as ``schema_files`` gives them: a transform's new schemas);
+    operator metadata with the new partition count."""
     storage = cp.storage
     for op in cp.operator_ids:
         for rel in _files_under(storage, f"state/{op}"):
@@ -843,7 +973,7 @@ def _copy_state_metadata(cp: Checkpoint, put: Any, num_partitions: int, dest: De
                 # a partition directory: only partition 0's schema files (`[store/]_metadata/schema`) come along
                 if inside != "0" or "_metadata" not in parts:
                     continue
-                put(rel, storage.read_bytes(rel))
+                put(rel, schema_files[rel] if rel in schema_files else storage.read_bytes(rel))
             elif inside == "_metadata" and (parts[-1] == "metadata" or parts[-2] == "v2"):
                 text = storage.read_bytes(rel).decode("utf-8")
                 put(rel, _operator_metadata(text, num_partitions, storage.root, dest.root).encode("utf-8"))

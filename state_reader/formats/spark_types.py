@@ -344,3 +344,38 @@ def parse_struct(text: str, source: str) -> StructType:
 LONG = DataType("long", json_name="long")
 INTEGER = DataType("integer", json_name="integer")
 STRING = DataType("string", json_name="string")
+
+
+# Arrow types -> the Spark type whose Arrow form they are (the inverse of ``to_arrow``, widened:
+# any timestamp unit, large strings and binaries)
+_FROM_ARROW_NAMES = {"boolean": "boolean", "byte": "byte", "short": "short", "integer": "integer", "long": "long",
+                     "float": "float", "double": "double", "date": "date", "string": "string", "binary": "binary",
+                     "void": "void", "day_time_interval": "interval day to second", "time": "time(6)"}
+
+
+def from_arrow(arrow_type: pa.DataType, path: str = "") -> DataType:
+    """The Spark type an Arrow type stands for (timestamps with a time zone are ``timestamp``,
+    without one ``timestamp_ntz``); a :class:`~state_reader.errors.SchemaReadError` for types
+    Spark has no counterpart of."""
+    t = arrow_type
+    if pa.types.is_struct(t):
+        return StructType([StructField(t.field(i).name, from_arrow(t.field(i).type, f"{path}.{t.field(i).name}"),
+                                       t.field(i).nullable) for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return MapType(from_arrow(t.key_type, path + ".key"), from_arrow(t.item_type, path + ".value"),
+                       t.item_field.nullable)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return ArrayType(from_arrow(t.value_type, path + ".element"), t.value_field.nullable)
+    if pa.types.is_decimal(t):
+        return _atomic(f"decimal({t.precision},{t.scale})")
+    if pa.types.is_timestamp(t):
+        return _atomic("timestamp" if t.tz is not None else "timestamp_ntz")
+    if pa.types.is_large_string(t):
+        return _atomic("string")
+    if pa.types.is_large_binary(t):
+        return _atomic("binary")
+    for kind, (_, atomic) in _ATOMIC.items():
+        if t == atomic and kind in _FROM_ARROW_NAMES:
+            return _atomic(_FROM_ARROW_NAMES[kind])
+    where = f" (field {path.lstrip('.')})" if path else ""
+    raise SchemaReadError(f"no Spark type stands for the Arrow type {t}{where}", path=path.lstrip(".") or None)
