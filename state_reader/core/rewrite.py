@@ -104,7 +104,7 @@ from state_reader.model.state_variables import (
 )
 from state_reader.progress import Progress, progress
 from state_reader.providers import rocksdb
-from state_reader.providers.hdfs import HDFSStore, frame_records, framed_rows, snapshot_file
+from state_reader.providers.hdfs import END_OF_FILE, HDFSStore, frame_records, framed_rows, snapshot_file
 
 PROVIDER_CLASSES = {"hdfs": HDFS_PROVIDER, "rocksdb": ROCKSDB_PROVIDER}
 # what the destination's `metadata` holds until the rewrite is complete: not JSON, so Spark refuses to start
@@ -600,6 +600,9 @@ class _Spill:
                 fh.write(memoryview(framed[bounds[pid]:bounds[pid + 1]]))
 
     def take(self, pid: int) -> bytes:
+        """New partition ``pid``'s records, ended by the end-of-stream marker (a complete snapshot stream)."""
+        with open(self.paths[pid], "ab") as fh:
+            fh.write(END_OF_FILE)
         with open(self.paths[pid], "rb") as fh:
             data = fh.read()
         os.remove(self.paths[pid])
@@ -879,7 +882,7 @@ def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partiti
                     extra = zip_extra_metadata(rows.plan)
                     for pid in targets:
                         write_partition(rows.plan, pid, spill.take(pid), rp.to_rocksdb, extra, put,
-                                        rp.unique_id(rows.plan, pid))
+                                        rp.unique_id(rows.plan, pid), ended=True)
                         bar.advance()
                 report.stores.append(store)
         finish_checkpoint(rp, dest, put)
@@ -909,18 +912,20 @@ def failure_marked(rp: RewritePlan, dest: Destination) -> Iterator[None]:
 
 
 def write_partition(plan: StateReadPlan, pid: int, framed: bytes, to_rocksdb: bool, extra: dict[str, Any],
-                    put: Callable[[str, bytes], None], unique_id: str | None = None) -> None:
+                    put: Callable[[str, bytes], None], unique_id: str | None = None, ended: bool = False) -> None:
     """New partition ``pid`` of a store: its ``framed`` rows (target encoding, as
-    :func:`~state_reader.providers.hdfs.frame_records` frames them) as the snapshot of version B + 1
-    (named by ``unique_id`` in checkpoint format 2: :meth:`RewritePlan.unique_id`)."""
+    :func:`~state_reader.providers.hdfs.frame_records` frames them; ``ended``: followed by the
+    end-of-stream marker) as the snapshot of version B + 1 (named by ``unique_id`` in checkpoint
+    format 2: :meth:`RewritePlan.unique_id`)."""
     directory = plan.checkpoint.store_dir(plan.operator_id, pid, plan.store_name)
     if to_rocksdb:
-        archive, ssts = rocksdb.snapshot_files(*framed_rows(framed, f"rows routed to {directory}"), extra)
+        archive, ssts = rocksdb.snapshot_files(*framed_rows(framed, f"rows routed to {directory}", ended), extra)
         for name, data in ssts:
             put(posixpath.join(directory, snapshot_zip.SST_DIR, name), data)
         put(posixpath.join(directory, state_file_name(plan.version, "zip", unique_id)), archive)
     else:
-        put(posixpath.join(directory, state_file_name(plan.version, "snapshot")), snapshot_file(framed, plan.codec))
+        put(posixpath.join(directory, state_file_name(plan.version, "snapshot")),
+            snapshot_file(framed, plan.codec, ended))
 
 
 def finish_checkpoint(rp: RewritePlan, dest: Destination, put: Callable[[str, bytes], None]) -> None:

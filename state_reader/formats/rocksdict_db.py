@@ -79,6 +79,8 @@ def _gc_paused() -> Iterator[None]:
 DB_FILES_IN_ZIP = ("CURRENT", "MANIFEST-", "OPTIONS-")
 # format 5: what Spark's RocksDB writes, and what every RocksDB Spark bundles (8.x and 9.x) reads
 TABLE_FORMAT_VERSION = 5
+# entries per write batch when building a snapshot
+_WRITE_BATCH = 8192
 
 
 def write_db(directory: str, keys: list[bytes], values: list[bytes]) -> None:
@@ -101,10 +103,12 @@ def write_db(directory: str, keys: list[bytes], values: list[bytes]) -> None:
     try:
         write = WriteOptions()
         write.disable_wal = True
-        batch = WriteBatch(raw_mode=True)
-        for key, value in zip(keys, values, strict=True):
-            batch.put(key, value)
-        db.write(batch, write_opt=write)
+        # in batches: one batch of everything would hold a second copy of the whole partition
+        for lo in range(0, len(keys), _WRITE_BATCH):
+            batch = WriteBatch(raw_mode=True)
+            for key, value in zip(keys[lo:lo + _WRITE_BATCH], values[lo:lo + _WRITE_BATCH], strict=True):
+                batch.put(key, value)
+            db.write(batch, write_opt=write)
         db.flush(True)
     finally:
         db.close()

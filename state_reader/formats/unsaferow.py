@@ -460,22 +460,29 @@ def decode_rows(rows: RowBuffer, schema: StructType, what: str = "",
 
 # --- writing: moving rows and fields ------------------------------------------------
 
-# rows copied per step of copy_spans: bounds its index arrays (three int64 per byte copied)
-_COPY_ROWS = 1 << 16
+# bytes copied per step of copy_spans: bounds its index arrays (three int64 per byte copied, 12 MiB a step)
+_COPY_BYTES = 1 << 19
 
 
 def copy_spans(dst: np.ndarray, dst_starts: np.ndarray, src: np.ndarray, src_starts: np.ndarray,
                lengths: np.ndarray) -> None:
     """``dst[dst_starts[i]:+lengths[i]] = src[src_starts[i]:+lengths[i]]`` for every i, vectorised."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    for lo in range(0, len(lengths), _COPY_ROWS):
-        size = lengths[lo:lo + _COPY_ROWS]
-        total = int(size.sum())
-        if total == 0:
-            continue
-        within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(size) - size, size)
-        dst[np.repeat(dst_starts[lo:lo + _COPY_ROWS], size) + within] = \
-            src[np.repeat(src_starts[lo:lo + _COPY_ROWS], size) + within]
+    n = len(lengths)
+    if n == 0:
+        return
+    ends = np.cumsum(lengths)
+    lo = 0
+    while lo < n:
+        # the rows whose bytes end within the next _COPY_BYTES (at least one row)
+        done = int(ends[lo - 1]) if lo else 0
+        hi = min(max(int(np.searchsorted(ends, done + _COPY_BYTES, side="right")), lo + 1), n)
+        size = lengths[lo:hi]
+        total = int(ends[hi - 1]) - done
+        if total:
+            within = np.arange(total, dtype=np.int64) - np.repeat(ends[lo:hi] - done - size, size)
+            dst[np.repeat(dst_starts[lo:hi], size) + within] = src[np.repeat(src_starts[lo:hi], size) + within]
+        lo = hi
 
 
 def pack_rows(parts: list[tuple[int, RowBuffer | None]], source: str) -> RowBuffer:

@@ -363,10 +363,10 @@ def frame_records(keys: RowBuffer, values: RowBuffer) -> tuple[np.ndarray, np.nd
     return out, lengths
 
 
-def framed_rows(data: bytes, path: str) -> tuple[RowBuffer, RowBuffer]:
-    """The keys and values of a stream of put records (as :func:`frame_records` writes, with or
-    without the end marker), where they lie in one buffer."""
-    body = data if data.endswith(END_OF_FILE) else data + END_OF_FILE
+def framed_rows(data: bytes, path: str, ended: bool = False) -> tuple[RowBuffer, RowBuffer]:
+    """The keys and values of a stream of put records (as :func:`frame_records` writes them;
+    ``ended``: followed by the end-of-stream marker), where they lie in one buffer."""
+    body = data if ended else data + END_OF_FILE
     buf = np.zeros(len(body) + PAD, dtype=np.uint8)
     buf[:len(body)] = np.frombuffer(body, dtype=np.uint8)
     positions = _walk(buf, 0, len(body), path, False, 0, False)
@@ -378,6 +378,8 @@ def framed_rows(data: bytes, path: str) -> tuple[RowBuffer, RowBuffer]:
             RowBuffer.wrap(buf, len(body), value_at, value_len, path + " value"))
 
 
-def snapshot_file(framed: bytes, codec: str | None) -> bytes:
-    """A ``<version>.snapshot`` file holding the ``framed`` records, compressed with ``codec``."""
-    return codecs.compress(framed + END_OF_FILE, codec)
+def snapshot_file(framed: bytes, codec: str | None, ended: bool = False) -> bytes:
+    """A ``<version>.snapshot`` file holding the ``framed`` records, compressed with ``codec``;
+    ``ended``: ``framed`` already ends with the end-of-stream marker (a value's last bytes can
+    look like it, so the caller says)."""
+    return codecs.compress(framed if ended else framed + END_OF_FILE, codec)
