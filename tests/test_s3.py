@@ -190,3 +190,16 @@ def test_rewrite_from_and_to_s3(s3, checkpoints):
     assert not [p for p in fs.find(f"{BUCKET}/agg_window-rewritten") if p.endswith(".crc")]
     with pytest.raises(state_reader.DestinationNotEmptyError):
         state_reader.repartition(src, dst, 3, storage_options=s3.options())
+
+
+def test_rewrite_through_spark_on_s3(spark, s3, checkpoints, tmp_path):
+    """The rewrite run by Spark: its tasks read the source and write the destination on the server
+    themselves, with the storage options; the same report and state as the Spark-free rewrite."""
+    free = str(tmp_path / "free")
+    want = state_reader.repartition(checkpoints("agg_window"), free, 3)
+    dst = f"s3a://{BUCKET}/agg_window-through-spark"
+    got = state_reader.repartition(f"s3://{BUCKET}/agg_window", dst, 3, storage_options=s3.options(), spark=spark)
+    assert got.stores == want.stores
+    assert (got.files, got.bytes) == (want.files, want.bytes)
+    assert arrow_rows(state_reader.read_state(dst, storage_options=s3.options())) == arrow_rows(
+        state_reader.read_state(free))

@@ -17,12 +17,13 @@ from state_reader.core.live import read_consistently as _read_consistently
 from state_reader.core.metadata import read_metadata_table as _read_metadata_table
 from state_reader.core.options import from_kwargs as _from_kwargs
 from state_reader.core.planner import plan_state_read as _plan_state_read
-from state_reader.core.rewrite import RewriteReport
+from state_reader.core.rewrite import RewriteReport, Transform
 from state_reader.core.rewrite import rewrite_checkpoint as _rewrite_checkpoint
 from state_reader.core.scan import bind_key_filter as _bind_key_filter
 from state_reader.core.scan import iter_batches as _iter_batches
 from state_reader.core.scan import read_table as _read_table
 from state_reader.core.scan import result_metadata as _result_metadata
+from state_reader.errors import InvalidOptionError as _InvalidOptionError
 from state_reader.errors import public_api as _public_api
 from state_reader.errors import unexpected_errors_as_ours as _unexpected_errors_as_ours
 from state_reader.fronts.doctor import Diagnosis
@@ -30,6 +31,7 @@ from state_reader.fronts.doctor import diagnose as _diagnose
 from state_reader.fronts.flatten import renamed_batch as _renamed_batch
 from state_reader.fronts.flatten import unique_schema as _unique_schema
 from state_reader.fronts.flatten import with_unique_field_names
+from state_reader.fronts.spark_rewrite import rewrite_with_spark as _rewrite_with_spark
 from state_reader.io.destination import Destination as _Destination
 from state_reader.io.storage import Storage as _Storage
 from state_reader.model.checkpoint import Checkpoint as _Checkpoint
@@ -206,8 +208,10 @@ def rewrite(
     batch_id: int | None = None,
     allow_uncommitted: bool = False,
     dry_run: bool = False,
+    transform: Transform | dict[int, Transform] | None = None,
     storage_options: dict[str, Any] | None = None,
     destination_storage_options: dict[str, Any] | None = None,
+    spark: Any = None,
 ) -> RewriteReport:
     """Write the state of ``checkpoint`` into a new checkpoint at ``destination`` that the same
     query resumes from (``checkpointLocation=destination``), continuing with the batch it would
@@ -223,6 +227,19 @@ def rewrite(
     ``dry_run``: write nothing (``destination`` may be omitted) and report the rows and bytes
     each new partition would get, next to each old partition's (``report.table()``,
     ``report.skew()``).
+    ``transform``: a function over ``pyarrow.RecordBatch`` es of ``key`` and ``value`` (struct
+    columns, as ``read_state`` shows them) returning the new ``key`` and ``value`` columns, one
+    row per row; the new schemas (the types it returns for an empty batch) go into the state
+    schema files, so a changed query (say, one more aggregate) resumes from ``destination``.
+    A dict ``{operator_id: function}`` picks the operator when there are several.
+    ``spark``: a SparkSession to run the rewrite on, for states larger than one machine: its
+    executors read the old partitions, Spark's own hash partitioning sends each row to its new
+    partition, and one task writes each new partition (the driver writes only the logs and
+    metadata, and holds no state rows). The files and the report are those of the rewrite
+    without Spark. Executors must be able to import ``state_reader`` and reach both
+    locations (give object-store credentials as ``storage_options``); a ``transform`` runs
+    there too (define it in the notebook or script, or in a module they can import).
+    Ignored by a ``dry_run``.
 
     ``checkpoint`` is only read. ``destination`` must not exist or be empty. A source
     whose last planned batch was never committed (a running or crashed query) is refused
@@ -233,9 +250,15 @@ def rewrite(
     source = _Storage(checkpoint, dict(storage_options or {}))
     dest = (None if destination is None else
             _Destination(destination, dict(destination_storage_options or storage_options or {})))
+    if spark is not None and not dry_run:
+        if dest is None:
+            raise _InvalidOptionError("a rewrite needs a destination (or dry_run=True)")
+        return _rewrite_with_spark(spark, source, dest, num_partitions=num_partitions, provider=provider,
+                                   drop_keys=drop_keys, batch_id=batch_id, allow_uncommitted=allow_uncommitted,
+                                   transform=transform)
     return _rewrite_checkpoint(source, dest, num_partitions=num_partitions, provider=provider,
                                drop_keys=drop_keys, batch_id=batch_id, allow_uncommitted=allow_uncommitted,
-                               dry_run=dry_run)
+                               dry_run=dry_run, transform=transform)
 
 
 @_public_api

@@ -1,0 +1,377 @@
+"""The rewrite of a checkpoint run by Spark, for states larger than one machine.
+
+The driver plans and checks the rewrite (:func:`~state_reader.core.rewrite.plan_rewrite`)
+and writes the logs, schema files and metadata at the end, as the Spark-free
+rewrite does; the state itself never passes through the driver. Per store, one
+Spark job:
+
+1. one task per old partition loads it on an executor, leaves out ``drop_keys``,
+   turns the rows into the target provider's encoding and hands them to Spark as
+   Arrow batches: the partition key as typed columns, the row's place in the
+   Spark-free rewrite's order, and the key and value bytes;
+2. ``repartition(N, <partition key columns>)``: Spark's own hash partitioning
+   (``pmod(murmur3(key), N)``, the shuffle that feeds the stateful operator)
+   sends each row to its new partition; the rows of each are sorted into the
+   Spark-free rewrite's order, so both write the same files;
+3. one task per new partition frames its rows and writes its snapshot through a
+   :class:`~state_reader.io.destination.Destination` opened on the executor, and
+   returns a one-row summary (rows, bytes, files) to the driver.
+
+The counts of the old partitions (rows, bytes, dropped rows) travel through the
+same shuffle as one extra row per old partition (a null key), so the data is read
+once. pyspark is imported inside functions only: importing this module needs no Spark.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from state_reader import errors
+from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
+from state_reader.core.rewrite import (
+    INCOMPLETE,
+    RewritePlan,
+    RewriteReport,
+    StoreReport,
+    StoreRows,
+    Transform,
+    failure_marked,
+    finish_checkpoint,
+    plan_rewrite,
+    store_report,
+    write_partition,
+    zip_extra_metadata,
+)
+from state_reader.core.scan import bind_key_filter
+from state_reader.errors import StateReaderError
+from state_reader.formats.spark_types import StructType, UserDefinedType
+from state_reader.formats.unsaferow import RowBuffer, copy_spans
+from state_reader.fronts.spark_shared import spark_worker_errors
+from state_reader.io.destination import Destination
+from state_reader.io.storage import Storage
+from state_reader.providers.hdfs import frame_records
+
+# a batch handed to Spark holds at most this many rows and (about) this many key and value bytes
+BATCH_ROWS = 1 << 16
+BATCH_BYTES = 8 << 20
+# a row's place in the Spark-free rewrite's order: (index of its old partition << 32) | its index there
+_ORDER_SHIFT = 32
+# the counts row of an old partition: old partition id, rows, bytes, dropped rows (little-endian int64s)
+_COUNTS = np.dtype("<i8")
+_SUMMARY = pa.schema([("new_layout", pa.bool_()), ("partition_id", pa.int32()), ("rows", pa.int64()),
+                      ("bytes", pa.int64()), ("dropped", pa.int64()), ("files", pa.int64()),
+                      ("written", pa.int64())])
+_SUMMARY_DDL = ("new_layout boolean, partition_id int, rows bigint, bytes bigint, dropped bigint, files bigint, "
+                "written bigint")
+# how a Python worker's error of ours appears in the exception Spark raises on the driver
+_WORKER_ERROR = re.compile(r"state_reader\.errors\.(\w+): \[[\w.]+\] (.*)")
+
+
+def rewrite_with_spark(spark: Any, source: Storage, dest: Destination, *, num_partitions: int | None,
+                       provider: str | None, drop_keys: KeyFilterSpec | None, batch_id: int | None,
+                       allow_uncommitted: bool,
+                       transform: Transform | dict[int, Transform] | None = None) -> RewriteReport:
+    """:func:`~state_reader.core.rewrite.rewrite_checkpoint` with the state read, routed and written
+    by the executors of ``spark`` (a SparkSession); the same files, and the same report.
+
+    ``transform`` runs on the executors (shipped as Spark ships any Python function)."""
+    rp = plan_rewrite(source, num_partitions=num_partitions, provider=provider, batch_id=batch_id,
+                      allow_uncommitted=allow_uncommitted, transform=transform)
+    dest.require_empty()
+    report = rp.report(dest.display(), dry_run=False)
+
+    def put(rel: str, data: bytes) -> None:
+        dest.write(rel, data)
+        report.files += 1
+        report.bytes += len(data)
+
+    dest.write("metadata", INCOMPLETE)  # the commit point is the real `metadata`, written last
+    with failure_marked(rp, dest):
+        for rows in rp.stores:
+            report.stores.append(_rewrite_store(spark, rp, rows, dest, drop_keys, report, put))
+        finish_checkpoint(rp, dest, put)
+    return report
+
+
+def _label(rows: StoreRows) -> str:
+    return f"operator {rows.plan.operator_id} store {rows.plan.store_name} of {rows.plan.checkpoint.location}"
+
+
+def _rewrite_store(spark: Any, rp: RewritePlan, rows: StoreRows, dest: Destination,
+                   drop_keys: KeyFilterSpec | None, report: RewriteReport,
+                   put: Callable[[str, bytes], None]) -> StoreReport:
+    """One Spark job: the old partitions read on executors, routed by Spark, each new one written by one task."""
+    store = store_report(rows.plan)
+    drop = bind_key_filter(rows.plan, drop_keys)  # a bad filter fails here, before any task runs
+    pids = list(rows.plan.partitions)
+    targets = rows.target_partitions(rp.new_partitions)
+    # checkpoint format 2 names each new partition's files by an id the driver decides (the commit entry lists it)
+    unique_ids = {pid: rp.unique_id(rows.plan, pid) for pid in targets}
+    extra = zip_extra_metadata(rows.plan)
+    try:
+        summaries = _store_job(spark, rp, rows, drop, unique_ids, extra, dest).collect()
+    except StateReaderError:
+        raise
+    except Exception as exc:  # a failed Spark job: the worker's own error when it is one of ours
+        raise _job_error(exc, f"rewrote {_label(rows)}") from exc
+
+    new_rows = dict.fromkeys(targets, 0)
+    new_bytes = dict.fromkeys(targets, 0)
+    reported: set[int] = set()
+    old_counts: dict[int, tuple[int, int, int]] = {}
+    for summary in summaries:
+        pid = summary.partition_id
+        if not summary.new_layout:
+            old_counts[pid] = (summary.rows, summary.bytes, summary.dropped)
+            continue
+        if pid in reported or pid not in new_rows:
+            raise StateReaderError(f"the Spark job that rewrote {_label(rows)} reported new partition {pid} "
+                                   f"twice or outside partitions {targets}")
+        reported.add(pid)
+        new_rows[pid] = summary.rows
+        new_bytes[pid] = summary.bytes
+        report.files += summary.files
+        report.bytes += summary.written
+    missing = [p for p in pids if p not in old_counts]
+    if missing:
+        raise StateReaderError(f"the Spark job that rewrote {_label(rows)} reported no counts for old "
+                               f"partitions {missing}")
+    # every new partition needs a snapshot, even an empty one (a Spark may skip the task of an empty partition)
+    for pid in targets:
+        if pid not in reported:
+            write_partition(rows.plan, pid, b"", rp.to_rocksdb, extra, put, unique_ids[pid])
+    store.old_rows_per_partition = [old_counts[p][0] for p in pids]
+    store.old_bytes_per_partition = [old_counts[p][1] for p in pids]
+    store.dropped = sum(old_counts[p][2] for p in pids)
+    store.rows_per_partition = [new_rows[p] for p in targets]
+    store.bytes_per_partition = [new_bytes[p] for p in targets]
+    store.rows = sum(store.rows_per_partition)
+    return store
+
+
+def _store_job(spark: Any, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None,
+               unique_ids: dict[int, str | None], extra: dict[str, Any], dest: Destination) -> Any:
+    """The DataFrame whose rows are the summaries of one store's rewrite; collecting it runs the rewrite."""
+    from pyspark.sql.types import StructType as SparkStructType
+
+    key_types, key_json = _partition_key_types(rows)
+    names = [f"_k{i}" for i in range(len(key_types))]
+    transport = pa.schema([*(pa.field(name, t) for name, t in zip(names, key_types, strict=True)),
+                           ("_order", pa.int64()), ("key", pa.binary()), ("value", pa.binary())])
+    columns = [*zip(names, key_json, strict=True), ("_order", "long"), ("key", "binary"), ("value", "binary")]
+    spark_schema = SparkStructType.fromJson({"type": "struct", "fields": [
+        {"name": name, "type": t, "nullable": True, "metadata": {}} for name, t in columns]})
+    pids = list(rows.plan.partitions)
+    # stage 1: one task per old partition
+    old = spark.range(0, len(pids), 1, max(1, len(pids))).mapInArrow(
+        _ReadOld(rows, pids, drop, rp.to_rocksdb, transport), spark_schema)
+    # routing: Spark's hash partitioning by the partition key (an explicit count, which adaptive
+    # execution keeps); a single-partition store goes to partition 0
+    routed = old.coalesce(1) if rows.single or not names else old.repartition(rp.new_partitions, *names)
+    # the Spark-free rewrite's order within each new partition: the same snapshot bytes whatever the shuffle did
+    routed = routed.sortWithinPartitions("_order").select("key", "value")
+    # stage 2: one task per new partition writes it
+    return routed.mapInArrow(
+        _WriteNew(rows, unique_ids, rp.to_rocksdb, extra, dest.url, dict(dest.storage_options)), _SUMMARY_DDL)
+
+
+def _partition_key_types(rows: StoreRows) -> tuple[list[pa.DataType], list[Any]]:
+    """The Arrow types of the columns :meth:`StoreRows.partition_key` gives, and their Spark types (as
+    schema JSON): the key schema's own where they match it, so Spark hashes exactly the types it hashed."""
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    empty = np.zeros(0, dtype=np.int64)
+    columns, _ = rows.partition_key(RowBuffer(b"", empty, empty, "no rows"), None)
+    # the key the store routes by (a store with column families narrows it to the grouping key)
+    key_schema = getattr(rows, "key_schema", None) or rows.plan.key_schema
+    fields = key_schema.fields
+    width = rows.plan.partition_key_fields or len(fields)
+    # one struct column holds the whole partition key (Spark hashes a struct as its fields in turn)
+    whole = [key_schema, StructType(fields[:width])] if len(columns) == 1 else []
+    out = []
+    for i, column in enumerate(columns):
+        candidates = [*([fields[i].data_type] if i < len(fields) else []), *whole]
+        match = next((c for c in candidates if not _has_udt(c) and c.to_arrow() == column.type), None)
+        out.append(match.to_json() if match is not None
+                   else from_arrow_type(column.type, prefer_timestamp_ntz=True).jsonValue())
+    return [c.type for c in columns], out
+
+
+def _has_udt(data_type: Any) -> bool:
+    if isinstance(data_type, UserDefinedType):
+        return True
+    return isinstance(data_type, StructType) and any(_has_udt(f.data_type) for f in data_type.fields)
+
+
+def _job_error(exc: BaseException, what: str) -> StateReaderError:
+    """The error a failed Spark job stands for: the Python worker's error of ours, as its own class,
+    when there is one; else the job's failure in one line."""
+    text = str(exc)
+    found = _WORKER_ERROR.findall(text)
+    if found:
+        name, message = found[-1]
+        cls = getattr(errors, name, None)
+        if isinstance(cls, type) and issubclass(cls, StateReaderError):
+            return cls(message.strip())
+    lines = [line for line in text.splitlines() if line.strip()]
+    # a Python worker's traceback ends with its exception; anything else says most in its first line
+    ends = [line for line in lines if not line[0].isspace()] if "Traceback (most recent call last)" in text else []
+    line = (ends or lines or [type(exc).__name__])[-1 if ends else 0].strip()
+    return StateReaderError(f"the Spark job that {what} failed: {line[:1000]}")
+
+
+def _chunks(sizes: np.ndarray) -> Iterator[tuple[int, int]]:
+    """Runs of rows of at most BATCH_ROWS rows and BATCH_BYTES bytes (a larger row alone)."""
+    ends = np.cumsum(sizes)
+    lo = 0
+    while lo < len(sizes):
+        base = int(ends[lo - 1]) if lo else 0
+        hi = int(np.searchsorted(ends, base + BATCH_BYTES, side="right"))
+        hi = min(max(hi, lo + 1), lo + BATCH_ROWS, len(sizes))
+        yield lo, hi
+        lo = hi
+
+
+def binary_array(rows: RowBuffer) -> pa.Array:
+    """The rows of ``rows`` as an Arrow binary array (one copy at most, no Python per row)."""
+    lengths = rows.lengths
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    total = int(offsets[-1])
+    first = int(rows.starts[0]) if len(lengths) else 0
+    if np.array_equal(rows.starts - first, offsets[:-1]):
+        data = rows.buf[first:first + total]  # the rows lie one after another already
+    else:
+        data = np.empty(total, dtype=np.uint8)
+        copy_spans(data, offsets[:-1], rows.buf, rows.starts, lengths)
+    return pa.Array.from_buffers(pa.binary(), len(lengths),
+                                 [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
+
+
+def row_buffer(array: pa.Array, source: str) -> RowBuffer:
+    """The values of an Arrow binary (or large binary) array without nulls as a :class:`RowBuffer`."""
+    wide = pa.types.is_large_binary(array.type)
+    _, offsets_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if wide else np.int32)
+    offsets = offsets[array.offset:array.offset + len(array) + 1].astype(np.int64)
+    start = int(offsets[0]) if len(offsets) else 0
+    end = int(offsets[-1]) if len(offsets) else 0
+    data = memoryview(data_buffer)[start:end] if data_buffer is not None else b""
+    return RowBuffer(data, offsets[:-1] - start, np.diff(offsets), source)
+
+
+class _ReadOld:
+    """Stage 1 (``mapInArrow`` over one row per old partition): the kept rows of each old partition
+    in the target encoding, with their partition key, then one row of the partition's counts."""
+
+    def __init__(self, rows: StoreRows, pids: list[int], drop: KeyFilter | None, to_rocksdb: bool,
+                 transport: pa.Schema) -> None:
+        self.rows = rows
+        self.pids = pids
+        self.drop = drop
+        self.to_rocksdb = to_rocksdb
+        self.transport = transport
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for position in batch.column(0).to_pylist():
+                pid = self.pids[position]
+                with spark_worker_errors(f"partition {pid} of {_label(self.rows)}"):
+                    yield from self._read(position, pid)
+
+    def _read(self, position: int, pid: int) -> Iterator[pa.RecordBatch]:
+        rows = self.rows
+        keys, values = rows.load(pid)
+        old_rows, old_bytes = len(keys.starts), int((keys.lengths + values.lengths).sum())
+        kept = 0
+        if old_rows:
+            columns, keep = rows.partition_key(keys, self.drop)
+            index = np.flatnonzero(keep)
+            kept = len(index)
+            for lo, hi in _chunks((keys.lengths + values.lengths)[index]):
+                part = index[lo:hi]
+                k, v = rows.convert(keys.take(part), values.take(part), self.to_rocksdb)
+                taken = pa.array(part)
+                yield pa.RecordBatch.from_arrays(
+                    [*(c.take(taken) for c in columns), pa.array((position << _ORDER_SHIFT) | part, pa.int64()),
+                     binary_array(k), binary_array(v)], schema=self.transport)
+        counts = np.array([pid, old_rows, old_bytes, old_rows - kept], dtype=_COUNTS).tobytes()
+        yield pa.RecordBatch.from_arrays(
+            [*(pa.nulls(1, f.type) for f in list(self.transport)[:-3]), pa.array([-1], pa.int64()),
+             pa.nulls(1, pa.binary()), pa.array([counts], pa.binary())], schema=self.transport)
+
+
+class _Writer:
+    """Writes through a :class:`Destination` opened where it runs, counting files and bytes."""
+
+    def __init__(self, url: str, storage_options: dict[str, Any]) -> None:
+        self.dest = Destination(url, storage_options)
+        self.files = 0
+        self.bytes = 0
+
+    def __call__(self, rel: str, data: bytes) -> None:
+        self.dest.write(rel, data)
+        self.files += 1
+        self.bytes += len(data)
+
+
+class _WriteNew:
+    """Stage 2 (``mapInArrow`` over the routed rows): the task's new partition (its Spark partition id)
+    framed and written as the snapshot of version B + 1; one summary row for it, and the counts
+    rows of the old partitions that came along."""
+
+    def __init__(self, rows: StoreRows, unique_ids: dict[int, str | None], to_rocksdb: bool,
+                 extra: dict[str, Any], url: str, storage_options: dict[str, Any]) -> None:
+        self.rows = rows
+        # the store's new partitions, each with the unique id its files are named by (format 2)
+        self.targets = unique_ids
+        self.to_rocksdb = to_rocksdb
+        self.extra = extra
+        self.url = url
+        self.storage_options = storage_options
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        pid = TaskContext.get().partitionId()
+        with spark_worker_errors(f"new partition {pid} of {_label(self.rows)}"):
+            yield self._write(pid, batches)
+
+    def _write(self, pid: int, batches: Iterator[pa.RecordBatch]) -> pa.RecordBatch:
+        plan = self.rows.plan
+        source = f"rows routed to partition {pid} of {_label(self.rows)}"
+        parts: list[np.ndarray] = []
+        counts: list[np.ndarray] = []
+        rows = size = 0
+        for batch in batches:
+            keys, values = batch.column("key"), batch.column("value")
+            if keys.null_count:
+                marks = keys.is_null()
+                counts += [np.frombuffer(raw, dtype=_COUNTS) for raw in values.filter(marks).to_pylist()]
+                keys, values = keys.filter(pc.invert(marks)), values.filter(pc.invert(marks))
+            if not len(keys):
+                continue
+            k, v = row_buffer(keys, source + " key"), row_buffer(values, source + " value")
+            framed, _ = frame_records(k, v)
+            parts.append(framed)
+            rows += len(k.starts)
+            size += int((k.lengths + v.lengths).sum())
+        if pid not in self.targets and rows:
+            raise StateReaderError(f"{rows} rows were routed to partition {pid} of {_label(self.rows)}, "
+                                   f"which is not among its new partitions {sorted(self.targets)}")
+        writer = _Writer(self.url, self.storage_options)
+        if pid in self.targets:
+            write_partition(plan, pid, b"".join(parts), self.to_rocksdb, self.extra, writer, self.targets[pid])
+        del parts
+        old = np.array(counts, dtype=_COUNTS).reshape(-1, 4)
+        # this partition's row (when it is one of the store's), then the old partitions' counts
+        mine = [(True, pid, rows, size, 0, writer.files, writer.bytes)] if pid in self.targets else []
+        theirs = [(False, p, r, b, d, 0, 0) for p, r, b, d in old.tolist()]
+        return pa.RecordBatch.from_pylist([dict(zip(_SUMMARY.names, r, strict=True)) for r in mine + theirs],
+                                          schema=_SUMMARY)
