@@ -22,11 +22,12 @@ is written first with content Spark cannot parse and replaced by the source's on
 at the very end, so a rewrite that stops part-way (an error, a killed process)
 leaves a directory that Spark refuses to start from.
 
-Supported now: the HDFS-backed provider (every operator it runs) and RocksDB
-checkpoints of format 1 without column families (aggregations, deduplication,
-session windows, flatMapGroupsWithState, joins of formats 1 and 2), and moves
-between the two. RocksDB column families (transformWithState, join formats 3 and
-4) and checkpoint format 2 are refused with a clear error.
+Every operator on both providers: stores with RocksDB column families
+(transformWithState, join formats 3 and 4; :class:`FamilyStoreRows`) and RocksDB
+checkpoint format 2 (new unique ids, listed in the rewritten commit entry)
+included, and moves between the providers where Spark runs the operator on both.
+``transform`` rewrites each row's key and value on the way
+(:class:`TransformedStoreRows`) and the schema files with them.
 """
 
 from __future__ import annotations
@@ -305,10 +306,11 @@ class StoreRows:
             return HDFSStore(plan.storage, directory, plan.codec, plan.store_conf.row_checksum).load_rows(plan.version)
         state = rocksdb.load_store(plan, directory, pid)
         if state.uses_column_families:
+            # the operator's metadata did not say so (FamilyStoreRows handles the stores it does)
             raise UnsupportedOptionError(
-                f"operator {plan.operator_id} of {plan.checkpoint.location} keeps column families "
-                "(transformWithState, join state formats 3 and 4); rewriting those is not supported yet",
-                path=plan.checkpoint.location)
+                f"store '{plan.store_name}' of operator {plan.operator_id} of {plan.checkpoint.location} keeps "
+                "column families, but its operator metadata does not name them (transformWithState, join state "
+                "formats 3 and 4 record them there); it cannot be rewritten", path=plan.storage.display(directory))
         return state.row_buffers(f"{plan.storage.display(directory)} (version {plan.version})")
 
     def partition_key(self, keys: RowBuffer, drop: KeyFilter | None) -> tuple[list[pa.Array], np.ndarray]:
