@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from streaming_queries import CHECKPOINT_V2_QUERIES, QUERIES, Query, _write_input, session_confs
+from streaming_queries import CHECKPOINT_V2_QUERIES, QUERIES, Query, _write_input, run_query, session_confs
 
 import state_reader
 from state_reader.core.options import from_kwargs
@@ -86,13 +86,6 @@ def resume_with_timers(spark, query: Query, checkpoint: str, input_dir: Path, ba
     return [collected[b] for b in sorted(collected)]
 
 
-def run_copy(checkpoints, name: str, tmp_path: Path) -> tuple[str, Path]:
-    """A private copy of the session's run of query ``name`` (``checkpoints`` runs each query once):
-    its checkpoint, and the input directory beside it that the query read."""
-    shutil.copytree(Path(checkpoints(name)).parent, tmp_path / "run")
-    return str(tmp_path / "run" / "checkpoint"), tmp_path / "run" / "input"
-
-
 def _digest(directory: str) -> dict[str, str]:
     return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(Path(directory).rglob("*")) if p.is_file()}
@@ -140,10 +133,11 @@ ALL_QUERIES = {**QUERIES, **CHECKPOINT_V2_QUERIES}
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_resume_oracle(spark, checkpoints, tmp_path, name):
+def test_resume_oracle(spark, tmp_path, name):
     """Rewritten to more partitions, and to fewer in the other provider's files: each resumes as the source does."""
     query = ALL_QUERIES[name]
-    src, input_dir = run_copy(checkpoints, name, tmp_path)
+    src = run_query(spark, query, tmp_path / "run")
+    input_dir = tmp_path / "run" / "input"
     before = _digest(src)
     op, store = _stores(src)[0]
     plan = plan_state_read(from_kwargs(src, {"operator_id": op, "store_name": store}))
@@ -229,14 +223,15 @@ def _family_rows(spark, checkpoint: str, options: dict[str, str], clock: bool = 
 
 
 @pytest.mark.parametrize("name", FAMILY_CASES)
-def test_resume_oracle_column_families(spark, checkpoints, tmp_path, name):
+def test_resume_oracle_column_families(spark, tmp_path, name):
     """Every column family is rewritten (internal ones too): Spark's reader sees each variable, its
     timers and both join sides unchanged, every row where hash() puts it, and the query resumes alike."""
     from pyspark.sql import functions as F
 
     query = QUERIES[name]
-    src, input_dir = run_copy(checkpoints, name, tmp_path)
+    src = run_query(spark, query, tmp_path / "run")
     _forget_unfinished_batch(src)
+    input_dir = tmp_path / "run" / "input"
     before = _digest(src)
     reads = _family_reads(src)
     with pytest.raises(state_reader.UnsupportedOptionError, match="RocksDB provider only"):
@@ -268,8 +263,8 @@ def test_resume_oracle_column_families(spark, checkpoints, tmp_path, name):
             assert _family_rows(spark, dst, options, clock=False) == _family_rows(spark, copy, options, clock=False)
 
 
-def test_drop_keys_removes_them_from_every_store(checkpoints, tmp_path):
-    src = checkpoints("join_inner")
+def test_drop_keys_removes_them_from_every_store(spark, tmp_path):
+    src = run_query(spark, QUERIES["join_inner"], tmp_path / "run")
     table = state_reader.read_state(src, store_name="left-keyToNumValues")
     key_type = table.schema.field("key").type
     field = key_type[0].name

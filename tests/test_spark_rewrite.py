@@ -14,17 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from streaming_queries import QUERIES
-from test_rewrite import (
-    _add_input,
-    _digest,
-    _new_batches,
-    _state_rows,
-    _stores,
-    assert_builtin_sees_same_state,
-    resume,
-    run_copy,
-)
+from streaming_queries import QUERIES, run_query
+from test_rewrite import _add_input, _digest, _new_batches, _state_rows, _stores, assert_builtin_sees_same_state, resume
 
 import state_reader
 from state_reader.core.rewrite import INCOMPLETE, RewriteReport
@@ -67,9 +58,10 @@ def assert_same_report(got: RewriteReport, want: RewriteReport) -> None:
 
 
 @pytest.mark.parametrize(("name", "options"), CASES, ids=[c[0] for c in CASES])
-def test_resume_oracle_through_spark(spark, checkpoints, tmp_path, name, options):
+def test_resume_oracle_through_spark(spark, tmp_path, name, options):
     query = QUERIES[name]
-    src, input_dir = run_copy(checkpoints, name, tmp_path)
+    src = run_query(spark, query, tmp_path / "run")
+    input_dir = tmp_path / "run" / "input"
     before = _digest(src)
     options = dict(options)
     if options.get("drop_keys") is DROP_ONE_JOIN_KEY:
@@ -101,10 +93,11 @@ def test_resume_oracle_through_spark(spark, checkpoints, tmp_path, name, options
 
 
 @pytest.mark.cluster
-def test_through_spark_on_local_cluster(spark, checkpoints, tmp_path):
+def test_through_spark_on_local_cluster(spark, tmp_path):
     """Executors in their own JVMs and Python workers: each reads and writes its partitions itself."""
     query = QUERIES["agg_window"]
-    src, input_dir = run_copy(checkpoints, "agg_window", tmp_path)
+    src = run_query(spark, query, tmp_path / "run")
+    input_dir = tmp_path / "run" / "input"
     options = {"num_partitions": 4}
     dst = str(tmp_path / "dst")
     env = dict(os.environ, SPARK_LOCAL_DIRS=str(tmp_path / "local"))
