@@ -363,6 +363,11 @@ def test_resume_oracle_older_writers(spark, tmp_path, writer, name):
     other = "hdfs" if "RocksDB" in plan.provider else "rocksdb"
     # more partitions; fewer, in the other provider's files
     targets = {"more": (old + 2, None), other: (max(1, old - 1), other)}
+    if name == "session_window_hdfs" and writer.startswith("spark-3."):
+        # no operator metadata: Spark would restart the moved store with the wrong key encoder
+        with pytest.raises(state_reader.UnsupportedOptionError, match="wrong key encoder"):
+            state_reader.rewrite(str(original), str(tmp_path / "moved"), provider=other)
+        targets[other] = (max(1, old - 1), None)
     for label, (n, provider) in targets.items():
         dst = str(tmp_path / f"dst-{label}")
         state_reader.rewrite(str(original), dst, num_partitions=n, provider=provider)

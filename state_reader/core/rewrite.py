@@ -773,6 +773,13 @@ def plan_rewrite(source: Storage, *, num_partitions: int | None = None, provider
         for store_name in store_names_on_disk(cp, op):
             plan = _plan(cp, batch, op, store_name)
             _require_rewritable(cp, plan, batch, moving)
+            if moving and target_provider == "rocksdb" and meta is None and plan.num_cols_prefix_key:
+                # without operator metadata (Spark 3.5) Spark's RocksDB store reads keys with the no-prefix
+                # encoder, so the prefix-key layout a session window needs there fails its key validation
+                raise UnsupportedOptionError(
+                    f"operator {op} of {cp.location} (a session window written by Spark 3.5, without operator "
+                    "metadata) cannot move to RocksDB: Spark restarts such a store on RocksDB with the wrong key "
+                    "encoder. Rewrite it on the HDFS-backed provider", path=cp.location)
             stores.append(StoreRows(plan, name in SINGLE_PARTITION_OPERATORS or plan.partition_key_fields == 0))
     if transform is not None:
         stores = _transformed(cp, batch, stores, transform)
