@@ -80,6 +80,10 @@ def resume_with_timers(spark, query: Query, checkpoint: str, input_dir: Path, ba
                 if handle.exception() is not None:
                     raise handle.exception()
                 time.sleep(0.2)
+            # the sink runs before the batch is committed: stop once it is, so the final state is that batch's
+            last = Path(checkpoint) / "commits" / str(max(collected, default=0))
+            while collected and not last.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
         finally:
             handle.stop()
     assert len(collected) >= batches, f"the restarted query produced {len(collected)} batches with output"
@@ -189,9 +193,10 @@ def _forget_unfinished_batch(checkpoint: str) -> None:
     as if it had stopped a moment earlier, so that both restarts plan the next batch from the new input."""
     cp = Path(checkpoint)
     committed = max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
-    for p in (cp / "offsets").iterdir():
+    # the plan of that batch: its offsets, and what its sources logged for it
+    for p in [*(cp / "offsets").iterdir(), *(cp / "sources").glob("*/*")]:
         number = p.name.removeprefix(".").removesuffix(".crc")
-        if number.isdigit() and int(number) > committed:
+        if p.is_file() and number.isdigit() and int(number) > committed:
             p.unlink()
 
 
