@@ -876,7 +876,7 @@ def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partiti
         raise InvalidOptionError("a rewrite needs a destination (or dry_run=True)")
     dest.require_empty()
     report = rp.report(dest.display(), dry_run=False)
-    put = _counting_writer(dest, report)
+    put = counting_writer(dest, report)
     dest.write("metadata", INCOMPLETE)  # the commit point is the real `metadata`, written last
     with failure_marked(rp, dest):
         with tempfile.TemporaryDirectory(prefix="state_reader-rewrite-") as workdir:
@@ -898,7 +898,8 @@ def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partiti
     return report
 
 
-def _counting_writer(dest: Destination, report: RewriteReport) -> Callable[[str, bytes], None]:
+def counting_writer(dest: Destination, report: RewriteReport) -> Callable[[str, bytes], None]:
+    """A ``put(rel, data)`` that writes into ``dest`` and counts the files and bytes in ``report``."""
     def put(rel: str, data: bytes) -> None:
         dest.write(rel, data)
         report.files += 1

@@ -41,6 +41,7 @@ from state_reader.core.rewrite import (
     StoreReport,
     StoreRows,
     Transform,
+    counting_writer,
     failure_marked,
     finish_checkpoint,
     plan_rewrite,
@@ -85,12 +86,7 @@ def rewrite_with_spark(spark: Any, source: Storage, dest: Destination, *, num_pa
                       allow_uncommitted=allow_uncommitted, transform=transform)
     dest.require_empty()
     report = rp.report(dest.display(), dry_run=False)
-
-    def put(rel: str, data: bytes) -> None:
-        dest.write(rel, data)
-        report.files += 1
-        report.bytes += len(data)
-
+    put = counting_writer(dest, report)
     dest.write("metadata", INCOMPLETE)  # the commit point is the real `metadata`, written last
     with failure_marked(rp, dest):
         for rows in rp.stores:
