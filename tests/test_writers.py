@@ -10,10 +10,10 @@ import struct
 import numpy as np
 import pytest
 
-from state_reader.errors import DestinationNotEmptyError
+from state_reader.errors import DestinationNotEmptyError, StorageError
 from state_reader.formats import codecs
 from state_reader.io.destination import Destination
-from state_reader.io.integrity import hadoop_checksums, verify_hadoop
+from state_reader.io.integrity import hadoop_checksums, hadoop_checksums_of, verify_hadoop
 from state_reader.io.storage import Storage
 from state_reader.providers.hdfs import END_OF_FILE, HDFSStore, frame_records, framed_rows, snapshot_file
 
@@ -45,6 +45,9 @@ def test_hadoop_checksums_verify():
         sidecar = hadoop_checksums(data)
         verify_hadoop(data, sidecar, "f", ".f.crc")
         assert sidecar[:8] == b"crc\x00\x00\x00\x02\x00" and len(sidecar) == 8 + 4 * -(-len(data) // 512)
+        # the same read piece by piece, whatever the pieces
+        pieces = [data[:1], data[1:700], data[700:1024], data[1024:]]
+        assert hadoop_checksums_of(pieces) == sidecar
 
 
 @pytest.mark.parametrize("row_checksum", [False, True])
@@ -62,11 +65,15 @@ def test_snapshot_framing_reads_back(tmp_path, row_checksum):
     order = np.arange(len(keys.starts))[::-1]
     framed, lengths = frame_records(keys.take(order), values.take(order))
     assert int(lengths.sum()) == len(framed)
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "1.snapshot").write_bytes(snapshot_file(framed.tobytes(), "zstd"))
-    again = HDFSStore(Storage(str(tmp_path)), "out", "zstd", row_checksum).load(1)
-    assert again == {k: v[skip:] for k, v in records.items()}
+    # streamed in chunks of whole records through the destination, as a rewrite writes a partition
+    cuts = np.r_[0, np.cumsum(lengths)][[0, 1, 100, 101, len(lengths)]]
+    for codec in ("zstd", "lz4"):
+        chunks = [framed[lo:hi] for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)]
+        Destination(str(tmp_path)).write(f"{codec}/1.snapshot", snapshot_file(chunks, codec))
+        if codec == "lz4":  # block by block: the same file however the records arrive
+            assert (tmp_path / codec / "1.snapshot").read_bytes() == b"".join(snapshot_file([framed], codec))
+        again = HDFSStore(Storage(str(tmp_path)), codec, codec, row_checksum).load(1)
+        assert again == {k: v[skip:] for k, v in records.items()}
     # and the framed records read back as rows, as a rewrite reads its routed rows
     back_keys, back_values = framed_rows(framed.tobytes(), "routed")
     assert [bytes(back_keys.buf[s:s + n]) for s, n in zip(back_keys.starts, back_keys.lengths, strict=True)] == \
@@ -88,3 +95,17 @@ def test_destination_writes_only_into_an_empty_directory(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(DestinationNotEmptyError, match="is a file"):
         Destination(str(tmp_path / "file")).require_empty()
+
+
+def test_destination_streams_whole_files_or_none(tmp_path):
+    dest = Destination(str(tmp_path / "new"))
+    assert dest.write("a/x", (piece for piece in [b"ab", memoryview(b"cd"), b""])) == 4
+    assert (tmp_path / "new" / "a" / "x").read_bytes() == b"abcd"
+
+    def failing():
+        yield b"partial"
+        raise OSError("disk full")
+
+    with pytest.raises(StorageError, match="disk full"):
+        dest.write("a/y", failing())
+    assert sorted(p.name for p in (tmp_path / "new" / "a").iterdir()) == [".x.crc", "x"]

@@ -37,7 +37,7 @@ import os
 import posixpath
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -72,9 +72,10 @@ from state_reader.formats.rocksdb_encoding import (
 from state_reader.formats.schema_files import write_schema_v2
 from state_reader.formats.spark_hash import partition_ids
 from state_reader.formats.spark_types import StructField, StructType, from_arrow
-from state_reader.formats.unsaferow import RowBuffer, decode_rows, pack_rows
+from state_reader.formats.unsaferow import RowBuffer, decode_rows, pack_rows, row_runs
 from state_reader.formats.unsaferow_encode import encode_rows
 from state_reader.io.destination import Destination
+from state_reader.io.memory import release_free_memory
 from state_reader.io.storage import Storage
 from state_reader.model import operators
 from state_reader.model.checkpoint import (
@@ -105,7 +106,7 @@ from state_reader.model.state_variables import (
 )
 from state_reader.progress import Progress, progress
 from state_reader.providers import rocksdb
-from state_reader.providers.hdfs import END_OF_FILE, HDFSStore, frame_records, framed_rows, snapshot_file
+from state_reader.providers.hdfs import HDFSStore, frame_records, framed_rows, snapshot_file
 
 PROVIDER_CLASSES = {"hdfs": HDFS_PROVIDER, "rocksdb": ROCKSDB_PROVIDER}
 # what the destination's `metadata` holds until the rewrite is complete: not JSON, so Spark refuses to start
@@ -559,8 +560,8 @@ def _kept(drop: KeyFilter, keys: pa.StructArray) -> np.ndarray:
 
 
 @dataclass
-class RoutedPartition:
-    """The rows of one old partition that are kept, ordered by new partition, in the target encoding."""
+class RoutedSlice:
+    """The kept rows of a run of one old partition's rows, ordered by new partition, in the target encoding."""
 
     keys: RowBuffer
     values: RowBuffer
@@ -571,27 +572,39 @@ class RoutedPartition:
     old_bytes: int
 
 
+# An old partition is routed in runs of rows of about 1/16 of its bytes, within these bounds:
+# what routing holds beyond the loaded partition (decoded keys, hashes, framed records) follows
+# a run, not the partition.
+_SLICE_BYTES = (256 << 10, 4 << 20)
+
+
 def route_partition(rows: StoreRows, pid: int, num_partitions: int, drop: KeyFilter | None,
-                    to_rocksdb: bool) -> RoutedPartition:
-    """Load old partition ``pid`` of a store and send each row to its new partition."""
+                    to_rocksdb: bool) -> Iterator[RoutedSlice]:
+    """Load old partition ``pid`` of a store and send each row to its new partition, a run of rows at a time."""
     keys, values = rows.load(pid)
-    old_rows, old_bytes = len(keys.starts), int((keys.lengths + values.lengths).sum())
-    if old_rows == 0:
-        return RoutedPartition(keys, values, np.zeros(0, dtype=np.int32), 0, 0, 0)
-    target, keep = rows.route(keys, num_partitions, drop)
-    index = np.flatnonzero(keep)
-    index = index[np.argsort(target[index], kind="stable")]
-    keys, values = rows.convert(keys.take(index), values.take(index), to_rocksdb)
-    return RoutedPartition(keys, values, target[index], old_rows - len(index), old_rows, old_bytes)
+    sizes = keys.lengths + values.lengths
+    low, high = _SLICE_BYTES
+    for lo, hi in row_runs(sizes, min(max(int(sizes.sum()) // 16, low), high)):
+        part_keys = RowBuffer.wrap(keys.buf, keys.size, keys.starts[lo:hi], keys.lengths[lo:hi], keys.source)
+        target, keep = rows.route(part_keys, num_partitions, drop)
+        index = np.flatnonzero(keep)
+        index = index[np.argsort(target[index], kind="stable")]
+        k, v = rows.convert(part_keys.take(index), values.take(index + lo), to_rocksdb)
+        yield RoutedSlice(k, v, target[index], hi - lo - len(index), hi - lo, int(sizes[lo:hi].sum()))
 
 
 class _Spill:
     """The framed records routed to each new partition of one store, in local temporary files
-    until that partition is written: memory holds one old partition while routing and one new
-    partition while writing, never the whole store."""
+    until that partition is written: memory holds one old partition while routing and a few
+    MiB of one new partition while writing, never the whole store."""
+
+    # what a new partition's records are read back in (runs of whole records of about this size)
+    CHUNK = 4 << 20
 
     def __init__(self, workdir: str, num_partitions: int) -> None:
         self.paths = [os.path.join(workdir, f"{p}.records") for p in range(num_partitions)]
+        # the size of each run of whole records appended to each file
+        self.runs: list[list[int]] = [[] for _ in range(num_partitions)]
         for path in self.paths:
             open(path, "wb").close()
 
@@ -600,15 +613,22 @@ class _Spill:
         for pid in np.flatnonzero(counts).tolist():
             with open(self.paths[pid], "ab") as fh:
                 fh.write(memoryview(framed[bounds[pid]:bounds[pid + 1]]))
+            self.runs[pid].append(int(bounds[pid + 1] - bounds[pid]))
 
-    def take(self, pid: int) -> bytes:
-        """New partition ``pid``'s records, ended by the end-of-stream marker (a complete snapshot stream)."""
-        with open(self.paths[pid], "ab") as fh:
-            fh.write(END_OF_FILE)
-        with open(self.paths[pid], "rb") as fh:
-            data = fh.read()
-        os.remove(self.paths[pid])
-        return data
+    def take(self, pid: int) -> Iterator[bytes]:
+        """New partition ``pid``'s records, in chunks of whole records; the file goes once read."""
+        try:
+            with open(self.paths[pid], "rb") as fh:
+                chunk = 0
+                for size in self.runs[pid]:
+                    if chunk and chunk + size > self.CHUNK:
+                        yield fh.read(chunk)
+                        chunk = 0
+                    chunk += size
+                if chunk:
+                    yield fh.read(chunk)
+        finally:
+            os.remove(self.paths[pid])
 
 
 def _route_store(rows: StoreRows, report: StoreReport, num_partitions: int, drop: KeyFilter | None,
@@ -618,19 +638,23 @@ def _route_store(rows: StoreRows, report: StoreReport, num_partitions: int, drop
     new_rows = np.zeros(num_partitions, dtype=np.int64)
     new_bytes = np.zeros(num_partitions, dtype=np.int64)
     for pid in rows.plan.partitions:
-        routed = route_partition(rows, pid, num_partitions, drop, to_rocksdb)
-        report.old_rows_per_partition.append(routed.old_rows)
-        report.old_bytes_per_partition.append(routed.old_bytes)
-        report.dropped += routed.dropped
-        counts = np.bincount(routed.target, minlength=num_partitions)
-        new_rows += counts
-        sizes = routed.keys.lengths + routed.values.lengths
-        new_bytes += np.bincount(routed.target, weights=sizes, minlength=num_partitions).astype(np.int64)
-        if spill is not None and len(routed.target):
-            framed, lengths = frame_records(routed.keys, routed.values)
-            # the records are in partition order: partition p's bytes run between these offsets
-            spill.add(framed, np.r_[0, np.cumsum(lengths)][np.r_[0, np.cumsum(counts)]], counts)
-        del routed
+        old_rows = old_bytes = 0
+        for routed in route_partition(rows, pid, num_partitions, drop, to_rocksdb):
+            old_rows += routed.old_rows
+            old_bytes += routed.old_bytes
+            report.dropped += routed.dropped
+            counts = np.bincount(routed.target, minlength=num_partitions)
+            new_rows += counts
+            sizes = routed.keys.lengths + routed.values.lengths
+            new_bytes += np.bincount(routed.target, weights=sizes, minlength=num_partitions).astype(np.int64)
+            if spill is not None and len(routed.target):
+                framed, lengths = frame_records(routed.keys, routed.values)
+                # the records are in partition order: partition p's bytes run between these offsets
+                spill.add(framed, np.r_[0, np.cumsum(lengths)][np.r_[0, np.cumsum(counts)]], counts)
+            del routed
+        report.old_rows_per_partition.append(old_rows)
+        report.old_bytes_per_partition.append(old_bytes)
+        release_free_memory()  # the next partition starts from what this one used, not on top of it
         bar.advance()
     targets = rows.target_partitions(num_partitions)
     report.rows = int(new_rows.sum())
@@ -891,19 +915,23 @@ def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partiti
                     extra = zip_extra_metadata(rows.plan)
                     for pid in targets:
                         write_partition(rows.plan, pid, spill.take(pid), rp.to_rocksdb, extra, put,
-                                        rp.unique_id(rows.plan, pid), ended=True)
+                                        rp.unique_id(rows.plan, pid))
+                        release_free_memory()
                         bar.advance()
                 report.stores.append(store)
         finish_checkpoint(rp, dest, put)
     return report
 
 
-def counting_writer(dest: Destination, report: RewriteReport) -> Callable[[str, bytes], None]:
-    """A ``put(rel, data)`` that writes into ``dest`` and counts the files and bytes in ``report``."""
-    def put(rel: str, data: bytes) -> None:
-        dest.write(rel, data)
+Put = Callable[[str, bytes | Iterable[bytes]], None]
+
+
+def counting_writer(dest: Destination, report: RewriteReport) -> Put:
+    """A ``put(rel, data)`` that writes ``data`` (bytes, or pieces streamed) into ``dest`` and
+    counts the files and bytes in ``report``."""
+    def put(rel: str, data: bytes | Iterable[bytes]) -> None:
+        report.bytes += dest.write(rel, data)
         report.files += 1
-        report.bytes += len(data)
 
     return put
 
@@ -921,24 +949,24 @@ def failure_marked(rp: RewritePlan, dest: Destination) -> Iterator[None]:
             "delete it and rewrite again", path=dest.display()) from exc
 
 
-def write_partition(plan: StateReadPlan, pid: int, framed: bytes, to_rocksdb: bool, extra: dict[str, Any],
-                    put: Callable[[str, bytes], None], unique_id: str | None = None, ended: bool = False) -> None:
-    """New partition ``pid`` of a store: its ``framed`` rows (target encoding, as
-    :func:`~state_reader.providers.hdfs.frame_records` frames them; ``ended``: followed by the
-    end-of-stream marker) as the snapshot of version B + 1 (named by ``unique_id`` in checkpoint
-    format 2: :meth:`RewritePlan.unique_id`)."""
+def write_partition(plan: StateReadPlan, pid: int, framed: Iterable[bytes | np.ndarray], to_rocksdb: bool,
+                    extra: dict[str, Any], put: Put, unique_id: str | None = None) -> None:
+    """New partition ``pid`` of a store: its ``framed`` rows (target encoding, in chunks of whole
+    records as :func:`~state_reader.providers.hdfs.frame_records` frames them) streamed into the
+    snapshot of version B + 1 (named by ``unique_id`` in checkpoint format 2: :meth:`RewritePlan.unique_id`)."""
     directory = plan.checkpoint.store_dir(plan.operator_id, pid, plan.store_name)
-    if to_rocksdb:
-        archive, ssts = rocksdb.snapshot_files(*framed_rows(framed, f"rows routed to {directory}", ended), extra)
-        for name, data in ssts:
-            put(posixpath.join(directory, snapshot_zip.SST_DIR, name), data)
-        put(posixpath.join(directory, state_file_name(plan.version, "zip", unique_id)), archive)
-    else:
-        put(posixpath.join(directory, state_file_name(plan.version, "snapshot")),
-            snapshot_file(framed, plan.codec, ended))
+    if not to_rocksdb:
+        put(posixpath.join(directory, state_file_name(plan.version, "snapshot")), snapshot_file(framed, plan.codec))
+        return
+    source = f"rows routed to {directory}"
+    for sst, data in rocksdb.snapshot_files((framed_rows(chunk, source) for chunk in framed), extra):
+        if sst is None:
+            put(posixpath.join(directory, state_file_name(plan.version, "zip", unique_id)), data)
+        else:
+            put(posixpath.join(directory, snapshot_zip.SST_DIR, sst), data)
 
 
-def finish_checkpoint(rp: RewritePlan, dest: Destination, put: Callable[[str, bytes], None]) -> None:
+def finish_checkpoint(rp: RewritePlan, dest: Destination, put: Put) -> None:
     """Everything but the state: logs, schema files, operator metadata, and last the real ``metadata``
     (the commit point: from then on Spark starts from ``dest``)."""
     _copy_logs(rp.checkpoint, put, rp.batch_id, rp.offset_confs)

@@ -12,7 +12,7 @@ Spark does by default).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -349,55 +349,73 @@ _LZ4_LEVEL = 5  # log2(32 KiB) - 10: the low nibble of every lz4-java token
 _LZF_MAX_CHUNK = 0xFFFF
 
 
-def _compress_lz4(data: bytes) -> bytes:
+Chunks = Iterable[bytes | bytearray | memoryview | np.ndarray]
+
+
+def _blocks(chunks: Chunks, size: int) -> Iterator[memoryview]:
+    """The bytes of ``chunks`` cut into blocks of ``size`` bytes (the last one shorter), whatever
+    the chunk boundaries, so a stream is the same however its input arrives."""
+    pending = bytearray()
+    for chunk in chunks:
+        view = memoryview(chunk).cast("B")
+        if pending:
+            take = min(size - len(pending), len(view))
+            pending += view[:take]
+            view = view[take:]
+            if len(pending) < size:
+                continue
+            yield memoryview(bytes(pending))
+            pending.clear()
+        whole = len(view) - len(view) % size
+        for at in range(0, whole, size):
+            yield view[at:at + size]
+        pending += view[whole:]
+    if pending:
+        yield memoryview(bytes(pending))
+
+
+def _compress_lz4(chunks: Chunks) -> Iterator[bytes]:
     import lz4.block
     import xxhash
 
-    out = bytearray()
-    view = memoryview(data)
-    for at in range(0, len(data), _BLOCK):
-        block = view[at:at + _BLOCK]
+    for block in _blocks(chunks, _BLOCK):
         checksum = xxhash.xxh32_intdigest(block, seed=_LZ4_XXHASH_SEED) & 0x0FFFFFFF
         packed = lz4.block.compress(block, store_size=False)
         if len(packed) < len(block):
-            out += _LZ4_HEADER.pack(_LZ4_MAGIC, _LZ4_METHOD_LZ4 | _LZ4_LEVEL, len(packed), len(block), checksum)
-            out += packed
+            yield _LZ4_HEADER.pack(_LZ4_MAGIC, _LZ4_METHOD_LZ4 | _LZ4_LEVEL, len(packed), len(block), checksum) + packed
         else:  # lz4-java stores a block that does not shrink
-            out += _LZ4_HEADER.pack(_LZ4_MAGIC, _LZ4_METHOD_RAW | _LZ4_LEVEL, len(block), len(block), checksum)
-            out += block
-    out += _LZ4_HEADER.pack(_LZ4_MAGIC, _LZ4_METHOD_RAW | _LZ4_LEVEL, 0, 0, 0)  # the end block
-    return bytes(out)
+            yield _LZ4_HEADER.pack(_LZ4_MAGIC, _LZ4_METHOD_RAW | _LZ4_LEVEL, len(block), len(block), checksum) + block
+    yield _LZ4_HEADER.pack(_LZ4_MAGIC, _LZ4_METHOD_RAW | _LZ4_LEVEL, 0, 0, 0)  # the end block
 
 
-def _compress_zstd(data: bytes) -> bytes:
+def _compress_zstd(chunks: Chunks) -> Iterator[bytes]:
     import zstandard
 
-    return zstandard.ZstdCompressor(level=1).compress(data)  # spark.io.compression.zstd.level
+    stream = zstandard.ZstdCompressor(level=1).compressobj()  # spark.io.compression.zstd.level
+    for chunk in chunks:
+        out = stream.compress(chunk)
+        if out:
+            yield out
+    yield stream.flush()
 
 
-def _compress_snappy(data: bytes) -> bytes:
+def _compress_snappy(chunks: Chunks) -> Iterator[bytes]:
     import cramjam
 
-    out = bytearray(_SNAPPY_MAGIC + struct.pack(">ii", 1, 1))
-    view = memoryview(data)
-    for at in range(0, len(data), _BLOCK):
-        chunk = bytes(cramjam.snappy.compress_raw(view[at:at + _BLOCK]))
-        out += struct.pack(">i", len(chunk)) + chunk
-    return bytes(out)
+    yield _SNAPPY_MAGIC + struct.pack(">ii", 1, 1)
+    for block in _blocks(chunks, _BLOCK):
+        packed = bytes(cramjam.snappy.compress_raw(block))
+        yield struct.pack(">i", len(packed)) + packed
 
 
-def _compress_lzf(data: bytes) -> bytes:
+def _compress_lzf(chunks: Chunks) -> Iterator[bytes]:
     # stored (uncompressed) chunks: valid LZF streams that every reader takes, and no
     # LZF compressor among the well-kept Python packages
-    out = bytearray()
-    view = memoryview(data)
-    for at in range(0, len(data), _LZF_MAX_CHUNK):
-        chunk = view[at:at + _LZF_MAX_CHUNK]
-        out += _LZF_MAGIC + b"\x00" + struct.pack(">H", len(chunk)) + chunk
-    return bytes(out)
+    for block in _blocks(chunks, _LZF_MAX_CHUNK):
+        yield _LZF_MAGIC + b"\x00" + struct.pack(">H", len(block)) + block
 
 
-_ENCODERS: dict[str, Callable[[bytes], bytes]] = {
+_ENCODERS: dict[str, Callable[[Chunks], Iterator[bytes]]] = {
     "lz4": _compress_lz4,
     "zstd": _compress_zstd,
     "snappy": _compress_snappy,
@@ -405,12 +423,17 @@ _ENCODERS: dict[str, Callable[[bytes], bytes]] = {
 }
 
 
-def compress(data: bytes, codec: str | None) -> bytes:
-    """``data`` as a state file written with ``codec`` (short or class name): the stream
-    format Spark's codec writes and reads back."""
+def compress_stream(chunks: Chunks, codec: str | None) -> Iterator[bytes]:
+    """The bytes of ``chunks`` as a state file written with ``codec`` (short or class name), piece
+    by piece: the stream format Spark's codec writes and reads back, in memory bounded by a block."""
     name = codec_name(codec)
     encoder = _ENCODERS.get(name)
     if encoder is None:
         raise CodecUnavailableError(
             f"cannot write state files with compression codec {codec!r} (known: {', '.join(sorted(_ENCODERS))})")
-    return encoder(data)
+    return encoder(chunks)
+
+
+def compress(data: bytes, codec: str | None) -> bytes:
+    """``data`` as a state file written with ``codec``, whole (:func:`compress_stream`)."""
+    return b"".join(compress_stream((data,), codec))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from state_reader.errors import CodecUnavailableError, CorruptFileError
 
@@ -79,15 +79,17 @@ def _gc_paused() -> Iterator[None]:
 DB_FILES_IN_ZIP = ("CURRENT", "MANIFEST-", "OPTIONS-")
 # format 5: what Spark's RocksDB writes, and what every RocksDB Spark bundles (8.x and 9.x) reads
 TABLE_FORMAT_VERSION = 5
-# entries per write batch when building a snapshot
-_WRITE_BATCH = 8192
+# memtable size while building a snapshot: what the build holds of the rows at once (each
+# full memtable becomes one SST file)
+_WRITE_BUFFER = 8 << 20
 
 
-def write_db(directory: str, keys: list[bytes], values: list[bytes]) -> None:
-    """Create the RocksDB database ``directory`` holding ``keys`` -> ``values``, flushed to SST files.
+def write_db(directory: str, batches: Iterable[tuple[list[bytes], list[bytes]]]) -> None:
+    """Create the RocksDB database ``directory`` holding each batch's keys -> values, flushed to SST files.
 
     Raw byte keys in RocksDB's default bytewise order, lz4 blocks, no write-ahead log
-    left to replay: a directory Spark's RocksDB state store opens as a snapshot.
+    left to replay: a directory Spark's RocksDB state store opens as a snapshot. The
+    rows stream through memtables of a few MiB, so memory does not grow with them.
     """
     try:
         from rocksdict import BlockBasedOptions, DBCompressionType, Options, Rdict, WriteBatch, WriteOptions
@@ -99,14 +101,14 @@ def write_db(directory: str, keys: list[bytes], values: list[bytes]) -> None:
     table.set_format_version(TABLE_FORMAT_VERSION)
     options.set_block_based_table_factory(table)
     options.set_compression_type(DBCompressionType.lz4())
+    options.set_write_buffer_size(_WRITE_BUFFER)
     db = Rdict(directory, options=options)
     try:
         write = WriteOptions()
         write.disable_wal = True
-        # in batches: one batch of everything would hold a second copy of the whole partition
-        for lo in range(0, len(keys), _WRITE_BATCH):
+        for keys, values in batches:
             batch = WriteBatch(raw_mode=True)
-            for key, value in zip(keys[lo:lo + _WRITE_BATCH], values[lo:lo + _WRITE_BATCH], strict=True):
+            for key, value in zip(keys, values, strict=True):
                 batch.put(key, value)
             db.write(batch, write_opt=write)
         db.flush(True)

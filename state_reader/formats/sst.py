@@ -27,6 +27,7 @@ internal keys: the user key and a fixed64 of sequence number << 8 | type.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -577,9 +578,12 @@ def _padded(n: int) -> np.ndarray:
     return buf
 
 
-def read_sst_rows(files: list[tuple[bytes, str]], source: str) -> tuple[RowBuffer, RowBuffer]:
+def read_sst_rows(files: Iterable[tuple[bytes, str]], source: str) -> tuple[RowBuffer, RowBuffer]:
     """Live keys and values of a DB made of these SST files (contents, name shown), in file order.
 
+    A file's compressed bytes are let go once its blocks are decompressed (pass them as a
+    generator that keeps no other reference, and memory holds the compressed and the
+    decompressed state at once for one file only).
     Raises SstNotSupportedError for what is left to rocksdict, CorruptFileError naming the file for damage.
     """
     compiled = _compiled()
@@ -609,6 +613,8 @@ def read_sst_rows(files: list[tuple[bytes, str]], source: str) -> tuple[RowBuffe
             else:
                 decompress(kind, view[start:start + length], target[at:at + n_out], offset)
             at += n_out
+        del view
+        table.data = table.view = b""  # what is left to read of the file was read when it was opened
         ends.append(out)
         owner.append(np.full(len(out), i, dtype=np.int64))
     block_end = np.cumsum(np.concatenate(ends)) if ends else np.zeros(0, dtype=np.int64)
@@ -645,7 +651,10 @@ def read_sst_rows(files: list[tuple[bytes, str]], source: str) -> tuple[RowBuffe
     # decoders copy strings out in one pass when their spans follow each other through the buffer
     live_mask = np.zeros(n, dtype=np.bool_)
     live_mask[keep[:kept]] = True
+    del keep, rec_seq, rec_type
     live = np.flatnonzero(live_mask)
+    del live_mask
     keys = RowBuffer.wrap(key_out, used, rec_key[live], rec_len[live], source + " key")
+    del rec_key, rec_len
     values = RowBuffer.wrap(buf, total, rec_value[live], rec_value_len[live], source + " value")
     return keys, values

@@ -16,6 +16,8 @@ from all rows, so the cost per row is a few vectorised operations, not Python.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -461,7 +463,20 @@ def decode_rows(rows: RowBuffer, schema: StructType, what: str = "",
 # --- writing: moving rows and fields ------------------------------------------------
 
 # bytes copied per step of copy_spans: bounds its index arrays (three int64 per byte copied, 12 MiB a step)
-_COPY_BYTES = 1 << 19
+def row_runs(sizes: np.ndarray, max_bytes: int, max_rows: int | None = None) -> Iterator[tuple[int, int]]:
+    """Consecutive runs ``lo:hi`` of rows whose ``sizes`` add up to at most ``max_bytes`` (and at most
+    ``max_rows`` rows); a larger row makes a run alone."""
+    ends = np.cumsum(sizes)
+    lo = 0
+    while lo < len(sizes):
+        base = int(ends[lo - 1]) if lo else 0
+        hi = max(int(np.searchsorted(ends, base + max_bytes, side="right")), lo + 1)
+        hi = min(hi, len(sizes) if max_rows is None else lo + max_rows, len(sizes))
+        yield lo, hi
+        lo = hi
+
+
+_COPY_BYTES = 1 << 16  # its index arrays take ~32 bytes per byte copied: a few MiB at most
 
 
 def copy_spans(dst: np.ndarray, dst_starts: np.ndarray, src: np.ndarray, src_starts: np.ndarray,

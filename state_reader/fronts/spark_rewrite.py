@@ -25,7 +25,7 @@ once. pyspark is imported inside functions only: importing this module needs no 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from state_reader import errors
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
 from state_reader.core.rewrite import (
     INCOMPLETE,
+    Put,
     RewritePlan,
     RewriteReport,
     StoreReport,
@@ -52,7 +53,7 @@ from state_reader.core.rewrite import (
 from state_reader.core.scan import bind_key_filter
 from state_reader.errors import StateReaderError
 from state_reader.formats.spark_types import StructType, UserDefinedType
-from state_reader.formats.unsaferow import RowBuffer, copy_spans
+from state_reader.formats.unsaferow import RowBuffer, copy_spans, row_runs
 from state_reader.fronts.spark_shared import spark_worker_errors
 from state_reader.io.destination import Destination
 from state_reader.io.storage import Storage
@@ -101,7 +102,7 @@ def _label(rows: StoreRows) -> str:
 
 def _rewrite_store(spark: Any, rp: RewritePlan, rows: StoreRows, dest: Destination,
                    drop_keys: KeyFilterSpec | None, report: RewriteReport,
-                   put: Callable[[str, bytes], None]) -> StoreReport:
+                   put: Put) -> StoreReport:
     """One Spark job: the old partitions read on executors, routed by Spark, each new one written by one task."""
     store = store_report(rows.plan)
     drop = bind_key_filter(rows.plan, drop_keys)  # a bad filter fails here, before any task runs
@@ -141,7 +142,7 @@ def _rewrite_store(spark: Any, rp: RewritePlan, rows: StoreRows, dest: Destinati
     # every new partition needs a snapshot, even an empty one (a Spark may skip the task of an empty partition)
     for pid in targets:
         if pid not in reported:
-            write_partition(rows.plan, pid, b"", rp.to_rocksdb, extra, put, unique_ids[pid])
+            write_partition(rows.plan, pid, (), rp.to_rocksdb, extra, put, unique_ids[pid])
     store.old_rows_per_partition = [old_counts[p][0] for p in pids]
     store.old_bytes_per_partition = [old_counts[p][1] for p in pids]
     store.dropped = sum(old_counts[p][2] for p in pids)
@@ -222,18 +223,6 @@ def _job_error(exc: BaseException, what: str) -> StateReaderError:
     return StateReaderError(f"the Spark job that {what} failed: {line[:1000]}")
 
 
-def _chunks(sizes: np.ndarray) -> Iterator[tuple[int, int]]:
-    """Runs of rows of at most BATCH_ROWS rows and BATCH_BYTES bytes (a larger row alone)."""
-    ends = np.cumsum(sizes)
-    lo = 0
-    while lo < len(sizes):
-        base = int(ends[lo - 1]) if lo else 0
-        hi = int(np.searchsorted(ends, base + BATCH_BYTES, side="right"))
-        hi = min(max(hi, lo + 1), lo + BATCH_ROWS, len(sizes))
-        yield lo, hi
-        lo = hi
-
-
 def binary_array(rows: RowBuffer) -> pa.Array:
     """The rows of ``rows`` as an Arrow binary array (one copy at most, no Python per row)."""
     lengths = rows.lengths
@@ -290,7 +279,7 @@ class _ReadOld:
             columns, keep = rows.partition_key(keys, self.drop)
             index = np.flatnonzero(keep)
             kept = len(index)
-            for lo, hi in _chunks((keys.lengths + values.lengths)[index]):
+            for lo, hi in row_runs((keys.lengths + values.lengths)[index], BATCH_BYTES, BATCH_ROWS):
                 part = index[lo:hi]
                 k, v = rows.convert(keys.take(part), values.take(part), self.to_rocksdb)
                 taken = pa.array(part)
@@ -311,10 +300,9 @@ class _Writer:
         self.files = 0
         self.bytes = 0
 
-    def __call__(self, rel: str, data: bytes) -> None:
-        self.dest.write(rel, data)
+    def __call__(self, rel: str, data: bytes | Iterable[bytes]) -> None:
+        self.bytes += self.dest.write(rel, data)
         self.files += 1
-        self.bytes += len(data)
 
 
 class _WriteNew:
@@ -342,29 +330,34 @@ class _WriteNew:
     def _write(self, pid: int, batches: Iterator[pa.RecordBatch]) -> pa.RecordBatch:
         plan = self.rows.plan
         source = f"rows routed to partition {pid} of {_label(self.rows)}"
-        parts: list[np.ndarray] = []
         counts: list[np.ndarray] = []
         rows = size = 0
-        for batch in batches:
-            keys, values = batch.column("key"), batch.column("value")
-            if keys.null_count:
-                marks = keys.is_null()
-                counts += [np.frombuffer(raw, dtype=_COUNTS) for raw in values.filter(marks).to_pylist()]
-                keys, values = keys.filter(pc.invert(marks)), values.filter(pc.invert(marks))
-            if not len(keys):
-                continue
-            k, v = row_buffer(keys, source + " key"), row_buffer(values, source + " value")
-            framed, _ = frame_records(k, v)
-            parts.append(framed)
-            rows += len(k.starts)
-            size += int((k.lengths + v.lengths).sum())
-        if pid not in self.targets and rows:
-            raise StateReaderError(f"{rows} rows were routed to partition {pid} of {_label(self.rows)}, "
-                                   f"which is not among its new partitions {sorted(self.targets)}")
+
+        def framed() -> Iterator[np.ndarray]:
+            # the rows stream into the writer batch by batch; the old partitions' counts are picked out
+            nonlocal rows, size
+            for batch in batches:
+                keys, values = batch.column("key"), batch.column("value")
+                if keys.null_count:
+                    marks = keys.is_null()
+                    counts.extend(np.frombuffer(raw, dtype=_COUNTS) for raw in values.filter(marks).to_pylist())
+                    keys, values = keys.filter(pc.invert(marks)), values.filter(pc.invert(marks))
+                if not len(keys):
+                    continue
+                if pid not in self.targets:
+                    raise StateReaderError(f"rows were routed to partition {pid} of {_label(self.rows)}, which is "
+                                           f"not among its new partitions {sorted(self.targets)}")
+                k, v = row_buffer(keys, source + " key"), row_buffer(values, source + " value")
+                rows += len(k.starts)
+                size += int((k.lengths + v.lengths).sum())
+                yield frame_records(k, v)[0]
+
         writer = _Writer(self.url, self.storage_options)
         if pid in self.targets:
-            write_partition(plan, pid, b"".join(parts), self.to_rocksdb, self.extra, writer, self.targets[pid])
-        del parts
+            write_partition(plan, pid, framed(), self.to_rocksdb, self.extra, writer, self.targets[pid])
+        else:
+            for _ in framed():
+                pass
         old = np.array(counts, dtype=_COUNTS).reshape(-1, 4)
         # this partition's row (when it is one of the store's), then the old partitions' counts
         mine = [(True, pid, rows, size, 0, writer.files, writer.bytes)] if pid in self.targets else []

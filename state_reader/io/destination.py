@@ -8,15 +8,20 @@ puts are atomic) get the bytes alone, as Spark writes them there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from state_reader.errors import DestinationNotEmptyError, StorageError
-from state_reader.io.integrity import hadoop_checksums, hadoop_sidecar
+from state_reader.io.integrity import hadoop_checksums_of, hadoop_sidecar
 from state_reader.io.storage import Storage
+
+# how much of a written file is read back at a time to checksum it
+_READ_BACK = 1 << 20
 
 
 @dataclass
@@ -55,26 +60,64 @@ class Destination:
                 "writes a new checkpoint: give a path that does not exist or an empty directory",
                 path=self.display())
 
-    def write(self, rel: str, data: bytes) -> None:
-        """Write ``data`` to ``rel`` (replacing it), with its Hadoop checksum sidecar on local disks."""
+    def write(self, rel: str, data: bytes | Iterable[bytes | memoryview]) -> int:
+        """Write ``data`` (bytes, or pieces streamed one after another) to ``rel``, replacing it,
+        with its Hadoop checksum sidecar on local disks; the number of bytes written.
+
+        A file is whole or absent: written under a temporary name and renamed (local), or
+        uploaded and committed only when every piece is in (object stores)."""
+        pieces = (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data
         path = self.full(rel)
         try:
             if self.local:
-                directory = posixpath.dirname(path)
+                directory, name = posixpath.split(path)
                 os.makedirs(directory, exist_ok=True)
-                name = posixpath.basename(path)
-                self._atomic(path, data)
-                self._atomic(posixpath.join(directory, hadoop_sidecar(name)), hadoop_checksums(data))
+                size = self._atomic(path, pieces)
+                with open(path, "rb") as fh:
+                    sums = hadoop_checksums_of(iter(lambda: fh.read(_READ_BACK), b""))
+                self._atomic(posixpath.join(directory, hadoop_sidecar(name)), (sums,))
+            elif isinstance(data, (bytes, bytearray, memoryview)):
+                self.fs.pipe_file(path, bytes(data))
+                size = len(data)
             else:
-                self.fs.pipe_file(path, data)
+                size = self._upload(path, pieces)
         except OSError as exc:
             raise StorageError(f"writing {self.display(rel)} failed: {exc}", path=self.display(rel)) from exc
-        self.written += len(data)
+        self.written += size
+        return size
 
     @staticmethod
-    def _atomic(path: str, data: bytes) -> None:
+    def _atomic(path: str, pieces: Iterable[bytes | memoryview]) -> int:
         directory, name = posixpath.split(path)
         temp = posixpath.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-        with open(temp, "wb") as fh:
-            fh.write(data)
-        os.replace(temp, path)
+        size = 0
+        try:
+            with open(temp, "wb") as fh:
+                for piece in pieces:
+                    size += fh.write(piece)
+            os.replace(temp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(temp)
+            raise
+        return size
+
+    def _upload(self, path: str, pieces: Iterable[bytes | memoryview]) -> int:
+        size = 0
+        fh = self.fs.open(path, "wb")
+        try:
+            for piece in pieces:
+                size += fh.write(piece)
+        except BaseException:
+            # an abandoned multipart upload leaves no object behind
+            discard = getattr(fh, "discard", None)
+            if discard is not None:
+                discard()
+                fh.closed = True  # so that nothing commits what is left of it later
+            else:
+                with contextlib.suppress(Exception):
+                    fh.close()
+                    self.fs.rm_file(path)
+            raise
+        fh.close()
+        return size

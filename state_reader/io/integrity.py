@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -121,10 +121,30 @@ def verify_hadoop(data: bytes, sidecar: bytes, shown: str, sidecar_shown: str) -
                 f"(stored 0x{expected:08x}, computed 0x{actual:08x}): the file is damaged", path=shown)
 
 
-def hadoop_checksums(data: bytes, chunk: int = 512) -> bytes:
+def hadoop_checksums(data: bytes | memoryview, chunk: int = 512) -> bytes:
     """The Hadoop ``.crc`` file of ``data``, as ``ChecksumFileSystem`` writes it beside each file."""
-    view = memoryview(data)
-    sums = [zlib.crc32(view[at:at + chunk]) & 0xFFFFFFFF for at in range(0, len(data), chunk)]
+    return hadoop_checksums_of([data], chunk)
+
+
+def hadoop_checksums_of(pieces: Iterable[bytes | memoryview], chunk: int = 512) -> bytes:
+    """:func:`hadoop_checksums` of the concatenation of ``pieces`` (a file read piece by piece)."""
+    sums: list[int] = []
+    carry = b""
+    for piece in pieces:
+        view = memoryview(piece).cast("B")
+        if carry:
+            take = min(chunk - len(carry), len(view))
+            carry += bytes(view[:take])
+            view = view[take:]
+            if len(carry) < chunk:
+                continue
+            sums.append(zlib.crc32(carry) & 0xFFFFFFFF)
+            carry = b""
+        whole = len(view) - len(view) % chunk
+        sums += [zlib.crc32(view[at:at + chunk]) & 0xFFFFFFFF for at in range(0, whole, chunk)]
+        carry = bytes(view[whole:])
+    if carry:
+        sums.append(zlib.crc32(carry) & 0xFFFFFFFF)
     return _HADOOP_HEADER.pack(HADOOP_MAGIC, chunk) + np.asarray(sums, dtype=">u4").tobytes()
 
 

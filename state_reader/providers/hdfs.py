@@ -18,6 +18,8 @@ where they lie, without copying a row into a Python object.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,23 +83,25 @@ class _Records:
     @classmethod
     def at(cls, buf: np.ndarray, positions: np.ndarray, value_skip: int) -> _Records:
         """The spans of the records starting at ``positions`` (already walked, so in bounds)."""
+        # in place where it can be: these arrays are a third of the bytes of rows of ~60 bytes
         be32 = byte_view(buf, ">i4")
         key_len = be32[positions].astype(np.int64)
-        length_at = positions + 4 + key_len
-        raw_len = be32[length_at].astype(np.int64)
+        key_start = positions + 4
+        value_start = key_start + key_len
+        raw_len = be32[value_start]
+        value_start += 4 + value_skip
+        value_len = raw_len.astype(np.int64)
         # Spark <= 2.2 appended 4 junk bytes to values; Spark reads whole words only
-        value_len = np.where(raw_len == -1, -1, (raw_len - value_skip) // 8 * 8)
-        return cls(positions + 4, key_len, length_at + 4 + value_skip, value_len)
+        value_len -= value_skip
+        value_len //= 8
+        value_len *= 8
+        value_len[raw_len == -1] = -1
+        return cls(key_start, key_len, value_start, value_len)
 
-    def take(self, index: np.ndarray) -> _Records:
-        return _Records(self.key_start[index], self.key_len[index], self.value_start[index], self.value_len[index])
-
-    @staticmethod
-    def concat(parts: list[_Records]) -> _Records:
-        if len(parts) == 1:
-            return parts[0]
-        return _Records(*(np.concatenate([getattr(p, f) for p in parts])
-                          for f in ("key_start", "key_len", "value_start", "value_len")))
+    def keep(self, index: np.ndarray) -> None:
+        """Keep the records at ``index`` only (one field at a time, so at most one field is copied twice)."""
+        for name in ("key_start", "key_len", "value_start", "value_len"):
+            setattr(self, name, getattr(self, name)[index])
 
     def identity(self, row_checksum: bool) -> tuple[np.ndarray, np.ndarray]:
         """Spans of the bytes that identify each record's key: a removal's key carries a
@@ -221,12 +225,12 @@ class HDFSStore:
         return files + [(v, "delta") for v in range(start + 1, version + 1)]
 
     def _decompress(self, files: list[tuple[int, str]],
-                    records_hint_scale: int = 1) -> tuple[np.ndarray, int, list[_Records], bool]:
+                    records_hint_scale: int = 1) -> tuple[np.ndarray, int, _Records, bool]:
         """Decompress ``files`` into one buffer and find their records.
 
         Returns the buffer (with ``PAD`` spare bytes), its used size, the
-        records of each file and whether the numba kernels are in use. lz4
-        streams are decompressed straight into place.
+        records of all files in order and whether the numba kernels are in
+        use. lz4 streams are decompressed straight into place.
         """
         rels = [f"{self.directory}/{state_file_name(version, kind)}" for version, kind in files]
         try:
@@ -258,7 +262,7 @@ class HDFSStore:
         buf = np.empty(total + PAD, dtype=np.uint8)
         buf[total:] = 0
         use_numba = kernels.numba_wanted(total // _BYTES_PER_RECORD * records_hint_scale)
-        records = []
+        positions = []
         for i, ((_, kind), raw, path) in enumerate(zip(files, raws, shown, strict=True)):
             start, size = starts[i], sizes[i]
             if decoded[i] is None:
@@ -267,9 +271,10 @@ class HDFSStore:
                 buf[start:start + size] = np.frombuffer(decoded[i], dtype=np.uint8)
                 decoded[i] = None
             raws[i] = b""
-            positions = _walk(buf, start, start + size, path, kind == "delta", self.value_skip, use_numba)
-            records.append(_Records.at(buf, positions, self.value_skip))
-        return buf, total, records, use_numba
+            positions.append(_walk(buf, start, start + size, path, kind == "delta", self.value_skip, use_numba))
+        walked = positions[0] if len(positions) == 1 else np.concatenate(positions or [np.zeros(0, np.int64)])
+        del positions
+        return buf, total, _Records.at(buf, walked, self.value_skip), use_numba
 
     def load_records(self, version: int, start_snapshot: int | None = None,
                      records_hint_scale: int = 1) -> tuple[np.ndarray, int, _Records]:
@@ -278,11 +283,10 @@ class HDFSStore:
         Returns the shared buffer, its used size and the records that survive
         the chain (no removals among them).
         """
-        buf, size, per_file, use_numba = self._decompress(self.chain(version, start_snapshot), records_hint_scale)
-        records = _Records.concat(per_file) if per_file else _Records.at(buf, np.zeros(0, np.int64), 0)
-        del per_file
+        buf, size, records, use_numba = self._decompress(self.chain(version, start_snapshot), records_hint_scale)
         last = _last_writes(buf, *records.identity(self.row_checksum), use_numba)
-        return buf, size, records.take(last[records.value_len[last] >= 0])
+        records.keep(last[records.value_len[last] >= 0])
+        return buf, size, records
 
     def load_rows(self, version: int) -> tuple[RowBuffer, RowBuffer]:
         """Keys and values (as stored: a row checksum stays in front of its value) at ``version``."""
@@ -290,7 +294,8 @@ class HDFSStore:
         source = f"{self.storage.display(self.directory)} (version {version})"
         skip = self.value_skip
         return (RowBuffer.wrap(buf, size, live.key_start, live.key_len, source + " key"),
-                RowBuffer.wrap(buf, size, live.value_start - skip, live.value_len + skip, source + " value"))
+                RowBuffer.wrap(buf, size, live.value_start - skip if skip else live.value_start,
+                               live.value_len + skip if skip else live.value_len, source + " value"))
 
     def load(self, version: int, start_snapshot: int | None = None) -> dict[bytes, bytes]:
         """Key -> value bytes of the store at ``version``.
@@ -327,7 +332,7 @@ def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
     store = _store(plan, directory)
     if version not in store.deltas:
         raise store._missing(version, "delta")
-    buf, size, (records,), _ = store._decompress([(version, "delta")])
+    buf, size, records, _ = store._decompress([(version, "delta")])
     removal = records.value_len < 0
     key_start, key_len = records.identity(store.row_checksum)
     source = plan.storage.display(f"{directory}/{state_file_name(version, 'delta')}")
@@ -363,23 +368,24 @@ def frame_records(keys: RowBuffer, values: RowBuffer) -> tuple[np.ndarray, np.nd
     return out, lengths
 
 
-def framed_rows(data: bytes, path: str, ended: bool = False) -> tuple[RowBuffer, RowBuffer]:
-    """The keys and values of a stream of put records (as :func:`frame_records` writes them;
-    ``ended``: followed by the end-of-stream marker), where they lie in one buffer."""
-    body = data if ended else data + END_OF_FILE
-    buf = np.zeros(len(body) + PAD, dtype=np.uint8)
-    buf[:len(body)] = np.frombuffer(body, dtype=np.uint8)
-    positions = _walk(buf, 0, len(body), path, False, 0, False)
+def framed_rows(data: bytes | np.ndarray, path: str) -> tuple[RowBuffer, RowBuffer]:
+    """The keys and values of a run of whole put records (as :func:`frame_records` writes them,
+    without the end-of-stream marker), where they lie in one buffer."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    size = len(raw) + len(END_OF_FILE)
+    buf = np.zeros(size + PAD, dtype=np.uint8)
+    buf[:len(raw)] = raw
+    buf[len(raw):size] = np.frombuffer(END_OF_FILE, dtype=np.uint8)
+    positions = _walk(buf, 0, size, path, False, 0, False)
     be32 = byte_view(buf, ">i4")
     key_len = be32[positions].astype(np.int64)
     value_at = positions + 8 + key_len
     value_len = be32[value_at - 4].astype(np.int64)
-    return (RowBuffer.wrap(buf, len(body), positions + 4, key_len, path + " key"),
-            RowBuffer.wrap(buf, len(body), value_at, value_len, path + " value"))
+    return (RowBuffer.wrap(buf, size, positions + 4, key_len, path + " key"),
+            RowBuffer.wrap(buf, size, value_at, value_len, path + " value"))
 
 
-def snapshot_file(framed: bytes, codec: str | None, ended: bool = False) -> bytes:
-    """A ``<version>.snapshot`` file holding the ``framed`` records, compressed with ``codec``;
-    ``ended``: ``framed`` already ends with the end-of-stream marker (a value's last bytes can
-    look like it, so the caller says)."""
-    return codecs.compress(framed if ended else framed + END_OF_FILE, codec)
+def snapshot_file(framed: Iterable[bytes | memoryview | np.ndarray], codec: str | None) -> Iterator[bytes]:
+    """A ``<version>.snapshot`` file, piece by piece: the ``framed`` records (chunks of whole records
+    as :func:`frame_records` frames them), the end-of-stream marker, compressed with ``codec``."""
+    return codecs.compress_stream(itertools.chain(framed, (END_OF_FILE,)), codec)

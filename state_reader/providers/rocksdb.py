@@ -37,6 +37,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -121,10 +122,14 @@ class StoreState:
                 RowBuffer.from_rows(list(entries.values()), source + " value"))
 
 
-def _row_bytes(rows: RowBuffer) -> list[bytes]:
-    """Each row of a RowBuffer as a ``bytes`` object."""
-    data = rows.buf[:rows.size].tobytes()
-    return [data[s:s + n] for s, n in zip(rows.starts.tolist(), rows.lengths.tolist(), strict=True)]
+def _row_bytes(rows: RowBuffer, lo: int = 0, hi: int | None = None) -> list[bytes]:
+    """Rows ``lo:hi`` of a RowBuffer, each as a ``bytes`` object."""
+    starts, lengths = rows.starts[lo:hi], rows.lengths[lo:hi]
+    if not len(starts):
+        return []
+    first = int(starts.min())
+    data = rows.buf[first:int((starts + lengths).max())].tobytes()
+    return [data[s:s + n] for s, n in zip((starts - first).tolist(), lengths.tolist(), strict=True)]
 
 
 # snapshots read by one read_state at least this big (in entries, scaled) load numba; see kernels.NUMBA_MIN_RECORDS:
@@ -208,8 +213,10 @@ class RocksDBStore:
             ssts = self._read_data_files(snapshot_zip.SST_DIR, meta.sst_files, shown)
             try:
                 sst_dir = f"{self.directory}/{snapshot_zip.SST_DIR}"
-                rows = read_sst_rows([(data, self.storage.display(f"{sst_dir}/{f.dfs_name}"))
-                                      for f, data in ssts.items()], shown)
+                # handed over one by one (the reader lets each file's bytes go once decompressed);
+                # what the fallback below needs again, it reads again
+                rows = read_sst_rows(((ssts.pop(f), self.storage.display(f"{sst_dir}/{f.dfs_name}"))
+                                      for f in list(ssts)), shown)
             except (SstNotSupportedError, ImportError):
                 pass  # left to rocksdict
             else:
@@ -540,41 +547,61 @@ def _column_family(keys: RowBuffer, values: RowBuffer, state: StoreState, name: 
 # --- writing: snapshots ------------------------------------------------------------
 
 
-def _key_counts(keys: RowBuffer, extra: dict[str, Any] | None) -> tuple[int, int | None]:
-    """(numKeys, numInternalKeys) of a snapshot: with column families, keys of Spark's internal
+# rows handed to RocksDB at a time when building a snapshot
+_WRITE_BATCH = 8192
+
+
+def _key_counts(keys: RowBuffer, extra: dict[str, Any] | None) -> tuple[int, int]:
+    """(numKeys, numInternalKeys) among ``keys``: with column families, keys of Spark's internal
     families (``columnFamilyTypeMap`` true, or named ``$...``) count apart."""
     mapping = (extra or {}).get("columnFamilyMapping") or {}
-    if not mapping:
-        return len(keys.starts), None
+    if not mapping or not len(keys.starts):
+        return len(keys.starts), 0
     internal_flags = (extra or {}).get("columnFamilyTypeMap") or {}
     internal = [cf_id for name, cf_id in mapping.items() if internal_flags.get(name, name.startswith("$"))]
-    n_internal = int(np.isin(column_family_ids(keys), internal).sum()) if len(keys.starts) else 0
+    n_internal = int(np.isin(column_family_ids(keys), internal).sum())
     return len(keys.starts) - n_internal, n_internal
 
 
-def snapshot_files(keys: RowBuffer, values: RowBuffer,
-                   extra_metadata: dict[str, Any] | None = None) -> tuple[bytes, list[tuple[str, bytes]]]:
-    """One store's snapshot: the ``<version>.zip`` bytes and its SST files as (name in ``SSTs/``, bytes).
+def snapshot_files(rows: Iterable[tuple[RowBuffer, RowBuffer]], extra_metadata: dict[str, Any] | None = None
+                   ) -> Iterator[tuple[str | None, Iterable[bytes] | bytes]]:
+    """One store's snapshot of ``rows`` (keys and values, batch after batch): each SST file as
+    (its name in ``SSTs/``, its bytes piece by piece), then (None, the ``<version>.zip`` bytes).
+    Each SST's pieces must be consumed before the next item is asked for.
 
     The database is built in a private temporary directory with rocksdict and packed as
     Spark packs its own: RocksDB's small files and ``metadata`` in the zip, every SST
     under a name of its own (``<file number>-<uuid>.sst``) in the store's shared ``SSTs/``.
     """
+    counts = [0, 0]
+
+    def batches() -> Iterator[tuple[list[bytes], list[bytes]]]:
+        for keys, values in rows:
+            for i, n in enumerate(_key_counts(keys, extra_metadata)):
+                counts[i] += n
+            for lo in range(0, len(keys.starts), _WRITE_BATCH):
+                yield _row_bytes(keys, lo, lo + _WRITE_BATCH), _row_bytes(values, lo, lo + _WRITE_BATCH)
+
     with tempfile.TemporaryDirectory(prefix="state_reader-rocksdb-") as workdir:
         db_dir = os.path.join(workdir, "db")
-        rocksdict_db.write_db(db_dir, _row_bytes(keys), _row_bytes(values))
+        rocksdict_db.write_db(db_dir, batches())
         entries: dict[str, bytes] = {}
-        ssts: list[tuple[str, bytes]] = []
         described: list[snapshot_zip.DataFile] = []
         for name in sorted(os.listdir(db_dir)):
-            with open(os.path.join(db_dir, name), "rb") as fh:
-                data = fh.read()
+            path = os.path.join(db_dir, name)
             if name.endswith(".sst"):
                 dfs_name = f"{name[:-4]}-{uuid.uuid4()}.sst"
-                ssts.append((dfs_name, data))
-                described.append(snapshot_zip.DataFile(name, dfs_name, len(data)))
+                described.append(snapshot_zip.DataFile(name, dfs_name, os.path.getsize(path)))
+                yield dfs_name, _file_pieces(path)
             elif name.startswith(rocksdict_db.DB_FILES_IN_ZIP) or name.endswith(".log"):
-                entries[name] = data
-    entries[snapshot_zip.ZIP_METADATA] = snapshot_zip.metadata_entry(described, *_key_counts(keys, extra_metadata),
-                                                                     extra_metadata)
-    return snapshot_zip.build_zip(entries), ssts
+                with open(path, "rb") as fh:
+                    entries[name] = fh.read()
+    internal = counts[1] if (extra_metadata or {}).get("columnFamilyMapping") else None
+    entries[snapshot_zip.ZIP_METADATA] = snapshot_zip.metadata_entry(described, counts[0], internal, extra_metadata)
+    yield None, snapshot_zip.build_zip(entries)
+
+
+def _file_pieces(path: str, size: int = 1 << 20) -> Iterator[bytes]:
+    with open(path, "rb") as fh:
+        while piece := fh.read(size):
+            yield piece
