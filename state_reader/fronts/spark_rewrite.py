@@ -273,19 +273,22 @@ class _ReadOld:
     def _read(self, position: int, pid: int) -> Iterator[pa.RecordBatch]:
         rows = self.rows
         keys, values = rows.load(pid)
-        old_rows, old_bytes = len(keys.starts), int((keys.lengths + values.lengths).sum())
+        sizes = keys.lengths + values.lengths
+        old_rows, old_bytes = len(sizes), int(sizes.sum())
         kept = 0
-        if old_rows:
-            columns, keep = rows.partition_key(keys, self.drop)
+        # a run of rows at a time: what is decoded and encoded beyond the loaded partition follows the run
+        for lo, hi in row_runs(sizes, BATCH_BYTES, BATCH_ROWS):
+            run = np.arange(lo, hi)
+            columns, keep = rows.partition_key(keys.take(run), self.drop)
             index = np.flatnonzero(keep)
-            kept = len(index)
-            for lo, hi in row_runs((keys.lengths + values.lengths)[index], BATCH_BYTES, BATCH_ROWS):
-                part = index[lo:hi]
-                k, v = rows.convert(keys.take(part), values.take(part), self.to_rocksdb)
-                taken = pa.array(part)
-                yield pa.RecordBatch.from_arrays(
-                    [*(c.take(taken) for c in columns), pa.array((position << _ORDER_SHIFT) | part, pa.int64()),
-                     binary_array(k), binary_array(v)], schema=self.transport)
+            if not len(index):
+                continue
+            kept += len(index)
+            k, v = rows.convert(keys.take(run[index]), values.take(run[index]), self.to_rocksdb)
+            taken = pa.array(index)
+            yield pa.RecordBatch.from_arrays(
+                [*(c.take(taken) for c in columns), pa.array((position << _ORDER_SHIFT) | run[index], pa.int64()),
+                 binary_array(k), binary_array(v)], schema=self.transport)
         counts = np.array([pid, old_rows, old_bytes, old_rows - kept], dtype=_COUNTS).tobytes()
         yield pa.RecordBatch.from_arrays(
             [*(pa.nulls(1, f.type) for f in list(self.transport)[:-3]), pa.array([-1], pa.int64()),
