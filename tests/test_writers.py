@@ -4,13 +4,14 @@ oracle in test_rewrite.py.)"""
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 
 import numpy as np
 import pytest
 
-from state_reader.errors import DestinationNotEmptyError, StorageError
+from state_reader.errors import ChecksumMismatchError, DestinationNotEmptyError, StorageError
 from state_reader.formats import codecs
 from state_reader.io.destination import Destination
 from state_reader.io.integrity import hadoop_checksums, hadoop_checksums_of, verify_hadoop
@@ -50,6 +51,24 @@ def test_hadoop_checksums_verify():
         assert hadoop_checksums_of(pieces) == sidecar
 
 
+@pytest.mark.parametrize("size", [1, 511, 512, 513, 512 * 37, 512 * 64 + 5, 300_001])
+def test_hadoop_verify_names_the_damaged_chunk(size):
+    # an intact file passes on the chunk CRCs combined into the whole file's; a damaged one
+    # is still found chunk by chunk, wherever the damage is
+    data = os.urandom(size)
+    sidecar = hadoop_checksums(data)
+    verify_hadoop(data, sidecar, "f", "s")
+    for at in {0, size // 2, size - 1}:
+        bad = bytearray(data)
+        bad[at] ^= 0x10
+        with pytest.raises(ChecksumMismatchError, match=f"bytes {at // 512 * 512}\\.\\."):
+            verify_hadoop(bytes(bad), sidecar, "f", "s")
+    swapped = bytearray(sidecar)  # the sidecar damaged instead
+    swapped[-1] ^= 1
+    with pytest.raises(ChecksumMismatchError, match="do not match"):
+        verify_hadoop(data, bytes(swapped), "f", "s")
+
+
 @pytest.mark.parametrize("row_checksum", [False, True])
 def test_snapshot_framing_reads_back(tmp_path, row_checksum):
     rng = np.random.default_rng(3)
@@ -68,7 +87,7 @@ def test_snapshot_framing_reads_back(tmp_path, row_checksum):
     # streamed in chunks of whole records through the destination, as a rewrite writes a partition
     cuts = np.r_[0, np.cumsum(lengths)][[0, 1, 100, 101, len(lengths)]]
     for codec in ("zstd", "lz4"):
-        chunks = [framed[lo:hi] for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)]
+        chunks = [framed[lo:hi] for lo, hi in itertools.pairwise(cuts)]
         Destination(str(tmp_path)).write(f"{codec}/1.snapshot", snapshot_file(chunks, codec))
         if codec == "lz4":  # block by block: the same file however the records arrive
             assert (tmp_path / codec / "1.snapshot").read_bytes() == b"".join(snapshot_file([framed], codec))
