@@ -119,9 +119,10 @@ def walk_records(buf: np.ndarray, start: int, end: int, allow_removes: bool, val
     """
     kernel = _compile() if use_numba else None
     if kernel is not None:
+        # room for the most records the bytes can hold; only the pages written become resident
         out = np.empty(max((end - start) // 8, 1), dtype=np.int64)
         n, status, at, value = kernel(buf, start, end, allow_removes, value_skip, out)
-        return out[:n].copy(), int(status), int(at), int(value)
+        return out[:n], int(status), int(at), int(value)
     return _walk_python(buf, start, end, allow_removes, value_skip)
 
 

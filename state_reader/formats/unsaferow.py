@@ -476,7 +476,7 @@ def row_runs(sizes: np.ndarray, max_bytes: int, max_rows: int | None = None) -> 
         lo = hi
 
 
-_COPY_BYTES = 1 << 16  # its index arrays take ~32 bytes per byte copied: a few MiB at most
+_COPY_BYTES = 1 << 15  # its index arrays take ~32 bytes per byte copied: about a MiB at most
 
 
 def copy_spans(dst: np.ndarray, dst_starts: np.ndarray, src: np.ndarray, src_starts: np.ndarray,

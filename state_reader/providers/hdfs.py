@@ -82,11 +82,13 @@ class _Records:
 
     @classmethod
     def at(cls, buf: np.ndarray, positions: np.ndarray, value_skip: int) -> _Records:
-        """The spans of the records starting at ``positions`` (already walked, so in bounds)."""
+        """The spans of the records starting at ``positions`` (already walked, so in bounds; the
+        array becomes the keys' starts)."""
         # in place where it can be: these arrays are a third of the bytes of rows of ~60 bytes
         be32 = byte_view(buf, ">i4")
         key_len = be32[positions].astype(np.int64)
-        key_start = positions + 4
+        key_start = positions
+        key_start += 4
         value_start = key_start + key_len
         raw_len = be32[value_start]
         value_start += 4 + value_skip
