@@ -181,6 +181,40 @@ def test_resume_oracle(spark, tmp_path, name):
         assert ("RocksDB" in after.provider) == (other == "rocksdb")
 
 
+def _many_keys(df):
+    from pyspark.sql import functions as F
+
+    return df.groupBy("user").agg(F.count(F.lit(1)).alias("cnt"), F.sum("amount"), F.max("tag"))
+
+
+def _many_key_batches() -> list[list[dict]]:
+    return [[{"ts": 1_700_000_000 + b, "user": f"user-{i:06d}-{'x' * 24}", "grp": "a", "n": i, "amount": i * b,
+              "price": 1.0, "ok": True, "tag": f"t{b}"} for i in range(b * 3000, b * 3000 + 12000)]
+            for b in range(2)]
+
+
+def test_snapshot_built_through_small_memtables_resumes(spark, tmp_path, monkeypatch):
+    """A new partition many times the build's memtable is flushed again and again (and compacted
+    by RocksDB as it goes); Spark reads such a snapshot and resumes from it as from the source."""
+    from streaming_queries import HDFS
+
+    from state_reader.formats import rocksdict_db
+
+    query = Query(_many_keys, confs=HDFS, batches=_many_key_batches)
+    src = run_query(spark, query, tmp_path / "run")
+    monkeypatch.setattr(rocksdict_db, "_WRITE_BUFFER", 64 << 10)  # RocksDB's smallest memtable
+    dst = str(tmp_path / "dst")
+    report = state_reader.rewrite(src, dst, num_partitions=2, provider="rocksdb")
+    assert min(report.partition_sizes()[1]) > 8 * (64 << 10)  # each partition's rows fill many memtables
+    assert_builtin_sees_same_state(spark, src, dst, 2)
+    input_dir = tmp_path / "run" / "input"
+    _add_input(input_dir, _new_batches(query))
+    copy = str(tmp_path / "src-copy")
+    shutil.copytree(src, copy)
+    expected = resume(spark, query, copy, input_dir)
+    assert expected and resume(spark, query, dst, input_dir) == expected
+
+
 # stores with RocksDB column families: transformWithState (every variable kind, TTL, timers) and joins of
 # formats 3 and 4; Spark runs them on RocksDB only
 FAMILY_CASES = ["tws", "join_v3", "join_v4"]
