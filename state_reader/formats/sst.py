@@ -413,14 +413,15 @@ def _sst_walk(buf: np.ndarray, block_start: np.ndarray, block_end: np.ndarray, b
                 return n, kpos, _SST_CORRUPT, b
             if kpos + length > key_limit or n >= len(rec_key):
                 return n, kpos, _SST_FULL, b
-            for i in range(shared):
-                key_out[kpos + i] = key_out[prev + i]
-            for i in range(unshared):
-                key_out[kpos + shared + i] = buf[pos + i]
+            # slices rather than byte loops: numba checks a signed index for wrap-around at
+            # every byte, a slice's bounds once
+            key_out[kpos:kpos + shared] = key_out[prev:prev + shared]
+            key_out[kpos + shared:kpos + length] = buf[pos:pos + unshared]
             pos += unshared
+            at = np.uint64(kpos + length - 8)
             trailer = np.int64(0)
             for i in range(8):
-                trailer |= np.int64(key_out[kpos + length - 8 + i]) << (8 * i)
+                trailer |= np.int64(key_out[at + np.uint64(i)]) << (8 * i)
             rec_key[n] = kpos
             rec_len[n] = length - 8
             rec_value[n] = pos
@@ -447,9 +448,10 @@ def _sst_walk(buf: np.ndarray, block_start: np.ndarray, block_end: np.ndarray, b
 
 def _compare(key_out: np.ndarray, a: int, a_len: int, b: int, b_len: int, skip: int) -> int:  # pragma: no cover
     """memcmp-style order of two user keys in ``key_out`` whose first ``skip`` bytes are equal (compiled)."""
+    ua, ub = np.uint64(a), np.uint64(b)
     for i in range(skip, min(a_len, b_len)):
-        x = key_out[a + i]
-        y = key_out[b + i]
+        x = key_out[ua + np.uint64(i)]
+        y = key_out[ub + np.uint64(i)]
         if x != y:
             return -1 if x < y else 1
     return -1 if a_len < b_len else (1 if a_len > b_len else 0)
