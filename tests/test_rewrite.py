@@ -202,7 +202,7 @@ def test_snapshot_built_through_small_memtables_resumes(spark, tmp_path, monkeyp
 
     query = Query(_many_keys, confs=HDFS, batches=_many_key_batches)
     src = run_query(spark, query, tmp_path / "run")
-    monkeypatch.setattr(rocksdict_db, "_WRITE_BUFFER", 64 << 10)  # RocksDB's smallest memtable
+    monkeypatch.setattr(rocksdict_db, "_WRITE_BUFFER", 64 << 10)  # a memtable a twentieth of a partition
     dst = str(tmp_path / "dst")
     report = state_reader.rewrite(src, dst, num_partitions=2, provider="rocksdb")
     assert min(report.partition_sizes()[1]) > 8 * (64 << 10)  # each partition's rows fill many memtables
