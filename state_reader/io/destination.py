@@ -12,16 +12,13 @@ import contextlib
 import os
 import posixpath
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from state_reader.errors import DestinationNotEmptyError, StorageError
-from state_reader.io.integrity import hadoop_checksums_of, hadoop_sidecar
+from state_reader.io.integrity import HadoopChecksums, hadoop_sidecar
 from state_reader.io.storage import Storage
-
-# how much of a written file is read back at a time to checksum it
-_READ_BACK = 1 << 20
 
 
 @dataclass
@@ -72,10 +69,9 @@ class Destination:
             if self.local:
                 directory, name = posixpath.split(path)
                 os.makedirs(directory, exist_ok=True)
-                size = self._atomic(path, pieces)
-                with open(path, "rb") as fh:
-                    sums = hadoop_checksums_of(iter(lambda: fh.read(_READ_BACK), b""))
-                self._atomic(posixpath.join(directory, hadoop_sidecar(name)), (sums,))
+                sums = HadoopChecksums()
+                size = self._atomic(path, _fed(pieces, sums.update))
+                self._atomic(posixpath.join(directory, hadoop_sidecar(name)), (sums.sidecar(),))
             elif isinstance(data, (bytes, bytearray, memoryview)):
                 self.fs.pipe_file(path, bytes(data))
                 size = len(data)
@@ -121,3 +117,11 @@ class Destination:
             raise
         fh.close()
         return size
+
+
+def _fed(pieces: Iterable[bytes | memoryview],
+         see: Callable[[bytes | memoryview], None]) -> Iterator[bytes | memoryview]:
+    """``pieces``, each shown to ``see`` on its way (a file checksummed as it is written)."""
+    for piece in pieces:
+        see(piece)
+        yield piece

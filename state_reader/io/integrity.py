@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import struct
+import threading
 import zlib
 from collections.abc import Callable, Iterable
 
@@ -126,14 +127,18 @@ def _apply(tables: np.ndarray, v: np.ndarray) -> np.ndarray:
 _LEVELS: dict[int, list[np.ndarray]] = {}  # chunk size -> tables of M_{chunk * 2^k}, k = 0, 1, ...
 
 
+_LEVELS_LOCK = threading.Lock()  # a scan verifies files on several threads; each level is built once
+
+
 def _level_tables(chunk: int, level: int) -> np.ndarray:
-    levels = _LEVELS.setdefault(chunk, [])
-    if not levels:
-        levels.append(_byte_tables(_zeros_operator(chunk)))
-    while len(levels) <= level:  # M_2n = M_n applied twice
-        last = levels[-1]
-        levels.append(_byte_tables(_apply(last, _apply(last, np.uint32(1) << np.arange(32, dtype=np.uint32)))))
-    return levels[level]
+    with _LEVELS_LOCK:
+        levels = _LEVELS.setdefault(chunk, [])
+        if not levels:
+            levels.append(_byte_tables(_zeros_operator(chunk)))
+        while len(levels) <= level:  # M_2n = M_n applied twice
+            last = levels[-1]
+            levels.append(_byte_tables(_apply(last, _apply(last, np.uint32(1) << np.arange(32, dtype=np.uint32)))))
+        return levels[level]
 
 
 def _combined_crc32(stored: np.ndarray, chunk: int, size: int) -> int:
@@ -197,24 +202,39 @@ def hadoop_checksums(data: bytes | memoryview, chunk: int = 512) -> bytes:
 
 def hadoop_checksums_of(pieces: Iterable[bytes | memoryview], chunk: int = 512) -> bytes:
     """:func:`hadoop_checksums` of the concatenation of ``pieces`` (a file read piece by piece)."""
-    sums: list[int] = []
-    carry = b""
+    sums = HadoopChecksums(chunk)
     for piece in pieces:
+        sums.update(piece)
+    return sums.sidecar()
+
+
+class HadoopChecksums:
+    """The Hadoop ``.crc`` file of bytes fed piece by piece, whatever the piece boundaries
+    (a file checksummed as it is written)."""
+
+    def __init__(self, chunk: int = 512) -> None:
+        self.chunk = chunk
+        self._sums: list[int] = []
+        self._carry = b""  # the start of a chunk that the next piece completes
+
+    def update(self, piece: bytes | memoryview) -> None:
+        chunk = self.chunk
         view = memoryview(piece).cast("B")
-        if carry:
-            take = min(chunk - len(carry), len(view))
-            carry += bytes(view[:take])
+        if self._carry:
+            take = min(chunk - len(self._carry), len(view))
+            self._carry += bytes(view[:take])
             view = view[take:]
-            if len(carry) < chunk:
-                continue
-            sums.append(zlib.crc32(carry) & 0xFFFFFFFF)
-            carry = b""
+            if len(self._carry) < chunk:
+                return
+            self._sums.append(zlib.crc32(self._carry) & 0xFFFFFFFF)
+            self._carry = b""
         whole = len(view) - len(view) % chunk
-        sums += [zlib.crc32(view[at:at + chunk]) & 0xFFFFFFFF for at in range(0, whole, chunk)]
-        carry = bytes(view[whole:])
-    if carry:
-        sums.append(zlib.crc32(carry) & 0xFFFFFFFF)
-    return _HADOOP_HEADER.pack(HADOOP_MAGIC, chunk) + np.asarray(sums, dtype=">u4").tobytes()
+        self._sums += [zlib.crc32(view[at:at + chunk]) & 0xFFFFFFFF for at in range(0, whole, chunk)]
+        self._carry = bytes(view[whole:])
+
+    def sidecar(self) -> bytes:
+        sums = self._sums + ([zlib.crc32(self._carry) & 0xFFFFFFFF] if self._carry else [])
+        return _HADOOP_HEADER.pack(HADOOP_MAGIC, self.chunk) + np.asarray(sums, dtype=">u4").tobytes()
 
 
 def verify_spark(data: bytes, sidecar: bytes, shown: str, sidecar_shown: str) -> None:
