@@ -585,7 +585,7 @@ def route_partition(rows: StoreRows, pid: int, num_partitions: int, drop: KeyFil
     sizes = keys.lengths + values.lengths
     low, high = _SLICE_BYTES
     for lo, hi in row_runs(sizes, min(max(int(sizes.sum()) // 16, low), high)):
-        part_keys = RowBuffer.wrap(keys.buf, keys.size, keys.starts[lo:hi], keys.lengths[lo:hi], keys.source)
+        part_keys = keys.take(slice(lo, hi))
         target, keep = rows.route(part_keys, num_partitions, drop)
         index = np.flatnonzero(keep)
         index = index[np.argsort(target[index], kind="stable")]

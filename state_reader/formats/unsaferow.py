@@ -72,8 +72,8 @@ class RowBuffer:
         out.source = source
         return out
 
-    def take(self, index: np.ndarray) -> RowBuffer:
-        """The rows at ``index``, in that order (no bytes copied)."""
+    def take(self, index: np.ndarray | slice) -> RowBuffer:
+        """The rows at ``index``, in that order (no bytes copied; a slice copies no positions either)."""
         return RowBuffer.wrap(self.buf, self.size, self.starts[index], self.lengths[index], self.source)
 
     @classmethod

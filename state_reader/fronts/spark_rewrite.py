@@ -278,16 +278,16 @@ class _ReadOld:
         kept = 0
         # a run of rows at a time: what is decoded and encoded beyond the loaded partition follows the run
         for lo, hi in row_runs(sizes, BATCH_BYTES, BATCH_ROWS):
-            run = np.arange(lo, hi)
-            columns, keep = rows.partition_key(keys.take(run), self.drop)
+            columns, keep = rows.partition_key(keys.take(slice(lo, hi)), self.drop)
             index = np.flatnonzero(keep)
             if not len(index):
                 continue
             kept += len(index)
-            k, v = rows.convert(keys.take(run[index]), values.take(run[index]), self.to_rocksdb)
+            at = index + lo  # in the partition
+            k, v = rows.convert(keys.take(at), values.take(at), self.to_rocksdb)
             taken = pa.array(index)
             yield pa.RecordBatch.from_arrays(
-                [*(c.take(taken) for c in columns), pa.array((position << _ORDER_SHIFT) | run[index], pa.int64()),
+                [*(c.take(taken) for c in columns), pa.array((position << _ORDER_SHIFT) | at, pa.int64()),
                  binary_array(k), binary_array(v)], schema=self.transport)
         counts = np.array([pid, old_rows, old_bytes, old_rows - kept], dtype=_COUNTS).tobytes()
         yield pa.RecordBatch.from_arrays(
