@@ -8,8 +8,11 @@ order; lz4 decoding into a buffer must equal decoding to bytes.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import struct
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -139,6 +142,27 @@ def test_lz4_into_equals_lz4_to_bytes(monkeypatch, cramjam_into):
         codecs.decompress_lz4_into(bytes(bad), "f", np.zeros(len(data) + 64, dtype=np.uint8))
 
 
+@pytest.mark.parametrize("setting", ["0", "1"] if HAVE_NUMBA else ["0"])
+def test_lz4_checksums_name_the_first_bad_block(setting):
+    # the compiled path checks the blocks' checksums after decoding them all; the first bad
+    # block in stream order must still be the one named, also when a later block fails
+    data = bytes(random.Random(5).getrandbits(8) for _ in range(4000))
+    raw = _lz4_java(data, block=1000, raw_every=2)  # blocks: lz4, raw, lz4, raw, end
+    blocks = codecs.lz4_blocks(raw, "f")
+    second = blocks[1][0]  # a raw block: flipping a payload byte only breaks its checksum
+    bad = bytearray(raw)
+    bad[blocks[1][2] + 10] ^= 0x01
+    out = np.zeros(len(data) + 64, dtype=np.uint8)
+    with _numba_setting(setting):
+        with pytest.raises(errors.ChecksumMismatchError, match=f"f: lz4 block at byte {second} fails"):
+            codecs.decompress_lz4_into(bytes(bad), "f", out)
+        # and a later block cut short: the checksum of the second block is still the first error
+        with pytest.raises(errors.ChecksumMismatchError, match=f"at byte {second} fails"):
+            codecs.decompress_lz4_into(bytes(bad[:blocks[3][2] + 5]), "f", out)
+        with pytest.raises(errors.TruncatedFileError, match="f: lz4 block at byte"):
+            codecs.decompress_lz4_into(raw[:blocks[3][2] + 5], "f", out)
+
+
 # -- the merge of a delta chain ------------------------------------------------------
 
 
@@ -150,6 +174,19 @@ def _write_chain(root, files: list[tuple[str, list[tuple[bytes, bytes | None]]]]
                                 None if v is None else ((b"\x09" * 4 if checksum else b"") + v))
                         for k, v in records)
         (store / name).write_bytes(_lz4_java(body + END, block=256))
+
+
+@contextlib.contextmanager
+def _numba_setting(setting: str) -> Iterator[None]:
+    saved = os.environ.get("STATE_READER_NUMBA")
+    os.environ["STATE_READER_NUMBA"] = setting
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("STATE_READER_NUMBA", None)
+        else:
+            os.environ["STATE_READER_NUMBA"] = saved
 
 
 @settings(max_examples=60, deadline=None)
@@ -179,10 +216,12 @@ def test_chain_merge_equals_dict_replay(tmp_path_factory, data):
     root = tmp_path_factory.mktemp("chain")
     _write_chain(root, files, checksum)
     store = HDFSStore(Storage(str(root)), "state", "lz4", row_checksum=checksum)
-    assert store.load(n_files) == expected
-    _, _, live = store.load_records(n_files)
-    # rows come in the order of their last write
-    assert (np.diff(live.value_start) > 0).all()
+    for setting in ("0", "1") if HAVE_NUMBA else ("0",):  # the Python merge and the compiled one
+        with _numba_setting(setting):
+            assert store.load(n_files) == expected
+            _, _, live = store.load_records(n_files)
+            # rows come in the order of their last write
+            assert (np.diff(live.value_start) > 0).all()
 
 
 def test_rows_decode_in_place_and_from_copies_alike():
@@ -195,8 +234,9 @@ def test_rows_decode_in_place_and_from_copies_alike():
         slot = 0 if text is None else (24 << 32) | len(text)
         return struct.pack("<qQq", null_bits, slot, n) + padded
 
-    rows = [row(b"alpha", 1), row(None, 2), row(b"", 3), row(b"a much longer string value", 4)]
-    expected = [("alpha", 1), (None, 2), ("", 3), ("a much longer string value", 4)]
+    long = "a value longer than the compiled gather copies byte by byte: " * 3
+    rows = [row(b"alpha", 1), row(None, 2), row(b"", 3), row(long.encode(), 4)]
+    expected = [("alpha", 1), (None, 2), ("", 3), (long, 4)]
     copied = decode_rows(RowBuffer.from_rows(rows, "r"), schema)
     # the same rows scattered in one buffer, in order and then out of order
     gap = b"\xee" * 12
@@ -209,8 +249,10 @@ def test_rows_decode_in_place_and_from_copies_alike():
     lengths = [len(r) for r in rows]
     for order in ([0, 1, 2, 3], [3, 1, 0, 2]):
         wrapped = RowBuffer.wrap(buf, len(blob) - 64, np.array(starts)[order], np.array(lengths)[order], "w")
-        got = decode_rows(wrapped, schema)
-        assert [tuple(d.values()) for d in got.to_pylist()] == [expected[i] for i in order]
+        for setting in ("0", "1") if HAVE_NUMBA else ("0",):  # numpy/Arrow gathers, compiled ones
+            with _numba_setting(setting):
+                got = decode_rows(wrapped, schema)
+            assert [tuple(d.values()) for d in got.to_pylist()] == [expected[i] for i in order]
     assert [tuple(d.values()) for d in copied.to_pylist()] == expected
     with pytest.raises(ValueError):
         RowBuffer.wrap(buf[:10], 10, np.array([0]), np.array([8]), "w")
@@ -228,6 +270,17 @@ def test_last_writes_agree(picks):
     buf = np.frombuffer(blob, dtype=np.uint8)
     lengths = np.array([len(k) for k in keys], dtype=np.int64)
     expected = [i for i, k in enumerate(keys) if k not in keys[i + 1:]]
-    assert _last_writes(buf, np.asarray(starts, dtype=np.int64), lengths, False).tolist() == expected
-    if HAVE_NUMBA:
-        assert _last_writes(buf, np.asarray(starts, dtype=np.int64), lengths, True).tolist() == expected
+    assert _last_writes(buf, np.asarray(starts, dtype=np.int64), lengths).tolist() == expected
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed")
+@settings(max_examples=50, deadline=None)
+@given(st.integers(8, 300), st.integers(1, 4), st.data())
+def test_compiled_row_words_equal_numpy_gather(size, n_words, data):
+    from state_reader.formats.unsaferow import _gather_words
+
+    buf = np.frombuffer(random.Random(size).randbytes(size), dtype=np.uint8)
+    if len(buf) < 8 * n_words:
+        return
+    base = np.array(data.draw(st.lists(st.integers(0, len(buf)), max_size=40)), dtype=np.int64)
+    assert kernels.row_words(buf, base, n_words).tolist() == _gather_words(buf, base, n_words).tolist()

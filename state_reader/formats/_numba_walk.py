@@ -105,10 +105,30 @@ def _same(buf: np.ndarray, a: int, b: int, length: int) -> bool:  # pragma: no c
 
 
 @numba.njit(cache=True, nogil=True)
-def last_writes(buf: np.ndarray, key_start: np.ndarray, key_len: np.ndarray,
-                keep: np.ndarray) -> None:  # pragma: no cover - compiled
-    """Set ``keep[i]`` where no later record has the same key bytes (open addressing, exact compare)."""
-    n = len(key_start)
+def _identity(buf: np.ndarray, pos: int, row_checksum: bool) -> tuple[int, int]:  # pragma: no cover - compiled
+    """(start, length) of the key bytes that identify the record at ``pos``: a removal's
+    key carries a 4-byte row checksum in front when row checksums are on."""
+    length = _be32(buf, pos)
+    start = pos + 4
+    if row_checksum and _be32(buf, start + length) == -1:
+        cut = min(length, 4)
+        return start + cut, length - cut
+    return start, length
+
+
+@numba.njit(cache=True, nogil=True)
+def live_records(buf: np.ndarray, positions: np.ndarray, value_skip: int,
+                 row_checksum: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+    """Spans (key start, key length, value start, value length) of the records at ``positions``
+    (walked, so in bounds, in file order) that are the last write of their key and not a removal.
+
+    One pass from the end through an open-addressing hash table of the keys'
+    bytes (exact compare on a hash match), then the survivors' spans in file
+    order; value lengths are cut to whole words after ``value_skip`` bytes, as
+    ``hdfs._Records.at`` does.
+    """
+    n = len(positions)
+    keep = np.zeros(n, dtype=np.bool_)
     cap = 16
     while 2 * cap < 3 * n:  # load factor at most 2/3
         cap *= 2
@@ -117,9 +137,9 @@ def last_writes(buf: np.ndarray, key_start: np.ndarray, key_len: np.ndarray,
     # touches one cache line and the table stays small enough for the caches
     table = np.zeros(cap, dtype=np.uint64)
     low = np.uint64(0xFFFFFFFF)
+    live = 0
     for i in range(n - 1, -1, -1):
-        start = key_start[i]
-        length = key_len[i]
+        start, length = _identity(buf, positions[i], row_checksum)
         h = _hash(buf, start, length)
         tag = h >> np.uint64(32)
         s = h & mask
@@ -127,11 +147,128 @@ def last_writes(buf: np.ndarray, key_start: np.ndarray, key_len: np.ndarray,
             entry = table[s]
             if entry == 0:
                 table[s] = (tag << np.uint64(32)) | np.uint64(i + 1)
-                keep[i] = True
+                pos = positions[i]
+                if _be32(buf, pos + 4 + _be32(buf, pos)) != -1:
+                    keep[i] = True
+                    live += 1
                 break
             if entry >> np.uint64(32) == tag:
-                other_i = np.int64(entry & low) - 1
-                if key_len[other_i] == length and _same(buf, start, key_start[other_i], length):
-                    keep[i] = False
+                other_start, other_length = _identity(buf, positions[np.int64(entry & low) - 1], row_checksum)
+                if other_length == length and _same(buf, start, other_start, length):
                     break
             s = (s + np.uint64(1)) & mask
+    key_start = np.empty(live, dtype=np.int64)
+    key_len = np.empty(live, dtype=np.int64)
+    value_start = np.empty(live, dtype=np.int64)
+    value_len = np.empty(live, dtype=np.int64)
+    j = 0
+    for i in range(n):
+        if keep[i]:
+            pos = positions[i]
+            k = _be32(buf, pos)
+            key_start[j] = pos + 4
+            key_len[j] = k
+            value_start[j] = pos + 8 + k + value_skip
+            value_len[j] = (_be32(buf, pos + 4 + k) - value_skip) // 8 * 8
+            j += 1
+    return key_start, key_len, value_start, value_len
+
+
+@numba.njit(cache=True, nogil=True)
+def row_words(buf: np.ndarray, base: np.ndarray, n_words: int, out: np.ndarray) -> None:  # pragma: no cover
+    """``out[i, w]`` = the little-endian word at ``base[i] + 8 w``; a base past the last full
+    row (a null row's 0 never is) reads the last ``n_words`` words of ``buf``."""
+    last = np.uint64(len(buf) - 8 * n_words)
+    for i in range(len(base)):
+        b = min(np.uint64(base[i]), last)
+        for w in range(n_words):
+            out[i, w] = _le64(buf, b + np.uint64(8 * w))
+
+
+_MASK32 = np.uint64(0xFFFFFFFF)
+_P1, _P2, _P3 = np.uint64(2654435761), np.uint64(2246822519), np.uint64(3266489917)
+_P4, _P5 = np.uint64(668265263), np.uint64(374761393)
+
+
+@numba.njit(cache=True, nogil=True)
+def _rotl32(x: np.uint64, r: int) -> np.uint64:  # pragma: no cover - compiled
+    return ((x << np.uint64(r)) | (x >> np.uint64(32 - r))) & _MASK32
+
+
+@numba.njit(cache=True, nogil=True)
+def _le32(buf: np.ndarray, u: np.uint64) -> np.uint64:  # pragma: no cover - compiled
+    return (np.uint64(buf[u]) | (np.uint64(buf[u + np.uint64(1)]) << np.uint64(8))
+            | (np.uint64(buf[u + np.uint64(2)]) << np.uint64(16)) | (np.uint64(buf[u + np.uint64(3)]) << np.uint64(24)))
+
+
+@numba.njit(cache=True, nogil=True)
+def _xxh32(buf: np.ndarray, start: int, length: int, seed: int) -> np.uint64:  # pragma: no cover - compiled
+    """XXH32 of ``buf[start:start+length]`` (32-bit arithmetic carried in 64-bit words, masked)."""
+    at = np.uint64(start)
+    end = np.uint64(start + length)
+    s = np.uint64(seed) & _MASK32
+    if length >= 16:
+        v1 = (s + _P1 + _P2) & _MASK32
+        v2 = (s + _P2) & _MASK32
+        v3 = s
+        v4 = (s - _P1) & _MASK32
+        limit = end - np.uint64(16)
+        while at <= limit:
+            v1 = (_rotl32((v1 + _le32(buf, at) * _P2) & _MASK32, 13) * _P1) & _MASK32
+            v2 = (_rotl32((v2 + _le32(buf, at + np.uint64(4)) * _P2) & _MASK32, 13) * _P1) & _MASK32
+            v3 = (_rotl32((v3 + _le32(buf, at + np.uint64(8)) * _P2) & _MASK32, 13) * _P1) & _MASK32
+            v4 = (_rotl32((v4 + _le32(buf, at + np.uint64(12)) * _P2) & _MASK32, 13) * _P1) & _MASK32
+            at += np.uint64(16)
+        h = (_rotl32(v1, 1) + _rotl32(v2, 7) + _rotl32(v3, 12) + _rotl32(v4, 18)) & _MASK32
+    else:
+        h = (s + _P5) & _MASK32
+    h = (h + np.uint64(length)) & _MASK32
+    while at + np.uint64(4) <= end:
+        h = (_rotl32((h + _le32(buf, at) * _P3) & _MASK32, 17) * _P4) & _MASK32
+        at += np.uint64(4)
+    while at < end:
+        h = (_rotl32((h + np.uint64(buf[at]) * _P5) & _MASK32, 11) * _P1) & _MASK32
+        at += np.uint64(1)
+    h ^= h >> np.uint64(15)
+    h = (h * _P2) & _MASK32
+    h ^= h >> np.uint64(13)
+    h = (h * _P3) & _MASK32
+    h ^= h >> np.uint64(16)
+    return h
+
+
+@numba.njit(cache=True, nogil=True)
+def xxh32_spans(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seed: int,
+                out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``out[i]`` = XXH32 of ``buf[starts[i]:starts[i]+lengths[i]]`` with ``seed``."""
+    for i in range(len(starts)):
+        out[i] = _xxh32(buf, starts[i], lengths[i], seed)
+
+
+@numba.njit(cache=True, nogil=True)
+def gather_spans(buf: np.ndarray, start: np.ndarray, size: np.ndarray, valid: np.ndarray,
+                 offsets: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """The bytes of each valid span ``buf[start[i]:start[i]+size[i]]`` one after another, with
+    their ``offsets`` (n + 1, filled here); an invalid span is empty."""
+    n = len(start)
+    total = 0
+    offsets[0] = 0
+    for i in range(n):
+        if valid[i]:
+            total += size[i]
+        offsets[i + 1] = total
+    data = np.empty(total, dtype=np.uint8)
+    for i in range(n):
+        # short spans byte by byte: slicing makes two array views per span, which costs
+        # more than copying the few bytes of a typical key
+        at = np.uint64(offsets[i])
+        end = np.uint64(offsets[i + 1])
+        src = np.uint64(start[i])
+        if end - at >= np.uint64(64):
+            data[at:end] = buf[src:src + (end - at)]
+            continue
+        while at < end:
+            data[at] = buf[src]
+            at += np.uint64(1)
+            src += np.uint64(1)
+    return data

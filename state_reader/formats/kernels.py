@@ -6,10 +6,11 @@ so finding the records cannot be vectorised. Everything after that is
 columnar numpy/Arrow work. This module walks the chain and returns the start
 of every record:
 
-* with numba (``pip install 'state-reader[fast]'``) a compiled loop, a few
-  nanoseconds per record, that releases the GIL so partitions walk in parallel;
-  a compiled hash table then finds the last write of each key
-  (:func:`last_writes_numba`);
+* with numba (in the base install; it can be missing on a platform without
+  its wheels) a compiled loop, a few nanoseconds per record, that releases the
+  GIL; a compiled hash table then keeps the last write of each key and drops
+  removals in one pass (:func:`live_records_numba`), and the row decoder
+  gathers the words of each row's fixed region through :func:`row_words`;
 * without it, a Python loop that checks runs of equally long records in bulk
   with numpy (fixed-width keys and values make long runs), about 0.3 µs per
   record otherwise, and hands anything irregular to a byte-exact loop that also
@@ -17,7 +18,7 @@ of every record:
 
 Both return the same positions and the same status for every input. numba is
 imported lazily and only for reads big enough to repay its start-up (about
-half a second plus loading the cached machine code), or when it is already
+0.2 s for the import and the cached machine code), or when it is already
 loaded; ``STATE_READER_NUMBA=0`` / ``1`` turns it off / on regardless.
 """
 
@@ -42,9 +43,11 @@ VALUE_PAST_END = 6     # value runs past the end, or is shorter than its checksu
 TRAILING_BYTES = 7     # bytes after the end marker
 
 # Records walked by one read below which a process that has not loaded numba yet
-# stays with the Python loop: importing numba and loading its cached code costs
-# about as much as walking this many records in Python.
-NUMBA_MIN_RECORDS = 3_000_000
+# stays with the Python path: importing numba and loading its cached code (~0.2 s)
+# costs about what the compiled walk, merge and word gathers save on a read of
+# about 1.5M records (a fresh process's first read of 1M keys in 64 partitions
+# takes as long either way; every later read in the process is then ~1.7x faster).
+NUMBA_MIN_RECORDS = 1_000_000
 _ENV = "STATE_READER_NUMBA"
 
 WalkResult = tuple[np.ndarray, int, int, int]
@@ -56,31 +59,37 @@ _BLOCK = 32
 _MAX_JUMP = 1 << 16
 _MAX_BACKOFF = 64
 _numba_walk: Callable[..., Any] | None = None
-_numba_last_writes: Callable[..., Any] | None = None
+_numba_live_records: Callable[..., Any] | None = None
+_numba_row_words: Callable[..., Any] | None = None
+_numba_xxh32_spans: Callable[..., Any] | None = None
+_numba_gather_spans: Callable[..., Any] | None = None
 _numba_failed = False
 
 
 def _compile() -> Callable[..., Any] | None:
     """The numba walk, compiled (or loaded from numba's cache) on first use; None without numba."""
-    global _numba_walk, _numba_last_writes, _numba_failed
+    global _numba_walk, _numba_live_records, _numba_row_words, _numba_xxh32_spans, _numba_gather_spans
+    global _numba_failed
     if _numba_walk is not None or _numba_failed:
         return _numba_walk
     try:
-        from state_reader.formats._numba_walk import last_writes, walk
+        from state_reader.formats._numba_walk import gather_spans, live_records, row_words, walk, xxh32_spans
     except ImportError:
         _numba_failed = True
         return None
-    _numba_last_writes = last_writes
+    _numba_live_records = live_records
+    _numba_row_words = row_words
+    _numba_xxh32_spans = xxh32_spans
+    _numba_gather_spans = gather_spans
     _numba_walk = walk
     return walk
 
 
 def numba_wanted(records_hint: int) -> bool:
     """Whether a read that walks about ``records_hint`` records should use numba."""
-    setting = os.environ.get(_ENV, "").strip().lower()
-    if setting in ("0", "false", "no", "off"):
+    if _turned_off():
         return False
-    if setting in ("1", "true", "yes", "on"):
+    if os.environ.get(_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
         return _compile() is not None
     if _numba_failed:
         return False
@@ -243,11 +252,60 @@ def _walk_exact(buf: Any, pos: int, end: int, allow_removes: bool, value_skip: i
     return np.array(found, dtype=np.int64), status, pos, 0
 
 
-def last_writes_numba(buf: np.ndarray, key_start: np.ndarray, key_len: np.ndarray) -> np.ndarray:
-    """Index of the last record of each distinct key (exact byte comparison), ascending; numba only."""
-    if _compile() is None or _numba_last_writes is None:
+def live_records_numba(buf: np.ndarray, positions: np.ndarray, value_skip: int,
+                       row_checksum: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(key start, key length, value start, value length) of the records walked at ``positions``
+    that are the last write of their key (exact byte comparison) and not a removal, in file
+    order; numba only."""
+    if _compile() is None or _numba_live_records is None:
         raise RuntimeError("numba is not available")
-    keep = np.zeros(len(key_start), dtype=np.bool_)
-    _numba_last_writes(buf, np.ascontiguousarray(key_start, dtype=np.int64),
-                       np.ascontiguousarray(key_len, dtype=np.int64), keep)
-    return np.flatnonzero(keep)
+    return _numba_live_records(buf, np.ascontiguousarray(positions, dtype=np.int64), value_skip, row_checksum)
+
+
+def _turned_off() -> bool:
+    return os.environ.get(_ENV, "").strip().lower() in ("0", "false", "no", "off")
+
+
+def compiled_loaded() -> bool:
+    """Whether this process has loaded the compiled kernels and they are not turned off
+    (what uses them only when they are already there asks this, so it never pays for
+    loading numba itself)."""
+    if _turned_off() or _numba_failed:
+        return False
+    if _numba_walk is None and "numba" in sys.modules:  # numba's import is paid: our cached code is cheap
+        _compile()
+    return _numba_walk is not None
+
+
+def xxh32_spans(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seed: int) -> np.ndarray:
+    """XXH32 (with ``seed``) of each span ``buf[starts[i]:starts[i]+lengths[i]]``, in one
+    compiled call; only once :func:`compiled_loaded`."""
+    if _numba_xxh32_spans is None:
+        raise RuntimeError("the compiled kernels are not loaded")
+    out = np.empty(len(starts), dtype=np.uint32)
+    _numba_xxh32_spans(buf, np.ascontiguousarray(starts, dtype=np.int64),
+                       np.ascontiguousarray(lengths, dtype=np.int64), seed, out)
+    return out
+
+
+def gather_spans(buf: np.ndarray, start: np.ndarray, size: np.ndarray,
+                 valid: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(offsets as int64, n + 1; bytes) of the valid spans ``buf[start:start+size]`` one after
+    another (an invalid span is empty), compiled; None unless :func:`compiled_loaded`."""
+    if _numba_gather_spans is None or not compiled_loaded():
+        return None
+    offsets = np.empty(len(start) + 1, dtype=np.int64)
+    data = _numba_gather_spans(buf, np.ascontiguousarray(start, dtype=np.int64),
+                               np.ascontiguousarray(size, dtype=np.int64), np.ascontiguousarray(valid), offsets)
+    return offsets, data
+
+
+def row_words(buf: np.ndarray, base: np.ndarray, n_words: int) -> np.ndarray | None:
+    """(len(base), n_words) little-endian words at each of ``base`` (a base past the last
+    full row reads the last ones), compiled; None unless this process has loaded numba
+    already (decoding alone never pays for loading it)."""
+    if _numba_row_words is None or not compiled_loaded():
+        return None
+    out = np.empty((len(base), n_words), dtype=np.uint64)
+    _numba_row_words(buf, np.ascontiguousarray(base, dtype=np.int64), n_words, out)
+    return out

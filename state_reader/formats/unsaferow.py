@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from state_reader.errors import RowDecodeError
+from state_reader.formats import kernels
 from state_reader.formats.spark_types import ArrayType, DataType, MapType, StructType
 
 # Zero bytes appended to every buffer, so that the slots of null values (whose
@@ -142,6 +143,13 @@ def _valid_utf8(strings: pa.StringArray) -> pa.StringArray:
         return pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw], pa.string())
 
 
+def _gather_words(buf: np.ndarray, base: np.ndarray, n_words: int) -> np.ndarray:
+    """(len(base), n_words) little-endian words at each of ``base``; a base past the last
+    full row reads the last ``n_words`` words of ``buf``."""
+    rows = np.ndarray(shape=(len(buf) - 8 * n_words + 1, n_words), dtype="<u8", buffer=buf, strides=(1, 8))
+    return rows[np.minimum(base, len(buf) - 8 * n_words)]
+
+
 class _Decoder:
     def __init__(self, rows: RowBuffer) -> None:
         self.buf = rows.buf
@@ -177,12 +185,18 @@ class _Decoder:
         words = self._row_words(base, n_words) if n_words <= _ROW_WORDS and len(self.buf) >= 8 * n_words else None
         bitset = ([words[:, w] for w in range(n_bits)] if words is not None else
                   [_read(self.buf, base + 8 * w, "<u8") for w in range(n_bits)])
+        # no null field in any row (the common case): every field is valid where the row is
+        no_nulls = not any(bits.any() for bits in bitset)
         for i, f in enumerate(st.fields):
             child_path = f"{path}.{f.name}" if path else f.name
-            is_null = ((bitset[i // 64] >> np.uint64(i % 64)) & np.uint64(1)).astype(bool)
-            child_valid = valid & ~is_null
-            slot = np.where(child_valid, base + n_bits * 8 + 8 * i, 0)
-            word = words[:, n_bits + i] if words is not None else None
+            if no_nulls:
+                child_valid = valid
+            else:
+                child_valid = valid & ~((bitset[i // 64] >> np.uint64(i % 64)) & np.uint64(1)).astype(bool)
+            if words is not None:  # the slot's word is at hand: its address is never read
+                word, slot = words[:, n_bits + i], base
+            else:
+                word, slot = None, np.where(child_valid, base + n_bits * 8 + 8 * i, 0)
             children.append(self.value(f.data_type, slot, base, limit, child_valid, child_path, word))
         arrow_type = st.to_arrow()
         validity, nulls = _validity(valid)
@@ -191,9 +205,8 @@ class _Decoder:
 
     def _row_words(self, base: np.ndarray, n_words: int) -> np.ndarray:
         """(len(base), n_words) little-endian words from each address (null rows read at 0)."""
-        rows = np.ndarray(shape=(len(self.buf) - 8 * n_words + 1, n_words), dtype="<u8", buffer=self.buf,
-                          strides=(1, 8))
-        return rows[np.minimum(base, len(self.buf) - 8 * n_words)]
+        compiled = kernels.row_words(self.buf, base, n_words)
+        return compiled if compiled is not None else _gather_words(self.buf, base, n_words)
 
     # -- one value per slot -------------------------------------------------
 
@@ -283,11 +296,12 @@ class _Decoder:
                   valid: np.ndarray) -> pa.Array:
         validity, nulls = _validity(valid)
         n = len(start)
-        spans = self._ordered_spans(start, size, valid)
+        compiled = kernels.gather_spans(self.buf, start, size, valid)
+        spans = self._ordered_spans(start, size, valid) if compiled is None else None
         if spans is not None:
             offsets, data = self._take_spans(*spans)
         else:
-            offsets64, values = self._concat(start, size)
+            offsets64, values = compiled if compiled is not None else self._concat(start, size)
             if offsets64[-1] >= 2**31:
                 raise self.fail("more than 2 GiB of string data in one batch", "")
             offsets, data = pa.py_buffer(offsets64.astype(np.int32)), pa.py_buffer(values)

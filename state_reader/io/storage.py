@@ -127,6 +127,8 @@ class Storage:
 
     def list_names(self, rel: str) -> list[str] | None:
         """Names of the entries of directory ``rel``, or None if it does not exist."""
+        if self.protocol == "file":
+            return self._list_local(rel)
         self._fresh(rel)
         try:
             entries = self.fs.ls(self.full(rel), detail=False)
@@ -146,6 +148,8 @@ class Storage:
 
     def list_sizes(self, rel: str) -> dict[str, int] | None:
         """File name -> size of directory ``rel``, or None if it does not exist."""
+        if self.protocol == "file":
+            return self._sizes_local(rel)
         self._fresh(rel)
         try:
             entries = self.fs.ls(self.full(rel), detail=True)
@@ -160,6 +164,37 @@ class Storage:
             seen.add(name)
             if name and entry.get("type") != "directory":
                 out[name] = int(entry.get("size") or 0)
+        self._listed[rel] = seen
+        return out
+
+    # A local disk is read with the os module directly: fsspec's local filesystem normalises
+    # every path again on each call, which cost about a third of a millisecond per partition.
+    def _list_local(self, rel: str) -> list[str] | None:
+        try:
+            names = os.listdir(self.full(rel))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise self._wrap(exc, rel, "listing") from exc
+        self._listed[rel] = set(names)
+        return names
+
+    def _sizes_local(self, rel: str) -> dict[str, int] | None:
+        out: dict[str, int] = {}
+        seen: set[str] = set()
+        try:
+            with os.scandir(self.full(rel)) as entries:
+                for entry in entries:
+                    seen.add(entry.name)
+                    try:
+                        if not entry.is_dir():
+                            out[entry.name] = entry.stat().st_size
+                    except FileNotFoundError:  # removed since the listing (maintenance)
+                        seen.discard(entry.name)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise self._wrap(exc, rel, "listing") from exc
         self._listed[rel] = seen
         return out
 
@@ -210,7 +245,7 @@ class Storage:
 
     def _read_raw(self, rel: str) -> bytes:
         try:
-            with self.fs.open(self.full(rel), "rb") as fh:
+            with (open(self.full(rel), "rb") if self.protocol == "file" else self.fs.open(self.full(rel), "rb")) as fh:
                 return fh.read()
         except FileNotFoundError:
             raise

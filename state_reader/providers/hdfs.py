@@ -129,21 +129,19 @@ def parse_records(data: bytes, path: str, allow_removes: bool = True, value_skip
     return out
 
 
-def _last_writes(buf: np.ndarray, key_start: np.ndarray, key_len: np.ndarray, use_numba: bool) -> np.ndarray:
-    """Index of the last record of each distinct key, ascending.
+def _last_writes(buf: np.ndarray, key_start: np.ndarray, key_len: np.ndarray) -> np.ndarray:
+    """Index of the last record of each distinct key, ascending (without numba; with it,
+    :func:`kernels.live_records_numba` does this in one pass with a hash table).
 
-    With numba, a compiled hash table over the key bytes. Otherwise: records
-    lie in file order in ``buf``, so their key spans follow each other; Arrow
-    copies the keys out and sorts them stably (equal keys stay in file order),
-    and the last of each run of equal keys is that key's last write. A sort
-    needs less memory than Arrow's hash-based dictionary encoding (about 60 %
-    at a million keys) and takes as long.
+    Records lie in file order in ``buf``, so their key spans follow each other;
+    Arrow copies the keys out and sorts them stably (equal keys stay in file
+    order), and the last of each run of equal keys is that key's last write. A
+    sort needs less memory than Arrow's hash-based dictionary encoding (about
+    60 % at a million keys) and takes as long.
     """
     n = len(key_start)
     if n < 2:
         return np.arange(n, dtype=np.int64)
-    if use_numba and n < 2**31:  # the kernel packs record indexes in 32 bits
-        return kernels.last_writes_numba(buf, key_start, key_len)
     bounds = np.empty(2 * n, dtype=np.int64)
     bounds[0::2] = key_start
     bounds[1::2] = key_start + key_len
@@ -227,12 +225,12 @@ class HDFSStore:
         return files + [(v, "delta") for v in range(start + 1, version + 1)]
 
     def _decompress(self, files: list[tuple[int, str]],
-                    records_hint_scale: int = 1) -> tuple[np.ndarray, int, _Records, bool]:
+                    records_hint_scale: int = 1) -> tuple[np.ndarray, int, np.ndarray, bool]:
         """Decompress ``files`` into one buffer and find their records.
 
-        Returns the buffer (with ``PAD`` spare bytes), its used size, the
-        records of all files in order and whether the numba kernels are in
-        use. lz4 streams are decompressed straight into place.
+        Returns the buffer (with ``PAD`` spare bytes), its used size, the start
+        of every record of all files in order and whether the numba kernels are
+        in use. lz4 streams are decompressed straight into place.
         """
         rels = [f"{self.directory}/{state_file_name(version, kind)}" for version, kind in files]
         try:
@@ -276,7 +274,7 @@ class HDFSStore:
             positions.append(_walk(buf, start, start + size, path, kind == "delta", self.value_skip, use_numba))
         walked = positions[0] if len(positions) == 1 else np.concatenate(positions or [np.zeros(0, np.int64)])
         del positions
-        return buf, total, _Records.at(buf, walked, self.value_skip), use_numba
+        return buf, total, walked, use_numba
 
     def load_records(self, version: int, start_snapshot: int | None = None,
                      records_hint_scale: int = 1) -> tuple[np.ndarray, int, _Records]:
@@ -285,8 +283,13 @@ class HDFSStore:
         Returns the shared buffer, its used size and the records that survive
         the chain (no removals among them).
         """
-        buf, size, records, use_numba = self._decompress(self.chain(version, start_snapshot), records_hint_scale)
-        last = _last_writes(buf, *records.identity(self.row_checksum), use_numba)
+        buf, size, positions, use_numba = self._decompress(self.chain(version, start_snapshot), records_hint_scale)
+        if use_numba and len(positions) < 2**31:  # the kernel packs record indexes in 32 bits
+            # one compiled pass: spans, last write of each key, removals dropped
+            return buf, size, _Records(*kernels.live_records_numba(buf, positions, self.value_skip,
+                                                                   self.row_checksum))
+        records = _Records.at(buf, positions, self.value_skip)
+        last = _last_writes(buf, *records.identity(self.row_checksum))
         records.keep(last[records.value_len[last] >= 0])
         return buf, size, records
 
@@ -334,7 +337,8 @@ def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
     store = _store(plan, directory)
     if version not in store.deltas:
         raise store._missing(version, "delta")
-    buf, size, records, _ = store._decompress([(version, "delta")])
+    buf, size, positions, _ = store._decompress([(version, "delta")])
+    records = _Records.at(buf, positions, store.value_skip)
     removal = records.value_len < 0
     key_start, key_len = records.identity(store.row_checksum)
     source = plan.storage.display(f"{directory}/{state_file_name(version, 'delta')}")
