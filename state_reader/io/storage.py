@@ -17,8 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import fsspec
-
 from state_reader.errors import StateReaderError, StorageError
 from state_reader.io.integrity import SIDECAR_SUFFIX, hadoop_sidecar, spark_sidecar, verify_hadoop, verify_spark
 
@@ -64,8 +62,28 @@ class Storage:
             raise StorageError(
                 f"storage options for {self.url!r} must be a mapping of names to values, "
                 f"got {type(self.storage_options).__name__}", path=self.url)
+        if protocol == "file":
+            path = posixpath.abspath(path) if path else path
+        self.root = path.rstrip("/") or "/"
+        # directory -> names seen by the last listing; tells which sidecars exist without probing
+        self._listed: dict[str, set[str]] = {}
+        # a local disk needs fsspec only to write or to walk a tree (importing it costs ~60 ms of
+        # a command's start); any other filesystem, or options, are opened now so that they fail here
+        self._fs: Any = None if protocol == "file" and not self.storage_options else self._open_fs()
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem (opened on first use for a local disk)."""
+        if self._fs is None:
+            self._fs = self._open_fs()
+        return self._fs
+
+    def _open_fs(self) -> Any:
+        import fsspec
+
+        protocol = self.protocol
         try:
-            self.fs = fsspec.filesystem(protocol, **self.storage_options)
+            return fsspec.filesystem(protocol, **self.storage_options)
         except ImportError as exc:
             raise StorageError(
                 f"cannot open {self.url!r}: the fsspec implementation of '{protocol}://' is not installed "
@@ -86,11 +104,6 @@ class Storage:
             raise StorageError(
                 f"cannot open a filesystem for {self.url!r} with storage options "
                 f"{sorted(self.storage_options)}: {type(exc).__name__}: {exc}", path=self.url) from exc
-        if protocol == "file":
-            path = posixpath.abspath(path) if path else path
-        self.root = path.rstrip("/") or "/"
-        # directory -> names seen by the last listing; tells which sidecars exist without probing
-        self._listed: dict[str, set[str]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         # fsspec filesystems pickle, but rebuilding keeps executors independent
@@ -120,6 +133,8 @@ class Storage:
 
     def _fresh(self, rel: str) -> None:
         """Drop what the filesystem cached about ``rel``: a live query keeps adding files."""
+        if self._fs is None:
+            return
         try:
             self.fs.invalidate_cache(self.full(rel))
         except Exception:  # a cache that cannot be dropped only means an older listing
@@ -199,12 +214,16 @@ class Storage:
         return out
 
     def isdir(self, rel: str) -> bool:
+        if self.protocol == "file":
+            return os.path.isdir(self.full(rel))
         try:
             return bool(self.fs.isdir(self.full(rel)))
         except Exception as exc:
             raise self._wrap(exc, rel, "checking") from exc
 
     def exists(self, rel: str) -> bool:
+        if self.protocol == "file":
+            return os.path.exists(self.full(rel))
         try:
             return bool(self.fs.exists(self.full(rel)))
         except Exception as exc:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from state_reader.errors import CorruptFileError, MissingStateFileError, StateReaderError, TruncatedFileError
 from state_reader.formats import codecs, kernels
@@ -150,6 +149,8 @@ def _last_writes(buf: np.ndarray, key_start: np.ndarray, key_len: np.ndarray) ->
                                   [None, pa.py_buffer(bounds if large else bounds.astype(np.int32)),
                                    pa.py_buffer(buf)])
     del bounds
+    import pyarrow.compute as pc  # here: commands that list files but decode nothing skip its import
+
     # temporaries from the system allocator: Arrow's default pool would keep their pages after the read
     pool = pa.system_memory_pool()
     keys = pc.take(spans, int_array(np.arange(0, 2 * n, 2, dtype=np.int64), pa.int64()), memory_pool=pool)
