@@ -1,4 +1,5 @@
-"""The one sequential step of reading HDFS state files, compiled when numba is there.
+"""The one sequential step of reading HDFS state files, and the other steps of a read that
+numba compiles when it is there.
 
 A decompressed ``.delta``/``.snapshot`` stream is a chain of records whose
 lengths say where the next one starts (see :mod:`state_reader.providers.hdfs`),
@@ -9,8 +10,9 @@ of every record:
 * with numba (in the base install; it can be missing on a platform without
   its wheels) a compiled loop, a few nanoseconds per record, that releases the
   GIL; a compiled hash table then keeps the last write of each key and drops
-  removals in one pass (:func:`live_records_numba`), and the row decoder
-  gathers the words of each row's fixed region through :func:`row_words`;
+  removals in one pass (:func:`live_records_numba`); and once numba is loaded,
+  the row decoder gathers row words and string spans through :func:`row_words`
+  and :func:`gather_spans`, and lz4 blocks are checksummed by :func:`xxh32_spans`;
 * without it, a Python loop that checks runs of equally long records in bulk
   with numpy (fixed-width keys and values make long runs), about 0.3 µs per
   record otherwise, and hands anything irregular to a byte-exact loop that also
@@ -292,7 +294,7 @@ def gather_spans(buf: np.ndarray, start: np.ndarray, size: np.ndarray,
                  valid: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(offsets as int64, n + 1; bytes) of the valid spans ``buf[start:start+size]`` one after
     another (an invalid span is empty), compiled; None unless :func:`compiled_loaded`."""
-    if _numba_gather_spans is None or not compiled_loaded():
+    if not compiled_loaded():
         return None
     offsets = np.empty(len(start) + 1, dtype=np.int64)
     data = _numba_gather_spans(buf, np.ascontiguousarray(start, dtype=np.int64),
@@ -304,7 +306,7 @@ def row_words(buf: np.ndarray, base: np.ndarray, n_words: int) -> np.ndarray | N
     """(len(base), n_words) little-endian words at each of ``base`` (a base past the last
     full row reads the last ones), compiled; None unless this process has loaded numba
     already (decoding alone never pays for loading it)."""
-    if _numba_row_words is None or not compiled_loaded():
+    if not compiled_loaded():
         return None
     out = np.empty((len(base), n_words), dtype=np.uint64)
     _numba_row_words(buf, np.ascontiguousarray(base, dtype=np.int64), n_words, out)
