@@ -259,6 +259,21 @@ def test_rows_decode_in_place_and_from_copies_alike():
     assert isinstance(copied, pa.StructArray)
 
 
+@pytest.mark.parametrize("setting", ["0", "1"] if HAVE_NUMBA else ["0"])
+def test_strings_ascii_utf8_and_invalid_bytes(setting):
+    # the compiled gather skips UTF-8 validation only when every byte is ASCII
+    schema = parse_struct('{"type":"struct","fields":[{"name":"s","type":"string","nullable":true}]}', "s")
+
+    def row(text: bytes) -> bytes:
+        return struct.pack("<qQ", 0, (16 << 32) | len(text)) + text + bytes(-len(text) % 8)
+
+    texts = [b"plain", "caf\u00e9 \u2713".encode(), b"bad \xff byte", b""]
+    with _numba_setting(setting):
+        got = decode_rows(RowBuffer.from_rows([row(t) for t in texts], "r"), schema).field(0)
+    got.validate(full=True)
+    assert got.to_pylist() == ["plain", "caf\u00e9 \u2713", "bad \ufffd byte", ""]
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 6), st.sampled_from([0, 3, 8, 16, 24])), max_size=60))
 def test_last_writes_agree(picks):

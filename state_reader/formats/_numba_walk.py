@@ -247,9 +247,10 @@ def xxh32_spans(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seed: 
 
 @numba.njit(cache=True, nogil=True)
 def gather_spans(buf: np.ndarray, start: np.ndarray, size: np.ndarray, valid: np.ndarray,
-                 offsets: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+                 offsets: np.ndarray) -> tuple[np.ndarray, bool]:  # pragma: no cover - compiled
     """The bytes of each valid span ``buf[start[i]:start[i]+size[i]]`` one after another, with
-    their ``offsets`` (n + 1, filled here); an invalid span is empty."""
+    their ``offsets`` (n + 1, filled here); an invalid span is empty. Also whether every byte
+    is ASCII (then the bytes are valid UTF-8 as they are)."""
     n = len(start)
     total = 0
     offsets[0] = 0
@@ -271,4 +272,7 @@ def gather_spans(buf: np.ndarray, start: np.ndarray, size: np.ndarray, valid: np
             data[at] = buf[src]
             at += np.uint64(1)
             src += np.uint64(1)
-    return data
+    high = np.uint8(0)
+    for i in range(total):
+        high |= data[i]
+    return data, high < 0x80

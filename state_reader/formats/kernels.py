@@ -291,15 +291,17 @@ def xxh32_spans(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seed: 
 
 
 def gather_spans(buf: np.ndarray, start: np.ndarray, size: np.ndarray,
-                 valid: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """(offsets as int64, n + 1; bytes) of the valid spans ``buf[start:start+size]`` one after
-    another (an invalid span is empty), compiled; None unless :func:`compiled_loaded`."""
+                 valid: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool] | None:
+    """(offsets as int64, n + 1; bytes; whether every byte is ASCII) of the valid spans
+    ``buf[start:start+size]`` one after another (an invalid span is empty), compiled; None
+    unless :func:`compiled_loaded`."""
     if not compiled_loaded():
         return None
     offsets = np.empty(len(start) + 1, dtype=np.int64)
-    data = _numba_gather_spans(buf, np.ascontiguousarray(start, dtype=np.int64),
-                               np.ascontiguousarray(size, dtype=np.int64), np.ascontiguousarray(valid), offsets)
-    return offsets, data
+    data, ascii_only = _numba_gather_spans(buf, np.ascontiguousarray(start, dtype=np.int64),
+                                           np.ascontiguousarray(size, dtype=np.int64),
+                                           np.ascontiguousarray(valid), offsets)
+    return offsets, data, bool(ascii_only)
 
 
 def row_words(buf: np.ndarray, base: np.ndarray, n_words: int) -> np.ndarray | None:

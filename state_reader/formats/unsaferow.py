@@ -297,15 +297,19 @@ class _Decoder:
         n = len(start)
         compiled = kernels.gather_spans(self.buf, start, size, valid)
         spans = self._ordered_spans(start, size, valid) if compiled is None else None
+        ascii_only = False  # ASCII bytes are valid UTF-8 as they are; anything else is checked
         if spans is not None:
             offsets, data = self._take_spans(*spans)
         else:
-            offsets64, values = compiled if compiled is not None else self._concat(start, size)
+            if compiled is not None:
+                offsets64, values, ascii_only = compiled
+            else:
+                offsets64, values = self._concat(start, size)
             if offsets64[-1] >= 2**31:
                 raise self.fail("more than 2 GiB of string data in one batch", "")
             offsets, data = pa.py_buffer(offsets64.astype(np.int32)), pa.py_buffer(values)
         out = pa.Array.from_buffers(arrow_type, n, [validity, offsets, data], null_count=nulls)
-        if pa.types.is_string(arrow_type):
+        if pa.types.is_string(arrow_type) and not ascii_only:
             out = _valid_utf8(out)
         return out
 
