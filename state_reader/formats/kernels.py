@@ -87,17 +87,24 @@ def _compile() -> Callable[..., Any] | None:
     return walk
 
 
+def _setting() -> str | None:
+    """``STATE_READER_NUMBA`` read as "off", "on" or None (the automatic choice)."""
+    value = os.environ.get(_ENV, "").strip().lower()
+    if value in ("0", "false", "no", "off"):
+        return "off"
+    if value in ("1", "true", "yes", "on"):
+        return "on"
+    return None
+
+
 def numba_wanted(records_hint: int) -> bool:
     """Whether a read that walks about ``records_hint`` records should use numba."""
-    if _turned_off():
-        return False
-    if os.environ.get(_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+    setting = _setting()
+    if setting == "on":
         return _compile() is not None
-    if _numba_failed:
+    if setting == "off":
         return False
-    if _numba_walk is not None or "numba" in sys.modules:
-        return _compile() is not None
-    return records_hint >= NUMBA_MIN_RECORDS and _compile() is not None
+    return compiled_loaded() or (records_hint >= NUMBA_MIN_RECORDS and _compile() is not None)
 
 
 def numba_available() -> bool:
@@ -109,14 +116,14 @@ def numba_available() -> bool:
 
 def describe() -> str:
     """Which walker this process uses for large reads, for benchmark reports."""
-    setting = os.environ.get(_ENV, "").strip().lower()
-    if setting in ("0", "false", "no", "off"):
+    setting = _setting()
+    if setting == "off":
         return "record walk: Python loop (numba off by STATE_READER_NUMBA=0)"
     if not numba_available():
         return "record walk: Python loop (numba not installed)"
     from importlib.metadata import version
 
-    if setting in ("1", "true", "yes", "on"):
+    if setting == "on":
         return f"record walk: numba {version('numba')} (forced on)"
     return (f"record walk: numba {version('numba')} for reads of about {NUMBA_MIN_RECORDS:,} records "
             "or more, or once loaded; Python loop otherwise")
@@ -264,15 +271,11 @@ def live_records_numba(buf: np.ndarray, positions: np.ndarray, value_skip: int,
     return _numba_live_records(buf, np.ascontiguousarray(positions, dtype=np.int64), value_skip, row_checksum)
 
 
-def _turned_off() -> bool:
-    return os.environ.get(_ENV, "").strip().lower() in ("0", "false", "no", "off")
-
-
 def compiled_loaded() -> bool:
     """Whether this process has loaded the compiled kernels and they are not turned off
     (what uses them only when they are already there asks this, so it never pays for
     loading numba itself)."""
-    if _turned_off() or _numba_failed:
+    if _setting() == "off" or _numba_failed:
         return False
     if _numba_walk is None and "numba" in sys.modules:  # numba's import is paid: our cached code is cheap
         _compile()

@@ -34,7 +34,7 @@ import numpy as np
 
 from state_reader.errors import CorruptFileError
 from state_reader.formats.unsaferow import PAD as _ROW_PAD
-from state_reader.formats.unsaferow import RowBuffer
+from state_reader.formats.unsaferow import RowBuffer, byte_view
 from state_reader.io.integrity import crc32c
 
 SST_MAGIC = 0x88E241B785F4CFF7
@@ -97,6 +97,14 @@ def _block_entries(block: bytes) -> list[tuple[bytes, bytes]]:
 def _handle(raw: bytes) -> tuple[int, int]:
     offset, pos = _varint(raw, 0, len(raw))
     return offset, _varint(raw, pos, len(raw))[0]
+
+
+def _xxh3_block_checksum(contents_hash: Any, type_byte: Any) -> Any:
+    """A block's XXH3 checksum as RocksDB stores it: the low 32 bits of XXH3-64 of the block's
+    contents with its compression-type byte mixed in (scalars or numpy arrays alike)."""
+    mask = np.uint64(_MASK32)
+    return (np.asarray(contents_hash, dtype=np.uint64) & mask) ^ (
+        (np.asarray(type_byte, dtype=np.uint64) * np.uint64(0x6B9083D9)) & mask)
 
 
 class _SstFile:
@@ -185,9 +193,9 @@ class _SstFile:
         if kind == _CHECKSUM_NONE:
             return
         stored = int.from_bytes(self.data[offset + size + 1:offset + size + _TRAILER_SIZE], "little")
-        if kind == _CHECKSUM_XXH3:  # the hash of the contents, then the type byte mixed in
-            actual = (xxhash.xxh3_64_intdigest(self.view[offset:offset + size]) & _MASK32) ^ (
-                (self.data[offset + size] * 0x6B9083D9) & _MASK32)
+        if kind == _CHECKSUM_XXH3:
+            actual = int(_xxh3_block_checksum(xxhash.xxh3_64_intdigest(self.view[offset:offset + size]),
+                                              self.data[offset + size]))
         elif kind == _CHECKSUM_CRC32C:  # masked, over the contents and the type byte
             crc = crc32c(self.view[offset:offset + size + 1])
             actual = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & _MASK32
@@ -210,14 +218,11 @@ class _SstFile:
 
         raw = np.frombuffer(self.data, dtype=np.uint8)
         trailer = self.offsets + self.sizes
-        stored = raw[trailer + 1].astype(np.uint64)
-        for k in (1, 2, 3):
-            stored |= raw[trailer + 1 + k].astype(np.uint64) << np.uint64(8 * k)
+        stored = byte_view(raw, "<u4")[trailer + 1]
         digest, view = xxhash.xxh3_64_intdigest, self.view
         spans = zip(self.offsets.tolist(), self.sizes.tolist(), strict=True)
         hashes = np.fromiter((digest(view[o:o + n]) for o, n in spans), dtype=np.uint64, count=len(self.offsets))
-        mixed = (raw[trailer].astype(np.uint64) * np.uint64(0x6B9083D9)) & np.uint64(_MASK32)
-        bad = np.flatnonzero(((hashes & np.uint64(_MASK32)) ^ mixed) != stored)
+        bad = np.flatnonzero(_xxh3_block_checksum(hashes, raw[trailer]) != stored)
         if len(bad):
             self.verify(int(self.offsets[bad[0]]), int(self.sizes[bad[0]]), "data")
 
