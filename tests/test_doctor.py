@@ -104,6 +104,8 @@ def test_long_chain_when_snapshots_are_not_written(spark, tmp_path):
     found = [f for f in state_reader.diagnose(problem, thresholds={"long-chain": 8}).findings
              if f.kind == "long-chain"]
     assert found and found[0].evidence["chain"] >= BATCHES, found
+    assert found[0].evidence["snapshot_version"] is None
+    assert "no snapshot" in found[0].summary and "none" not in found[0].summary, found[0].summary
     assert "long-chain" not in _kinds(healthy, **{"long-chain": 8})
 
 
@@ -130,6 +132,44 @@ def test_uncommitted_batch_after_a_crash(spark, tmp_path):
     assert found and found[0].evidence["planned_batches"] == [last], found
     assert found[0].severity == "info"
     assert "uncommitted-batch" not in _kinds(healthy)
+
+
+@pytest.mark.parametrize("name", ["agg_window", "rocksdb_cl_agg_window"])
+def test_files_past_the_last_commit(checkpoints, tmp_path, name):
+    """A user who removes the last commit to reprocess that batch (or rolls a checkpoint back) leaves its
+    state files behind: doctor names them, their versions and batches. The untouched checkpoint has none."""
+    healthy = Path(checkpoints(name))
+    assert "files-past-commit" not in _kinds(str(healthy))
+    last = max(int(p.name) for p in (healthy / "commits").iterdir() if p.name.isdigit())
+    version = last + 1  # the state files of batch `last` are those of version last + 1
+
+    def without(log_dirs: tuple[str, ...], to: str) -> Path:
+        copy = tmp_path / to
+        shutil.copytree(healthy, copy)
+        for log in log_dirs:
+            for entry in (copy / log / str(last), copy / log / f".{last}.crc"):
+                entry.unlink(missing_ok=True)
+        return copy
+
+    # the commit removed, the offsets kept: the query runs the batch again from them
+    reprocess = without(("commits",), "reprocess")
+    written = [p for p in (reprocess / "state" / "0").rglob(f"{version}.*") if not p.name.startswith(".")]
+    assert written, "the last batch wrote no state file"
+    found = [f for f in state_reader.diagnose(str(reprocess)).findings if f.kind == "files-past-commit"]
+    assert len(found) == 1 and found[0].severity == "info", found
+    evidence = found[0].evidence
+    assert evidence["versions"] == [version] and evidence["batches"] == [last], evidence
+    assert evidence["last_committed_batch"] == last - 1 and evidence["planned_batches"] == [last]
+    assert evidence["files"] >= len(written) and evidence["bytes"] > 0
+    assert all(f"/{version}." in e or "/SSTs/" in e for e in evidence["examples"]), evidence
+    # commit and offsets both removed (a rolled-back checkpoint): nothing will run that batch as it was
+    rolled_back = without(("commits", "offsets"), "rolled_back")
+    diagnosis = state_reader.diagnose(str(rolled_back))
+    found = [f for f in diagnosis.findings if f.kind == "files-past-commit"]
+    assert len(found) == 1 and found[0].severity == "warning" and not diagnosis.healthy, found
+    assert found[0].evidence["versions"] == [version] and found[0].evidence["planned_batches"] == []
+    assert f"version {version}" in found[0].summary and "delete" in found[0].action, found[0]
+    assert "uncommitted-batch" not in {f.kind for f in diagnosis.findings}
 
 
 def test_cli_exit_codes_json_and_thresholds(spark, tmp_path):

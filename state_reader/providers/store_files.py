@@ -168,6 +168,10 @@ class StoreFiles:
             out.files.append(rel)
             out.bytes_on_disk += size
 
+    def snapshot_data_files(self, zip_name: str) -> list[str]:
+        """The SST and log files (relative to the store directory) a RocksDB snapshot zip lists."""
+        return [rel for rel, _ in self._zip_data_files(zip_name)]
+
     def _zip_data_files(self, zip_name: str) -> list[tuple[str, int]]:
         if zip_name in self._zip_members:
             return self._zip_members[zip_name]
