@@ -56,10 +56,12 @@ def read_consistently(options: Mapping[str, Any] | StateStoreOptions, read: Call
     started = time.monotonic()
     planned: list[int] = []
     while True:
-        storage = Storage(opts.path, opts.storage_options, verify_checksums=False)
+        storage = Storage(opts.path, opts.storage_options, verify_checksums=opts.verify_checksums)
         before = committed_now(storage)
+        # remote: the plan starts from the listing just made (each listing is a round trip)
+        fresh = Checkpoint(storage) if storage.remote else None
         try:
-            return read(plan_state_read(opts, checkpoint if not planned else None))
+            return read(plan_state_read(opts, checkpoint if checkpoint is not None and not planned else fresh))
         except GONE as exc:
             now = Checkpoint(storage).location
             committed = committed_now(storage)
@@ -72,6 +74,7 @@ def read_consistently(options: Mapping[str, Any] | StateStoreOptions, read: Call
             if not moved_on(before, committed):
                 raise  # nothing newer was committed: the checkpoint is damaged, not busy
             planned.append(before[-1])
+            storage.forget()  # the next attempt lists everything afresh
             if len(planned) >= attempts or time.monotonic() - started > seconds:
                 raise ReadOutpacedError(
                     f"the query writing {now} commits and cleans up faster than its latest batch can be read: "
@@ -107,6 +110,7 @@ def moved_on(before: list[int], now: list[int]) -> bool:
 
 def committed_now(storage: Storage) -> list[int]:
     """The committed batches as listed now (a fresh listing, no cached view)."""
+    storage.forget("commits")
     try:
         return Checkpoint(storage).committed_batches
     except StateReaderError:

@@ -94,6 +94,8 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
     opts = options if isinstance(options, StateStoreOptions) else StateStoreOptions.parse(options)
     cp = checkpoint or Checkpoint(Storage(opts.path, opts.storage_options, verify_checksums=opts.verify_checksums))
     storage = cp.storage
+    # remote: the operator's state (one recursive listing) and the offset log listed while the commit log is read
+    storage.list_ahead([f"state/{opts.operator_id}", "offsets"])
     if opts.read_change_feed:
         batch_id = opts.change_end_batch_id
         if batch_id is None:
@@ -101,6 +103,7 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
     else:
         batch_id = opts.batch_id if opts.batch_id is not None else cp.latest_committed_batch()
     cp.require_committed(batch_id)
+    cp.fetch_ahead(batch_id, opts.operator_id)  # logs, metadata and schemas at once on an object store
     if opts.snapshot_start_batch_id is not None and opts.snapshot_start_batch_id > batch_id:
         raise InvalidOptionError(
             f"Invalid value for option 'snapshotStartBatchId': value should be less than or equal to {batch_id}")

@@ -9,11 +9,20 @@ per thread is decoded ahead of the consumer, so memory stays bounded by a few
 partitions, and a ``limit`` stops the read without decoding the rest. The Spark
 data source reads one partition per task through the same
 :func:`partition_batches`.
+
+On a remote filesystem the files of the partitions ahead are fetched
+concurrently while earlier ones decode (:class:`_Prefetch`): many partitions in
+flight at once, in partition order, bounded by bytes held
+(STATE_READER_PREFETCH_MB, 256 by default) and by partitions ahead
+(STATE_READER_PREFETCH_PARTITIONS, 64), so a read of hundreds of partitions
+costs a handful of round trips and memory stays bounded.
 """
+
 
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,7 +36,7 @@ from state_reader.core.pruning import lookup_partitions
 from state_reader.errors import InvalidOptionError, MissingStateFileError
 from state_reader.model.plan import StateReadPlan
 from state_reader.progress import progress
-from state_reader.providers.store_files import StoreFiles, unique_id_for
+from state_reader.providers.store_files import StoreFiles, files_to_read, unique_id_for
 
 
 def read_threads() -> int:
@@ -116,26 +125,128 @@ def partition_batches(plan: StateReadPlan, partition_id: int,
     return out
 
 
+def _setting(name: str, default: int) -> int:
+    text = os.environ.get(name, "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else default
+
+
+class _Prefetch:
+    """The files of a read's partitions fetched ahead of their decoding, concurrently.
+
+    One task per partition (run on ``workers`` threads, in partition order) finds
+    the files the partition's version needs (:func:`files_to_read`) and starts
+    their fetches (:meth:`Storage.prefetch`); it is admitted strictly in partition
+    order while the partitions admitted and not yet decoded hold less than the
+    byte budget and are fewer than ``ahead`` (one is always admitted), so the
+    partition the consumer waits for is never starved by later ones.
+    """
+
+    def __init__(self, plan: StateReadPlan, chosen: list[int]) -> None:
+        self.plan = plan
+        self.budget = _setting("STATE_READER_PREFETCH_MB", 256) << 20
+        self.ahead = _setting("STATE_READER_PREFETCH_PARTITIONS", 64)
+        self._cond = threading.Condition()
+        self._serving = 0
+        self._used = 0
+        self._held: dict[int, tuple[list[str], int]] = {}
+        self._closed = False
+        self._pool = ThreadPoolExecutor(min(len(chosen), 32), thread_name_prefix="state_reader_prefetch")
+        self._tasks = {pid: self._pool.submit(self._warm, i, pid) for i, pid in enumerate(chosen)}
+
+    def _warm(self, index: int, pid: int) -> None:
+        rels: list[str] = []
+        nbytes = 0
+        try:
+            found = files_to_read(self.plan, pid)
+            if found is not None:
+                rels, nbytes = found
+        except Exception:  # the partition's own read meets the error and reports it
+            pass
+        with self._cond:
+            while not self._closed and not (
+                    self._serving == index
+                    and (not self._held or (self._used + nbytes <= self.budget and len(self._held) < self.ahead))):
+                self._cond.wait()
+            self._serving = max(self._serving, index + 1)
+            self._cond.notify_all()
+            if self._closed:
+                self.plan.storage.discard(rels)
+                return
+            self._held[pid] = (rels, nbytes)
+            self._used += nbytes
+        self.plan.storage.prefetch(rels)
+
+    def wait(self, pid: int) -> None:
+        """Until the partition's fetches have started (its read then waits on each file's)."""
+        task = self._tasks.get(pid)
+        if task is not None:
+            task.result()
+
+    def done(self, pid: int) -> None:
+        """The partition is decoded: let go of what was fetched for it and not read."""
+        with self._cond:
+            rels, nbytes = self._held.pop(pid, ([], 0))
+            self._used -= nbytes
+            self._cond.notify_all()
+        self.plan.storage.discard(rels)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            held = [rels for rels, _ in self._held.values()]
+            self._held.clear()
+        for task in self._tasks.values():
+            task.cancel()
+        self._pool.shutdown(wait=True)
+        for rels in held:
+            self.plan.storage.discard(rels)
+
+
+def _prefetched_batches(plan: StateReadPlan, pid: int, flt: KeyFilter | None,
+                        prefetch: _Prefetch | None) -> list[pa.RecordBatch]:
+    if prefetch is None:
+        return partition_batches(plan, pid, flt)
+    prefetch.wait(pid)
+    try:
+        return partition_batches(plan, pid, flt)
+    finally:
+        prefetch.done(pid)
+
+
 def _decoded_in_order(plan: StateReadPlan, chosen: list[int], flt: KeyFilter | None,
                       threads: int) -> Iterator[list[pa.RecordBatch]]:
     """Each chosen partition's batches, in order, decoded up to ``threads`` partitions ahead."""
+    # a local disk answers at once; elsewhere the files of the partitions ahead are fetched meanwhile
+    # (a change feed or a replay reads other versions, as it goes)
+    ahead = plan.storage.remote and chosen and not plan.is_change_feed and plan.snapshot_start_version is None
+    prefetch = _Prefetch(plan, chosen) if ahead else None
+    try:
+        yield from _decoded(plan, chosen, flt, threads, prefetch)
+    finally:
+        if prefetch is not None:
+            prefetch.close()
+
+
+def _decoded(plan: StateReadPlan, chosen: list[int], flt: KeyFilter | None, threads: int,
+             prefetch: _Prefetch | None) -> Iterator[list[pa.RecordBatch]]:
     if threads <= 1 or len(chosen) <= 1:
         for pid in chosen:
-            yield partition_batches(plan, pid, flt)
+            yield _prefetched_batches(plan, pid, flt, prefetch)
         return
     pending: deque[Future[list[pa.RecordBatch]]] = deque()
     todo = iter(chosen)
     with ThreadPoolExecutor(threads, thread_name_prefix="state_reader") as pool:
         try:
             for pid in todo:
-                pending.append(pool.submit(partition_batches, plan, pid, flt))
+                pending.append(pool.submit(_prefetched_batches, plan, pid, flt, prefetch))
                 if len(pending) >= threads:
                     break
             while pending:
                 batches = pending.popleft().result()  # re-raises the partition's error, in partition order
                 nxt = next(todo, None)
                 if nxt is not None:
-                    pending.append(pool.submit(partition_batches, plan, nxt, flt))
+                    pending.append(pool.submit(_prefetched_batches, plan, nxt, flt, prefetch))
                 yield batches
         finally:
             for future in pending:  # a limit reached or an error: do not decode the rest

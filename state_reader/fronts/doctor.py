@@ -39,7 +39,7 @@ from state_reader.model.checkpoint import (
     version_ranges,
 )
 from state_reader.model.plan import StateReadPlan
-from state_reader.providers.store_files import StoreFiles, unique_id_for
+from state_reader.providers.store_files import StoreFiles, look_ahead, unique_id_for
 
 SEVERITIES = ("error", "warning", "info")
 KINDS = ("watermark-stalled", "never-evicted", "expired-rows", "skew", "long-chain", "storage-waste",
@@ -328,9 +328,13 @@ def _large_rows(store: _Store, limit: float) -> list[Finding]:
 def _long_chain(cp: Checkpoint, store: _Store, limit: float) -> list[Finding]:
     plan = store.plan
     chains = {}
+    stores = {pid: StoreFiles(cp.storage, plan.store_dir(pid), plan.provider, plan.codec) for pid in plan.partitions}
+    uids = {pid: unique_id_for(cp, f, plan.version, store.operator_id, pid, plan.store_name)
+            for pid, f in stores.items()}
+    look_ahead((stores[pid], plan.version, uids[pid]) for pid in stores)  # every partition's snapshot at once
     for pid in plan.partitions:
-        files = StoreFiles(cp.storage, plan.store_dir(pid), plan.provider, plan.codec)
-        uid = unique_id_for(cp, files, plan.version, store.operator_id, pid, plan.store_name)
+        files = stores[pid]
+        uid = uids[pid]
         chains[pid] = files.version_files(plan.version, uid)
     worst = max(chains, key=lambda p: chains[p].delta_chain)
     if chains[worst].delta_chain < limit:
@@ -374,8 +378,11 @@ def _unused_files(cp: Checkpoint, store: _Store) -> _UnusedFiles:
     committed = cp.committed_batches
     last_version = committed[-1] + 1
     out = _UnusedFiles()
+    stores = {pid: StoreFiles(cp.storage, plan.store_dir(pid), plan.provider, plan.codec) for pid in plan.partitions}
+    look_ahead((f, batch + 1, unique_id_for(cp, f, batch + 1, store.operator_id, pid, plan.store_name))
+               for pid, f in stores.items() for batch in committed)  # the snapshots of every batch, at once
     for pid in plan.partitions:
-        files = StoreFiles(cp.storage, plan.store_dir(pid), plan.provider, plan.codec)
+        files = stores[pid]
         out.unique_ids |= files.has_unique_ids
         needed: set[str] = set()
         oldest_base: int | None = None
@@ -605,6 +612,7 @@ def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
     result.checked.append("batches planned but not committed")
 
     entries: dict[int, OffsetEntry] = {}
+    storage.prefetch([f"{log}/{b}" for b in committed for log in ("offsets", "commits")])  # at once, remotely
     for batch in committed:
         try:
             entries[batch] = cp.offset_entry(batch)

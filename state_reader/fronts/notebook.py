@@ -29,10 +29,10 @@ from state_reader.fronts.flatten import flatten_table
 from state_reader.fronts.overview import describe_checkpoint
 from state_reader.fronts.plotting import plot_state_size
 from state_reader.fronts.stats import stats
-from state_reader.io.storage import Storage
+from state_reader.io.storage import Storage, with_one_listing
 from state_reader.model.checkpoint import Checkpoint as _Logs
 from state_reader.progress import progress
-from state_reader.providers.store_files import StoreFiles, unique_id_for
+from state_reader.providers.store_files import StoreFiles, look_ahead, unique_id_for
 
 _CSS = """<style>
 .sr-cp{font-family:system-ui,sans-serif;font-size:13px;line-height:1.4;max-width:980px}
@@ -210,6 +210,7 @@ class Checkpoint:
                 ("retained batches", f"{retained[0]}..{retained[-1]} ({len(retained)})" if retained else "none"),
                 ("shuffle partitions", str(d.get("shuffle_partitions")))]
 
+    @with_one_listing  # the summary, the sizes and the batches from one listing of a remote checkpoint
     def __repr__(self) -> str:
         try:
             summary = self._summary()
@@ -227,6 +228,7 @@ class Checkpoint:
             lines += [f"    {f.severity} {f.kind}: {f.summary}" for f in self.diagnosis.findings]
         return "\n".join(lines)
 
+    @with_one_listing
     def _repr_html_(self) -> str:
         try:
             summary = self._summary()
@@ -277,6 +279,8 @@ def _store_sizes(logs: _Logs, operator_id: int, store_name: str, desc: dict[str,
     def sizes(batch: int) -> dict[int, int] | None:
         """Bytes of each partition's files for ``batch``; None once cleanup took any of them."""
         out = {}
+        look_ahead((store, batch + 1, unique_id_for(logs, store, batch + 1, operator_id, pid, store_name))
+                   for pid, store in files.items())  # each partition's snapshot zip, all at once
         for pid, store in files.items():
             version = store.version_files(batch + 1, unique_id_for(logs, store, batch + 1, operator_id, pid,
                                                                    store_name))

@@ -13,7 +13,7 @@ from typing import Any
 from state_reader.core.metadata import metadata_rows
 from state_reader.core.planner import detect_provider
 from state_reader.errors import OffsetLogUnavailableError, OffsetMetadataUnavailableError, StateReaderError
-from state_reader.io.storage import Storage
+from state_reader.io.storage import Storage, with_one_listing
 from state_reader.model import operators as operator_names
 from state_reader.model.checkpoint import Checkpoint
 from state_reader.model.conf import (
@@ -58,6 +58,7 @@ def _state_files(cp: Checkpoint, op: int, entry: dict[str, Any], latest: int) ->
     return ({"first": versions[0] - 1, "last": versions[-1] - 1} if versions else None), changelogs
 
 
+@with_one_listing  # each directory of a remote checkpoint listed once
 def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything ``state-reader metadata`` shows, as a JSON-ready dict."""
     storage = Storage(checkpoint, dict(storage_options or {}))

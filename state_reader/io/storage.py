@@ -6,16 +6,31 @@ no locks, no renames.
 
 With ``verify_checksums`` (the default) every file read is checked against the
 checksum sidecars beside it, when there are any (see :mod:`state_reader.io.integrity`).
+
+On anything but a local disk every call is a round trip (tens of milliseconds on
+an object store), so a remote ``Storage`` lists each operator's state directory
+once, recursively (one paginated listing on S3, ADLS and GCS: names and sizes),
+and answers every later question about a directory, a file's existence or size
+from that listing for as long as it lives (one plan and its read); and files are
+fetched concurrently (:meth:`Storage.prefetch`, :meth:`Storage.read_many`).
+Calls and bytes are counted (:func:`io_counts`) and logged at debug level on the
+``state_reader.io`` logger.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import posixpath
-from concurrent.futures import ThreadPoolExecutor
+import re
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from functools import wraps
+from typing import Any, TypeVar
 
 from state_reader.errors import StateReaderError, StorageError
 from state_reader.io.integrity import SIDECAR_SUFFIX, hadoop_sidecar, spark_sidecar, verify_hadoop, verify_spark
@@ -24,10 +39,101 @@ from state_reader.io.integrity import SIDECAR_SUFFIX, hadoop_sidecar, spark_side
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
 
 
+log = logging.getLogger("state_reader.io")
+
+# A directory listed recursively in one call: an operator's state (its partitions, stores, SSTs,
+# metadata and schemas), everything a plan, a read, the display and the doctor ask about.
+_RECURSIVE_ROOT = re.compile(r"^state/\d+(?=/|$)")
+
+
 def io_threads() -> int:
-    """Files fetched at once by :meth:`Storage.read_many`: STATE_READER_IO_THREADS, else 16 (1: one by one)."""
+    """Files fetched at once from a remote filesystem: STATE_READER_IO_THREADS, else 64 (1: one by one)."""
     setting = os.environ.get("STATE_READER_IO_THREADS", "").strip()
-    return int(setting) if setting.isdigit() and int(setting) > 0 else 16
+    return int(setting) if setting.isdigit() and int(setting) > 0 else 64
+
+
+class _Counts:
+    """Calls made to filesystems and bytes fetched, in this process (all threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.values = {"list": 0, "get": 0, "info": 0, "bytes": 0}
+
+    def add(self, kind: str, n: int = 1, nbytes: int = 0) -> None:
+        with self._lock:
+            self.values[kind] += n
+            self.values["bytes"] += nbytes
+
+
+_COUNTS = _Counts()
+
+
+def io_counts() -> dict[str, int]:
+    """Calls made so far by this process: listings (``list``), file fetches (``get``), existence
+    or type checks (``info``), and the ``bytes`` fetched. A local disk's calls are counted too."""
+    with _COUNTS._lock:
+        return dict(_COUNTS.values)
+
+
+def io_counts_since(before: dict[str, int]) -> dict[str, int]:
+    """What :func:`io_counts` grew by since ``before`` (an earlier :func:`io_counts`)."""
+    now = io_counts()
+    return {k: now[k] - before.get(k, 0) for k in now}
+
+
+def describe_counts(counts: dict[str, int]) -> str:
+    """'12 listings, 410 fetches (3.2 MB), 0 info calls' for a log line or ``--verbose``."""
+    mb = counts.get("bytes", 0) / 1e6
+    return (f"{counts.get('list', 0)} listings, {counts.get('get', 0)} fetches ({mb:,.1f} MB), "
+            f"{counts.get('info', 0)} info calls")
+
+
+_POOL_LOCK = threading.Lock()
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _fetch_pool() -> ThreadPoolExecutor:
+    """The process's pool of file fetches. Its tasks are single fetches that never wait on each
+    other, so any thread (but its own) may wait on them without a deadlock."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(io_threads(), thread_name_prefix="state_reader_io")
+        return _POOL
+
+
+_SHARED = threading.local()
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@contextmanager
+def one_listing() -> Iterator[None]:
+    """Within it, the storages made (on this thread) for the same remote location share what
+    they list: one operation made of several reads (the notebook's display, the doctor) lists
+    each directory once. Nested uses share the outermost one's."""
+    if getattr(_SHARED, "listings", None) is not None:
+        yield
+        return
+    _SHARED.listings = {}
+    try:
+        yield
+    finally:
+        _SHARED.listings = None
+
+
+def with_one_listing(func: F) -> F:
+    """``func`` run within :func:`one_listing`."""
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with one_listing():
+            return func(*args, **kwargs)
+    return wrapper  # type: ignore[return-value]
+
+
+def _recursive_root(rel: str) -> str | None:
+    """The directory listed recursively that holds ``rel`` (``state/<op>``), or None."""
+    m = _RECURSIVE_ROOT.match(rel)
+    return m.group(0) if m else None
 
 
 def _split_url(url: str) -> tuple[str, str, str]:
@@ -67,6 +173,20 @@ class Storage:
         self.root = path.rstrip("/") or "/"
         # directory -> names seen by the last listing; tells which sidecars exist without probing
         self._listed: dict[str, set[str]] = {}
+        # remote only: directory -> {name: size, or None for a sub-directory}, None for no such directory;
+        # every directory under a prefix of _recursive is in it (one listing answered them all)
+        self._tree: dict[str, dict[str, int | None] | None] = {}
+        self._recursive: set[str] = set()
+        self._tree_lock = threading.RLock()
+        self._inflight: dict[str, Future[None]] = {}  # listings under way, by what they list
+        # remote only: files being fetched ahead of their read (rel -> its bytes, or the error)
+        self._pending: dict[str, Future[bytes]] = {}
+        self._pending_lock = threading.Lock()
+        shared = getattr(_SHARED, "listings", None)
+        if shared is not None and protocol != "file":
+            key = (protocol, self.root, repr(sorted(self.storage_options.items())))
+            self._tree, self._recursive, self._tree_lock, self._inflight = shared.setdefault(
+                key, (self._tree, self._recursive, self._tree_lock, self._inflight))
         # a local disk needs fsspec only to write or to walk a tree (importing it costs ~60 ms of
         # a command's start); any other filesystem, or options, are opened now so that they fail here
         self._fs: Any = None if protocol == "file" and not self.storage_options else self._open_fs()
@@ -106,15 +226,41 @@ class Storage:
                 f"{sorted(self.storage_options)}: {type(exc).__name__}: {exc}", path=self.url) from exc
 
     def __getstate__(self) -> dict[str, Any]:
-        # fsspec filesystems pickle, but rebuilding keeps executors independent
-        return {"url": self.url, "storage_options": self.storage_options,
-                "verify_checksums": self.verify_checksums}
+        # fsspec filesystems pickle, but rebuilding keeps executors independent; the listing goes
+        # along, so that Spark tasks read what the driver planned from without listing again
+        with self._tree_lock:
+            return {"url": self.url, "storage_options": self.storage_options,
+                    "verify_checksums": self.verify_checksums,
+                    "tree": dict(self._tree), "recursive": set(self._recursive)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.url = state["url"]
         self.storage_options = state["storage_options"]
         self.verify_checksums = state.get("verify_checksums", True)
         self.__post_init__()
+        self._tree.update(state.get("tree") or {})
+        self._recursive.update(state.get("recursive") or ())
+
+    @property
+    def remote(self) -> bool:
+        """Whether each call is a round trip worth saving (anything but a local disk)."""
+        return self.protocol != "file"
+
+    def forget(self, rel: str | None = None) -> None:
+        """Drop what this storage has listed (of ``rel`` and below, or all): the next question
+        lists again. A running query's commit log is read afresh this way."""
+        with self._tree_lock:
+            if not rel or not rel.strip("/"):
+                self._tree.clear()
+                self._recursive.clear()
+                self._listed.clear()
+                return
+            rel = rel.strip("/")
+            for key in [k for k in self._tree if k == rel or k.startswith(rel + "/")]:
+                del self._tree[key]
+            for key in [k for k in self._recursive if k == rel or k.startswith(rel + "/")]:
+                self._recursive.discard(key)
+            self._listed.pop(rel, None)
 
     def full(self, rel: str) -> str:
         """Filesystem path of ``rel`` (relative to the root)."""
@@ -144,47 +290,170 @@ class Storage:
         """Names of the entries of directory ``rel``, or None if it does not exist."""
         if self.protocol == "file":
             return self._list_local(rel)
-        self._fresh(rel)
-        try:
-            entries = self.fs.ls(self.full(rel), detail=False)
-        except FileNotFoundError:
-            return None
-        except NotADirectoryError:
-            return None
-        except Exception as exc:
-            raise self._wrap(exc, rel, "listing") from exc
-        names = []
-        for entry in entries:
-            name = posixpath.basename(str(entry).rstrip("/"))
-            if name:
-                names.append(name)
-        self._listed[rel] = set(names)
-        return names
+        entries = self._entries(rel)
+        return None if entries is None else list(entries)
 
     def list_sizes(self, rel: str) -> dict[str, int] | None:
         """File name -> size of directory ``rel``, or None if it does not exist."""
         if self.protocol == "file":
             return self._sizes_local(rel)
-        self._fresh(rel)
+        entries = self._entries(rel)
+        return None if entries is None else {n: s for n, s in entries.items() if s is not None}
+
+    def list_entries(self, rel: str) -> dict[str, int | None] | None:
+        """Name -> size (None for a sub-directory) of directory ``rel``, or None if it does not exist."""
+        if self.protocol == "file":
+            sizes = self._sizes_local(rel)
+            return None if sizes is None else {n: sizes.get(n) for n in self._listed.get(rel, sizes)}
+        entries = self._entries(rel)
+        return None if entries is None else dict(entries)
+
+    def size(self, rel: str) -> int | None:
+        """Size of file ``rel`` as listed, None when it is not there (no call beyond the listing)."""
+        directory, name = posixpath.split(rel.strip("/"))
+        return (self.list_sizes(directory) or {}).get(name)
+
+    def list_tree(self, rel: str) -> None:
+        """List directory ``rel`` and everything below it in one call (remote only; a local disk
+        is listed directory by directory as asked), so that no later question about it costs a call."""
+        if self.protocol == "file":
+            return
+        rel = rel.strip("/")
+        if not self._covered(rel):
+            self._once(f"tree:{rel}", lambda: self._list_tree(rel))
+
+    def list_ahead(self, rels: Iterable[str]) -> None:
+        """Start listing directories ``rels`` (``state/<op>`` recursively) in the background, while
+        other calls go on; a question about one of them then waits for its listing (remote only)."""
+        if self.protocol == "file" or io_threads() <= 1:
+            return
+        for rel in rels:
+            rel = rel.strip("/")
+            if self._covered(rel) or rel in self._tree:
+                continue
+            top = _recursive_root(rel)
+            key, call = (f"tree:{top}", lambda top=top: self._list_tree(top)) if top is not None \
+                else (f"ls:{rel}", lambda rel=rel: self._list_one(rel))
+            _fetch_pool().submit(self._quietly, key, call)
+
+    def _quietly(self, key: str, call: Callable[[], None]) -> None:
         try:
-            entries = self.fs.ls(self.full(rel), detail=True)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
+            self._once(key, call)
+        except Exception:  # the question that needs this listing lists again and reports the error
+            pass
+
+    def _covered(self, rel: str) -> bool:
+        with self._tree_lock:
+            return any(rel == p or rel.startswith(p + "/") for p in self._recursive)
+
+    def _once(self, key: str, call: Callable[[], None]) -> None:
+        """``call()`` (a listing), made once however many threads ask for ``key`` at the same time."""
+        with self._tree_lock:
+            running = self._inflight.get(key)
+            if running is None:
+                mine: Future[None] = Future()
+                self._inflight[key] = mine
+        if running is not None:
+            running.result()
+            return
+        try:
+            call()
+            mine.set_result(None)
+        except BaseException as exc:
+            mine.set_exception(exc)
+            raise
+        finally:
+            with self._tree_lock:
+                self._inflight.pop(key, None)
+
+    def _list_tree(self, rel: str) -> None:
+        if self._covered(rel):
+            return
+        self._fresh(rel)
+        full = self.full(rel)
+        try:
+            found = self.fs.find(full, withdirs=True, detail=True)
+        except FileNotFoundError:
+            found = {}
         except Exception as exc:
             raise self._wrap(exc, rel, "listing") from exc
-        out = {}
-        seen = set()
-        for entry in entries:
-            name = posixpath.basename(str(entry["name"]).rstrip("/"))
-            seen.add(name)
-            if name and entry.get("type") != "directory":
-                out[name] = int(entry.get("size") or 0)
-        self._listed[rel] = seen
-        return out
+        _COUNTS.add("list")
+        tree: dict[str, dict[str, int | None] | None] = {}
+        prefix = full.rstrip("/") + "/"
+        for path, info in found.items():
+            path = str(path).rstrip("/")
+            if path == full.rstrip("/"):
+                if info.get("type") == "directory":
+                    tree.setdefault(rel, {})
+                continue
+            if not path.startswith(prefix):
+                continue
+            sub = posixpath.join(rel, path[len(prefix):]) if rel else path[len(prefix):]
+            is_dir = info.get("type") == "directory"
+            # every ancestor up to ``rel`` is a directory, whether or not the store lists it
+            child, parent = sub, posixpath.dirname(sub)
+            entries = tree.setdefault(parent, {})
+            entries[posixpath.basename(child)] = None if is_dir else int(info.get("size") or 0)  # type: ignore[index]
+            if is_dir:
+                tree.setdefault(sub, {})
+            while parent != rel and parent:
+                child, parent = parent, posixpath.dirname(parent)
+                up = tree.setdefault(parent, {})
+                up.setdefault(posixpath.basename(child), None)  # type: ignore[union-attr]
+        with self._tree_lock:
+            self._tree.update(tree)
+            self._tree.setdefault(rel, None)
+            self._recursive.add(rel)
+        log.debug("listed %s recursively: %d entries", self.display(rel), len(found))
+
+    def _list_one(self, rel: str) -> None:
+        self._fresh(rel)
+        try:
+            listed = self.fs.ls(self.full(rel), detail=True)
+        except (FileNotFoundError, NotADirectoryError):
+            listed = None
+        except Exception as exc:
+            raise self._wrap(exc, rel, "listing") from exc
+        _COUNTS.add("list")
+        entries: dict[str, int | None] | None = None
+        if listed is not None:
+            entries = {}
+            own = self.full(rel).rstrip("/")
+            for entry in listed:
+                path = str(entry["name"]).rstrip("/")
+                name = posixpath.basename(path)
+                if not name or (path == own and entry.get("type") != "directory"):
+                    continue  # listing a file returns the file itself
+                entries[name] = None if entry.get("type") == "directory" else int(entry.get("size") or 0)
+            if not entries and any(str(e["name"]).rstrip("/") == own for e in listed):
+                entries = None  # ``rel`` is a file
+        with self._tree_lock:
+            self._tree[rel] = entries
+        log.debug("listed %s: %s entries", self.display(rel), "no such directory" if entries is None
+                  else len(entries))
+
+    def _entries(self, rel: str) -> dict[str, int | None] | None:
+        """The entries of directory ``rel`` (name -> size, None for a directory), or None when there
+        is no such directory: from what was listed, else listed now (``state/<op>`` recursively)."""
+        rel = rel.strip("/")
+        for _ in range(2):
+            with self._tree_lock:
+                if rel in self._tree:
+                    return self._tree[rel]
+                if any(rel == p or rel.startswith(p + "/") for p in self._recursive):
+                    return None  # under a recursive listing, yet not a directory in it
+            top = _recursive_root(rel)
+            if top is not None:
+                self._once(f"tree:{top}", lambda top=top: self._list_tree(top))
+            else:
+                self._once(f"ls:{rel}", lambda: self._list_one(rel))
+        with self._tree_lock:
+            return self._tree.get(rel)
 
     # A local disk is read with the os module directly: fsspec's local filesystem normalises
     # every path again on each call, which cost about a third of a millisecond per partition.
     def _list_local(self, rel: str) -> list[str] | None:
+        _COUNTS.add("list")
         try:
             names = os.listdir(self.full(rel))
         except (FileNotFoundError, NotADirectoryError):
@@ -197,6 +466,7 @@ class Storage:
     def _sizes_local(self, rel: str) -> dict[str, int] | None:
         out: dict[str, int] = {}
         seen: set[str] = set()
+        _COUNTS.add("list")
         try:
             with os.scandir(self.full(rel)) as entries:
                 for entry in entries:
@@ -214,16 +484,27 @@ class Storage:
         return out
 
     def isdir(self, rel: str) -> bool:
+        """Whether ``rel`` is a directory (remote: from the listing of its parent)."""
         if self.protocol == "file":
             return os.path.isdir(self.full(rel))
+        rel = rel.strip("/")
+        if rel:
+            return self._entries(rel) is not None
+        _COUNTS.add("info")
         try:
             return bool(self.fs.isdir(self.full(rel)))
         except Exception as exc:
             raise self._wrap(exc, rel, "checking") from exc
 
     def exists(self, rel: str) -> bool:
+        """Whether ``rel`` exists (remote: from the listing of its parent)."""
         if self.protocol == "file":
             return os.path.exists(self.full(rel))
+        rel = rel.strip("/")
+        if rel:
+            directory, name = posixpath.split(rel)
+            return name in (self._entries(directory) or {})
+        _COUNTS.add("info")
         try:
             return bool(self.fs.exists(self.full(rel)))
         except Exception as exc:
@@ -235,6 +516,8 @@ class Storage:
         With ``verify_checksums`` the bytes are checked against the file's checksum
         sidecars first; a mismatch raises ChecksumMismatchError naming the file.
         """
+        if self.verify_checksums and self.protocol != "file":
+            self.prefetch([rel])  # the file and its sidecars at once
         data = self._read_raw(rel)
         if self.verify_checksums:
             self._verify(rel, data)
@@ -249,33 +532,109 @@ class Storage:
         first missing file (in ``rels`` order) raises FileNotFoundError whose
         ``filename`` is its ``rel``.
         """
-        def fetch(rel: str) -> bytes:
+        self.prefetch(rels)
+        out = []
+        for rel in rels:
             try:
-                return self.read_bytes(rel)
+                out.append(self.read_bytes(rel))
             except FileNotFoundError as exc:
+                self.discard(rels)
                 raise FileNotFoundError(errno.ENOENT, "no such file", rel) from exc
+        return out
 
-        threads = min(len(rels), io_threads())
-        # a local disk answers at once: threads would only add their start-up (about 2 ms a call)
-        if threads <= 1 or self.protocol == "file":
-            return [fetch(rel) for rel in rels]
-        with ThreadPoolExecutor(threads, thread_name_prefix="state_reader_io") as pool:
-            return list(pool.map(fetch, rels))
+    def _with_sidecars(self, rels: Iterable[str]) -> list[str]:
+        """``rels`` and, when checksums are verified, the sidecars the listing shows beside them."""
+        out = []
+        for rel in rels:
+            out.append(rel)
+            directory, name = posixpath.split(rel)
+            if not self.verify_checksums or name.endswith(SIDECAR_SUFFIX):
+                continue
+            names = self._entries(directory) or {}
+            out.extend(posixpath.join(directory, sidecar) for sidecar in (hadoop_sidecar(name), spark_sidecar(name))
+                       if sidecar in names)
+        return out
+
+    def prefetch(self, rels: Iterable[str]) -> None:
+        """Start fetching ``rels`` (and their checksum sidecars) concurrently; the next read of
+        each takes its bytes, or the error its fetch met (a file gone since the listing is
+        FileNotFoundError then, as it would have been). A local disk is read when asked instead,
+        as is everything with STATE_READER_IO_THREADS=1."""
+        if self.protocol == "file" or io_threads() <= 1:
+            return
+        wanted = self._with_sidecars(rels)
+        pool = _fetch_pool()
+        with self._pending_lock:
+            for rel in wanted:
+                if rel not in self._pending:
+                    self._pending[rel] = pool.submit(self._get, rel)
+
+    def peek_bytes(self, rel: str) -> bytes:
+        """The bytes of ``rel`` unchecked, kept (with its sidecars) for the read that follows:
+        for looking into a file (a snapshot's list of SSTs) ahead of its read, at no second fetch."""
+        if self.protocol == "file" or io_threads() <= 1:
+            return self._read_raw(rel)
+        self.prefetch([rel])
+        with self._pending_lock:
+            future = self._pending.get(rel)
+        return future.result() if future is not None else self._read_raw(rel)
+
+    def discard(self, rels: Iterable[str]) -> None:
+        """Let go of what was fetched ahead for ``rels`` (and their sidecars) and not read."""
+        if self.protocol == "file":
+            return
+        with self._pending_lock:
+            for rel in list(rels):
+                for key in (rel, *(posixpath.join(posixpath.dirname(rel), s(posixpath.basename(rel)))
+                                   for s in (hadoop_sidecar, spark_sidecar))):
+                    future = self._pending.pop(key, None)
+                    if future is not None:
+                        future.cancel()
+
+    def _get(self, rel: str) -> bytes:
+        """One fetch of a whole file: a single GET on an object store (``cat_file``; ``open``
+        would ask for the size first)."""
+        try:
+            data = self.fs.cat_file(self.full(rel))
+        except FileNotFoundError:
+            _COUNTS.add("get")
+            log.debug("fetch %s: gone", self.display(rel))
+            raise
+        except IsADirectoryError:
+            _COUNTS.add("get")
+            raise FileNotFoundError(self.display(rel)) from None
+        except Exception as exc:
+            _COUNTS.add("get")
+            raise self._wrap(exc, rel, "reading") from exc
+        _COUNTS.add("get", nbytes=len(data))
+        log.debug("fetched %s: %d bytes", self.display(rel), len(data))
+        return bytes(data)
 
     def _read_raw(self, rel: str) -> bytes:
+        if self.protocol != "file":
+            with self._pending_lock:
+                future = self._pending.pop(rel, None)
+            return future.result() if future is not None else self._get(rel)
         try:
-            with (open(self.full(rel), "rb") if self.protocol == "file" else self.fs.open(self.full(rel), "rb")) as fh:
-                return fh.read()
+            with open(self.full(rel), "rb") as fh:
+                data = fh.read()
         except FileNotFoundError:
             raise
         except IsADirectoryError:
             raise FileNotFoundError(self.display(rel)) from None
         except Exception as exc:
             raise self._wrap(exc, rel, "reading") from exc
+        _COUNTS.add("get", nbytes=len(data))
+        return data
 
     def _names_for_sidecars(self, directory: str, name: str) -> set[str] | None:
         """Names in ``directory`` as recently listed (listing it when ``name`` is not among
         them), or None when it cannot be listed and sidecars must be probed."""
+        if self.protocol != "file":
+            try:
+                return set(self._entries(directory) or ())
+            except StateReaderError:
+                return None
         names = self._listed.get(directory)
         if names is not None and name in names:
             return names

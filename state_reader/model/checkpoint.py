@@ -331,6 +331,32 @@ class Checkpoint:
         """Relative path of the v1/v2 schema file of a store (partition 0 only)."""
         return posixpath.join(self.store_dir(operator_id, 0, store_name), "_metadata", "schema")
 
+    def fetch_ahead(self, batch_id: int, operator_id: int) -> None:
+        """Start fetching, all at once, the small files a plan of ``batch_id`` reads: its commit and
+        offset log entries, the operator's metadata and its schema files (remote only: there each
+        would be a round trip of its own; what is found from the listing, so nothing is probed)."""
+        storage = self.storage
+        if not storage.remote:
+            return
+        rels = [f"commits/{batch_id}", f"offsets/{batch_id}"]
+        base = f"state/{operator_id}"
+        v2 = [b for b in numeric_names(storage.list_names(f"{base}/_metadata/v2")) if b <= batch_id]
+        if v2:
+            rels.append(f"{base}/_metadata/v2/{v2[-1]}")
+        elif storage.exists(f"{base}/_metadata/metadata"):
+            rels.append(f"{base}/_metadata/metadata")
+        for name in [DEFAULT_STORE, *JOIN_STORES]:
+            rel = self.schema_file(operator_id, name)
+            if storage.exists(rel):
+                rels.append(rel)
+        # schema v3 files (one per schema version of each store; few and small)
+        todo = [f"{base}/_stateSchema"]
+        while todo:
+            directory = todo.pop()
+            for name, size in (storage.list_entries(directory) or {}).items():
+                (todo.append if size is None else rels.append)(f"{directory}/{name}")
+        storage.prefetch(r for r in rels if r not in self._file_cache)
+
     # -- operator metadata --------------------------------------------------
 
     def operator_metadata(self, operator_id: int, batch_id: int | None) -> OperatorMetadata | None:

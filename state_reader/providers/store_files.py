@@ -14,6 +14,7 @@ checkpoint format 2: the files named by the commit log's unique ids.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from state_reader.errors import StateReaderError
@@ -23,6 +24,7 @@ from state_reader.formats.codecs import decompress
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import Checkpoint, state_file_name
 from state_reader.model.conf import ROCKSDB_PROVIDER
+from state_reader.model.plan import StateReadPlan
 from state_reader.providers.hdfs import HDFSStore
 from state_reader.providers.rocksdb import RocksDBStore
 
@@ -46,8 +48,11 @@ class VersionFiles:
 class StoreFiles:
     """The state files of one store directory (one operator, partition and store)."""
 
-    def __init__(self, storage: Storage, directory: str, provider: str, codec: str | None = None) -> None:
+    def __init__(self, storage: Storage, directory: str, provider: str, codec: str | None = None,
+                 keep_fetched: bool = False) -> None:
         self.storage = storage
+        # the files looked into (a zip's SST list, a changelog's lineage) kept for the read that follows
+        self._fetch = storage.peek_bytes if keep_fetched else storage.read_bytes
         self.directory = directory
         self.provider = provider
         self.codec = codec
@@ -135,7 +140,7 @@ class StoreFiles:
         last = self._delta_name(version, unique_id)
         chain: list[tuple[int, str]] = []
         try:
-            raw = self.storage.read_bytes(f"{self.directory}/{last}")
+            raw = self._fetch(f"{self.directory}/{last}")
             shown = self.storage.display(f"{self.directory}/{last}")
             _, lineage = changelog_format.read_lineage(decompress(raw, self.codec, shown), shown)
             chain = sorted({(i.version, i.unique_id) for i in lineage})
@@ -152,6 +157,22 @@ class StoreFiles:
         out.delta_chain += 1
         self._add(out, last)
         return out
+
+    def looked_into(self, version: int, unique_id: str | None = None) -> str | None:
+        """The file :meth:`version_files` fetches to find the rest (a RocksDB snapshot zip's list of SSTs,
+        a format 2 changelog's lineage), relative to the checkpoint; None when it needs none or has it."""
+        if not self.rocksdb:
+            return None
+        if unique_id is None:
+            start = max((s for s in self.snapshots if s <= version), default=0)
+            name = self._snapshot_name(start) if start else None
+        elif (version, unique_id) in self.zips_with_ids:
+            name = self._snapshot_name(version, unique_id)
+        else:
+            name = self._delta_name(version, unique_id)
+        if name is None or name in self._zip_members or name not in self.sizes:
+            return None
+        return f"{self.directory}/{name}"
 
     # -- sizes ---------------------------------------------------------------
 
@@ -178,7 +199,7 @@ class StoreFiles:
         files: list[tuple[str, int]] = []
         shown = self.storage.display(f"{self.directory}/{zip_name}")
         try:
-            raw = self.storage.read_bytes(f"{self.directory}/{zip_name}")
+            raw = self._fetch(f"{self.directory}/{zip_name}")
             meta = snapshot_zip.parse_metadata(snapshot_zip.read_metadata_entry(raw, shown)[0], shown)
         except (FileNotFoundError, StateReaderError):
             meta = None  # damaged or missing: verify reports it, stats counts the zip alone
@@ -203,4 +224,42 @@ def unique_id_for(cp: Checkpoint, files: StoreFiles, version: int, operator_id: 
         return None
 
 
-__all__ = ["StoreFiles", "VersionFiles", "unique_id_for"]
+def look_ahead(items: Iterable[tuple[StoreFiles, int, str | None]]) -> None:
+    """Start fetching, all at once, what :meth:`StoreFiles.version_files` of each (files, version, unique id)
+    will look into, so that a loop over many partitions costs one round trip, not one per partition."""
+    for files, version, unique_id in items:
+        rel = files.looked_into(version, unique_id)
+        if rel is not None:
+            files.storage.prefetch([rel])
+
+
+def files_to_read(plan: StateReadPlan, partition_id: int) -> tuple[list[str], int] | None:
+    """The files a read of one partition at the plan's version fetches (relative to the checkpoint, only
+    those the listing shows) and their bytes, or None for a read of other versions (a change feed, a
+    replay from a snapshot), which fetches as it goes.
+
+    Found from the listing; for RocksDB also from the snapshot zip's list of SSTs (or, with checkpoint
+    format 2, the changelog's lineage), which is fetched for that and kept for the read.
+    """
+    if plan.is_change_feed or plan.snapshot_start_version is not None:
+        return None
+    join = plan.join
+    stores = [join.store_name(0), join.store_name(1)] if join is not None and join.families is None \
+        else [plan.store_name]
+    rels: list[str] = []
+    nbytes = 0
+    for store in stores:
+        directory = plan.checkpoint.store_dir(plan.operator_id, partition_id, store)
+        files = StoreFiles(plan.storage, directory, plan.provider, plan.codec, keep_fetched=True)
+        unique_id = unique_id_for(plan.checkpoint, files, plan.version, plan.operator_id, partition_id, store)
+        needed = files.version_files(plan.version, unique_id)
+        for name in needed.files:
+            rel = f"{directory}/{name}"
+            size = files.sizes.get(name) if "/" not in name else plan.storage.size(rel)
+            if size is not None:  # a file not there is for the read to report
+                rels.append(rel)
+                nbytes += size
+    return rels, nbytes
+
+
+__all__ = ["StoreFiles", "VersionFiles", "files_to_read", "look_ahead", "unique_id_for"]
