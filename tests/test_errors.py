@@ -578,3 +578,49 @@ def test_spark_free_errors_keep_their_traceback_setting(checkpoints):
     with pytest.raises(state_reader.InvalidOptionError):
         state_reader.read_state(checkpoints("agg_window"), batch_id=-1)
     assert dict(os.environ) == before
+
+
+# -- a change feed that starts at a batch the query has cleaned up, or after the latest ------------------
+
+def test_change_feed_start_cleaned_up_or_past_the_end_from_every_entry_point(spark, tmp_path):
+    """With minBatchesToRetain=2 the query's own cleanup deletes the commit entries and state files of its
+    early batches. A change feed from one of them is a batch that is no longer retained, as a read pinned
+    there is, not a missing file (which reads like damage); one that starts after the latest batch is
+    refused as the built-in reader refuses it, not answered with no changes."""
+    from streaming_queries import HDFS, Query, run_query
+
+    query = Query(lambda df: df.groupBy("k").count(), schema="k string, v long",
+                  confs={**HDFS, "spark.sql.streaming.minBatchesToRetain": "2"},
+                  batches=lambda: [[{"k": f"k{(b * 3 + i) % 7}", "v": b} for i in range(3)] for b in range(12)])
+    cp = run_query(spark, query, tmp_path / "cleaned")
+    committed = sorted(int(p.name) for p in (Path(cp) / "commits").iterdir() if p.name.isdigit())
+    latest = committed[-1]
+    assert committed[0] > 1, committed  # the query purged its early batches from the commit log ...
+    assert not list((Path(cp) / "state" / "0").glob("*/1.delta"))  # ... and their state files
+
+    gone = rf"batch 0 of .* is no longer retained.*Committed batches now: {committed[0]}\.\.{latest}"
+    for read in (lambda: state_reader.read_state(cp, read_change_feed=True, change_start_batch_id=0),
+                 lambda: state_reader.changes(cp, 0),
+                 lambda: state_reader.changes(cp, 0, latest)):
+        with pytest.raises(errors.BatchNotRetainedError, match=gone):
+            read()
+    source = spark.read.format("state_reader.statestore").option("readChangeFeed", "true")
+    with pytest.raises(Exception, match="STATE_READER_BATCH_NOT_RETAINED"):
+        source.option("changeStartBatchId", "0").load(cp).collect()
+    assert state_reader.changes(cp, committed[0]).num_rows > 0  # a start still retained reads
+
+    with pytest.raises(errors.InvalidOptionError, match=rf"batch {latest + 30} is after the latest committed batch"):
+        state_reader.changes(cp, latest + 30)
+    with pytest.raises(Exception, match="changeStartBatchId"):
+        source.option("changeStartBatchId", str(latest + 30)).load(cp).collect()
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "state_reader", "changes", cp, *args], capture_output=True,
+                              text=True, timeout=300)
+
+    proc = cli("--from", "0")
+    assert proc.returncode == 1 and "no longer retained" in proc.stderr, proc.stderr
+    assert "does not exist" not in proc.stderr
+    proc = cli("--from", str(latest + 30))
+    assert proc.returncode == 1 and "no changes" not in proc.stdout, (proc.stdout, proc.stderr)
+    assert f"--from: batch {latest + 30} is after the latest committed batch" in proc.stderr, proc.stderr

@@ -62,6 +62,8 @@ def read_consistently(options: Mapping[str, Any] | StateStoreOptions, read: Call
         fresh = Checkpoint(storage) if storage.remote else None
         try:
             return read(plan_state_read(opts, checkpoint if checkpoint is not None and not planned else fresh))
+        except BatchNotRetainedError:
+            raise  # planning found the batch asked for cleaned up: planning again cannot bring it back
         except GONE as exc:
             now = Checkpoint(storage).location
             committed = committed_now(storage)

@@ -14,6 +14,7 @@ from typing import Any
 
 from state_reader.core.options import StateStoreOptions
 from state_reader.errors import (
+    BatchNotRetainedError,
     InvalidOptionError,
     MissingStateFileError,
     NoPartitionError,
@@ -24,7 +25,14 @@ from state_reader.formats.schema_files import ColumnFamilySchema, read_schema_v1
 from state_reader.formats.spark_types import StructType
 from state_reader.io.storage import Storage
 from state_reader.model import operators
-from state_reader.model.checkpoint import DEFAULT_STORE, JOIN_STORES, JOIN_V4_STORES, Checkpoint, OperatorMetadata
+from state_reader.model.checkpoint import (
+    DEFAULT_STORE,
+    JOIN_STORES,
+    JOIN_V4_STORES,
+    Checkpoint,
+    OperatorMetadata,
+    parse_state_file_name,
+)
 from state_reader.model.conf import CONF_CHANGELOG, HDFS_PROVIDER, ROCKSDB_PROVIDER, StoreConf, conf_flag
 from state_reader.model.plan import JoinSidePlan, StateReadPlan
 from state_reader.model.state_variables import (
@@ -102,8 +110,15 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
             batch_id = cp.latest_committed_batch()
     else:
         batch_id = opts.batch_id if opts.batch_id is not None else cp.latest_committed_batch()
-    cp.require_committed(batch_id)
+    cp.require_committed(batch_id, "changeEndBatchId" if opts.read_change_feed else "batchId")
     cp.fetch_ahead(batch_id, opts.operator_id)  # logs, metadata and schemas at once on an object store
+    if opts.read_change_feed and opts.change_start_batch_id > batch_id:
+        # an end the caller gave was checked against the start with the options; this one defaulted
+        have = cp.committed_batches
+        raise InvalidOptionError(
+            f"Invalid value for option 'changeStartBatchId': batch {opts.change_start_batch_id} is after the "
+            f"latest committed batch of {cp.location} ({batch_id}), where the change feed ends unless "
+            f"changeEndBatchId says otherwise (committed batches: {have[0]}..{have[-1]})")
     if opts.snapshot_start_batch_id is not None and opts.snapshot_start_batch_id > batch_id:
         raise InvalidOptionError(
             f"Invalid value for option 'snapshotStartBatchId': value should be less than or equal to {batch_id}")
@@ -175,6 +190,9 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
         partitions = [opts.snapshot_partition_id]  # type: ignore[list-item]
         snapshot_start_version = opts.snapshot_start_batch_id + 1
     provider = detect_provider(cp, store_conf.provider, opts.operator_id)
+    if opts.read_change_feed:
+        _require_change_start(cp, opts.change_start_batch_id, [cp.store_dir(opts.operator_id, p, store_name)
+                                                                for p in partitions])
     if provider == ROCKSDB_PROVIDER:
         replays = snapshot_start_version is not None and snapshot_start_version < batch_id + 1
         if (opts.read_change_feed and not opts.change_feed_from_snapshots) or replays:
@@ -223,6 +241,31 @@ def _require_changelogs(cp: Checkpoint, store_dir: str, conf: Mapping[str, str],
         f"{what} needs changelog files, and {cp.storage.display(store_dir)} has none: the query ran without "
         f"changelog checkpointing ({CONF_CHANGELOG}), so its RocksDB store keeps snapshots only; {remedy}",
         path=cp.storage.display(store_dir))
+
+
+def _require_change_start(cp: Checkpoint, start: int, store_dirs: list[str]) -> None:
+    """Refuse, while planning, a change feed whose first batch the query has cleaned up.
+
+    Batch ``start``'s changes are the delta (changelog) of version ``start + 1``. Once the
+    commit log no longer holds ``start``, the query's cleanup may have deleted that file
+    too: then no state file of that version or an older one is left in a store directory,
+    and the read is refused as the read of any other batch that is gone, naming what the
+    checkpoint still keeps (not as a missing file, which would read like damage).
+    """
+    committed = cp.committed_batches
+    if not committed or start >= committed[0]:
+        return  # still in the commit log: its files are kept as long (a missing one is damage)
+    for store_dir in store_dirs:
+        names = cp.storage.list_names(store_dir) or []
+        versions = [parsed[0] for parsed in map(parse_state_file_name, names) if parsed is not None]
+        if versions and min(versions) > start + 1:
+            shown = cp.storage.display(store_dir)
+            raise BatchNotRetainedError(
+                f"batch {start} of {cp.location} is no longer retained: the change feed from batch {start} "
+                f"starts with the changes of version {start + 1}, and {shown} keeps versions from "
+                f"{min(versions)} on (the query's cleanup deleted the older ones). Committed batches now: "
+                f"{committed[0]}..{committed[-1]}; start the change feed at a batch in that range, or raise "
+                f"spark.sql.streaming.minBatchesToRetain on the query.", path=shown)
 
 
 @dataclass

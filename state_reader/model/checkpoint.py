@@ -189,13 +189,13 @@ class Checkpoint:
                 break
         return "; ".join(parts)
 
-    def require_committed(self, batch_id: int) -> None:
-        """CommittedBatchUnavailableError unless ``batch_id`` has a commit log entry."""
+    def require_committed(self, batch_id: int, option: str = "batchId") -> None:
+        """CommittedBatchUnavailableError unless ``batch_id`` (given as ``option``) has a commit log entry."""
         if batch_id not in self.committed_batches:
             have = self.committed_batches
             span = f"{have[0]}..{have[-1]}" if have else "none"
             raise CommittedBatchUnavailableError(
-                f"No committed batch found for batchId {batch_id} in "
+                f"No committed batch found for {option} {batch_id} in "
                 f"{self.storage.display('commits')} (committed batches: {span})",
                 path=self.location)
 
