@@ -559,3 +559,58 @@ def _avro_tws_rows(df: DataFrame) -> DataFrame:
 AVRO = {**ROCKSDB_CHANGELOG, "spark.sql.streaming.stateStore.encodingFormat": "avro"}
 QUERIES["tws_avro_types"] = Query(_avro_tws, processing_time="1 second", confs=AVRO)
 QUERIES["tws_avro_types_rows"] = Query(_avro_tws_rows, processing_time="1 second", confs=AVRO)
+
+
+def _avro_event_time_tws(df: DataFrame) -> DataFrame:
+    """Avro-encoded transformWithStateInPandas with event-time timers (several per key) on a value, a
+    map and a list: its timestamp-to-key timer index is a range-scan family in Avro. (Spark refuses
+    TTL in event time; ``tws_avro`` has TTL indexes, with processing-time timers.)"""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class Expiring(StatefulProcessor):
+        def init(self, handle) -> None:
+            self.handle = handle
+            self.total = handle.getValueState("total", "visits long, amount long, deadline long")
+            self.tags = handle.getMapState("tags", "tag string", "cnt long")
+            self.recent = handle.getListState("recent", "n int")
+
+        def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803 - PySpark's names
+            import pandas as pd
+
+            visits, amount, _ = self.total.get() if self.total.exists() else (0, 0, 0)
+            latest = 0
+            for pdf in rows:
+                for _, row in pdf.iterrows():
+                    visits += 1
+                    amount += int(row["amount"])
+                    tag = (str(row["tag"]),)
+                    cnt = self.tags.getValue(tag)[0] if self.tags.containsKey(tag) else 0
+                    self.tags.updateValue(tag, (cnt + 1,))
+                    self.recent.appendValue((int(row["n"]),))
+                    latest = max(latest, row["ts"].value // 1_000_000)
+            # in event time: fires once the watermark passes 10 s after the key's latest event; the
+            # timers of its earlier events stay registered, and do nothing when they fire
+            self.total.update((visits, amount, latest + 10_000))
+            self.handle.registerTimer(latest + 10_000)
+            yield pd.DataFrame({"user": [key[0]], "event": ["input"], "visits": [visits], "amount": [amount]})
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802, N803
+            import pandas as pd
+
+            if not self.total.exists() or self.total.get()[2] > expiredTimerInfo.getExpiryTimeInMs():
+                return
+            visits, amount, _ = self.total.get()
+            self.total.clear()
+            self.tags.clear()
+            self.recent.clear()
+            yield pd.DataFrame({"user": [key[0]], "event": ["expired"], "visits": [visits], "amount": [amount]})
+
+        def close(self) -> None:
+            pass
+
+    return (df.withWatermark("ts", "5 seconds").groupBy("user")
+            .transformWithStateInPandas(Expiring(), "user string, event string, visits long, amount long", "Update",
+                                        "EventTime"))
+
+
+QUERIES["tws_avro_event_time"] = Query(_avro_event_time_tws, confs=AVRO)

@@ -217,7 +217,8 @@ def test_snapshot_built_through_small_memtables_resumes(spark, tmp_path, monkeyp
 
 # stores with RocksDB column families: transformWithState (every variable kind, TTL, timers) and joins of
 # formats 3 and 4; Spark runs them on RocksDB only
-FAMILY_CASES = ["tws", "join_v3", "join_v4"]
+# (tws_avro and tws_avro_event_time: Avro-encoded, their TTL and timestamp-to-key timer indexes range-scan keys)
+FAMILY_CASES = ["tws", "join_v3", "join_v4", "tws_avro", "tws_avro_event_time"]
 # what the restarted query writes from its clock: TTL expiries and timers registered at "now + 1 hour"
 _CLOCK_FIELDS = {"ttlExpirationMs", "expiration_timestamp_ms"}
 
@@ -300,6 +301,80 @@ def test_resume_oracle_column_families(spark, tmp_path, name):
         assert restart(spark, query, dst, input_dir) == expected, label
         for options in reads:
             assert _family_rows(spark, dst, options, clock=False) == _family_rows(spark, copy, options, clock=False)
+
+
+def _range_scan_timers(checkpoint: str) -> list[tuple]:
+    """(partition, grouping key, expiry) of every entry of the timestamp-to-key timer index, the
+    range-scan family Spark's reader does not serve, as the rows ``readRegisteredTimers`` shows."""
+    from state_reader.formats.rocksdb_encoding import (
+        RANGE_SCAN,
+        KeyEncoderSpec,
+        column_family_ids,
+        decode_keys,
+        select,
+        strip_column_family,
+    )
+    from state_reader.model.checkpoint import DEFAULT_STORE
+    from state_reader.model.state_variables import family_schemas
+    from state_reader.providers import rocksdb
+
+    plan = plan_state_read(from_kwargs(checkpoint, {"read_registered_timers": True}))
+    cp = plan.checkpoint
+    family = "$eventTimers_timestampToKey"
+    schema = family_schemas(cp, 0, cp.operator_metadata(0, plan.batch_id).store(DEFAULT_STORE))[family]
+    spec = KeyEncoderSpec.from_plan(schema.key_encoder, 0)
+    assert spec.kind == RANGE_SCAN and plan.store_conf.avro
+    out = []
+    for pid in plan.partitions:
+        directory = cp.store_dir(0, pid, DEFAULT_STORE)
+        state = rocksdb.load_store(plan, directory, pid)
+        keys, _ = state.row_buffers(directory)
+        ids = column_family_ids(keys) if len(keys.starts) else []
+        cf_id = rocksdb.store_column_families(plan, directory, state)[family]
+        for row in decode_keys(strip_column_family(select(keys, ids == cf_id)), schema.key_schema, spec,
+                               True).to_pylist():
+            out.append((pid, row["key"], row["expiryTimestampMs"]))
+    return sorted(out, key=repr)
+
+
+def _builtin_timers(spark, checkpoint: str) -> list[tuple]:
+    df = spark.read.format("statestore").option("readRegisteredTimers", "true").load(checkpoint)
+    return sorted([(r.partition_id, r.key.asDict(), r.expiration_timestamp_ms) for r in df.collect()], key=repr)
+
+
+def test_avro_range_scan_keys_rewritten(spark, tmp_path):
+    """Avro transformWithState with event-time timers: repartitioned, its timestamp-to-key index (Avro
+    range-scan keys) holds each timer Spark's reader shows, in the same partition; with a key dropped,
+    Spark's reader no longer sees it, and the query resumes from both as from the source (less that key)."""
+    query = QUERIES["tws_avro_event_time"]
+    src = run_query(spark, query, tmp_path / "run")
+    input_dir = tmp_path / "run" / "input"
+    reads = _family_reads(src)
+    assert _range_scan_timers(src) == _builtin_timers(spark, src)
+    more, dropped = str(tmp_path / "dst-more"), str(tmp_path / "dst-dropped")
+    n = state_reader.rewrite(src, dry_run=True).old_partitions + 3
+    state_reader.repartition(src, more, n)
+    assert _range_scan_timers(more) == _builtin_timers(spark, more)
+    assert max(pid for pid, _, _ in _range_scan_timers(more)) > 1  # rows moved to the new partitions
+    report = state_reader.rewrite(src, dropped, drop_keys="user = 'ann'")
+    assert report.stores[0].dropped > 0
+    for options in reads:
+        rows = _family_rows(spark, src, options)
+        kept = [r for r in rows if "'user': 'ann'" not in r]
+        assert len(kept) < len(rows), options
+        assert _family_rows(spark, dropped, options) == kept, options
+        assert _family_rows(spark, more, options) == rows, options
+    assert _range_scan_timers(dropped) == _builtin_timers(spark, dropped)
+    # new input without the dropped key: the source's timers for it still fire, with its last counts
+    _add_input(input_dir, [[r for r in batch if r["user"] != "ann"] for batch in _new_batches(query)])
+    copy = str(tmp_path / "src-copy")
+    shutil.copytree(src, copy)
+    expected = resume(spark, query, copy, input_dir)
+    assert any("'expired'" in r for rows in expected.values() for r in rows), "no timer fired after the restart"
+    assert resume(spark, query, more, input_dir) == expected
+    without = {b: [r for r in rows if not r.startswith("('ann',")] for b, rows in expected.items()}
+    assert without != expected
+    assert resume(spark, query, dropped, input_dir) == without
 
 
 def test_drop_keys_removes_them_from_every_store(spark, tmp_path):
@@ -480,3 +555,31 @@ def test_transform_refusals(checkpoints, tmp_path):
     assert (tmp_path / "d" / schema).read_bytes() == (Path(src) / schema).read_bytes()
     assert sorted(map(str, state_reader.read_state(str(tmp_path / "d")).drop(["partition_id"]).to_pylist())) == \
         sorted(map(str, state_reader.read_state(src).drop(["partition_id"]).to_pylist()))
+
+
+@pytest.mark.parametrize("name", ["agg_window", "rocksdb_cl_agg_window"])
+def test_stats_and_the_rewrite_report_give_one_size(checkpoints, name):
+    """A state's rows and bytes are the same in ``stats`` and in a rewrite report's "today", and a
+    transform changes the new layout's size, never today's."""
+    import pyarrow as pa
+
+    src = checkpoints(name)
+    latest = max(state_reader.stats(src).column("batch_id").to_pylist())
+    measured = [r for r in state_reader.stats(src, start_batch=latest).to_pylist() if r["batch_id"] == latest]
+    by_partition = sorted((r["partition_id"], r["rows"], r["state_bytes"]) for r in measured)
+    report = state_reader.rewrite(src, dry_run=True)
+    today = report.summary()["current"]
+    assert list(zip(range(today["partitions"]), today["rows_per_partition"], today["bytes_per_partition"],
+                    strict=True)) == by_partition
+    assert f"{today['rows']:,} rows, {today['bytes']:,} bytes" in str(report)
+
+    def noted(batch: pa.RecordBatch) -> pa.RecordBatch:
+        value = batch.column(1)
+        fields = [value.type.field(i) for i in range(value.type.num_fields)]
+        note = pa.array(["a note that makes every value longer"] * len(value), pa.string())
+        widened = pa.StructArray.from_arrays([*value.flatten(), note], fields=[*fields, pa.field("note", pa.string())])
+        return pa.RecordBatch.from_arrays([batch.column(0), widened], names=["key", "value"])
+
+    transformed = state_reader.rewrite(src, dry_run=True, transform=noted).summary()
+    assert transformed["current"] == today
+    assert transformed["new"]["rows"] == today["rows"] and transformed["new"]["bytes"] > today["bytes"]

@@ -20,11 +20,13 @@ schema Spark's state store derives from the state schema (spark-avro's
 
 Values and no-prefix keys carry a 2-byte schema id after the encoding version
 byte (the schema generation; only the first is read here); prefix-scan keys
-carry it on the remainder, not on the prefix. Records are decoded with fastavro.
+carry it on the remainder, not on the prefix. Records are decoded (and, for a
+rewrite, encoded) with fastavro.
 """
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import io
 import itertools
@@ -32,7 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from state_reader.errors import CodecUnavailableError, RowDecodeError, UnsupportedTypeError
+from state_reader.errors import CodecUnavailableError, RowDecodeError, RowEncodeError, UnsupportedTypeError
 from state_reader.formats.spark_types import ArrayType, DataType, MapType, StructType
 
 SCHEMA_ID_BYTES = 2
@@ -140,3 +142,54 @@ def decode_avro(payloads: list[bytes | None], schema: StructType, source: str) -
                                  "record", path=source)
         rows.append(_to_arrow_value(schema, record))
     return pa.array(rows, type=schema.to_arrow())
+
+
+_EPOCH_DAY = datetime.date(1970, 1, 1)
+_EPOCH_NTZ = datetime.datetime(1970, 1, 1)
+_EPOCH_UTC = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+_MICRO = datetime.timedelta(microseconds=1)
+
+
+def _to_avro_value(dt: DataType, value: Any) -> Any:
+    """A Python value of the Spark type's Arrow type -> what fastavro writes for its Avro type."""
+    if value is None:
+        return None
+    if isinstance(dt, StructType):
+        return {f"f{i}": _to_avro_value(f.data_type, value[f.name]) for i, f in enumerate(dt.fields)}
+    if isinstance(dt, ArrayType):
+        return [_to_avro_value(dt.element, v) for v in value]
+    if isinstance(dt, MapType):
+        return {k: _to_avro_value(dt.value, v) for k, v in value}
+    if dt.kind == "decimal":
+        unscaled = int(value.scaleb(dt.scale, _EXACT))
+        return unscaled.to_bytes(_min_bytes(dt.precision), "big", signed=True)
+    if dt.kind == "date":
+        return (value - _EPOCH_DAY).days
+    if dt.kind in ("timestamp", "timestamp_ntz"):
+        return (value - (_EPOCH_NTZ if value.tzinfo is None else _EPOCH_UTC)) // _MICRO
+    return value
+
+
+def encode_avro(values: pa.StructArray, schema: StructType, source: str = "") -> list[bytes]:
+    """Each row of ``values`` (not null) as the Avro record of ``schema`` Spark's state store writes:
+    the inverse of :func:`decode_avro`, byte for byte."""
+    try:
+        import fastavro
+    except ImportError as exc:
+        raise CodecUnavailableError(
+            f"{source}: writing Avro-encoded state needs the 'fastavro' package", path=source) from exc
+    if _has_repeated_names(schema):
+        raise UnsupportedTypeError(f"{source}: Avro state with repeated field names cannot be encoded", path=source)
+    parsed = fastavro.parse_schema(avro_schema(schema))
+    out = []
+    for i, row in enumerate(values.to_pylist()):
+        if row is None:
+            raise RowEncodeError(f"{source}: row {i} is null; an Avro state record cannot be", path=source)
+        stream = io.BytesIO()
+        try:
+            fastavro.schemaless_writer(stream, parsed, _to_avro_value(schema, row))
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise RowEncodeError(f"{source}: row {i} cannot be written as an Avro record of its schema: {exc!r}",
+                                 path=source) from exc
+        out.append(stream.getvalue())
+    return out

@@ -12,6 +12,10 @@ Layout (``encodingFormat=unsaferow``; all lengths and ids little-endian)::
       RangeKeyScan(o)  int32 L | encoded row of one binary field per ordering column (L bytes)
                              | encoded row of the other key columns, in key order
                                (absent when every key column is an ordering column)
+                       Avro: int32 L | 0x00 | Avro record of two bytes fields per ordering
+                             column, marker and value, each a union [null, bytes]
+                             (L bytes, no schema id) | 0x00 | int16 schema id | Avro
+                             record of the other key columns
       TimestampAsPrefix  int64 BE t | encoded row of the key columns but the last
       TimestampAsPostfix encoded row of the key columns but the last | int64 BE t
                          (join state format 4; the last key column is __event_time, a
@@ -49,7 +53,8 @@ import pyarrow as pa
 
 from state_reader.errors import CorruptFileError, RowDecodeError, UnsupportedOptionError
 from state_reader.formats.spark_types import DataType, StructField, StructType
-from state_reader.formats.unsaferow import RowBuffer, decode_rows, pack_rows, splice_rows
+from state_reader.formats.unsaferow import PAD, RowBuffer, decode_rows, pack_rows, splice_rows
+from state_reader.formats.unsaferow_encode import encode_rows
 
 STATE_ENCODING_VERSION = 0
 VIRTUAL_CF_PREFIX_BYTES = 2
@@ -76,6 +81,9 @@ _ORDERING_TYPES = {
     "float": (">u4", True), "double": (">u8", True),
 }
 _NEGATIVE, _POSITIVE, _NULL = 0x00, 0x01, 0x02
+# an Avro range-scan ordering column: union branch, zig-zag length 1, marker; union branch, zig-zag length, value
+_AVRO_PRESENT = 0x02
+_AVRO_FIELD_BYTES = 5
 _BINARY = DataType("binary", json_name="binary")
 
 
@@ -244,33 +252,83 @@ def decode_keys(keys: RowBuffer, schema: StructType, spec: KeyEncoderSpec, avro:
         remaining = _decode_payload(rest, StructType(fields[n:]), "key remainder", avro)
         return _assemble(schema, _children(prefix) + _children(remaining))
     if spec.kind == RANGE_SCAN:
-        if avro:
-            raise UnsupportedOptionError(f"{keys.source}: Avro-encoded range-scan keys are not supported")
-        return _decode_range_scan(keys, schema, spec.ordering_ordinals)
+        return _decode_range_scan(keys, schema, spec.ordering_ordinals, avro)
     if spec.kind in (TIMESTAMP_PREFIX, TIMESTAMP_POSTFIX):
         return _decode_timestamp_key(keys, schema, spec.kind == TIMESTAMP_PREFIX, avro)
     raise UnsupportedOptionError(f"RocksDB key encoder {spec.kind} is not supported by state_reader yet")
 
 
-def _decode_range_scan(keys: RowBuffer, schema: StructType, ordinals: tuple[int, ...]) -> pa.StructArray:
-    fields = schema.fields
-    if not ordinals or any(not 0 <= o < len(fields) for o in ordinals) or len(set(ordinals)) != len(ordinals):
+def _check_ordinals(schema: StructType, ordinals: tuple[int, ...], source: str) -> None:
+    n = len(schema.fields)
+    if not ordinals or any(not 0 <= o < n for o in ordinals) or len(set(ordinals)) != len(ordinals):
         raise CorruptFileError(
-            f"{keys.source}: range-scan ordering ordinals {list(ordinals)} do not fit a key of "
-            f"{len(fields)} columns", path=keys.source)
+            f"{source}: range-scan ordering ordinals {list(ordinals)} do not fit a key of {n} columns", path=source)
+
+
+def _decode_range_scan(keys: RowBuffer, schema: StructType, ordinals: tuple[int, ...],
+                       avro: bool = False) -> pa.StructArray:
+    fields = schema.fields
+    _check_ordinals(schema, ordinals, keys.source)
     head, rest = _length_prefixed(keys, "range-scan key")
-    binaries = StructType([StructField(f"_{i}", _BINARY, False) for i in range(len(ordinals))])
-    ordered = decode_rows(_strip_version(head, "range-scan prefix"), binaries)
-    decoded = {o: _ordering_column(ordered.field(i), fields[o].data_type, keys.source, fields[o].name)
-               for i, o in enumerate(ordinals)}
+    prefix = _strip_version(head, "range-scan prefix")
+    if avro:
+        decoded = _avro_ordering_columns(prefix, schema, ordinals)
+    else:
+        binaries = StructType([StructField(f"_{i}", _BINARY, False) for i in range(len(ordinals))])
+        ordered = decode_rows(prefix, binaries)
+        decoded = {o: _ordering_column(ordered.field(i), fields[o].data_type, keys.source, fields[o].name)
+                   for i, o in enumerate(ordinals)}
     others = [i for i in range(len(fields)) if i not in decoded]
     if others:
-        remaining = decode_rows(_strip_version(rest, "range-scan remainder"),
-                                StructType([fields[i] for i in others]))
+        remaining = _decode_payload(rest, StructType([fields[i] for i in others]), "range-scan remainder", avro)
         decoded.update(zip(others, _children(remaining), strict=True))
+    elif avro:
+        from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES
+
+        # Spark writes the (empty) remainder record anyway: its version byte and schema id
+        _require(rest, (rest.lengths != 0) & (rest.lengths != 1 + SCHEMA_ID_BYTES),
+                 "range-scan key has bytes after its ordering columns")
     else:
         _require(rest, rest.lengths != 0, "range-scan key has bytes after its ordering columns")
     return _assemble(schema, [decoded[i] for i in range(len(fields))])
+
+
+def _ordering_widths(schema: StructType, ordinals: tuple[int, ...], source: str) -> list[int]:
+    """Bytes of each ordering column's big-endian value (Spark's ``defaultSize`` of its type)."""
+    widths = []
+    for o in ordinals:
+        f = schema.fields[o]
+        if f.data_type.kind not in _ORDERING_TYPES:
+            raise UnsupportedOptionError(
+                f"{source}: range-scan ordering column {f.name!r} of type {f.data_type.json_name} cannot be decoded")
+        widths.append(np.dtype(_ORDERING_TYPES[f.data_type.kind][0]).itemsize)
+    return widths
+
+
+def _avro_ordering_columns(prefix: RowBuffer, schema: StructType, ordinals: tuple[int, ...]) -> dict[int, pa.Array]:
+    """The ordering columns of Avro range-scan keys, from their prefix record (version byte stripped).
+
+    Each ordering column is two record fields, ``<name>_marker`` and ``<name>_value``, both Avro
+    ``bytes`` in a ``[null, bytes]`` union: ``02 02 marker 02 zigzag(width) value``. Spark writes
+    both non-null always (a null column is marker 0x02 and ``width`` zero bytes), so every prefix
+    of a family has the same length and the fields sit at fixed offsets.
+    """
+    source = prefix.source
+    widths = _ordering_widths(schema, ordinals, source)
+    _require(prefix, prefix.lengths != sum(_AVRO_FIELD_BYTES + w for w in widths),
+             f"Avro range-scan prefix is not the {len(ordinals)} marker and value fields of its ordering columns")
+    out: dict[int, pa.Array] = {}
+    at = 0
+    for o, width in zip(ordinals, widths, strict=True):
+        header = np.array([_AVRO_PRESENT, 2, _AVRO_PRESENT, 2 * width], dtype=np.uint8)  # zig-zag lengths 1, width
+        raw = prefix.buf[prefix.starts[:, None] + at + np.arange(_AVRO_FIELD_BYTES + width, dtype=np.int64)]
+        _require(prefix, (raw[:, [0, 1, 3, 4]] != header).any(axis=1),
+                 f"Avro range-scan field of ordering column {schema.fields[o].name!r} is not a non-null "
+                 f"1-byte marker and {width}-byte value")
+        f = schema.fields[o]
+        out[o] = _ordering_values(raw[:, 2], raw[:, _AVRO_FIELD_BYTES:], f.data_type, source, f.name)
+        at += _AVRO_FIELD_BYTES + width
+    return out
 
 
 def _decode_timestamp_key(keys: RowBuffer, schema: StructType, prefix: bool, avro: bool) -> pa.StructArray:
@@ -295,8 +353,7 @@ def _ordering_column(arr: pa.BinaryArray, dt: DataType, source: str, name: str) 
     if dt.kind not in _ORDERING_TYPES:
         raise UnsupportedOptionError(
             f"{source}: range-scan ordering column {name!r} of type {dt.json_name} cannot be decoded")
-    big_endian, floating = _ORDERING_TYPES[dt.kind]
-    width = np.dtype(big_endian).itemsize
+    width = np.dtype(_ORDERING_TYPES[dt.kind][0]).itemsize
     n = len(arr)
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset:arr.offset + n + 1].astype(np.int64)
     data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if n else np.zeros(0, np.uint8)
@@ -308,9 +365,18 @@ def _ordering_column(arr: pa.BinaryArray, dt: DataType, source: str, name: str) 
             path=source)
     start = offsets[:-1]
     marker = data[start] if n else np.zeros(0, np.uint8)
+    return _ordering_values(marker, data[start[:, None] + 1 + np.arange(width)], dt, source, name)
+
+
+def _ordering_values(marker: np.ndarray, value_bytes: np.ndarray, dt: DataType, source: str,
+                     name: str) -> pa.Array:
+    """Range-scan markers and big-endian value bytes (one row of ``width`` bytes each) -> values of ``dt``."""
+    big_endian, floating = _ORDERING_TYPES[dt.kind]
+    width = np.dtype(big_endian).itemsize
+    n = len(marker)
     if (marker > _NULL).any():
         raise RowDecodeError(f"{source}: range-scan column {name!r} has an unknown marker byte", path=source)
-    raw = np.ascontiguousarray(data[start[:, None] + 1 + np.arange(width)]).view(big_endian).reshape(-1)
+    raw = np.ascontiguousarray(value_bytes, dtype=np.uint8).reshape(n, width).view(big_endian).reshape(-1)
     if floating:  # negative values were stored with every bit flipped
         raw = np.where(marker == _NEGATIVE, ~raw, raw)
         values = raw.astype(raw.dtype.newbyteorder("<")).view("<f4" if width == 4 else "<f8")
@@ -321,6 +387,84 @@ def _ordering_column(arr: pa.BinaryArray, dt: DataType, source: str, name: str) 
     validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
     return pa.Array.from_buffers(dt.to_arrow(), n, [validity, pa.py_buffer(np.ascontiguousarray(values))],
                                  null_count=nulls)
+
+
+
+def _ordering_bytes(arr: pa.Array, dt: DataType, source: str, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Values of an ordering column -> (marker per row, big-endian value bytes per row): the
+    inverse of :func:`_ordering_values` (a null is marker 0x02 and zero bytes)."""
+    if dt.kind not in _ORDERING_TYPES:
+        raise UnsupportedOptionError(
+            f"{source}: range-scan ordering column {name!r} of type {dt.json_name} cannot be encoded")
+    big_endian, floating = _ORDERING_TYPES[dt.kind]
+    width = np.dtype(big_endian).itemsize
+    arr = arr.cast(dt.to_arrow()) if arr.type != dt.to_arrow() else arr
+    valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    little = np.dtype(big_endian).newbyteorder("<")
+    bits = np.frombuffer(arr.buffers()[1], dtype=little)[arr.offset:arr.offset + len(arr)] if len(arr) else \
+        np.zeros(0, little)
+    bits = np.where(valid, bits, 0).astype(little)
+    if floating:  # the sign bit decides, so -0.0 and negative NaNs are negative; their bits are flipped
+        negative = (bits >> (8 * width - 1)).astype(bool)
+        bits = np.where(negative, ~bits, bits)
+    else:
+        negative = bits.view(little.str.replace("u", "i")) < 0
+    marker = np.where(valid, np.where(negative, _NEGATIVE, _POSITIVE), _NULL).astype(np.uint8)
+    value = np.ascontiguousarray(bits.astype(big_endian)).view(np.uint8).reshape(-1, width)
+    return marker, value
+
+
+def encode_range_scan_keys(keys: pa.StructArray, schema: StructType, ordinals: tuple[int, ...],
+                           avro: bool = False, schema_id: int = 0, source: str = "") -> RowBuffer:
+    """Keys of ``schema`` as Spark's range-scan key encoder writes them (no column family id):
+    the inverse of :func:`decode_keys` for :data:`RANGE_SCAN`, UnsafeRow or Avro (whose
+    remainder carries ``schema_id``), byte for byte."""
+    fields = schema.fields
+    _check_ordinals(schema, ordinals, source)
+    n = len(keys)
+    columns = [_ordering_bytes(keys.field(o), fields[o].data_type, source, fields[o].name) for o in ordinals]
+    if avro:
+        parts = []
+        for marker, value in columns:
+            framing = np.array([[_AVRO_PRESENT, 2], [_AVRO_PRESENT, 2 * value.shape[1]]], dtype=np.uint8)
+            parts += [np.tile(framing[0], (n, 1)), marker[:, None], np.tile(framing[1], (n, 1)), value]
+        prefix = _fixed_rows(np.hstack(parts) if n else np.zeros((0, 0), np.uint8), source)
+    else:
+        binaries = StructType([StructField(f"_{i}", _BINARY, False) for i in range(len(ordinals))])
+        packed = [pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(
+            (np.arange(n + 1) * (value.shape[1] + 1)).astype(np.int32)),
+            pa.py_buffer(np.ascontiguousarray(np.hstack([marker[:, None], value])))])
+            for marker, value in columns]
+        prefix = encode_rows(pa.StructArray.from_arrays(packed, names=binaries.names), binaries, source)
+    others = [i for i in range(len(fields)) if i not in ordinals]
+    rest_schema = StructType([fields[i] for i in others])
+    rest_values = pa.StructArray.from_arrays([keys.field(i) for i in others], fields=list(rest_schema.to_arrow())) \
+        if others else None
+    header = 1
+    if avro:
+        from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, encode_avro
+
+        header += SCHEMA_ID_BYTES
+        # Spark writes the remainder record even when it has no fields
+        rest = RowBuffer.from_rows(encode_avro(rest_values, rest_schema, source) if others else [b""] * n, source)
+    else:
+        rest = encode_rows(rest_values, rest_schema, source) if others else None
+    out = pack_rows([(LENGTH_BYTES + 1, prefix), *([(header, rest)] if rest is not None else [])], source)
+    length = (prefix.lengths + 1).astype("<i4").view(np.uint8).reshape(-1, LENGTH_BYTES)
+    out.buf[out.starts[:, None] + np.arange(LENGTH_BYTES, dtype=np.int64)] = length
+    if avro and schema_id:
+        at = out.starts + LENGTH_BYTES + 1 + prefix.lengths + 1
+        out.buf[at[:, None] + np.arange(2, dtype=np.int64)] = \
+            np.full(n, schema_id, dtype="<i2").view(np.uint8).reshape(-1, 2)
+    return out
+
+
+def _fixed_rows(matrix: np.ndarray, source: str) -> RowBuffer:
+    """One row per line of a byte matrix."""
+    n, width = matrix.shape
+    buf = np.zeros(n * width + PAD, dtype=np.uint8)
+    buf[:n * width] = matrix.reshape(-1)
+    return RowBuffer.wrap(buf, n * width, np.arange(n, dtype=np.int64) * width, np.full(n, width, np.int64), source)
 
 
 # -- values ---------------------------------------------------------------------
