@@ -4,7 +4,7 @@ The query keeps the list of recent order ids per customer
 (``collect_list``). One customer ("bigco") places most of the orders, so the
 partition its key hashes to holds far more bytes than the others although every
 partition holds about as many keys. ``state_reader.stats`` shows rows and
-decoded bytes per partition; ``batch_summary`` names the largest partition and
+state bytes per partition; ``batch_summary`` names the largest partition and
 its skew (largest / median); ``read_state`` then shows which keys make it big.
 
     python examples/which_partition_is_skewed.py [--keep DIR]
@@ -50,10 +50,10 @@ def main() -> int:
         last = batch_summary(table).to_pylist()[-1]
         batch = last["batch_id"]
         print(f"batch {batch}: {last['rows']} keys in {last['partitions']} partitions")
-        print("partition  rows  decoded bytes")
+        print("partition  rows    state bytes")
         for r in sorted((r for r in table.to_pylist() if r["batch_id"] == batch),
-                        key=lambda r: -r["decoded_bytes"]):
-            print(f"{r['partition_id']:>9}  {r['rows']:>4}  {r['decoded_bytes']:>13}")
+                        key=lambda r: -r["state_bytes"]):
+            print(f"{r['partition_id']:>9}  {r['rows']:>4}  {r['state_bytes']:>13}")
         rows_skew, bytes_skew = last["rows_skew"] or 0.0, last["bytes_skew"] or 0.0
         print(f"\nby rows:  largest partition {last['max_partition']}, largest/median {rows_skew:.1f}x")
         print(f"by bytes: largest partition {last['max_bytes_partition']}, largest/median {bytes_skew:.1f}x")

@@ -71,11 +71,11 @@ def main() -> int:
         table = state_reader.stats(checkpoint)
         summary = batch_summary(table).to_pylist()
         marks = watermarks(checkpoint)
-        print("batch  state rows  decoded bytes  watermark after the batch")
+        print("batch  state rows    state bytes  watermark after the batch")
         for row in summary:
             mark = marks.get(row["batch_id"], 0)
             shown = dt.datetime.fromtimestamp(mark / 1000, dt.timezone.utc).strftime("%H:%M:%S") if mark else "-"
-            print(f"{row['batch_id']:>5}  {row['rows']:>10}  {row['decoded_bytes']:>13}  {shown}")
+            print(f"{row['batch_id']:>5}  {row['rows']:>10}  {row['state_bytes']:>13}  {shown}")
         grew = all(b["rows"] >= a["rows"] for a, b in itertools.pairwise(summary[2:]))
         stalled = len({marks[b["batch_id"]] for b in summary[2:]}) == 1
         if grew and stalled:

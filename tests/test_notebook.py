@@ -77,6 +77,15 @@ def test_reads_are_the_public_functions(checkpoints):
     assert same(cp.operators, state_reader.read_metadata(path, infer_missing_metadata=True))
 
 
+def test_changes_are_headed_by_the_batches_they_cover(checkpoints):
+    cp = state_reader.open(checkpoints("agg_window"))
+    feed = cp.changes(1, 3)
+    assert repr(feed).startswith("changes of operator 0 in batches 1..3:")
+    assert "in batches 1..3" in _text(feed._repr_html_()) and "at batch" not in _text(feed._repr_html_())
+    assert repr(cp.changes(3, 3)).startswith("changes of operator 0 in batch 3:")
+    assert repr(cp.state(batch=3)).startswith("state of operator 0 at batch 3:")
+
+
 def test_names_from_the_checkpoint_are_escaped(checkpoints, tmp_path):
     hostile = tmp_path / "<script>alert(1)</script>"
     shutil.copytree(checkpoints("dedup"), hostile)

@@ -47,7 +47,7 @@ def test_stats_rows_match_read_state_and_files_match_disk(agg):
         assert row["files"] == len(files) and row["bytes_on_disk"] == size
         assert row["delta_chain"] == sum(f.endswith(".delta") for f in files)
         assert row["snapshot_version"] == (int(files[0].split(".")[0]) if files[0].endswith(".snapshot") else None)
-        assert row["decoded_bytes"] > 0 or row["rows"] == 0
+        assert row["state_bytes"] > 0 or row["rows"] == 0
 
 
 def test_batch_summary_totals_and_skew(agg):
@@ -128,7 +128,7 @@ def test_plot_many_partitions_shows_band_and_top():
     from state_reader.fronts.plotting import figure_from_stats
 
     rows = [{"operator_id": 0, "store_name": "default", "batch_id": b, "version": b + 1, "partition_id": p,
-             "rows": b * (50 if p == 7 else 1), "decoded_bytes": 100 * b, "files": 1, "bytes_on_disk": 10,
+             "rows": b * (50 if p == 7 else 1), "state_bytes": 100 * b, "files": 1, "bytes_on_disk": 10,
              "delta_chain": 1, "snapshot_version": None} for b in range(4) for p in range(20)]
     fig = figure_from_stats(pa.Table.from_pylist(rows, schema=STATS_SCHEMA))
     labels = [line.get_label() for line in fig.axes[0].get_lines()]

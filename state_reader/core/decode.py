@@ -16,6 +16,7 @@ from types import ModuleType
 import numpy as np
 import pyarrow as pa
 
+from state_reader.core.size import StateSize, state_size
 from state_reader.errors import UnsupportedOptionError
 from state_reader.grouping import group_ids
 from state_reader.model.conf import HDFS_PROVIDER, ROCKSDB_PROVIDER
@@ -59,6 +60,22 @@ def decode_columns(plan: StateReadPlan, partition_id: int) -> list[pa.Array]:
     if plan.variable is not None:
         return rocksdb.read_variable(plan, plan.store_dir(partition_id), partition_id)
     return list(decode_partition(plan, partition_id))
+
+
+def measure_partition(plan: StateReadPlan, partition_id: int) -> StateSize:
+    """Rows and state bytes (:mod:`state_reader.core.size`) of one partition at the plan's version.
+
+    The bytes are the rows' as stored; the rows as a read returns them, so a
+    variable (its list elements, its map entries) is decoded to count them.
+    """
+    if plan.join is not None:
+        stored = sum(measure_partition(_join_store_plan(plan, plan.join, i), partition_id).bytes for i in (0, 1))
+        return StateSize(len(decode_partition(plan, partition_id)[0]), stored)
+    directory = plan.store_dir(partition_id)
+    size = state_size(*_provider(plan, directory).load_rows(plan, directory, partition_id))
+    if plan.variable is not None:
+        return StateSize(len(decode_columns(plan, partition_id)[0]), size.bytes)
+    return size
 
 
 def decode_changes(plan: StateReadPlan, partition_id: int,

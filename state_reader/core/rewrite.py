@@ -48,6 +48,7 @@ import pyarrow as pa
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
 from state_reader.core.planner import join_column_families, plan_state_read, store_names_on_disk
 from state_reader.core.scan import bind_key_filter
+from state_reader.core.size import row_bytes
 from state_reader.errors import (
     CorruptFileError,
     InvalidOptionError,
@@ -119,8 +120,9 @@ SINGLE_PARTITION_OPERATORS = ("globalLimit",)
 class StoreReport:
     """What a rewrite wrote (or, in a dry run, would write) for one store of one operator.
 
-    Bytes are the uncompressed key and value bytes, in the destination provider's encoding
-    for the new partitions and as stored for the old ones.
+    Rows and bytes are a state's size as :mod:`state_reader.core.size` defines it (the key and
+    value bytes as the store keeps them, uncompressed): in the destination provider's encoding
+    (after any transform) for the new partitions, the source's as stored for the old ones.
     """
 
     operator_id: int
@@ -298,6 +300,11 @@ class StoreRows:
     def target_partitions(self, num_partitions: int) -> list[int]:
         """The new partitions this store writes: all of them, or partition 0 alone."""
         return [0] if self.single else list(range(num_partitions))
+
+    def load_sized(self, pid: int) -> tuple[RowBuffer, RowBuffer, np.ndarray]:
+        """:meth:`load`, and the state bytes of each row as the source stores it (before any transform)."""
+        keys, values = self.load(pid)
+        return keys, values, row_bytes(keys, values)
 
     def load(self, pid: int) -> tuple[RowBuffer, RowBuffer]:
         """Keys and values of old partition ``pid`` at the plan's version, as stored."""
@@ -522,8 +529,13 @@ class TransformedStoreRows(StoreRows):
         return out
 
     def load(self, pid: int) -> tuple[RowBuffer, RowBuffer]:
+        return self.load_sized(pid)[:2]
+
+    def load_sized(self, pid: int) -> tuple[RowBuffer, RowBuffer, np.ndarray]:
+        """The transformed rows, and each row's state bytes as the source stores it (the report's "today")."""
         inner = self.inner
         keys, values = inner.load(pid)
+        source_sizes = row_bytes(keys, values)
         n = len(keys.starts)
         plain_keys, plain_values = inner.convert(keys, values, to_rocksdb=False)
         old = inner.plan
@@ -534,7 +546,7 @@ class TransformedStoreRows(StoreRows):
         new_keys = (encode_rows(out.column(0), self.plan.key_schema, source + " key", normalize_floats=True)
                     if self.key_changed else plain_keys)
         new_values = encode_rows(out.column(1), self.plan.value_schema, source + " value")
-        return new_keys, new_values
+        return new_keys, new_values, source_sizes
 
 
 def _evolved(old: StructType, arrow_type: pa.StructType) -> StructType:
@@ -581,8 +593,8 @@ _SLICE_BYTES = (256 << 10, 4 << 20)
 def route_partition(rows: StoreRows, pid: int, num_partitions: int, drop: KeyFilter | None,
                     to_rocksdb: bool) -> Iterator[RoutedSlice]:
     """Load old partition ``pid`` of a store and send each row to its new partition, a run of rows at a time."""
-    keys, values = rows.load(pid)
-    sizes = keys.lengths + values.lengths
+    keys, values, source_sizes = rows.load_sized(pid)
+    sizes = row_bytes(keys, values)
     low, high = _SLICE_BYTES
     for lo, hi in row_runs(sizes, min(max(int(sizes.sum()) // 16, low), high)):
         part_keys = keys.take(slice(lo, hi))
@@ -590,7 +602,7 @@ def route_partition(rows: StoreRows, pid: int, num_partitions: int, drop: KeyFil
         index = np.flatnonzero(keep)
         index = index[np.argsort(target[index], kind="stable")]
         k, v = rows.convert(part_keys.take(index), values.take(index + lo), to_rocksdb)
-        yield RoutedSlice(k, v, target[index], hi - lo - len(index), hi - lo, int(sizes[lo:hi].sum()))
+        yield RoutedSlice(k, v, target[index], hi - lo - len(index), hi - lo, int(source_sizes[lo:hi].sum()))
 
 
 class _Spill:
@@ -645,7 +657,7 @@ def _route_store(rows: StoreRows, report: StoreReport, num_partitions: int, drop
             report.dropped += routed.dropped
             counts = np.bincount(routed.target, minlength=num_partitions)
             new_rows += counts
-            sizes = routed.keys.lengths + routed.values.lengths
+            sizes = row_bytes(routed.keys, routed.values)
             new_bytes += np.bincount(routed.target, weights=sizes, minlength=num_partitions).astype(np.int64)
             if spill is not None and len(routed.target):
                 framed, lengths = frame_records(routed.keys, routed.values)

@@ -333,7 +333,7 @@ def _stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bo
         kind = "rocksdb" if "RocksDB" in provider else "hdfs"
         con.print(Text(f"operator {op} ({name}) · store {store} · {kind}", style="bold"))
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-        for col in ("batch", "rows", "Δ rows", "decoded", "on disk", "files", "chain", "largest partition",
+        for col in ("batch", "rows", "Δ rows", "state", "on disk", "files", "chain", "largest partition",
                     "max/median"):
             table.add_column(col, justify="left" if col == "largest partition" else "right")
         prev = None
@@ -342,7 +342,7 @@ def _stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bo
             skew = r["rows_skew"]
             skew_text = Text("-" if skew is None else f"{skew:.2f}×",
                              style="yellow" if skew is not None and skew >= SKEW_WARN else "")
-            table.add_row(str(r["batch_id"]), str(r["rows"]), delta, human_bytes(r["decoded_bytes"]),
+            table.add_row(str(r["batch_id"]), str(r["rows"]), delta, human_bytes(r["state_bytes"]),
                           human_bytes(r["bytes_on_disk"]), str(r["files"]), str(r["max_delta_chain"]),
                           f"{r['max_partition']} ({r['max_partition_rows']} rows)", skew_text)
             prev = r["rows"]
@@ -353,8 +353,8 @@ def _stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bo
         pct = f" ({change / first['rows']:+.0%})" if first["rows"] else ""
         con.print(f"rows  {sparkline(counts)}  {first['rows']} → {last['rows']} over batches "
                   f"{first['batch_id']}..{last['batch_id']}{pct}")
-        con.print(f"bytes {sparkline([r['decoded_bytes'] for r in batches])}  "
-                  f"{human_bytes(first['decoded_bytes'])} → {human_bytes(last['decoded_bytes'])} decoded, "
+        con.print(f"bytes {sparkline([r['state_bytes'] for r in batches])}  "
+                  f"{human_bytes(first['state_bytes'])} → {human_bytes(last['state_bytes'])} state, "
                   f"{human_bytes(last['bytes_on_disk'])} on disk")
         growth = growth_note(counts, first["batch_id"], last["batch_id"])
         if growth:
@@ -364,11 +364,11 @@ def _stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bo
         total = last["rows"] or 1
         ptable = Table(box=box.SIMPLE_HEAD, pad_edge=False,
                        title=f"partitions at batch {last['batch_id']} (largest first)", title_justify="left")
-        for col in ("partition", "rows", "share", "decoded", "on disk", "files", "chain", "snapshot"):
+        for col in ("partition", "rows", "share", "state", "on disk", "files", "chain", "snapshot"):
             ptable.add_column(col, justify="right")
         for p in latest_parts[:10]:
             ptable.add_row(str(p["partition_id"]), str(p["rows"]), f"{p['rows'] / total:.0%}",
-                           human_bytes(p["decoded_bytes"]), human_bytes(p["bytes_on_disk"]), str(p["files"]),
+                           human_bytes(p["state_bytes"]), human_bytes(p["bytes_on_disk"]), str(p["files"]),
                            str(p["delta_chain"]),
                            "-" if p["snapshot_version"] is None else str(p["snapshot_version"]))
         con.print(ptable)
@@ -384,11 +384,11 @@ def _stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bo
         if detail:
             dtable = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="every batch and partition",
                            title_justify="left")
-            for col in ("batch", "partition", "rows", "decoded", "on disk", "files", "chain", "snapshot"):
+            for col in ("batch", "partition", "rows", "state", "on disk", "files", "chain", "snapshot"):
                 dtable.add_column(col, justify="right")
             for p in parts:
                 dtable.add_row(str(p["batch_id"]), str(p["partition_id"]), str(p["rows"]),
-                               human_bytes(p["decoded_bytes"]), human_bytes(p["bytes_on_disk"]), str(p["files"]),
+                               human_bytes(p["state_bytes"]), human_bytes(p["bytes_on_disk"]), str(p["files"]),
                                str(p["delta_chain"]),
                                "-" if p["snapshot_version"] is None else str(p["snapshot_version"]))
             con.print(dtable)

@@ -101,6 +101,10 @@ class StateTable:
     def _batch(self) -> str:
         meta = self.table.schema.metadata or {}
         batch = meta.get(b"state_reader.batch_id")
+        start = meta.get(b"state_reader.change_start_batch_id")
+        if batch and start:  # a change feed covers a range of batches
+            return f" in batch {batch.decode()}" if start == batch else \
+                f" in batches {start.decode()}..{batch.decode()}"
         return f" at batch {batch.decode()}" if batch else ""
 
     def __repr__(self) -> str:

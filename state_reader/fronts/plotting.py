@@ -1,7 +1,7 @@
 """Plots of state size over batches (matplotlib, no pyplot: no global figures, any backend).
 
 One row of two charts per (operator, store): state rows per partition and
-decoded bytes per partition, over batches. Up to :data:`MAX_PARTITION_LINES`
+state bytes per partition (:mod:`state_reader.core.size`), over batches. Up to :data:`MAX_PARTITION_LINES`
 partitions get a line each; beyond that the chart shows the min–max band, the
 median and the largest partitions, so skew stays visible with 200 partitions.
 """
@@ -94,9 +94,9 @@ def figure_from_stats(table: pa.Table, *, title: str | None = None, width: float
         ax_rows.yaxis.set_major_locator(MaxNLocator(integer=True))
         # two lines: long store names (join stores, timer families) would be cut off on one
         ax_rows.set_title(f"operator {op} · {store}\nrows per partition", fontsize="medium")
-        unit, scale = _byte_unit(max((r["decoded_bytes"] for r in mine), default=0))
-        _draw(ax_bytes, mine, "decoded_bytes", f"decoded size ({unit})", scale)
-        ax_bytes.set_title(f"operator {op} · {store}\ndecoded bytes per partition", fontsize="medium")
+        unit, scale = _byte_unit(max((r["state_bytes"] for r in mine), default=0))
+        _draw(ax_bytes, mine, "state_bytes", f"state size ({unit}, uncompressed)", scale)
+        ax_bytes.set_title(f"operator {op} · {store}\nstate bytes per partition", fontsize="medium")
     if title:
         fig.suptitle(title)
     return fig
@@ -106,7 +106,7 @@ def figure_from_stats(table: pa.Table, *, title: str | None = None, width: float
 def plot_state_size(checkpoint: str, *, operator_id: int | None = None, store_name: str | None = None,
                     start_batch: int | None = None, end_batch: int | None = None,
                     storage_options: dict[str, Any] | None = None, title: str | None = None) -> Any:
-    """State rows and decoded bytes per partition over batches, as a matplotlib ``Figure``.
+    """State rows and state bytes per partition over batches, as a matplotlib ``Figure``.
 
     The arguments select what :func:`state_reader.stats` measures. In a notebook
     the figure displays itself; elsewhere ``fig.savefig("state.png")``.

@@ -51,6 +51,7 @@ from state_reader.core.rewrite import (
     zip_extra_metadata,
 )
 from state_reader.core.scan import bind_key_filter
+from state_reader.core.size import row_bytes
 from state_reader.errors import StateReaderError
 from state_reader.formats.spark_types import StructType, UserDefinedType
 from state_reader.formats.unsaferow import RowBuffer, copy_spans, row_runs
@@ -272,9 +273,9 @@ class _ReadOld:
 
     def _read(self, position: int, pid: int) -> Iterator[pa.RecordBatch]:
         rows = self.rows
-        keys, values = rows.load(pid)
-        sizes = keys.lengths + values.lengths
-        old_rows, old_bytes = len(sizes), int(sizes.sum())
+        keys, values, source_sizes = rows.load_sized(pid)
+        sizes = row_bytes(keys, values)
+        old_rows, old_bytes = len(sizes), int(source_sizes.sum())  # today's size: the source's, not transformed
         kept = 0
         # a run of rows at a time: what is decoded and encoded beyond the loaded partition follows the run
         for lo, hi in row_runs(sizes, BATCH_BYTES, BATCH_ROWS):
@@ -352,7 +353,7 @@ class _WriteNew:
                                            f"not among its new partitions {sorted(self.targets)}")
                 k, v = row_buffer(keys, source + " key"), row_buffer(values, source + " value")
                 rows += len(k.starts)
-                size += int((k.lengths + v.lengths).sum())
+                size += int(row_bytes(k, v).sum())
                 yield frame_records(k, v)[0]
 
         writer = _Writer(self.url, self.storage_options)

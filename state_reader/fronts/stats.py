@@ -1,8 +1,9 @@
 """State size per partition and batch, and how it spreads over partitions.
 
 :func:`stats` answers "how big is the state, where, and is it growing?": for each
-store of each operator, each batch and each partition, the rows and decoded
-bytes (decoding with the same plan ``read_state`` uses), plus the files the
+store of each operator, each batch and each partition, the rows and
+state bytes (:mod:`state_reader.core.size`: the key and value bytes as the
+store keeps them, uncompressed; with the same plan ``read_state`` uses), plus the files the
 version is rebuilt from, their bytes on disk and the delta chain since the last
 snapshot. :func:`batch_summary` folds that into one row per batch with the skew
 between partitions (largest over median).
@@ -18,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from state_reader.core import live
-from state_reader.core.decode import decode_columns
+from state_reader.core.decode import measure_partition
 from state_reader.core.metadata import infer_operator_metadata
 from state_reader.core.options import from_kwargs
 from state_reader.core.planner import join_column_families, plan_state_read
@@ -47,7 +48,7 @@ STATS_SCHEMA = pa.schema([
     pa.field("version", pa.int64()),
     pa.field("partition_id", pa.int32()),
     pa.field("rows", pa.int64()),
-    pa.field("decoded_bytes", pa.int64()),  # Arrow size of the decoded keys and values
+    pa.field("state_bytes", pa.int64()),  # key and value bytes as stored, uncompressed (core/size.py)
     pa.field("files", pa.int32()),  # files the version is rebuilt from (snapshot, deltas, SSTs)
     pa.field("bytes_on_disk", pa.int64()),  # their size
     pa.field("delta_chain", pa.int32()),  # deltas/changelogs replayed after the snapshot
@@ -60,7 +61,7 @@ SUMMARY_SCHEMA = pa.schema([
     pa.field("batch_id", pa.int64()),
     pa.field("partitions", pa.int32()),
     pa.field("rows", pa.int64()),
-    pa.field("decoded_bytes", pa.int64()),
+    pa.field("state_bytes", pa.int64()),
     pa.field("bytes_on_disk", pa.int64()),
     pa.field("files", pa.int32()),
     pa.field("max_delta_chain", pa.int32()),
@@ -69,7 +70,7 @@ SUMMARY_SCHEMA = pa.schema([
     pa.field("median_partition_rows", pa.float64()),
     pa.field("rows_skew", pa.float64()),  # max / median rows; null when the median is 0
     pa.field("max_bytes_partition", pa.int32()),
-    pa.field("bytes_skew", pa.float64()),  # max / median decoded bytes
+    pa.field("bytes_skew", pa.float64()),  # max / median state bytes
 ])
 
 
@@ -167,11 +168,6 @@ def _plan(checkpoint: str, cp: Checkpoint, storage_options: dict[str, Any] | Non
     return plan_state_read(from_kwargs(checkpoint, options), cp)
 
 
-def _measure(columns: list[pa.Array]) -> tuple[int, int]:
-    """(rows, Arrow bytes) of one partition's decoded columns."""
-    return len(columns[0]), sum(c.nbytes for c in columns)
-
-
 def _default_batches(cp: Checkpoint, files: list[StoreFiles]) -> list[int]:
     """Committed batches whose versions every partition can still rebuild."""
     committed = cp.committed_batches
@@ -258,18 +254,18 @@ def _collect_stats(checkpoint: str, *, operator_id: int | None = None, store_nam
 
             def measure(plan: StateReadPlan, op: int = op, store: str = store,
                         files: dict[int, StoreFiles] = files) -> list[dict[str, Any]]:
-                # the decoded columns go as soon as they are measured; a batch planned again lists afresh
+                # each partition's rows go as soon as they are measured; a batch planned again lists afresh
                 out = []
                 for pid in plan.partitions:
-                    rows, decoded_bytes = _measure(decode_columns(plan, pid))
+                    size = measure_partition(plan, pid)
                     listed = files.get(pid) if plan.batch_id <= latest else None
                     store_files = listed or StoreFiles(storage, plan.store_dir(pid), plan.provider, plan.codec)
                     uid = unique_id_for(cp, store_files, plan.version, op, pid, plan.store_name)
                     vf = store_files.version_files(plan.version, uid)
                     out.append({
                         "operator_id": op, "store_name": store, "batch_id": plan.batch_id,
-                        "version": plan.version, "partition_id": pid, "rows": rows,
-                        "decoded_bytes": decoded_bytes, "files": len(vf.files), "bytes_on_disk": vf.bytes_on_disk,
+                        "version": plan.version, "partition_id": pid, "rows": size.rows,
+                        "state_bytes": size.bytes, "files": len(vf.files), "bytes_on_disk": vf.bytes_on_disk,
                         "delta_chain": vf.delta_chain, "snapshot_version": vf.snapshot_version,
                     })
                     bar.advance(description=f"measuring operator {op} · batch {plan.batch_id}")
@@ -307,8 +303,9 @@ def stats(checkpoint: str, *, operator_id: int | None = None, store_name: str | 
     """State size per operator, store, batch and partition, as a ``pyarrow.Table``.
 
     Columns (:data:`STATS_SCHEMA`): ``operator_id``, ``store_name``,
-    ``batch_id``, ``version``, ``partition_id``, ``rows``, ``decoded_bytes``
-    (Arrow size of the decoded keys and values), ``files`` and
+    ``batch_id``, ``version``, ``partition_id``, ``rows``, ``state_bytes``
+    (the key and value bytes as the store keeps them, uncompressed: the one
+    size of a state, :mod:`state_reader.core.size`), ``files`` and
     ``bytes_on_disk`` (the snapshot, deltas/changelogs and SSTs the version is
     rebuilt from), ``delta_chain`` (deltas replayed after the snapshot) and
     ``snapshot_version`` (null: rebuilt from the empty state).
@@ -316,7 +313,7 @@ def stats(checkpoint: str, *, operator_id: int | None = None, store_name: str | 
     Every operator and store unless ``operator_id`` / ``store_name`` is given;
     batches ``start_batch``..``end_batch`` (committed ones), by default every
     committed batch whose state files are still on disk. Each (batch, partition)
-    is decoded, so narrow the range on large checkpoints. Operators this reader
+    is loaded, so narrow the range on large checkpoints. Operators this reader
     cannot read yet are left out (an error if nothing else is left).
     ``batch_summary(stats(cp))`` gives one row per batch with the skew.
     """
@@ -351,7 +348,7 @@ def batch_summary(table: pa.Table) -> pa.Table:
 
     ``rows_skew`` is the largest partition's rows over the median partition's
     (1.0 = even; null when the median partition is empty); ``bytes_skew`` the
-    same for decoded bytes.
+    same for state bytes.
     """
     groups: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
     for row in table.to_pylist():
@@ -359,18 +356,18 @@ def batch_summary(table: pa.Table) -> pa.Table:
     out = []
     for (op, store, batch), rows in groups.items():
         by_rows = max(rows, key=lambda r: (r["rows"], -r["partition_id"]))
-        by_bytes = max(rows, key=lambda r: (r["decoded_bytes"], -r["partition_id"]))
+        by_bytes = max(rows, key=lambda r: (r["state_bytes"], -r["partition_id"]))
         counts = [r["rows"] for r in rows]
         out.append({
             "operator_id": op, "store_name": store, "batch_id": batch, "partitions": len(rows),
-            "rows": sum(counts), "decoded_bytes": sum(r["decoded_bytes"] for r in rows),
+            "rows": sum(counts), "state_bytes": sum(r["state_bytes"] for r in rows),
             "bytes_on_disk": sum(r["bytes_on_disk"] for r in rows), "files": sum(r["files"] for r in rows),
             "max_delta_chain": max(r["delta_chain"] for r in rows),
             "max_partition": by_rows["partition_id"], "max_partition_rows": by_rows["rows"],
             "median_partition_rows": float(statistics.median(counts)),
             "rows_skew": _skew([float(c) for c in counts]),
             "max_bytes_partition": by_bytes["partition_id"],
-            "bytes_skew": _skew([float(r["decoded_bytes"]) for r in rows]),
+            "bytes_skew": _skew([float(r["state_bytes"]) for r in rows]),
         })
     out.sort(key=lambda r: (r["operator_id"], r["store_name"], r["batch_id"]))
     return pa.Table.from_pylist(out, schema=SUMMARY_SCHEMA)

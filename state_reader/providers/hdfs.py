@@ -320,6 +320,11 @@ def _store(plan: StateReadPlan, directory: str) -> HDFSStore:
     return HDFSStore(plan.storage, directory, plan.codec, plan.store_conf.row_checksum)
 
 
+def load_rows(plan: StateReadPlan, directory: str, partition_id: int) -> tuple[RowBuffer, RowBuffer]:
+    """Keys and values of one HDFS store at the plan's version as stored, not decoded."""
+    return _store(plan, directory).load_rows(plan.version)
+
+
 def read_store(plan: StateReadPlan, directory: str, partition_id: int) -> tuple[pa.StructArray, pa.StructArray]:
     """Keys and values of one HDFS store at the plan's version, as Arrow."""
     store = _store(plan, directory)

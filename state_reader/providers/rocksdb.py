@@ -505,6 +505,19 @@ def _family_id(families: dict[str, int], name: str, source: str) -> int:
     return families[name]
 
 
+def load_rows(plan: StateReadPlan, directory: str, partition_id: int) -> tuple[RowBuffer, RowBuffer]:
+    """Keys and values of one RocksDB store at the plan's version as stored (column family id and all),
+    not decoded; of the plan's variable's column family alone when it reads one."""
+    state = load_store(plan, directory, partition_id)
+    source = f"{plan.storage.display(directory)} (version {plan.version})"
+    keys, values = state.row_buffers(source)
+    if plan.variable is None or not len(keys.starts):
+        return keys, values
+    families = state.column_families or _store(plan, directory).column_families(plan.version)
+    mask = column_family_ids(keys) == _family_id(families, plan.variable.family.name, source)
+    return select(keys, mask), select(values, mask)
+
+
 def read_variable(plan: StateReadPlan, directory: str, partition_id: int) -> list[pa.Array]:
     """Output columns of a transformWithState variable (its column family) at the plan's version."""
     assert plan.variable is not None
