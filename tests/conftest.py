@@ -70,6 +70,25 @@ def checkpoints(spark, tmp_path_factory):
     return get
 
 
+@pytest.fixture(scope="session")
+def scala_checkpoints(spark, tmp_path_factory):
+    """Lazily written checkpoints of the Scala queries: ``scala_checkpoints("fmgws_v1")`` -> path."""
+    from scala_queries import compile_queries, run_scala_query
+
+    base = tmp_path_factory.mktemp("scala")
+    jar: list = []
+    cache: dict[str, str] = {}
+
+    def get(name: str) -> str:
+        if not jar:
+            jar.append(compile_queries(base))
+        if name not in cache:
+            cache[name] = run_scala_query(jar[0], name, base / name)
+        return cache[name]
+
+    return get
+
+
 def pytest_collection_modifyitems(config, items):
     # every test that needs a SparkSession, directly or through the checkpoints it writes, is marked
     # `spark`, so `pytest -m "not spark"` runs the Spark-free tests alone in seconds

@@ -40,6 +40,7 @@ FLATTEN_COLLECTION_TYPES = "flattenCollectionTypes"
 INFER_MISSING_METADATA = "inferMissingMetadata"
 INCLUDE_HIDDEN_COLUMNS = "includeHiddenColumns"
 CHANGE_FEED_FROM_SNAPSHOTS = "changeFeedFromSnapshots"
+TIMEOUT_TIMESTAMP_AS_LONG = "timeoutTimestampAsLong"
 STORAGE_OPTIONS = "storageOptions"
 VERIFY_CHECKSUMS = "verifyChecksums"
 STORAGE_PREFIX = "storage."
@@ -63,7 +64,7 @@ def snake_case(name: str) -> str:
 STATESTORE_OPTIONS = (PATH, BATCH_ID, OPERATOR_ID, STORE_NAME, JOIN_SIDE, SNAPSHOT_START_BATCH_ID,
                       SNAPSHOT_PARTITION_ID, READ_CHANGE_FEED, CHANGE_START_BATCH_ID, CHANGE_END_BATCH_ID,
                       STATE_VAR_NAME, READ_REGISTERED_TIMERS, FLATTEN_COLLECTION_TYPES, CHANGE_FEED_FROM_SNAPSHOTS,
-                      STORAGE_OPTIONS, VERIFY_CHECKSUMS, PARTITIONS_PER_TASK)
+                      TIMEOUT_TIMESTAMP_AS_LONG, STORAGE_OPTIONS, VERIFY_CHECKSUMS, PARTITIONS_PER_TASK)
 METADATA_OPTIONS = (PATH, BATCH_ID, INFER_MISSING_METADATA, INCLUDE_HIDDEN_COLUMNS, STORAGE_OPTIONS,
                     VERIFY_CHECKSUMS)
 
@@ -174,6 +175,8 @@ class StateStoreOptions:
     flatten_collection_types: bool = True
     # ours: a RocksDB change feed without changelog files, by comparing consecutive snapshots
     change_feed_from_snapshots: bool = False
+    # ours: flatMapGroupsWithState format 1's timeoutTimestamp as the long its slot holds, not Spark's int
+    timeout_timestamp_as_long: bool = False
     storage_options: dict[str, Any] = field(default_factory=dict)
     # check files against their .crc sidecars when there are any (Hadoop's and Spark's)
     verify_checksums: bool = True
@@ -258,6 +261,7 @@ class StateStoreOptions:
             change_end_batch_id=change_end, state_var_name=state_var_name,
             read_registered_timers=read_timers, flatten_collection_types=flatten,
             change_feed_from_snapshots=opts.boolean(CHANGE_FEED_FROM_SNAPSHOTS, False),
+            timeout_timestamp_as_long=opts.boolean(TIMEOUT_TIMESTAMP_AS_LONG, False),
             storage_options=opts.storage_options(),
             verify_checksums=opts.boolean(VERIFY_CHECKSUMS, True),
         )

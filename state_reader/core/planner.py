@@ -168,8 +168,11 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
 
     conf = cp.offset_conf(batch_id)
     store_conf = StoreConf.parse(conf)
+    long_slots: tuple[str, ...] = ()
     if variable is None and join is None:
-        value_schema = operators.fmgws_value_schema(operator_name, conf, value_schema)
+        long_slots = operators.fmgws_long_slots(operator_name, conf, value_schema)
+        if opts.timeout_timestamp_as_long:  # shown as the longs they hold, not as Spark types them
+            value_schema, long_slots = operators.widened(value_schema, long_slots), ()
     if store_meta is not None and metadata.version == 1:
         num_cols_prefix_key = store_meta.num_cols_prefix_key
     else:  # no metadata (written before Spark 4.0): recognise session windows by their schema
@@ -219,6 +222,7 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
         join=join,
         variable=variable,
         change_feed_from_snapshots=opts.change_feed_from_snapshots,
+        value_long_slots=long_slots,
         num_partitions=store_meta.num_partitions if store_meta is not None else store_conf.shuffle_partitions,
     )
 

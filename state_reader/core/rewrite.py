@@ -500,14 +500,15 @@ class TransformedStoreRows(StoreRows):
         old = inner.plan
         self.where = f"operator {old.operator_id} store {old.store_name}"
         probe = self._apply(pa.RecordBatch.from_arrays(
-            [pa.array([], old.key_schema.to_arrow()), pa.array([], old.value_schema.to_arrow())],
+            [pa.array([], old.key_schema.to_arrow()), pa.array([], old.stored_value_schema.to_arrow())],
             names=["key", "value"]), 0)
         if not all(pa.types.is_struct(probe.column(i).type) for i in (0, 1)):
             raise InvalidOptionError(f"transform of {self.where} must return struct columns key and value")
         new_key = _evolved(old.key_schema, probe.column(0).type)
-        new_value = _evolved(old.value_schema, probe.column(1).type)
+        new_value = _evolved(old.stored_value_schema, probe.column(1).type)
         self.key_changed = new_key.json() != old.key_schema.json()
-        super().__init__(replace(old, key_schema=new_key, value_schema=new_value), inner.single)
+        # the transform saw (and returns) long slots as the longs they hold, and they are written back so
+        super().__init__(replace(old, key_schema=new_key, value_schema=new_value, value_long_slots=()), inner.single)
         self.rocksdb = False  # rows leave load() as plain UnsafeRows
 
     def _apply(self, batch: pa.RecordBatch, rows: int) -> pa.RecordBatch:
@@ -540,7 +541,8 @@ class TransformedStoreRows(StoreRows):
         plain_keys, plain_values = inner.convert(keys, values, to_rocksdb=False)
         old = inner.plan
         batch = pa.RecordBatch.from_arrays([decode_rows(plain_keys, old.key_schema),
-                                            decode_rows(plain_values, old.value_schema)], names=["key", "value"])
+                                            decode_rows(plain_values, old.stored_value_schema)],
+                                           names=["key", "value"])
         out = self._apply(batch, n)
         source = f"{self.where}, partition {pid}, as transformed"
         new_keys = (encode_rows(out.column(0), self.plan.key_schema, source + " key", normalize_floats=True)

@@ -479,6 +479,35 @@ def decode_rows(rows: RowBuffer, schema: StructType, what: str = "",
     return decoder.struct(schema, starts, limit, valid, what)
 
 
+def narrow_long_slots(values: pa.StructArray, declared: StructType, names: tuple[str, ...],
+                      source: str) -> pa.StructArray:
+    """``values`` decoded with the fields ``names`` read as the longs their slots hold, typed as
+    ``declared`` says (``int``): the low four bytes Spark's reader shows, which is the whole
+    value whenever it fits. A value beyond the int range raises instead of wrapping silently."""
+    if not names:
+        return values
+    children = []
+    for i, field in enumerate(declared.fields):
+        child = values.field(i)
+        if field.name in names and field.data_type.kind == "integer" and pa.types.is_int64(child.type):
+            wide = child.fill_null(0).to_numpy(zero_copy_only=False)
+            bad = (wide < -(2 ** 31)) | (wide >= 2 ** 31)
+            if values.null_count:
+                bad &= values.is_valid().to_numpy(zero_copy_only=False)
+            if bad.any():
+                example = int(wide[bad][0])
+                raise RowDecodeError(
+                    f"{source}: {int(bad.sum())} rows hold a {field.name} beyond the int range its schema "
+                    f"declares (e.g. {example}); the long written into that int slot cannot be shown as the "
+                    f"int Spark's reader types it, and Spark itself cannot reload such state. The option "
+                    f"timeoutTimestampAsLong=true reads the whole value as bigint", path=source)
+            nulls = child.is_null().to_numpy(zero_copy_only=False) if child.null_count else None
+            child = pa.array(wide.astype(np.int32), pa.int32(), mask=nulls)
+        children.append(child)
+    return pa.StructArray.from_arrays(children, fields=list(declared.to_arrow()),
+                                      mask=values.is_null() if values.null_count else None)
+
+
 # --- writing: moving rows and fields ------------------------------------------------
 
 # bytes copied per step of copy_spans: bounds its index arrays (three int64 per byte copied, 12 MiB a step)

@@ -56,20 +56,29 @@ def infer_num_cols_prefix_key(operator_name: str | None, key_schema: StructType 
     return 0
 
 
-def fmgws_value_schema(operator_name: str | None, conf: Mapping[str, str], value_schema: StructType) -> StructType:
-    """The value schema flatMapGroupsWithState state really has.
+def fmgws_long_slots(operator_name: str | None, conf: Mapping[str, str], value_schema: StructType) -> tuple[str, ...]:
+    """Value fields flatMapGroupsWithState declares ``int`` but fills with a long.
 
     State format 1 declares its trailing ``timeoutTimestamp`` as an integer but
-    writes the timeout (epoch milliseconds) as a long into that 8-byte slot, so it
-    is read as a long. Checkpoints without operator metadata (before Spark 4.0)
-    are recognised by the format conf and the field alone.
+    writes the timeout (epoch milliseconds) as a long into that 8-byte slot.
+    Spark's reader shows the declared ``int`` (the slot's low four bytes), which is
+    the whole value only while the timeout fits an int. Checkpoints without
+    operator metadata (before Spark 4.0) are recognised by the format conf and the
+    field alone.
     """
     fields = value_schema.fields
     if not fields or fields[-1].name != "timeoutTimestamp" or fields[-1].data_type.kind != "integer":
-        return value_schema
+        return ()
     if operator_name is not None and operator_name not in FLAT_MAP_GROUPS_WITH_STATE:
-        return value_schema
+        return ()
     if conf.get(CONF_FMGWS_FORMAT, "2").strip() != "1":
-        return value_schema
-    last = fields[-1]
-    return StructType([*fields[:-1], StructField(last.name, LONG, last.nullable, last.metadata)])
+        return ()
+    return (fields[-1].name,)
+
+
+def widened(schema: StructType, names: tuple[str, ...]) -> StructType:
+    """``schema`` with the top-level fields ``names`` typed ``bigint``: how their slots are filled."""
+    if not names:
+        return schema
+    return StructType([StructField(f.name, LONG, f.nullable, f.metadata) if f.name in names else f
+                       for f in schema.fields])

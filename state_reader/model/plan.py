@@ -13,9 +13,11 @@ from typing import Any
 import pyarrow as pa
 
 from state_reader.formats.spark_types import INTEGER, LONG, STRING, StructField, StructType
+from state_reader.formats.unsaferow import narrow_long_slots
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import Checkpoint
 from state_reader.model.conf import StoreConf
+from state_reader.model.operators import widened
 from state_reader.model.state_variables import StateVariable
 
 JOIN_SIDE_STORES = ("keyToNumValues", "keyWithIndexToValue")
@@ -82,6 +84,17 @@ class StateReadPlan:
     change_feed_from_snapshots: bool = False
     # the operator's number of state partitions, from operator metadata or the recorded shuffle partitions
     num_partitions: int | None = None
+    # value fields ``value_schema`` declares int whose slots hold longs (flatMapGroupsWithState format 1)
+    value_long_slots: tuple[str, ...] = ()
+
+    @property
+    def stored_value_schema(self) -> StructType:
+        """The value schema the rows are decoded with: ``value_schema`` with the long slots as longs."""
+        return widened(self.value_schema, self.value_long_slots)
+
+    def declared_values(self, values: pa.StructArray, source: str) -> pa.StructArray:
+        """Values decoded with :attr:`stored_value_schema`, typed as ``value_schema`` declares."""
+        return narrow_long_slots(values, self.value_schema, self.value_long_slots, source)
 
     @property
     def storage(self) -> Storage:

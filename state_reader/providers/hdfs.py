@@ -334,7 +334,7 @@ def read_store(plan: StateReadPlan, directory: str, partition_id: int) -> tuple[
     keys = decode_rows(RowBuffer.wrap(buf, size, live.key_start, live.key_len, source + " key"), plan.key_schema)
     values = RowBuffer.wrap(buf, size, live.value_start, live.value_len, source + " value")
     del live
-    return keys, decode_rows(values, plan.value_schema)
+    return keys, plan.declared_values(decode_rows(values, plan.stored_value_schema), source)
 
 
 def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
@@ -353,7 +353,7 @@ def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
     values = RowBuffer.wrap(buf, size, np.where(removal, 0, records.value_start),
                             np.where(removal, 0, records.value_len), source + " value")
     return (kinds, decode_rows(keys, plan.key_schema),
-            decode_rows(values, plan.value_schema, valid=~removal))
+            plan.declared_values(decode_rows(values, plan.stored_value_schema, valid=~removal), source))
 
 
 # --- writing: snapshot files -----------------------------------------------------

@@ -440,7 +440,8 @@ def read_store(plan: StateReadPlan, directory: str, partition_id: int,
         keys, values = _column_family(keys, values, state, column_family, source)
     spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
     return (decode_keys(keys, plan.key_schema, spec, plan.store_conf.avro),
-            decode_values(values, plan.value_schema, plan.store_conf.row_checksum))
+            plan.declared_values(decode_values(values, plan.stored_value_schema, plan.store_conf.row_checksum),
+                                 source))
 
 
 def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
@@ -474,7 +475,8 @@ def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
     spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
     return (kinds,
             decode_keys(RowBuffer.from_rows(keys, source + " key"), plan.key_schema, spec, plan.store_conf.avro),
-            decode_values(RowBuffer.from_rows(values, source + " value"), plan.value_schema, row_checksum, valid))
+            plan.declared_values(decode_values(RowBuffer.from_rows(values, source + " value"),
+                                               plan.stored_value_schema, row_checksum, valid), source))
 
 
 def _changes_from_snapshots(plan: StateReadPlan, directory: str, partition_id: int,
@@ -494,8 +496,10 @@ def _changes_from_snapshots(plan: StateReadPlan, directory: str, partition_id: i
     return ([kind for kind, _, _ in records],
             decode_keys(RowBuffer.from_rows([k for _, k, _ in records], source + " key"), plan.key_schema, spec,
                         plan.store_conf.avro),
-            decode_values(RowBuffer.from_rows([v or b"" for _, _, v in records], source + " value"),
-                          plan.value_schema, plan.store_conf.row_checksum, valid))
+            plan.declared_values(decode_values(RowBuffer.from_rows([v or b"" for _, _, v in records],
+                                                                   source + " value"),
+                                               plan.stored_value_schema, plan.store_conf.row_checksum, valid),
+                                 source))
 
 
 def _family_id(families: dict[str, int], name: str, source: str) -> int:
