@@ -209,6 +209,22 @@ def test_export_parquet_csv_jsonl(agg, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_export_json_is_one_array(agg, tmp_path):
+    """A .json file holds what a user expects of one: a single JSON array of the rows (.jsonl: one a line)."""
+    out = tmp_path / "q1.json"
+    doc = run_json("export", agg, "--to", out, "--key-filter", "user = 'bob'")
+    assert doc["format"] == "json"
+    rows = json.loads(out.read_text(encoding="utf-8"))
+    expected = state_reader.read_state(agg, key_filter="user = 'bob'")
+    assert isinstance(rows, list) and len(rows) == doc["rows"] == expected.num_rows > 0
+    jsonl = tmp_path / "q1.jsonl"
+    assert run("export", agg, "--to", jsonl, "--key-filter", "user = 'bob'").returncode == 0
+    assert rows == [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
+    none = tmp_path / "none.out"
+    assert run("export", agg, "--to", none, "--format", "json", "--key-filter", "user = 'nobody'").returncode == 0
+    assert json.loads(none.read_text(encoding="utf-8")) == []
+
+
 # -- verify ----------------------------------------------------------------------------------
 
 
@@ -374,6 +390,26 @@ def test_errors_name_the_flags_that_were_typed(agg):
     assert "key_filter" not in proc.stderr
 
 
+def test_one_name_for_a_state_variable_and_errors_name_the_flag_typed(agg):
+    """--state-var-name is the state variable's flag, as state_var_name and stateVarName are its names in Python
+    and Spark; --state-var, its earlier spelling, still works, and an error names the flag the user typed.
+    The keys a rewrite drops come as --drop-keys (drop_keys in Python), and that is what their errors name."""
+    for command in ("show", "changes", "export"):
+        shown = run(command, "--help").stdout
+        assert "--state-var-name" in shown and "--state-var " not in shown and "--state-var," not in shown, shown
+    for flag in ("--state-var-name", "--state-var"):
+        proc = run("show", agg, flag, "count")
+        assert_one_line_error(proc, f"Invalid value for {flag}: Providing state variable names")
+        assert "stateVarName" not in proc.stderr
+    assert_one_line_error(run("changes", agg, "--from", "1", "--state-var=count"), "Invalid value for --state-var:")
+    proc = run("rewrite", agg, "--dry-run", "--drop-keys", "nope = 1")
+    assert_one_line_error(proc, "Invalid value for --drop-keys: key field nope does not exist")
+    assert "--key-filter" not in proc.stderr and "key_filter" not in proc.stderr
+    with pytest.raises(state_reader.InvalidOptionError, match="option 'drop_keys': key field nope") as caught:
+        state_reader.rewrite(agg, None, dry_run=True, drop_keys="nope = 1")
+    assert "key_filter" not in str(caught.value)
+
+
 @pytest.mark.parametrize("name", ["join_inner", "join_v3"])
 def test_reading_a_join_without_a_side_suggests_one(checkpoints, name):
     proc = run("show", checkpoints(name))
@@ -414,6 +450,10 @@ def test_rewrite_dry_run_then_rewrite(agg, tmp_path):
     assert _png_size(tmp_path / "plan.png")[0] > 500
     text = run("rewrite", agg, "-n", "5", "--dry-run")
     assert text.returncode == 0 and "nothing written" in text.stdout and "skew (max/median)" in text.stdout
+    # most of 40 partitions get no row: the median is empty, and a ratio to it says nothing
+    text = run("rewrite", agg, "-n", "40", "--dry-run")
+    assert text.returncode == 0 and "inf" not in text.stdout, text.stdout
+    assert [line for line in text.stdout.splitlines() if "new:" in line and "of 40 partitions empty" in line]
     dst = tmp_path / "dst"
     done = run_json("rewrite", agg, dst, "--partitions", "5")
     assert not done["dry_run"] and done["files"] > 0

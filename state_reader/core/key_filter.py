@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -410,20 +411,36 @@ def check(predicate: Predicate, key_type: pa.StructType) -> None:
 
 
 class KeyFilter:
-    """A key filter bound to one key type: ``mask(keys)`` and ``apply(batch)``."""
+    """A key filter bound to one key type: ``mask(keys)`` and ``apply(batch)``.
 
-    def __init__(self, spec: KeyFilterSpec, key_type: pa.StructType | None = None) -> None:
+    ``option``: the argument the filter was given as (``drop_keys`` for a rewrite), named by its errors.
+    """
+
+    def __init__(self, spec: KeyFilterSpec, key_type: pa.StructType | None = None, option: str = OPTION) -> None:
         self.spec = spec
-        if isinstance(spec, str):
-            self.predicate: Predicate | None = parse_key_filter(spec)
-        elif isinstance(spec, (Comparison, InList, NullCheck, And, Or, Not)):
-            self.predicate = spec
-        elif callable(spec):
-            self.predicate = None
-        else:
-            raise _error(f"expected a string expression or a callable, got {type(spec).__name__}")
-        if key_type is not None and self.predicate is not None:
-            check(self.predicate, key_type)
+        self.option = option
+        with self._named():
+            if isinstance(spec, str):
+                self.predicate: Predicate | None = parse_key_filter(spec)
+            elif isinstance(spec, (Comparison, InList, NullCheck, And, Or, Not)):
+                self.predicate = spec
+            elif callable(spec):
+                self.predicate = None
+            else:
+                raise _error(f"expected a string expression or a callable, got {type(spec).__name__}")
+            if key_type is not None and self.predicate is not None:
+                check(self.predicate, key_type)
+
+    @contextmanager
+    def _named(self) -> Iterator[None]:
+        """Errors of this filter under the argument it was given as."""
+        try:
+            yield
+        except InvalidOptionError as exc:
+            if self.option == OPTION:
+                raise
+            raise InvalidOptionError(exc.message.replace(f"option '{OPTION}'", f"option '{self.option}'", 1),
+                                     path=exc.path) from None
 
     def __repr__(self) -> str:
         return f"KeyFilter({self.spec!r})"
@@ -432,10 +449,11 @@ class KeyFilter:
         """Which rows to keep (no nulls)."""
         if isinstance(keys, pa.ChunkedArray):
             keys = keys.combine_chunks()
-        if self.predicate is not None:
-            out = evaluate(self.predicate, keys)
-        else:
-            out = _as_mask(self.spec(keys), len(keys))  # type: ignore[operator]
+        with self._named():
+            if self.predicate is not None:
+                out = evaluate(self.predicate, keys)
+            else:
+                out = _as_mask(self.spec(keys), len(keys))  # type: ignore[operator]
         return pc.fill_null(out, False)
 
     def apply(self, batch: pa.RecordBatch, column: str = "key") -> pa.RecordBatch:
@@ -461,12 +479,15 @@ def _as_mask(result: Any, length: int) -> pa.BooleanArray:
     return result
 
 
-def as_key_filter(spec: KeyFilterSpec | KeyFilter | None, key_type: pa.StructType | None = None
-                  ) -> KeyFilter | None:
-    """``spec`` as a :class:`KeyFilter` checked against ``key_type``; None stays None."""
+def as_key_filter(spec: KeyFilterSpec | KeyFilter | None, key_type: pa.StructType | None = None,
+                  option: str = OPTION) -> KeyFilter | None:
+    """``spec`` as a :class:`KeyFilter` checked against ``key_type``; None stays None.
+
+    ``option``: the argument ``spec`` came as, which its errors name.
+    """
     if spec is None or isinstance(spec, KeyFilter):
         return spec
-    return KeyFilter(spec, key_type)
+    return KeyFilter(spec, key_type, option)
 
 
 __all__ = [

@@ -225,9 +225,13 @@ class RewriteReport:
         for label, new in (("today", False), ("new", True)):
             rows, size = self.partition_sizes(new)
             if len(rows):
+                skew = self.skew(new)
+                # more than half the partitions empty: a ratio to an empty median says nothing
+                skew_text = (f"skew (max/median) {skew:.2f}" if np.isfinite(skew) else
+                             f"{int((size == 0).sum())} of {len(size)} partitions empty")
                 lines.append(f"  {label:>5}: {len(rows)} partitions, {int(rows.sum()):,} rows, {int(size.sum()):,} "
                              f"bytes; per partition {int(size.min()):,} .. median {int(np.median(size)):,} .. "
-                             f"max {int(size.max()):,} bytes, skew (max/median) {self.skew(new):.2f}")
+                             f"max {int(size.max()):,} bytes, {skew_text}")
         for s in self.stores:
             dropped = f", {s.dropped} dropped" if s.dropped else ""
             per = s.rows_per_partition
@@ -888,6 +892,11 @@ def _require_rewritable(cp: Checkpoint, plan: StateReadPlan, batch: int, moving:
             "yet", path=cp.location)
 
 
+def _dropped(plan: StateReadPlan, drop_keys: KeyFilterSpec | None) -> KeyFilter | None:
+    """``drop_keys`` bound to a store's key; its errors name ``drop_keys``, the argument it came as."""
+    return bind_key_filter(plan, drop_keys, "drop_keys")
+
+
 def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partitions: int | None = None,
                        provider: str | None = None, drop_keys: KeyFilterSpec | None = None,
                        batch_id: int | None = None, allow_uncommitted: bool = False,
@@ -907,7 +916,7 @@ def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partiti
         for rows in rp.stores:
             store = store_report(rows.plan)
             with progress(f"routing {_label(rows.plan)}", len(rows.plan.partitions), enabled=show_progress) as bar:
-                _route_store(rows, store, n, bind_key_filter(rows.plan, drop_keys), rp.to_rocksdb, None, bar)
+                _route_store(rows, store, n, _dropped(rows.plan, drop_keys), rp.to_rocksdb, None, bar)
             report.stores.append(store)
         return report
     if dest is None:
@@ -924,7 +933,7 @@ def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partiti
                 targets = rows.target_partitions(n)
                 with progress(f"routing {_label(rows.plan)}", len(rows.plan.partitions) + len(targets),
                               enabled=show_progress) as bar:
-                    _route_store(rows, store, n, bind_key_filter(rows.plan, drop_keys), rp.to_rocksdb, spill, bar)
+                    _route_store(rows, store, n, _dropped(rows.plan, drop_keys), rp.to_rocksdb, spill, bar)
                     bar.advance(0, f"writing {_label(rows.plan)}")
                     extra = zip_extra_metadata(rows.plan)
                     for pid in targets:

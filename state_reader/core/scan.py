@@ -31,6 +31,7 @@ from typing import Any
 import pyarrow as pa
 
 from state_reader.core.decode import read_partition
+from state_reader.core.key_filter import OPTION as KEY_FILTER_OPTION
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec, as_key_filter
 from state_reader.core.pruning import lookup_partitions
 from state_reader.errors import InvalidOptionError, MissingStateFileError
@@ -55,9 +56,13 @@ def key_arrow_type(plan: StateReadPlan) -> pa.StructType:
     return plan.arrow_schema.field("key").type
 
 
-def bind_key_filter(plan: StateReadPlan, spec: KeyFilterSpec | KeyFilter | None) -> KeyFilter | None:
-    """``spec`` checked against the plan's key (unknown fields fail before any file is read)."""
-    return as_key_filter(spec, key_arrow_type(plan))
+def bind_key_filter(plan: StateReadPlan, spec: KeyFilterSpec | KeyFilter | None,
+                    option: str = KEY_FILTER_OPTION) -> KeyFilter | None:
+    """``spec`` checked against the plan's key (unknown fields fail before any file is read).
+
+    ``option``: the argument ``spec`` came as (``drop_keys`` for a rewrite), which its errors name.
+    """
+    return as_key_filter(spec, key_arrow_type(plan), option)
 
 
 def select_partitions(plan: StateReadPlan, partitions: Sequence[int] | None) -> list[int]:

@@ -159,6 +159,22 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+class _OneName(click.Option):
+    """An option shown in ``--help`` under its first name; the others are accepted spellings."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        names, self.opts = self.opts, self.opts[:1]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = names
+
+
+# stateVarName / state_var_name / --state-var-name: one name everywhere; --state-var, its earlier spelling, still works
+STATE_VAR_NAME = click.option("--state-var-name", "--state-var", "state_var_name", cls=_OneName,
+                              help="State variable of a transformWithState operator.")
+
+
 def store_read_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """What to read (``show``, ``export``): operator, store, batch, partitions, key filter, variable, join side."""
     options = [
@@ -168,7 +184,7 @@ def store_read_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--partition", "-p", "partitions", type=int, multiple=True,
                      help="Only this partition (repeatable)."),
         click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann' and region_id > 3\"."),
-        click.option("--state-var", "state_var_name", help="State variable of a transformWithState operator."),
+        STATE_VAR_NAME,
         click.option("--timers", "read_registered_timers", is_flag=True, default=None,
                      help="The registered timers of a transformWithState operator."),
         click.option("--join-side", type=click.Choice(["left", "right"]),
@@ -433,7 +449,7 @@ def stats(checkpoint: str, operator_id: int | None, store_name: str | None, batc
 @click.option("--to", "end", type=click.IntRange(min=0), help="Last batch (default: the latest committed).")
 @click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0).")
 @click.option("--store", "-s", "store_name", help="Store name (default 'default').")
-@click.option("--state-var", "state_var_name", help="State variable of a transformWithState operator.")
+@STATE_VAR_NAME
 @click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann'\".")
 @click.option("--limit", "-n", type=click.IntRange(min=0), default=DEFAULT_LIMIT, show_default=True,
               help="Rows to show; 0 shows all.")
@@ -479,8 +495,9 @@ def changes_command(checkpoint: str, start: int, end: int | None, operator_id: i
 
 @cli.command(epilog=KEY_FILTER_HELP)
 @click.argument("checkpoint")
-@click.option("--to", "out", required=True, metavar="FILE", help="Output file: .parquet, .csv or .jsonl.")
-@click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "jsonl"]),
+@click.option("--to", "out", required=True, metavar="FILE",
+              help="Output file: .parquet, .csv, .json (one JSON array) or .jsonl (one JSON object a line).")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "json", "jsonl"]),
               help="Output format (default: from the extension).")
 @store_read_options
 @common_options
@@ -743,17 +760,28 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-# the read options the commands take as flags: errors name the flag the user typed
-FLAGS = {"readRegisteredTimers": "--timers",
-         "batchId": "--batch", "changeStartBatchId": "--from", "changeEndBatchId": "--to", "operatorId": "--operator",
-         "storeName": "--store", "stateVarName": "--state-var", "joinSide": "--join-side", "key_filter": "--key-filter"}
+# the read options the commands take as flags (a flag's other spellings after it): errors name the flag the user typed
+FLAGS: dict[str, tuple[str, ...]] = {
+    "readRegisteredTimers": ("--timers",), "batchId": ("--batch",), "changeStartBatchId": ("--from",),
+    "changeEndBatchId": ("--to",), "operatorId": ("--operator",), "storeName": ("--store",),
+    "stateVarName": ("--state-var-name", "--state-var"), "joinSide": ("--join-side",),
+    "key_filter": ("--key-filter",), "drop_keys": ("--drop-keys",)}
 _FLAG_RE = re.compile(r"(?:option |source option )?'?\b(" + "|".join(FLAGS) + r")\b'?(=(?:true\b)?)?")
 
 
-def in_flags(message: str) -> str:
-    """An error message with the read options it names written as this command line's flags."""
+def in_flags(message: str, typed: Sequence[str] = ()) -> str:
+    """An error message with the read options it names written as this command line's flags.
+
+    ``typed``: the command line, so that a flag with several spellings is named as the user wrote it.
+    """
+    words = {arg.split("=", 1)[0] for arg in typed}
+
+    def flag(option: str) -> str:
+        spellings = FLAGS[option]
+        return next((f for f in spellings if f in words), spellings[0])
+
     # "joinSide=left" -> "--join-side left"; "readRegisteredTimers=true" -> "--timers"
-    return _FLAG_RE.sub(lambda m: FLAGS[m.group(1)] + (" " if m.group(2) == "=" else ""), message)
+    return _FLAG_RE.sub(lambda m: flag(m.group(1)) + (" " if m.group(2) == "=" else ""), message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -767,7 +795,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StateReaderError as exc:
         if debug:
             traceback.print_exc()
-        message = in_flags(exc.message)
+        message = in_flags(exc.message, args)
         if as_json:
             _emit_json({"error": {"class": exc.error_class, "message": message, "path": exc.path}})
         click.echo(f"error: {_one_line(message)}", err=True)

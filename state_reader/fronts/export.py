@@ -1,10 +1,11 @@
-"""Write a planned state read to Parquet, CSV or JSON Lines, partition by partition.
+"""Write a planned state read to Parquet, CSV, JSON or JSON Lines, partition by partition.
 
 * Parquet keeps the Arrow schema as it is (nested key/value structs).
 * CSV flattens structs to dotted columns (``key.window.start``) and writes
   lists, maps, binary and intervals as compact JSON text.
-* JSON Lines writes one object per row with nested objects (conventions in
-  :mod:`state_reader.fronts.flatten`).
+* JSON Lines (``.jsonl``) writes one object per row with nested objects (conventions in
+  :mod:`state_reader.fronts.flatten`); JSON (``.json``) writes the same objects as one
+  array, ``[]`` when no row matched, which ``json.load`` and every JSON tool read whole.
 
 The output appears only when complete: it is written next to the target under
 a temporary name and renamed at the end.
@@ -28,7 +29,8 @@ from state_reader.fronts.flatten import flatten_table, json_rows, unique_names, 
 from state_reader.model.plan import StateReadPlan
 from state_reader.progress import progress
 
-FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "jsonl",
+           ".ndjson": "jsonl"}
 
 
 @dataclass
@@ -42,15 +44,15 @@ class ExportResult:
 
 
 def format_of(path: str, fmt: str | None = None) -> str:
-    """``parquet``, ``csv`` or ``jsonl``, from ``fmt`` or the file extension."""
+    """``parquet``, ``csv``, ``json`` or ``jsonl``, from ``fmt`` or the file extension."""
     if fmt:
         if fmt.lower() not in set(FORMATS.values()):
-            raise InvalidOptionError(f"unknown export format {fmt!r} (formats: parquet, csv, jsonl)")
+            raise InvalidOptionError(f"unknown export format {fmt!r} (formats: parquet, csv, json, jsonl)")
         return fmt.lower()
     ext = os.path.splitext(path)[1].lower()
     if ext not in FORMATS:
         raise InvalidOptionError(
-            f"cannot tell the export format from {path!r}: use a name ending in .parquet, .csv or .jsonl")
+            f"cannot tell the export format from {path!r}: use a name ending in .parquet, .csv, .json or .jsonl")
     return FORMATS[ext]
 
 
@@ -122,6 +124,26 @@ class _JsonlWriter(_Writer):
         self._fh.close()
 
 
+class _JsonArrayWriter(_JsonlWriter):
+    """One JSON array of the rows, written row by row (the state is never held whole)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self._fh.write("[")
+        self._first = True
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        for row in json_rows(batch):
+            self._fh.write("\n" if self._first else ",\n")
+            self._fh.write(json.dumps(row, ensure_ascii=False, allow_nan=False))
+            self._first = False
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.write("]\n" if self._first else "\n]\n")
+        super().close()
+
+
 def _batches_with_progress(plan: StateReadPlan, flt: KeyFilter | None, partitions: list[int],
                            show_progress: bool | None, path: str) -> Iterator[pa.RecordBatch]:
     with progress(f"exporting to {os.path.basename(path)}", len(partitions), enabled=show_progress) as bar:
@@ -153,6 +175,8 @@ def export_state(plan: StateReadPlan, path: str, *, fmt: str | None = None,
             writer = _ParquetWriter(tmp, plan.arrow_schema)
         elif kind == "csv":
             writer = _CsvWriter(tmp)
+        elif kind == "json":
+            writer = _JsonArrayWriter(tmp)
         else:
             writer = _JsonlWriter(tmp)
         try:

@@ -106,7 +106,7 @@ def _rewrite_store(spark: Any, rp: RewritePlan, rows: StoreRows, dest: Destinati
                    put: Put) -> StoreReport:
     """One Spark job: the old partitions read on executors, routed by Spark, each new one written by one task."""
     store = store_report(rows.plan)
-    drop = bind_key_filter(rows.plan, drop_keys)  # a bad filter fails here, before any task runs
+    drop = bind_key_filter(rows.plan, drop_keys, "drop_keys")  # a bad filter fails here, before any task runs
     pids = list(rows.plan.partitions)
     targets = rows.target_partitions(rp.new_partitions)
     # checkpoint format 2 names each new partition's files by an id the driver decides (the commit entry lists it)
