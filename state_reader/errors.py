@@ -197,6 +197,12 @@ class SparkSetupError(StateReaderError):
 # --- rewriting ---------------------------------------------------------------
 
 
+class IncompleteRewriteError(CommittedBatchUnavailableError):
+    """The location is what a rewrite left when it stopped part-way, not a checkpoint."""
+
+    error_class = "STATE_READER_INCOMPLETE_REWRITE"
+
+
 class DestinationNotEmptyError(StateReaderError):
     """A rewrite's destination already holds files: a rewrite only ever creates a new checkpoint."""
 

@@ -583,3 +583,84 @@ def test_stats_and_the_rewrite_report_give_one_size(checkpoints, name):
     transformed = state_reader.rewrite(src, dry_run=True, transform=noted).summary()
     assert transformed["current"] == today
     assert transformed["new"]["rows"] == today["rows"] and transformed["new"]["bytes"] > today["bytes"]
+
+
+def _kill_part_way(src: str, dst: Path, num_partitions: int) -> None:
+    """Run a rewrite in its own process and kill it (SIGKILL) once it has begun writing ``dst``."""
+    import signal
+    import subprocess
+    import sys
+
+    code = f"import state_reader; state_reader.repartition({src!r}, {str(dst)!r}, {num_partitions})"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 120
+        while not (dst / "metadata").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the rewrite finished before it could be killed"
+
+
+def test_a_killed_rewrite_is_recognised_and_replaced_by_running_it_again(spark, checkpoints, tmp_path):
+    src = checkpoints("agg_window")
+    dst = tmp_path / "dst"
+    _kill_part_way(src, dst, 5)
+    assert (dst / "metadata").read_bytes().startswith(b"state_reader: incomplete rewrite of ")
+    # the reader names what it is, with when it started
+    with pytest.raises(state_reader.IncompleteRewriteError, match=r"an incomplete rewrite from \d{4}-\d\d-\d\d "
+                                                               r"\d\d:\d\d:\d\d UTC, not a checkpoint"):
+        state_reader.read_state(str(dst))
+    # running the same rewrite again replaces the incomplete attempt
+    (dst / "state" / "0" / "leftover-of-the-killed-run").parent.mkdir(parents=True, exist_ok=True)
+    (dst / "state" / "0" / "leftover-of-the-killed-run").write_bytes(b"x")
+    state_reader.repartition(src, str(dst), 5)
+    assert not (dst / "state" / "0" / "leftover-of-the-killed-run").exists()
+    assert b"incomplete" not in (dst / "metadata").read_bytes()
+    assert_builtin_sees_same_state(spark, src, str(dst), 5)
+    # a finished checkpoint, and any other non-empty directory, stay refused
+    with pytest.raises(state_reader.DestinationNotEmptyError):
+        state_reader.repartition(src, str(dst), 5)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "metadata").write_text("notes of mine\n")
+    with pytest.raises(state_reader.DestinationNotEmptyError):
+        state_reader.repartition(src, str(other), 5)
+    assert (other / "metadata").read_text() == "notes of mine\n"
+
+
+def test_a_moved_transform_with_state_checkpoint_is_rewritten_to_point_at_its_own_schemas(spark, tmp_path):
+    """Operator metadata v2 records absolute schema file paths of where the query ran: a rewrite of a
+    copy must point them at the destination's own schema files, so that Spark reads and resumes it."""
+    import json
+
+    query = QUERIES["tws"]
+    written = run_query(spark, query, tmp_path / "run")
+    _forget_unfinished_batch(written)
+    moved = tmp_path / "moved" / "checkpoint"
+    shutil.copytree(written, moved)
+    away = tmp_path / "run" / "checkpoint-away"
+    os.rename(written, away)  # the place it was written is gone: stale paths lead nowhere
+    reads = _family_reads(str(moved))
+    dst = tmp_path / "dst"
+    state_reader.repartition(str(moved), str(dst), 3)
+    for path in (dst / "state" / "0" / "_metadata" / "v2").iterdir():
+        if path.name.isdigit():
+            doc = json.loads(path.read_text().split("\n", 1)[1])
+            for store in doc["stateStoreInfo"]:
+                for stored in store["stateSchemaFilePaths"]:
+                    assert stored.startswith(f"file:{dst}/state/0/_stateSchema/"), stored
+                    assert Path(stored.removeprefix("file:")).is_file(), stored
+    for options in reads:  # Spark's reader follows the recorded paths
+        ours = spark.read.format("state_reader.statestore").options(**options).load(str(moved))
+        assert _family_rows(spark, str(dst), options) == sorted(
+            repr(r.asDict(recursive=True)) for r in ours.drop("partition_id").collect()), options
+    # restarted from the rewrite, the query does what it does restarted where it was written
+    os.rename(away, written)
+    input_dir = tmp_path / "run" / "input"
+    _add_input(input_dir, _new_batches(query))
+    shutil.rmtree(moved.parent)
+    expected = resume_with_timers(spark, query, written, input_dir)
+    os.rename(written, away)
+    assert resume_with_timers(spark, query, str(dst), input_dir) == expected

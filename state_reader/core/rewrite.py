@@ -110,8 +110,6 @@ from state_reader.providers import rocksdb
 from state_reader.providers.hdfs import HDFSStore, frame_records, framed_rows, snapshot_file
 
 PROVIDER_CLASSES = {"hdfs": HDFS_PROVIDER, "rocksdb": ROCKSDB_PROVIDER}
-# what the destination's `metadata` holds until the rewrite is complete: not JSON, so Spark refuses to start
-INCOMPLETE = b"state_reader: incomplete rewrite, do not start a query from this directory\n"
 # operators whose state lives in one partition whatever the shuffle partitions (their input is one partition)
 SINGLE_PARTITION_OPERATORS = ("globalLimit",)
 
@@ -273,15 +271,17 @@ def _with_confs(text: str, confs: dict[str, str], shown: str) -> str:
     return "\n".join(lines)
 
 
-def _operator_metadata(text: str, num_partitions: int, src_root: str, dst_root: str) -> str:
-    """Operator metadata (v1 or v2) with every store's partition count set, schema paths moved to ``dst``."""
+def _operator_metadata(cp: Checkpoint, text: str, num_partitions: int, dest: Destination) -> str:
+    """Operator metadata (v1 or v2) with every store's partition count set and its schema file
+    paths (v2 records absolute URIs) pointing into ``dest``, wherever the source was written."""
     header, _, body = text.partition("\n")
     doc = json.loads(body)
+    operator_id = int(doc["operatorInfo"]["operatorId"])
     for store in doc.get("stateStoreInfo", []):
         store["numPartitions"] = num_partitions
         paths = store.get("stateSchemaFilePaths")
         if paths:
-            store["stateSchemaFilePaths"] = [p.replace(src_root, dst_root, 1) for p in paths]
+            store["stateSchemaFilePaths"] = [dest.qualified(cp.resolve_schema_path(operator_id, p)) for p in paths]
     return header + "\n" + json.dumps(doc, separators=(",", ":"))
 
 
@@ -921,10 +921,9 @@ def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partiti
         return report
     if dest is None:
         raise InvalidOptionError("a rewrite needs a destination (or dry_run=True)")
-    dest.require_empty()
+    dest.begin(rp.checkpoint.location)  # marked incomplete: the commit point is the real `metadata`, written last
     report = rp.report(dest.display(), dry_run=False)
     put = counting_writer(dest, report)
-    dest.write("metadata", INCOMPLETE)  # the commit point is the real `metadata`, written last
     with failure_marked(rp, dest):
         with tempfile.TemporaryDirectory(prefix="state_reader-rewrite-") as workdir:
             for rows in rp.stores:
@@ -962,14 +961,15 @@ def counting_writer(dest: Destination, report: RewriteReport) -> Put:
 @contextmanager
 def failure_marked(rp: RewritePlan, dest: Destination) -> Iterator[None]:
     """Turn a failure while writing ``dest`` into a :class:`RewriteFailedError` that says the
-    destination is marked incomplete (its ``metadata`` still holds :data:`INCOMPLETE`)."""
+    destination is marked incomplete (its ``metadata`` still holds the marker
+    :meth:`~state_reader.io.destination.Destination.begin` wrote)."""
     try:
         yield
     except (StateReaderError, OSError) as exc:
         raise RewriteFailedError(
             f"rewriting {rp.checkpoint.location} into {dest.display()} stopped: {getattr(exc, 'message', exc)}. "
             f"{dest.display('metadata')} marks the destination incomplete, so Spark will not start from it; "
-            "delete it and rewrite again", path=dest.display()) from exc
+            "run the rewrite again into it (it replaces the incomplete attempt)", path=dest.display()) from exc
 
 
 def write_partition(plan: StateReadPlan, pid: int, framed: Iterable[bytes | np.ndarray], to_rocksdb: bool,
@@ -1042,6 +1042,6 @@ def _copy_state_metadata(cp: Checkpoint, put: Any, num_partitions: int, dest: De
                 put(rel, schema_files[rel] if rel in schema_files else storage.read_bytes(rel))
             elif inside == "_metadata" and (parts[-1] == "metadata" or parts[-2] == "v2"):
                 text = storage.read_bytes(rel).decode("utf-8")
-                put(rel, _operator_metadata(text, num_partitions, storage.root, dest.root).encode("utf-8"))
+                put(rel, _operator_metadata(cp, text, num_partitions, dest).encode("utf-8"))
             else:
                 put(rel, storage.read_bytes(rel))

@@ -35,7 +35,6 @@ import pyarrow.compute as pc
 from state_reader import errors
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
 from state_reader.core.rewrite import (
-    INCOMPLETE,
     Put,
     RewritePlan,
     RewriteReport,
@@ -86,10 +85,9 @@ def rewrite_with_spark(spark: Any, source: Storage, dest: Destination, *, num_pa
     ``transform`` runs on the executors (shipped as Spark ships any Python function)."""
     rp = plan_rewrite(source, num_partitions=num_partitions, provider=provider, batch_id=batch_id,
                       allow_uncommitted=allow_uncommitted, transform=transform)
-    dest.require_empty()
+    dest.begin(rp.checkpoint.location)  # marked incomplete: the commit point is the real `metadata`, written last
     report = rp.report(dest.display(), dry_run=False)
     put = counting_writer(dest, report)
-    dest.write("metadata", INCOMPLETE)  # the commit point is the real `metadata`, written last
     with failure_marked(rp, dest):
         for rows in rp.stores:
             report.stores.append(_rewrite_store(spark, rp, rows, dest, drop_keys, report, put))

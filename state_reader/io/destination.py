@@ -9,6 +9,7 @@ puts are atomic) get the bytes alone, as Spark writes them there.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import posixpath
 import uuid
@@ -19,6 +20,25 @@ from typing import Any
 from state_reader.errors import DestinationNotEmptyError, StorageError
 from state_reader.io.integrity import HadoopChecksums, hadoop_sidecar
 from state_reader.io.storage import Storage
+
+# what a destination's ``metadata`` holds until its rewrite is complete: not JSON, so Spark refuses to start
+INCOMPLETE_PREFIX = b"state_reader: incomplete rewrite"
+
+
+def incomplete_marker(source: str, now: datetime.datetime | None = None) -> bytes:
+    """The ``metadata`` of a destination being written: what it is, from which source and since when."""
+    when = (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return INCOMPLETE_PREFIX + f" of {source} started {when}; do not start a query from this directory\n".encode()
+
+
+def incomplete_rewrite_started(metadata: bytes) -> str | None:
+    """When the incomplete rewrite that wrote ``metadata`` started (as its marker says), or None
+    when ``metadata`` is no such marker."""
+    if not metadata.startswith(INCOMPLETE_PREFIX):
+        return None
+    text = metadata.decode("utf-8", "replace")
+    _, found, rest = text.rpartition(" started ")
+    return rest.split(";", 1)[0].strip() if found else "an unknown time"
 
 
 @dataclass
@@ -39,23 +59,52 @@ class Destination:
     def display(self, rel: str = "") -> str:
         return self._storage.display(rel)
 
+    def qualified(self, rel: str) -> str:
+        """The URI Spark records for ``rel`` of this destination (see :meth:`Storage.qualified`)."""
+        return self._storage.qualified(rel)
+
     def full(self, rel: str) -> str:
         return self._storage.full(rel)
 
     def require_empty(self) -> None:
-        """DestinationNotEmptyError unless the destination is missing or an empty directory."""
+        """DestinationNotEmptyError unless the destination is missing, an empty directory, or an
+        incomplete rewrite of ours (see :meth:`begin`)."""
+        self._leftovers()
+
+    def _leftovers(self) -> list[str]:
+        """The names in the destination that an earlier, incomplete rewrite left (empty when there
+        are none); DestinationNotEmptyError when it holds anything else."""
         if not self._storage.exists(""):
-            return
+            return []
         if not self._storage.isdir(""):
             raise DestinationNotEmptyError(
                 f"{self.display()} is a file; a rewrite writes a new checkpoint directory", path=self.display())
         names = self._storage.list_names("") or []
-        if names:
-            shown = ", ".join(sorted(names)[:5])
-            raise DestinationNotEmptyError(
-                f"{self.display()} is not empty ({shown}{', ...' if len(names) > 5 else ''}); a rewrite only "
-                "writes a new checkpoint: give a path that does not exist or an empty directory",
-                path=self.display())
+        if not names:
+            return []
+        if "metadata" in names and incomplete_rewrite_started(self._head("metadata")):
+            return names
+        shown = ", ".join(sorted(names)[:5])
+        raise DestinationNotEmptyError(
+            f"{self.display()} is not empty ({shown}{', ...' if len(names) > 5 else ''}); a rewrite only "
+            "writes a new checkpoint: give a path that does not exist or an empty directory",
+            path=self.display())
+
+    def _head(self, rel: str) -> bytes:
+        try:
+            with self.fs.open(self.full(rel), "rb") as fh:
+                return fh.read(1 << 16)  # a marker is one short line; a real metadata file is small too
+        except OSError:
+            return b""
+
+    def begin(self, source: str) -> None:
+        """Start a rewrite of ``source`` here: refuse a destination holding anything but an incomplete
+        rewrite of ours, remove such an attempt (nothing ever started from it), and mark the
+        destination incomplete until its real ``metadata`` is written last."""
+        for name in self._leftovers():
+            if name != "metadata":
+                self.fs.rm(self.full(name), recursive=True)
+        self.write("metadata", incomplete_marker(source))
 
     def write(self, rel: str, data: bytes | Iterable[bytes | memoryview]) -> int:
         """Write ``data`` (bytes, or pieces streamed one after another) to ``rel``, replacing it,

@@ -266,6 +266,13 @@ class Storage:
         """Filesystem path of ``rel`` (relative to the root)."""
         return posixpath.join(self.root, rel) if rel else self.root
 
+    def qualified(self, rel: str) -> str:
+        """``rel`` as the fully qualified URI Hadoop makes of it (``file:/abs/path`` on a local
+        disk), the form Spark records in operator metadata."""
+        if self.protocol == "file":
+            return "file:" + self.full(rel)
+        return f"{self.scheme}://{self.full(rel)}"
+
     def display(self, rel: str) -> str:
         """Path of ``rel`` as the user would write it, for error messages."""
         if self.protocol == "file":

@@ -25,11 +25,14 @@ from typing import Any
 from state_reader.errors import (
     CommittedBatchUnavailableError,
     CorruptFileError,
+    IncompleteRewriteError,
     OffsetLogUnavailableError,
     OffsetMetadataUnavailableError,
     OperatorMetadataReadError,
+    StateReaderError,
     UnsupportedOptionError,
 )
+from state_reader.io.destination import incomplete_rewrite_started
 from state_reader.io.storage import Storage
 
 DEFAULT_STORE = "default"
@@ -165,8 +168,21 @@ class Checkpoint:
             raise CommittedBatchUnavailableError(
                 f"checkpoint location {self.location} does not exist", path=self.location)
         if self.storage.list_names("commits") is None and self.storage.list_names("offsets") is None:
+            started = self._incomplete_rewrite_started()
+            if started is not None:
+                raise IncompleteRewriteError(
+                    f"{self.location} is an incomplete rewrite from {started}, not a checkpoint: the rewrite "
+                    "stopped before it finished. Run the same rewrite into it again (that replaces the "
+                    "incomplete attempt), or delete it", path=self.location)
             raise CommittedBatchUnavailableError(
                 f"{self.location} is not a streaming checkpoint ({self._what_is_there()})", path=self.location)
+
+    def _incomplete_rewrite_started(self) -> str | None:
+        """When the rewrite that left this directory incomplete started, or None if it is no such thing."""
+        try:
+            return incomplete_rewrite_started(self.storage.read_bytes("metadata"))
+        except (StateReaderError, OSError):
+            return None
 
     def _what_is_there(self) -> str:
         """Why the location is not a checkpoint, for the error message: what it holds instead."""
