@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import itertools
 import os
 import re
 import shutil
@@ -121,7 +122,95 @@ def test_sparkline_over_retained_batches(checkpoints):
     cp = state_reader.open(checkpoints("rocksdb_cl_agg_window"))
     (store,) = cp.sizes
     assert [b for b, _ in store.over_batches] == cp.batches
+    # changelogs between snapshots: the files alone say nothing of the size over batches
+    assert "<polyline" not in cp._repr_html_()
+    cp.stats()
     assert "<polyline" in cp._repr_html_()
+
+
+_BAR = re.compile(r'<td class="sr-p">(\d+)</td><td class="sr-b"><div class="sr-track"><div class="sr-bar" '
+                  r'style="width:(\d+)px"></div></div></td><td class="sr-n">([^<]*)</td>')
+
+
+def _bars(page: str) -> list[tuple[int, int, str]]:
+    """(partition, bar width in px, the number beside it) of every partition bar of a display."""
+    return [(int(p), int(w), v) for p, w, v in _BAR.findall(page)]
+
+
+def _lines(page: str) -> list[list[float]]:
+    """The y of each point of each sparkline (SVG: y grows downwards)."""
+    return [[float(xy.split(",")[1]) for xy in points.split()]
+            for points in re.findall(r'<polyline[^>]* points="([^"]*)"', page)]
+
+
+def test_display_shows_transform_with_state_variables(checkpoints):
+    from state_reader.fronts.overview import describe_checkpoint
+
+    path = checkpoints("tws")
+    declared = {"counters": "MapState, TTL", "profile": "ValueState, TTL", "plain": "ValueState, no TTL",
+                "events": "ListState, no TTL"}
+    (op,) = describe_checkpoint(path)["operators"]
+    assert {v["name"]: v["described"] for v in op["state_variables"]} == {
+        **declared, "$procTimers_keyToTimestamp": "timers (ProcessingTime)"}
+    cp = state_reader.open(path)
+    shown = _text(cp._repr_html_())
+    assert "4 state variables and timers in 1 store" in shown
+    for name, kind in declared.items():
+        assert f"variable {name} · {kind}" in shown and f"variable {name} · {kind}" in repr(cp)
+    assert "timers (ProcessingTime)" in shown and "not measured yet" in shown
+    # once stats() measured them: rows and state bytes per variable and partition, as stats says
+    measured = cp.stats().to_pylist()
+    latest = max(r["batch_id"] for r in measured)
+    page, text = cp._repr_html_(), repr(cp)
+    for name in [*declared, "$procTimers_keyToTimestamp"]:
+        at = [r for r in measured if r["store_name"] == name and r["batch_id"] == latest]
+        rows = sum(r["rows"] for r in at)
+        title = f"variable {name} · {declared[name]}" if name in declared else "timers (ProcessingTime)"
+        sizes = f"{len(at)} partitions · {rows:,} rows · "
+        assert f"{title} · {sizes}" in _text(page) and f"{title}: {sizes}" in text, (title, sizes, text)
+    bars = _bars(page)
+    assert len(bars) == 2 + 2 * 5  # the store's partitions, then each variable's and the timers'
+    assert "not measured yet" not in _text(page)
+
+
+def test_size_over_batches_is_the_state_not_its_files(checkpoints):
+    from state_reader.fronts.stats import batch_summary
+
+    cp = state_reader.open(checkpoints("agg_window"))  # HDFS files record no size
+    page = cp._repr_html_()
+    # deltas pile up until the next snapshot whatever the state does: file bytes are never drawn over batches
+    assert "<polyline" not in page
+    assert "bytes on disk" in _text(page) and "not the state's size" in _text(page)
+    rows = [r["rows"] for r in batch_summary(cp.stats()).to_pylist()]
+    assert any(b < a for a, b in itertools.pairwise(rows)), rows  # the state shrinks in some batch
+    page = cp._repr_html_()
+    (line,) = _lines(page)
+    assert len(line) == len(rows)
+    for (a, b), (ya, yb) in zip(itertools.pairwise(rows), itertools.pairwise(line), strict=True):
+        assert (b > a) == (yb < ya) and (b < a) == (yb > ya), (rows, line)
+    # a scale from 0 to the largest, labelled
+    assert f">{max(rows)}</text>" in page and ">0</text>" in page
+    assert f"{rows[-1]:,} rows" in _text(page)
+
+
+def test_partition_bars_share_one_scale_and_an_empty_partition_has_none(checkpoints):
+    cp = state_reader.open(checkpoints("rocksdb_lookup_types"))  # RocksDB snapshots record their keys
+    (store,) = cp.sizes
+    assert store.keys is not None and 0 in store.keys.values()
+    page = cp._repr_html_()
+    bars = _bars(page)
+    assert sorted((p, int(v)) for p, _, v in bars) == sorted(store.keys.items())
+    top = max(store.keys.values())
+    assert all(w == round(160 * int(v) / top) for _, w, v in bars), bars
+    assert [w for _, w, v in bars if v == "0"] == [0]  # an empty partition gets no bar
+    assert "keys over batches" in _text(page) and len(_lines(page)) == 1
+    # four stores of a join, measured: every bar on the same scale
+    cp = state_reader.open(checkpoints("join_inner"))
+    cp.stats()
+    bars = _bars(cp._repr_html_())
+    assert len(bars) == 4 * 2
+    top = max(int(v) for _, _, v in bars)
+    assert all(w == round(160 * int(v) / top) for _, w, v in bars), bars
 
 
 def test_open_takes_storage_options(checkpoints):

@@ -5,9 +5,17 @@
 Its display (``_repr_html_`` for notebooks, ``__repr__`` for terminals) reads the
 logs, the operator metadata and file sizes only, never the state itself: the
 provider, codec and checkpoint format; committed batches; per operator its
-stores and partitions, the bytes on disk of each partition at the latest batch
-(a bar each, so skew shows) and a sparkline of the store's size over the
-retained batches; and the findings of :meth:`Checkpoint.doctor` once it ran.
+stores (and a transformWithState operator's state variables and timers) and
+partitions, with the size of each partition at the latest batch (a bar each, on
+one scale for the whole display, so skew shows) and a sparkline of the size over
+the retained batches on a scale from 0; and the findings of
+:meth:`Checkpoint.doctor` once it ran.
+
+Sizes are drawn from what records them, and say which: the rows
+:meth:`Checkpoint.stats` measured (the state's size, :mod:`state_reader.core.size`),
+else the keys RocksDB's snapshots record, else the bytes of the files on disk,
+labelled as such and never drawn over batches (deltas pile up until the next
+snapshot whatever the state does).
 The HTML is plain HTML and CSS (collapsible ``<details>``, inline SVG): no
 script and no request, so it survives a static export; every name taken from
 the checkpoint is escaped.
@@ -16,7 +24,7 @@ the checkpoint is escaped.
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -31,6 +39,7 @@ from state_reader.fronts.plotting import plot_state_size
 from state_reader.fronts.stats import stats
 from state_reader.io.storage import Storage, with_one_listing
 from state_reader.model.checkpoint import Checkpoint as _Logs
+from state_reader.model.state_variables import TIMERS
 from state_reader.progress import progress
 from state_reader.providers.store_files import StoreFiles, look_ahead, unique_id_for
 
@@ -39,7 +48,11 @@ _CSS = """<style>
 .sr-cp summary{cursor:pointer;font-weight:600;margin:4px 0}
 .sr-cp table{border-collapse:collapse;margin:4px 0 8px 0}
 .sr-cp td,.sr-cp th{padding:1px 8px;text-align:left;vertical-align:middle;border-bottom:1px solid #e5e5e5}
-.sr-bar{display:inline-block;height:9px;background:#4c78a8;vertical-align:middle}
+.sr-cp td.sr-p{width:4em;text-align:right}.sr-cp td.sr-n{text-align:right}
+.sr-cp td.sr-b{width:164px;text-align:left}
+.sr-track{display:block;width:160px;height:9px;background:#eef1f5;margin:0}
+.sr-row{display:flex;gap:28px;align-items:flex-start}.sr-trend{color:#555;font-size:12px}
+.sr-bar{display:block;height:9px;background:#4c78a8;margin:0}
 .sr-muted{color:#777}
 .sr-warning{color:#9a6700;font-weight:600}.sr-error{color:#c62828;font-weight:600}.sr-info{color:#1565c0}
 .sr-find{margin:2px 0 6px 0}
@@ -58,15 +71,40 @@ def _bytes(n: int | float) -> str:
     return f"{n:.1f} GiB"
 
 
-def _sparkline(values: list[int], width: int = 160, height: int = 24) -> str:
-    """An inline SVG polyline of ``values`` (no script, no request)."""
-    if len(values) < 2:
+def _count(n: int) -> str:
+    return f"{n:,}"
+
+
+BAR_WIDTH = 160  # px of the largest partition of the whole display (.sr-track)
+
+
+def _sparkline(points: list[tuple[int, int]], measure: str, width: int = 240, height: int = 42) -> str:
+    """An inline SVG line of ``points`` (batch, value) over a scale from 0, its ends and batches labelled
+    (no script, no request): a line that rises is a size that grew."""
+    if len(points) < 2:
         return ""
-    top = max(values) or 1
-    step = width / (len(values) - 1)
-    points = " ".join(f"{i * step:.1f},{height - 2 - (v / top) * (height - 4):.1f}" for i, v in enumerate(values))
-    return (f'<svg width="{width}" height="{height}" role="img" aria-label="size over batches">'
-            f'<polyline fill="none" stroke="#4c78a8" stroke-width="1.5" points="{points}"/></svg>')
+    left, right, top_pad, bottom = 40, 8, 5, 12
+    plot_w, plot_h = width - left - right, height - top_pad - bottom
+    top = max(v for _, v in points) or 1
+    first, last = points[0][0], points[-1][0]
+
+    def x(batch: int) -> float:
+        return left + (batch - first) / ((last - first) or 1) * plot_w
+
+    def y(value: int) -> float:
+        return top_pad + (1 - value / top) * plot_h
+
+    line = " ".join(f"{x(b):.1f},{y(v):.1f}" for b, v in points)
+    label = 'font-size="9" fill="#777"'
+    return (f'<svg width="{width}" height="{height}" role="img" '
+            f'aria-label="{_e(measure)} over batches {first}..{last}, on a scale from 0 to {top}">'
+            f'<line x1="{left}" y1="{y(top):.1f}" x2="{width - right}" y2="{y(top):.1f}" stroke="#eee"/>'
+            f'<line x1="{left}" y1="{y(0):.1f}" x2="{width - right}" y2="{y(0):.1f}" stroke="#999"/>'
+            f'<text x="{left - 3}" y="{y(top) + 3:.1f}" text-anchor="end" {label}>{_count(top)}</text>'
+            f'<text x="{left - 3}" y="{y(0) + 3:.1f}" text-anchor="end" {label}>0</text>'
+            f'<text x="{left}" y="{height - 1}" {label}>batch {first}</text>'
+            f'<text x="{width - right}" y="{height - 1}" text-anchor="end" {label}>{last}</text>'
+            f'<polyline fill="none" stroke="#4c78a8" stroke-width="1.5" points="{line}"/></svg>')
 
 
 @dataclass
@@ -78,6 +116,44 @@ class StoreSizes:
     partitions: dict[int, int]
     over_batches: list[tuple[int, int]]  # (batch, total bytes) at up to SPARKLINE_POINTS batches
     retained: tuple[int, int, int] | None = None  # (first, last, count) of the batches it can rebuild
+    # keys per partition at the latest batch as its RocksDB snapshots record them (None: not every
+    # partition has a snapshot of that version), and their total at the batches where every one has
+    keys: dict[int, int] | None = None
+    keys_over_batches: list[tuple[int, int]] = field(default_factory=list)
+
+
+# what a view's numbers are: the state's rows, the keys RocksDB snapshots record, or file bytes
+ROWS, KEYS, ON_DISK = "rows", "keys", "bytes on disk"
+
+
+@dataclass
+class SizeView:
+    """What the display draws for one store or state variable: one measure per partition at one batch,
+    where the numbers come from, and the total of the same measure over batches."""
+
+    title: str
+    measure: str  # ROWS, KEYS or ON_DISK
+    source: str  # where the numbers come from, shown beside them
+    partitions: dict[int, int] = field(default_factory=dict)
+    over_batches: list[tuple[int, int]] = field(default_factory=list)  # never file bytes
+    state_bytes: int | None = None  # the state bytes at that batch, when measured
+    on_disk: int | None = None
+
+    def summary(self) -> str:
+        """Partitions and sizes in a few words."""
+        if not self.partitions:
+            return self.source
+        total = sum(self.partitions.values())
+        parts = [f"{len(self.partitions)} partitions"]
+        if self.measure == ON_DISK:
+            parts.append(f"{_bytes(total)} on disk")
+        else:
+            parts.append(f"{_count(total)} {self.measure}")
+            if self.state_bytes is not None:
+                parts.append(f"{_bytes(self.state_bytes)} state")
+            if self.on_disk is not None:
+                parts.append(f"{_bytes(self.on_disk)} on disk")
+        return " · ".join(parts)
 
 
 class StateTable:
@@ -132,6 +208,7 @@ class Checkpoint:
         self.path = path
         self.storage_options = dict(storage_options or {})
         self.diagnosis: Any = None  # the last doctor() result, shown by the display
+        self.measured: pa.Table | None = None  # the last stats() table, whose rows the display draws
 
     # -- what the checkpoint says (logs and metadata) ----------------------------------------------
 
@@ -167,8 +244,10 @@ class Checkpoint:
         return StateTable(table, f"changes of operator {operator or 0}")
 
     def stats(self, **options: Any) -> pa.Table:
-        """``stats``: rows and bytes per partition and batch (decodes every batch it measures)."""
-        return stats(self.path, storage_options=self.storage_options, **options)
+        """``stats``: rows and state bytes per partition and batch (loads every batch it measures);
+        the display draws the rows it measured from then on."""
+        self.measured = stats(self.path, storage_options=self.storage_options, **options)
+        return self.measured
 
     def doctor(self, **thresholds: float) -> Any:
         """``diagnose``; the display shows its findings from then on."""
@@ -224,9 +303,9 @@ class Checkpoint:
         lines = [f"state_reader.Checkpoint {self.path}"] + [f"  {k}: {v}" for k, v in summary]
         for op in self.description.get("operators", []):
             lines.append(f"  operator {op['operator_id']} ({op.get('operator_name') or 'unknown'})")
-            for s in (s for s in sizes if s.operator_id == op["operator_id"]):
-                total = sum(s.partitions.values())
-                lines.append(f"    store {s.store_name}: {len(s.partitions)} partitions, {_bytes(total)} on disk")
+            for view in self._views(op, sizes):
+                shown = view.summary()
+                lines.append(f"    {view.title}: {shown}" + ("" if shown == view.source else f" ({view.source})"))
         if self.diagnosis is not None:
             lines.append(f"  doctor: {len(self.diagnosis.findings)} findings")
             lines += [f"    {f.severity} {f.kind}: {f.summary}" for f in self.diagnosis.findings]
@@ -243,17 +322,60 @@ class Checkpoint:
         parts = [_CSS, '<div class="sr-cp">', f"<div><b>state_reader.Checkpoint</b> {_e(self.path)}</div><table>"]
         parts += [f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in summary]
         parts.append("</table>")
+        views = {op["operator_id"]: self._views(op, sizes) for op in self.description.get("operators", [])}
+        # one scale per measure for every bar of the display, so that partitions compare across stores
+        tops = {}
+        for view in (v for vs in views.values() for v in vs):
+            tops[view.measure] = max(tops.get(view.measure, 0), *view.partitions.values(), 0)
         for op in self.description.get("operators", []):
             stores = [s for s in sizes if s.operator_id == op["operator_id"]]
+            variables = [v for v in op.get("state_variables") or [] if v["kind"] != TIMERS]
+            timers = len(variables) != len(op.get("state_variables") or [])
+            what = (f'{len(variables)} state variable{"s" if len(variables) != 1 else ""}'
+                    f'{" and timers" if timers else ""} in ') if op.get("state_variables") else ""
             parts.append(f'<details open class="sr-op"><summary>operator {_e(op["operator_id"])} · '
-                         f'{_e(op.get("operator_name") or "unknown")} · {len(stores)} store'
+                         f'{_e(op.get("operator_name") or "unknown")} · {what}{len(stores)} store'
                          f'{"s" if len(stores) != 1 else ""}</summary>')
-            for s in stores:
-                parts.append(_store_html(s))
+            parts += [_view_html(view, tops) for view in views[op["operator_id"]]]
             parts.append("</details>")
         parts.append(self._findings_html())
         parts.append("</div>")
         return "".join(parts)
+
+    def _measured_view(self, operator_id: int, name: str, title: str, variable: bool = False) -> SizeView | None:
+        """The rows (and state bytes) :meth:`stats` measured for one store or variable, if it did."""
+        if self.measured is None:
+            return None
+        rows = [r for r in self.measured.to_pylist() if r["operator_id"] == operator_id and r["store_name"] == name]
+        if not rows:
+            return None
+        latest = max(r["batch_id"] for r in rows)
+        totals: dict[int, int] = {}
+        for r in rows:
+            totals[r["batch_id"]] = totals.get(r["batch_id"], 0) + r["rows"]
+        at = [r for r in rows if r["batch_id"] == latest]
+        # a variable's files are its store's, shared with the others: only a store's are its own
+        on_disk = None if variable else sum(r["bytes_on_disk"] for r in at)
+        return SizeView(title, ROWS, f"at batch {latest}, measured by stats()",
+                        {r["partition_id"]: r["rows"] for r in at}, sorted(totals.items()),
+                        state_bytes=sum(r["state_bytes"] for r in at), on_disk=on_disk)
+
+    def _views(self, op: dict[str, Any], sizes: list[StoreSizes]) -> list[SizeView]:
+        """What the display draws for one operator: its stores, then a transformWithState operator's
+        state variables and timers (one store holds them all, a column family each)."""
+        operator_id = op["operator_id"]
+        variables = op.get("state_variables")
+        out = []
+        for s in (s for s in sizes if s.operator_id == operator_id):
+            title = f"store {s.store_name}"
+            measured = None if variables else self._measured_view(operator_id, s.store_name, title)
+            out.append(measured or _files_view(s, title))
+        for v in variables or []:
+            title = v["described"] if v["kind"] == TIMERS else f"variable {v['name']} · {v['described']}"
+            out.append(self._measured_view(operator_id, v["name"], title, variable=True)
+                       or SizeView(title, ROWS, "not measured yet: .stats() measures the rows and state bytes of "
+                                   "each variable"))
+        return out
 
     def _findings_html(self) -> str:
         if self.diagnosis is None:
@@ -280,9 +402,10 @@ def _store_sizes(logs: _Logs, operator_id: int, store_name: str, desc: dict[str,
     files = {pid: StoreFiles(logs.storage, logs.store_dir(operator_id, pid, store_name), provider, codec)
              for pid in partitions}
 
-    def sizes(batch: int) -> dict[int, int] | None:
-        """Bytes of each partition's files for ``batch``; None once cleanup took any of them."""
-        out = {}
+    def sizes(batch: int) -> tuple[dict[int, int], dict[int, int] | None] | None:
+        """Bytes of each partition's files for ``batch`` and the keys their snapshots record (None unless
+        every partition has a snapshot of that version); None once cleanup took any of the files."""
+        out, keys = {}, {}
         look_ahead((store, batch + 1, unique_id_for(logs, store, batch + 1, operator_id, pid, store_name))
                    for pid, store in files.items())  # each partition's snapshot zip, all at once
         for pid, store in files.items():
@@ -291,11 +414,13 @@ def _store_sizes(logs: _Logs, operator_id: int, store_name: str, desc: dict[str,
             if not version.complete:
                 return None
             out[pid] = version.bytes_on_disk
-        return out
+            if version.recorded_keys is not None:
+                keys[pid] = version.recorded_keys
+        return out, (keys if len(keys) == len(out) else None)
 
     if not committed or not partitions:
         return StoreSizes(operator_id, store_name, dict.fromkeys(partitions, 0), [])
-    latest = sizes(committed[-1]) or {}
+    latest, latest_keys = sizes(committed[-1]) or ({}, None)
     # cleanup takes the oldest batches first: the oldest one still rebuildable, by bisection
     lo, hi = 0, len(committed) - 1
     while lo < hi:
@@ -307,21 +432,39 @@ def _store_sizes(logs: _Logs, operator_id: int, store_name: str, desc: dict[str,
     kept = committed[lo:]
     step = max(1, -(-len(kept) // SPARKLINE_POINTS))
     points = sorted({*kept[::step], kept[-1]})
-    over = [(b, sum(found.values())) for b in points if (found := sizes(b)) is not None]
+    found = {b: at for b in points if (at := sizes(b)) is not None}
+    over = [(b, sum(at[0].values())) for b, at in found.items()]
+    keys_over = [(b, sum(at[1].values())) for b, at in found.items() if at[1] is not None]
     return StoreSizes(operator_id, store_name, {p: latest.get(p, 0) for p in partitions}, over,
-                      retained=(kept[0], kept[-1], len(kept)))
+                      retained=(kept[0], kept[-1], len(kept)), keys=latest_keys, keys_over_batches=keys_over)
 
 
-def _store_html(s: StoreSizes) -> str:
-    top = max(s.partitions.values(), default=0) or 1
-    bars = "".join(f'<tr><td>{p}</td><td><span class="sr-bar" style="width:{max(1, round(160 * n / top))}px">'
-                   f'</span></td><td>{_e(_bytes(n))}</td></tr>' for p, n in s.partitions.items())
-    trend = [n for _, n in s.over_batches]
-    span = f"batches {s.retained[0]}..{s.retained[1]}" if s.retained else ""
-    return (f'<details><summary>store {_e(s.store_name)} · {len(s.partitions)} partitions · '
-            f'{_e(_bytes(sum(s.partitions.values())))} on disk {_sparkline(trend)} '
-            f'<span class="sr-muted">{_e(span)}</span></summary><table><tr><th>partition</th><th>bytes on disk</th>'
-            f'<th></th></tr>{bars}</table></details>')
+def _files_view(s: StoreSizes, title: str) -> SizeView:
+    """A store's size from its files alone: the keys its RocksDB snapshots record, else file bytes."""
+    at = f"at batch {s.retained[1]}" if s.retained else "at the latest batch"
+    on_disk = sum(s.partitions.values())
+    if s.keys is not None:
+        return SizeView(title, KEYS, f"{at}, as its RocksDB snapshots record them; .stats() measures rows and "
+                        "state bytes", s.keys, s.keys_over_batches, on_disk=on_disk)
+    return SizeView(title, ON_DISK, f"{at}: the files that batch is rebuilt from (snapshot and deltas), not the "
+                    "state's size; .stats() measures it", s.partitions)
+
+
+def _view_html(view: SizeView, tops: dict[str, int]) -> str:
+    """One store or variable: its summary, where its numbers come from, the sparkline and a bar per partition."""
+    head = f"<summary>{_e(view.title)} · {_e(view.summary())}</summary>"
+    if not view.partitions:
+        return f'<details>{head}</details>'
+    top = tops.get(view.measure) or 1
+    shown = _bytes if view.measure == ON_DISK else _count
+    bars = "".join(f'<tr><td class="sr-p">{p}</td><td class="sr-b"><div class="sr-track"><div class="sr-bar" '
+                   f'style="width:{round(BAR_WIDTH * n / top)}px"></div></div></td>'
+                   f'<td class="sr-n">{_e(shown(n))}</td></tr>' for p, n in sorted(view.partitions.items()))
+    trend = _sparkline(view.over_batches, view.measure)
+    trend_html = f'<div class="sr-trend">{_e(view.measure)} over batches<br>{trend}</div>' if trend else ""
+    return (f'<details>{head}<div class="sr-muted">{_e(view.measure)} {_e(view.source)}; bars on one scale for '
+            f'the whole display, 0 .. {_e(shown(top))}</div><div class="sr-row"><table><tr><th>partition</th>'
+            f'<th>{_e(view.measure)}</th><th></th></tr>{bars}</table>{trend_html}</div></details>')
 
 
 def open_checkpoint(path: str, **storage_options: Any) -> Checkpoint:

@@ -8,6 +8,7 @@ pinned in the offset log of the latest committed batch.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from state_reader.core.metadata import metadata_rows
@@ -31,6 +32,7 @@ from state_reader.model.conf import (
     ROCKSDB_PROVIDER,
     conf_flag,
 )
+from state_reader.model.state_variables import declared_variables
 from state_reader.providers.store_files import StoreFiles
 
 # state format conf of each kind of operator, and the operator names of that kind
@@ -56,6 +58,14 @@ def _state_files(cp: Checkpoint, op: int, entry: dict[str, Any], latest: int) ->
         return None, False
     changelogs = files.rocksdb and bool(files.deltas or files.changelogs_with_ids)
     return ({"first": versions[0] - 1, "last": versions[-1] - 1} if versions else None), changelogs
+
+
+def _properties(text: str | None) -> dict[str, Any]:
+    try:
+        doc = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 @with_one_listing  # each directory of a remote checkpoint listed once
@@ -89,6 +99,12 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
             "stores": [],
         })
         entry["stores"].append({"store_name": row["stateStoreName"], "num_partitions": row["numPartitions"]})
+    for entry in operators.values():
+        if operator_names.is_transform_with_state(entry["operator_name"]):
+            # the user's variables (one store holds them all, a column family each) and the timers
+            entry["state_variables"] = [
+                {"name": v.name, "kind": v.kind, "ttl": v.ttl, "described": v.describe()}
+                for v in declared_variables(_properties(entry["operator_properties"]))]
     changelogs = False
     for op, entry in operators.items():
         entry["batches"], has_changelogs = _state_files(cp, op, entry, latest)

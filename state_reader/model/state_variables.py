@@ -22,6 +22,7 @@ timers          key, expiration_timestamp_ms            (same)
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from state_reader.errors import InvalidOptionError, SchemaReadError
 from state_reader.formats.schema_files import ColumnFamilySchema, read_schema_v3
@@ -115,6 +116,33 @@ def user_variables(metadata: OperatorMetadata) -> list[str]:
 def timer_family(metadata: OperatorMetadata) -> str | None:
     """The column family of the operator's registered timers, None when its time mode has none."""
     return _TIMER_FAMILIES.get(str(metadata.properties.get("timeMode", "None")))
+
+
+@dataclass(frozen=True)
+class DeclaredVariable:
+    """A state variable a transformWithState operator declares in its metadata (or its timers)."""
+
+    name: str  # the variable's name; for the timers, their column family (a ``stateVarName`` of stats)
+    kind: str  # ValueState, ListState, MapState, or TimerState for the timers
+    ttl: bool
+    time_mode: str | None = None  # the timers' (ProcessingTime or EventTime)
+
+    def describe(self) -> str:
+        """The kind and TTL in a few words: "ValueState, TTL", "timers (ProcessingTime)"."""
+        if self.kind == TIMERS:
+            return f"timers ({self.time_mode})"
+        return f"{self.kind}{', TTL' if self.ttl else ', no TTL'}"
+
+
+def declared_variables(properties: dict[str, Any]) -> list[DeclaredVariable]:
+    """The user's state variables of a transformWithState operator (its metadata's ``operatorProperties``),
+    in their declared order, then its timers when its time mode has them."""
+    out = [DeclaredVariable(str(v.get("stateName")), str(v.get("stateVariableType", VALUE)), bool(v.get("ttlEnabled")))
+           for v in properties.get("stateVariables", []) if not str(v.get("stateName", "")).startswith("$")]
+    mode = str(properties.get("timeMode", "None"))
+    if mode in _TIMER_FAMILIES:
+        out.append(DeclaredVariable(_TIMER_FAMILIES[mode], TIMERS, False, mode))
+    return out
 
 
 def variables_described(metadata: OperatorMetadata) -> str:

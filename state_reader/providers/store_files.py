@@ -39,6 +39,8 @@ class VersionFiles:
     snapshot_version: int | None = None  # None: rebuilt from the empty state
     delta_chain: int = 0  # deltas / changelogs replayed after the snapshot
     complete: bool = True  # False when a file the version needs is not there
+    # the keys the version's own snapshot zip records (RocksDB's numKeys); None when it has no zip of its own
+    recorded_keys: int | None = None
 
     @property
     def batch_id(self) -> int:
@@ -59,6 +61,7 @@ class StoreFiles:
         self.sizes: dict[str, int] = storage.list_sizes(directory) or {}
         self._sst_sizes: dict[str, int] | None = None
         self._zip_members: dict[str, list[tuple[str, int]]] = {}
+        self._zip_keys: dict[str, int] = {}  # numKeys of each zip looked into
         if provider == ROCKSDB_PROVIDER:
             store = RocksDBStore(storage, directory, codec)
             self.snapshots = {v for v, u in store.zips if u is None}
@@ -123,6 +126,8 @@ class StoreFiles:
             self._add(out, self._snapshot_name(start))
             if self.rocksdb:
                 self._add_zip_data(out, self._snapshot_name(start))
+                if start == version:
+                    out.recorded_keys = self._zip_keys.get(self._snapshot_name(start))
         elif self.rocksdb and not self.deltas:
             out.complete = False  # every RocksDB version without changelogs has its own zip
         for v in range(start + 1, version + 1):
@@ -136,6 +141,7 @@ class StoreFiles:
             out.snapshot_version = version
             self._add(out, self._snapshot_name(version, unique_id))
             self._add_zip_data(out, self._snapshot_name(version, unique_id))
+            out.recorded_keys = self._zip_keys.get(self._snapshot_name(version, unique_id))
             return out
         last = self._delta_name(version, unique_id)
         chain: list[tuple[int, str]] = []
@@ -204,6 +210,8 @@ class StoreFiles:
         except (FileNotFoundError, StateReaderError):
             meta = None  # damaged or missing: verify reports it, stats counts the zip alone
         if meta is not None:
+            if meta.num_keys >= 0:  # -1: the writer did not record it
+                self._zip_keys[zip_name] = meta.num_keys
             if self._sst_sizes is None:
                 self._sst_sizes = self.storage.list_sizes(f"{self.directory}/{snapshot_zip.SST_DIR}") or {}
             for f in meta.sst_files:
