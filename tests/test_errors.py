@@ -9,9 +9,11 @@ test_fuzz.py) are not repeated here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -624,3 +626,39 @@ def test_change_feed_start_cleaned_up_or_past_the_end_from_every_entry_point(spa
     proc = cli("--from", str(latest + 30))
     assert proc.returncode == 1 and "no changes" not in proc.stdout, (proc.stdout, proc.stderr)
     assert f"--from: batch {latest + 30} is after the latest committed batch" in proc.stderr, proc.stderr
+
+
+ABSURD_BATCH = 2**63 - 2  # the largest batch whose state version (batch + 1) is still a long
+
+
+@contextlib.contextmanager
+def _answers_at_once(seconds: int = 60):
+    """Fail instead of hanging: a loop bounded by a number read from a file would run for ages."""
+    def stop(signum, frame):
+        raise AssertionError(f"no answer within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("name", ["agg_window", "rocksdb_cl_agg_window", "rocksdb_agg_window"])
+def test_a_commit_with_an_absurd_batch_number_gives_a_clear_error_at_once(checkpoints, tmp_path, name):
+    cp = tmp_path / "cp"
+    shutil.copytree(checkpoints(name), cp)
+    last = max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
+    for log in ("commits", "offsets"):
+        shutil.copy(cp / log / str(last), cp / log / str(ABSURD_BATCH))
+    with _answers_at_once():
+        with pytest.raises(state_reader.MissingStateFileError, match=str(ABSURD_BATCH + 1)):
+            state_reader.read_state(str(cp))
+        with pytest.raises(state_reader.StateReaderError):
+            state_reader.read_state(str(cp), read_change_feed=True, change_start_batch_id=last)
+        assert state_reader.read_state(str(cp), batch_id=last).num_rows > 0
+        assert str(ABSURD_BATCH) in repr(state_reader.open(str(cp)))
+        diagnosis = state_reader.diagnose(str(cp))
+        assert any("does not exist" in line for line in diagnosis.checked)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -63,6 +64,18 @@ def parse_state_file_name(name: str) -> tuple[int, str | None, str] | None:
 def numeric_names(names: list[str] | None) -> list[int]:
     """Sorted integer values of the names that are plain non-negative integers."""
     return sorted(int(n) for n in (names or []) if n.isdigit())
+
+
+def first_missing(present: Collection[int], lo: int, hi: int) -> int | None:
+    """The smallest of ``lo..hi`` not in ``present``, or None: in time proportional to the
+    versions present, however far apart ``lo`` and ``hi`` are (a batch id read from a log
+    can be anything, up to 2**63 - 1)."""
+    expected = lo
+    for v in sorted(v for v in set(present) if lo <= v <= hi):
+        if v != expected:
+            return expected
+        expected += 1
+    return expected if expected <= hi else None
 
 
 def version_ranges(versions: set[int]) -> str:

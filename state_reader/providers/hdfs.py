@@ -29,7 +29,7 @@ from state_reader.errors import CorruptFileError, MissingStateFileError, StateRe
 from state_reader.formats import codecs, kernels
 from state_reader.formats.unsaferow import PAD, RowBuffer, byte_view, copy_spans, decode_rows, int_array
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import parse_state_file_name, state_file_name, version_ranges
+from state_reader.model.checkpoint import first_missing, parse_state_file_name, state_file_name, version_ranges
 from state_reader.model.plan import StateReadPlan
 
 # Each file starts at a multiple of this in the shared buffer (its words stay aligned).
@@ -196,10 +196,11 @@ class HDFSStore:
         return parse_records(codecs.decompress(raw, self.codec, shown), shown, allow_removes=(kind == "delta"),
                              value_skip=self.value_skip)
 
-    def _missing(self, version: int, kind: str) -> MissingStateFileError:
+    def _missing(self, version: int, kind: str,
+                 why: str = "it is needed to rebuild the state") -> MissingStateFileError:
         shown = self.storage.display(f"{self.directory}/{state_file_name(version, kind)}")
         return MissingStateFileError(
-            f"{shown} does not exist; it is needed to rebuild the state. Files present in "
+            f"{shown} does not exist; {why}. Files present in "
             f"{self.storage.display(self.directory)}: snapshots {sorted(self.snapshots) or 'none'}, "
             f"deltas {version_ranges(self.deltas)}", path=shown)
 
@@ -219,9 +220,11 @@ class HDFSStore:
                     f"{self.storage.display(f'{self.directory}/{start}.snapshot')} does not exist "
                     f"(snapshots in {self.storage.display(self.directory)}: "
                     f"{sorted(self.snapshots) or 'none'})", path=self.storage.display(self.directory))
-        missing = [v for v in range(start + 1, version + 1) if v not in self.deltas]
-        if missing:
-            raise self._missing(missing[0], "delta")
+        gap = first_missing(self.deltas, start + 1, version)
+        if gap is not None:  # checked first: past it, the chain is no longer than the deltas on disk
+            base = f"the snapshot of version {start}" if start else "the empty state"
+            raise self._missing(gap, "delta", f"version {version} (batch {version - 1}) is rebuilt from {base} "
+                                f"and the deltas {start + 1}..{version}")
         files = [(start, "snapshot")] if start > 0 else []
         return files + [(v, "delta") for v in range(start + 1, version + 1)]
 

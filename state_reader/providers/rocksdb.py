@@ -68,6 +68,7 @@ from state_reader.formats.sst import SstNotSupportedError, read_sst_rows
 from state_reader.formats.unsaferow import RowBuffer
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import (
+    first_missing,
     parse_state_file_name,
     state_file_name,
     version_ranges,
@@ -322,7 +323,7 @@ class RocksDBStore:
                 f"the state files carry unique ids (checkpoint format version 2) but commits/{version - 1} "
                 "records none to choose them by")
         start = max((v for v in plain_zips if v <= version), default=0)
-        gap = next((v for v in range(start + 1, version + 1) if v not in plain_logs), None)
+        gap = first_missing(plain_logs, start + 1, version)
         if gap is not None:
             base = f"{start}.zip" if start else "the empty state"
             if not plain_logs:  # no changelog checkpointing: every version has its own zip
@@ -417,6 +418,10 @@ def load_store(plan: StateReadPlan, directory: str, partition_id: int) -> StoreS
 
     start = plan.snapshot_start_version
     if start is not None:
+        gap = first_missing({v for v, _ in store.changelogs}, start + 1, plan.version)
+        if gap is not None:  # before the unique ids of every version in between are looked up
+            raise store._missing(gap, unique_id(gap), "changelog",
+                                 f"replaying the snapshot of version {start} up to version {plan.version} needs it")
         return store.load_from_snapshot(start, plan.version, {v: unique_id(v) for v in range(start, plan.version + 1)})
     return store.load(plan.version, unique_id(plan.version))
 

@@ -22,7 +22,7 @@ from state_reader.formats import changelog as changelog_format
 from state_reader.formats import snapshot_zip
 from state_reader.formats.codecs import decompress
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint, state_file_name
+from state_reader.model.checkpoint import Checkpoint, first_missing, state_file_name
 from state_reader.model.conf import ROCKSDB_PROVIDER
 from state_reader.model.plan import StateReadPlan
 from state_reader.providers.hdfs import HDFSStore
@@ -110,7 +110,12 @@ class StoreFiles:
             if not everything:
                 return []
             first = 1 if 1 in self.deltas else min(self.snapshots or everything)
-            versions = list(range(first, last_version + 1))
+            if last_version - first <= len(everything):
+                versions = list(range(first, last_version + 1))
+            else:  # a commit far past the files: the versions they hold, the first one missing, and the last
+                gap = first_missing(self.deltas, first + 1, last_version)
+                versions = sorted({v for v in everything if first <= v <= last_version}
+                                  | {last_version} | ({gap} if gap is not None else set()))
         if self.rocksdb and committed_versions is not None:
             versions = [v for v in versions if v in committed_versions]
         return versions
@@ -130,8 +135,13 @@ class StoreFiles:
                     out.recorded_keys = self._zip_keys.get(self._snapshot_name(start))
         elif self.rocksdb and not self.deltas:
             out.complete = False  # every RocksDB version without changelogs has its own zip
-        for v in range(start + 1, version + 1):
-            out.delta_chain += 1
+        out.delta_chain += version - start
+        if version - start <= len(self.deltas) + 1:
+            wanted: Iterable[int] = range(start + 1, version + 1)
+        else:  # more versions than files (a commit far past them): the files there are, and the first gap
+            gap = first_missing(self.deltas, start + 1, version)
+            wanted = sorted({v for v in self.deltas if start < v <= version} | ({gap} if gap is not None else set()))
+        for v in wanted:
             self._add(out, self._delta_name(v))
         return out
 
