@@ -34,7 +34,7 @@ from state_reader.core.decode import read_partition
 from state_reader.core.key_filter import OPTION as KEY_FILTER_OPTION
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec, as_key_filter
 from state_reader.core.pruning import lookup_partitions
-from state_reader.errors import InvalidOptionError, MissingStateFileError
+from state_reader.errors import InvalidOptionError, MissingStateFileError, StorageError
 from state_reader.model.plan import StateReadPlan
 from state_reader.progress import progress
 from state_reader.providers.store_files import StoreFiles, files_to_read, unique_id_for
@@ -155,6 +155,7 @@ class _Prefetch:
         self._used = 0
         self._held: dict[int, tuple[list[str], int]] = {}
         self._closed = False
+        self._failed: dict[int, StorageError] = {}
         self._pool = ThreadPoolExecutor(min(len(chosen), 32), thread_name_prefix="state_reader_prefetch")
         self._tasks = {pid: self._pool.submit(self._warm, i, pid) for i, pid in enumerate(chosen)}
 
@@ -165,6 +166,8 @@ class _Prefetch:
             found = files_to_read(self.plan, pid)
             if found is not None:
                 rels, nbytes = found
+        except StorageError as exc:  # the filesystem failed: the partition's read fails with it, not again
+            self._failed[pid] = exc
         except Exception:  # the partition's own read meets the error and reports it
             pass
         with self._cond:
@@ -186,6 +189,8 @@ class _Prefetch:
         task = self._tasks.get(pid)
         if task is not None:
             task.result()
+        if pid in self._failed:
+            raise self._failed[pid]
 
     def done(self, pid: int) -> None:
         """The partition is decoded: let go of what was fetched for it and not read."""
@@ -201,9 +206,8 @@ class _Prefetch:
             self._cond.notify_all()
             held = [rels for rels, _ in self._held.values()]
             self._held.clear()
-        for task in self._tasks.values():
-            task.cancel()
-        self._pool.shutdown(wait=True)
+        # fetches under way finish in the background: a filesystem that stopped answering does not hold the caller
+        self._pool.shutdown(wait=False, cancel_futures=True)
         for rels in held:
             self.plan.storage.discard(rels)
 

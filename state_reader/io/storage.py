@@ -612,6 +612,7 @@ class Storage:
             raise FileNotFoundError(self.display(rel)) from None
         except Exception as exc:
             _COUNTS.add("get")
+            log.debug("fetch %s failed: %s", self.display(rel), exc)
             raise self._wrap(exc, rel, "reading") from exc
         _COUNTS.add("get", nbytes=len(data))
         log.debug("fetched %s: %d bytes", self.display(rel), len(data))
