@@ -414,6 +414,10 @@ def test_refusals(checkpoints, tmp_path):
         state_reader.rewrite(checkpoints("join_v3"), str(tmp_path / "f"), provider="hdfs")
     with pytest.raises(state_reader.InvalidOptionError):
         state_reader.repartition(src, str(tmp_path / "d"), 0)
+    # a drop_keys filter that does not fit the key fails before anything is written
+    with pytest.raises(state_reader.StateReaderError, match="drop_keys"):
+        state_reader.rewrite(src, str(tmp_path / "e"), num_partitions=3, drop_keys="no_such_field = 1")
+    assert not (tmp_path / "e").exists()
 
 
 def test_spark_refuses_an_incomplete_rewrite(spark, checkpoints, tmp_path):

@@ -921,6 +921,7 @@ def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partiti
         return report
     if dest is None:
         raise InvalidOptionError("a rewrite needs a destination (or dry_run=True)")
+    dropped = {id(rows): _dropped(rows.plan, drop_keys) for rows in rp.stores}  # a bad filter fails before writing
     dest.begin(rp.checkpoint.location)  # marked incomplete: the commit point is the real `metadata`, written last
     report = rp.report(dest.display(), dry_run=False)
     put = counting_writer(dest, report)
@@ -932,7 +933,7 @@ def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partiti
                 targets = rows.target_partitions(n)
                 with progress(f"routing {_label(rows.plan)}", len(rows.plan.partitions) + len(targets),
                               enabled=show_progress) as bar:
-                    _route_store(rows, store, n, _dropped(rows.plan, drop_keys), rp.to_rocksdb, spill, bar)
+                    _route_store(rows, store, n, dropped[id(rows)], rp.to_rocksdb, spill, bar)
                     bar.advance(0, f"writing {_label(rows.plan)}")
                     extra = zip_extra_metadata(rows.plan)
                     for pid in targets:

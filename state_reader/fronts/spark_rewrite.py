@@ -85,6 +85,8 @@ def rewrite_with_spark(spark: Any, source: Storage, dest: Destination, *, num_pa
     ``transform`` runs on the executors (shipped as Spark ships any Python function)."""
     rp = plan_rewrite(source, num_partitions=num_partitions, provider=provider, batch_id=batch_id,
                       allow_uncommitted=allow_uncommitted, transform=transform)
+    for rows in rp.stores:  # a bad filter fails before anything is written
+        bind_key_filter(rows.plan, drop_keys, "drop_keys")
     dest.begin(rp.checkpoint.location)  # marked incomplete: the commit point is the real `metadata`, written last
     report = rp.report(dest.display(), dry_run=False)
     put = counting_writer(dest, report)
