@@ -1,0 +1,79 @@
+"""Reads of a checkpoint on a filesystem where every request is a round trip (``latencyfile://``, the
+local disk with each request counted): the same rows as a local read, from a number of listings that
+does not grow with the partitions, each file fetched once, and no per-file ``info``."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+
+import latency_fs
+import pytest
+
+import state_reader
+from state_reader.core.planner import plan_state_read
+from state_reader.core.scan import read_table
+from state_reader.errors import MissingStateFileError
+from state_reader.io.storage import io_counts, io_counts_since
+
+FS = latency_fs.LatencyFileSystem
+
+
+@pytest.fixture(scope="module")
+def remote() -> str:
+    return latency_fs.register(0.0)
+
+
+def _rows(table) -> list:
+    return sorted(map(str, table.to_pylist()))
+
+
+@pytest.mark.parametrize("name", ["lookup_types", "rocksdb_lookup_types"])
+def test_read_lists_once_and_fetches_each_file_once(remote, checkpoints, name):
+    path = checkpoints(name)
+    local = state_reader.read_state(path)
+    FS.reset()
+    before = io_counts()
+    table = state_reader.read_state(remote + path)
+    assert _rows(table) == _rows(local)
+    calls = FS.calls
+    # the commit log (twice: once as the read starts, once as it plans), the offset log, and the operator's
+    # state in one recursive listing: however many partitions there are
+    assert calls["list"] <= 4, FS.paths
+    assert calls["info"] == 0, [p for k, p in FS.paths if k == "info"]
+    fetched = Counter(p for k, p in FS.paths if k == "get")
+    assert max(fetched.values()) == 1, [p for p, n in fetched.items() if n > 1]
+    assert {p.split("/state/0/")[1].split("/")[0] for p in fetched if "/state/0/" in p} >= set(map(str, range(8)))
+    # what the process counted matches what the filesystem saw
+    counted = io_counts_since(before)
+    assert counted["get"] == calls["get"] and counted["list"] == calls["list"] and counted["bytes"] > 0
+
+
+@pytest.mark.parametrize("name", ["lookup_types", "rocksdb_lookup_types"])
+def test_one_key_lookup_fetches_one_partition(remote, checkpoints, name):
+    path = checkpoints(name)
+    full = state_reader.read_state(path)
+    key = full.column("key").to_pylist()[0]
+    if not all(isinstance(v, (str, int)) and not isinstance(v, bool) and "'" not in str(v) for v in key.values()):
+        pytest.skip("the first key has fields an expression cannot pin")
+    # every key field pinned: the partition the key hashes to is the only one read
+    expression = " and ".join(f"{k} = '{v}'" if isinstance(v, str) else f"{k} = {v}" for k, v in key.items())
+    local = state_reader.read_state(path, key_filter=expression)
+    FS.reset()
+    table = state_reader.read_state(remote + path, key_filter=expression)
+    assert _rows(table) == _rows(local) and table.num_rows >= 1
+    state_parts = {p.split("/state/0/")[1].split("/")[0] for k, p in FS.paths if k == "get" and "/state/0/" in p}
+    assert state_parts - {"_metadata", "0"} <= {str(table.column("partition_id")[0].as_py())}
+    assert FS.calls["list"] <= 4 and FS.calls["info"] == 0
+
+
+def test_file_gone_between_listing_and_fetch(remote, checkpoints, tmp_path):
+    """Planned from a listing that shows a delta; the delta is deleted before the read fetches it."""
+    copy = tmp_path / "cp"
+    shutil.copytree(checkpoints("lookup_types"), copy)
+    plan = plan_state_read({"path": remote + str(copy)})
+    store = copy / "state" / "0" / "3"
+    delta = max(store.glob("*.delta"), key=lambda p: int(p.name.split(".")[0]))
+    delta.unlink()
+    with pytest.raises(MissingStateFileError, match=delta.name):
+        read_table(plan)
