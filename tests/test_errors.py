@@ -661,4 +661,8 @@ def test_a_commit_with_an_absurd_batch_number_gives_a_clear_error_at_once(checkp
         assert state_reader.read_state(str(cp), batch_id=last).num_rows > 0
         assert str(ABSURD_BATCH) in repr(state_reader.open(str(cp)))
         diagnosis = state_reader.diagnose(str(cp))
-        assert any("does not exist" in line for line in diagnosis.checked)
+    unreadable = [f for f in diagnosis.findings if f.kind == "unreadable-store"]
+    assert unreadable and all(f.severity == "error" and "does not exist" in f.summary for f in unreadable)
+    assert not diagnosis.healthy
+    # the healthy twin: nothing unreadable
+    assert not [f for f in state_reader.diagnose(checkpoints(name)).findings if f.kind == "unreadable-store"]

@@ -42,7 +42,7 @@ from state_reader.model.plan import StateReadPlan
 from state_reader.providers.store_files import StoreFiles, look_ahead, unique_id_for
 
 SEVERITIES = ("error", "warning", "info")
-KINDS = ("watermark-stalled", "never-evicted", "expired-rows", "skew", "long-chain", "storage-waste",
+KINDS = ("unreadable-store", "watermark-stalled", "never-evicted", "expired-rows", "skew", "long-chain", "storage-waste",
          "files-past-commit", "uncommitted-batch", "large-rows", "overdue-timers")
 
 
@@ -599,6 +599,19 @@ def _no_eviction_reason(store: _Store, entries: dict[int, OffsetEntry]) -> str |
 
 
 @with_one_listing  # each directory of a remote checkpoint listed once
+def _unreadable(op: int, store_name: str, batch_id: int | None, exc: StateReaderError) -> Finding:
+    """A store whose latest batch cannot be read: no other check can look at it, and Spark cannot
+    restart the query from it either."""
+    return Finding(
+        "unreadable-store", "error", op, store_name,
+        f"the state of batch {batch_id} cannot be read: {exc.message}",
+        {"error": type(exc).__name__, "file": getattr(exc, "path", None)},
+        "Spark cannot restart the query from this checkpoint until the file is back. `state-reader verify` "
+        "lists every missing or damaged file; restore them from a copy of the checkpoint, or, if the newest "
+        "commits are what is wrong (a commit past the state files), remove those commits and offsets with the "
+        "query stopped so that it runs those batches again")
+
+
 def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
              storage_options: dict[str, Any] | None = None) -> Diagnosis:
     """Check a checkpoint for the problems in :data:`KINDS`; see the module docstring."""
@@ -636,6 +649,7 @@ def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
                 checkpoint=cp)
         except StateReaderError as exc:
             result.checked.append(f"operator {op}, store {store_name}: not read ({exc.message})")
+            result.findings.append(_unreadable(op, store_name, latest, exc))
             continue
         plan = planned[-1]
         store = _Store(op, store_name, op_name, plan, table)
