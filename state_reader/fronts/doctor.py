@@ -42,8 +42,8 @@ from state_reader.model.plan import StateReadPlan
 from state_reader.providers.store_files import StoreFiles, look_ahead, unique_id_for
 
 SEVERITIES = ("error", "warning", "info")
-KINDS = ("unreadable-store", "watermark-stalled", "never-evicted", "expired-rows", "skew", "long-chain", "storage-waste",
-         "files-past-commit", "uncommitted-batch", "large-rows", "overdue-timers")
+KINDS = ("unreadable-store", "watermark-stalled", "never-evicted", "expired-rows", "skew", "long-chain",
+         "storage-waste", "files-past-commit", "uncommitted-batch", "large-rows", "overdue-timers")
 
 
 @dataclass(frozen=True)
