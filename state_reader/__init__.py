@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from state_reader._version import __version__ as __version__
 from state_reader.errors import (
     BatchNotRetainedError,
+    ChangesLostError,
     ChecksumMismatchError,
     CodecUnavailableError,
     CommittedBatchUnavailableError,
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from state_reader.fronts.api import diagnose, read_metadata, read_state, repartition, rewrite, scan_state
-    from state_reader.fronts.changefeed import changes
+    from state_reader.fronts.changefeed import changes, follow
     from state_reader.fronts.doctor import Diagnosis, Finding
     from state_reader.fronts.flatten import with_unique_field_names
     from state_reader.fronts.notebook import Checkpoint
@@ -74,6 +75,7 @@ _LAZY = {
     "rewrite": "state_reader.fronts.api",
     "repartition": "state_reader.fronts.api",
     "changes": "state_reader.fronts.changefeed",
+    "follow": "state_reader.fronts.changefeed",
     "Diagnosis": "state_reader.fronts.doctor",
     "Finding": "state_reader.fronts.doctor",
     "with_unique_field_names": "state_reader.fronts.flatten",
@@ -88,6 +90,7 @@ _RENAMED = {"open": "open_checkpoint"}
 
 __all__ = [
     "BatchNotRetainedError",
+    "ChangesLostError",
     "Checkpoint",
     "ChecksumMismatchError",
     "CodecUnavailableError",
@@ -123,6 +126,7 @@ __all__ = [
     "UnsupportedTypeError",
     "changes",
     "diagnose",
+    "follow",
     "open",
     "plot_state_size",
     "read_metadata",

@@ -132,6 +132,12 @@ class BatchNotRetainedError(MissingStateFileError):
     error_class = "STATE_READER_BATCH_NOT_RETAINED"
 
 
+class ChangesLostError(BatchNotRetainedError):
+    """A follower of a running query fell behind: the query cleaned up batches it had not read yet."""
+
+    error_class = "STATE_READER_CHANGES_LOST"
+
+
 class ReadOutpacedError(MissingStateFileError):
     """A running query committed and cleaned up faster than every attempt to read its latest batch."""
 

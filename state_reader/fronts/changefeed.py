@@ -1,4 +1,5 @@
-"""The change feed of a store between two batches, ordered for reading.
+"""The change feed of a store between two batches, ordered for reading, and the
+changes of a running query as it commits them (:func:`follow`).
 
 :func:`changes` is ``read_state(cp, read_change_feed=True,
 change_start_batch_id=start, change_end_batch_id=end)`` with its rows sorted by
@@ -8,16 +9,20 @@ updates and deletes the CLI prints above the rows.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from state_reader.core.follow import Follow, follow_batches
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
 from state_reader.core.live import read_consistently
 from state_reader.core.options import from_kwargs
 from state_reader.core.scan import read_table
-from state_reader.errors import public_api
+from state_reader.errors import public_api, unexpected_errors_as_ours
 from state_reader.fronts.flatten import with_unique_field_names
 
 
@@ -71,3 +76,56 @@ def change_counts(table: pa.Table) -> list[dict[str, Any]]:
     rows = [{"batch_id": r["batch_id"], "change_type": r["change_type"], "rows": r["batch_id_count"]}
             for r in grouped.to_pylist()]
     return sorted(rows, key=lambda r: (r["batch_id"], str(r["change_type"])))
+
+
+@public_api
+def follow(checkpoint: str, *, operator_id: int | None = None, store_name: str | None = None,
+           state_var_name: str | None = None, start: int | None = None, max_batches: int | None = None,
+           fail_on_data_loss: bool = True, start_with_snapshot: bool = False,
+           change_feed_from_snapshots: bool | None = None, poll_seconds: float = 1.0,
+           max_poll_seconds: float = 30.0, stop: threading.Event | Callable[[], bool] | None = None,
+           storage_options: dict[str, Any] | None = None,
+           exact_schema: bool = False) -> Iterator[tuple[int, pa.Table]]:
+    """The changes of a running query's store as its batches commit: ``(batch_id, pyarrow.Table)``.
+
+    One item per committed producer batch, in order, a batch without changes as an
+    empty table (so the last batch seen says where to resume: ``start=batch + 1``).
+    ``start`` defaults to the oldest batch the checkpoint still serves. The commit
+    log is polled every ``poll_seconds``, the wait doubling up to
+    ``max_poll_seconds`` while nothing commits; the iteration ends when ``stop``
+    (a ``threading.Event`` or a callable) says so, or when the caller stops
+    iterating. At most ``max_batches`` producer batches are read at once.
+
+    Batches the query cleaned up before they were read raise
+    :class:`~state_reader.errors.ChangesLostError`; with ``fail_on_data_loss=False``
+    they are skipped (a warning in the ``state_reader.follow`` log names them).
+    ``start_with_snapshot``: the first item is ``(start - 1, the whole state then)``,
+    rows with ``change_type = 'snapshot'``. Errors for a location that is no
+    checkpoint, a query that has not committed a batch, or an operator, store or
+    variable that does not exist are raised by this call, before iterating.
+    Nothing is written to the checkpoint.
+    """
+    options = from_kwargs(checkpoint, {
+        "operator_id": operator_id, "store_name": store_name, "state_var_name": state_var_name,
+        "change_start_batch_id": start, "max_batches_per_trigger": max_batches,
+        "fail_on_data_loss": fail_on_data_loss, "start_with_snapshot": start_with_snapshot,
+        "change_feed_from_snapshots": change_feed_from_snapshots, "storage_options": storage_options})
+    spec = Follow.parse(options)
+    spec.initial_offset()
+    spec.schema_plan()  # the operator, store or variable exists
+    stopped = stop.is_set if isinstance(stop, threading.Event) else stop
+
+    def items() -> Iterator[tuple[int, pa.Table]]:
+        with unexpected_errors_as_ours(str(checkpoint)):
+            for batch, table in follow_batches(spec, poll_seconds=poll_seconds, max_poll_seconds=max_poll_seconds,
+                                               stop=stopped, sleep=_sleeper(stop)):
+                yield batch, table if exact_schema else with_unique_field_names(table)
+
+    return items()
+
+
+def _sleeper(stop: threading.Event | Callable[[], bool] | None) -> Callable[[float], None]:
+    """A wait between polls that an Event cuts short."""
+    if isinstance(stop, threading.Event):
+        return lambda seconds: stop.wait(seconds) and None
+    return time.sleep

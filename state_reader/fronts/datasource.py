@@ -17,12 +17,13 @@ import pyspark.sql.datasource as _spark_datasource
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType as SparkStructType
 
-from state_reader.core import live
+from state_reader.core import follow, live
 from state_reader.core.key_filter import And, Comparison, InList, KeyFilter, Not, NullCheck, Predicate, evaluate
 from state_reader.core.metadata import metadata_schema, read_metadata_table
 from state_reader.core.options import StateMetadataOptions
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import iter_batches, partitions_to_read
+from state_reader.errors import InvalidOptionError
 from state_reader.fronts import spark_shared as shared
 from state_reader.fronts.flatten import unique_schema
 from state_reader.fronts.sql import register_functions
@@ -72,8 +73,16 @@ class StateStoreDataSource(DataSource):
                 self._cached_plan = plan_state_read(options)
         return self._cached_plan
 
+    def _schema_plan(self) -> StateReadPlan:
+        options = dict(self.options)
+        if not follow.is_follow(options):
+            return self._plan()
+        # a stream of changes (no start, or a follow option): the change feed of the latest batch
+        with shared.spark_worker_errors(str(options.get("path"))):
+            return follow.Follow.parse(options).schema_plan()
+
     def schema(self) -> SparkStructType:
-        plan = self._plan()
+        plan = self._schema_plan()
         where = plan.storage.display(plan.store_dir(0))
         with shared.spark_worker_errors(where):
             shared.check_arrow_transport(plan.output_schema, where)
@@ -89,6 +98,19 @@ class StateStoreDataSource(DataSource):
 
     def reader(self, schema: SparkStructType) -> StateStoreReader:
         return StateStoreReader(self._plan(), *self._grouping())
+
+    def streamReader(self, schema: SparkStructType):  # noqa: N802 (PySpark's name)
+        """``spark.readStream``: the changes of a running query (:mod:`state_reader.fronts.stream_source`)."""
+        from state_reader.fronts.stream_source import StateChangeStreamReader
+
+        options = dict(self.options)
+        with shared.spark_worker_errors(str(options.get("path"))):
+            feed = {str(k).lower(): v for k, v in options.items()}.get("readchangefeed")
+            if str(feed).strip().lower() != "true":
+                raise InvalidOptionError(
+                    "Invalid value for option 'readChangeFeed': a stream of state reads the change feed of a "
+                    "running query; set readChangeFeed=true (spark.read reads the state at one batch)")
+            return StateChangeStreamReader(follow.Follow.parse(options), *self._grouping())
 
 
 class StateStoreReader(DataSourceReader):
