@@ -286,6 +286,8 @@ def test_browser_shows_operators_partitions_and_findings(exported_notebook, tmp_
         # the transformWithState query keeps new users in a variable without TTL: its finding, by kind
         kinds = [e.text.split()[-1] for e in driver.find_elements(By.CSS_SELECTOR, "span.sr-warning")]
         assert "never-evicted" in kinds, kinds
+        # its state variables, measured by stats() in the notebook
+        assert any("variable visits · ValueState, no TTL · 2 partitions" in s for s in summaries), summaries
         # the README's picture: the transformWithState display after doctor(), every section opened
         driver.execute_script("document.querySelectorAll('details').forEach(d => d.open = true)")
         shown = next(d for d in driver.find_elements(By.CSS_SELECTOR, "div.sr-cp")

@@ -462,8 +462,9 @@ def _view_html(view: SizeView, tops: dict[str, int]) -> str:
                    f'<td class="sr-n">{_e(shown(n))}</td></tr>' for p, n in sorted(view.partitions.items()))
     trend = _sparkline(view.over_batches, view.measure)
     trend_html = f'<div class="sr-trend">{_e(view.measure)} over batches<br>{trend}</div>' if trend else ""
-    return (f'<details>{head}<div class="sr-muted">{_e(view.measure)} {_e(view.source)}; bars on one scale for '
-            f'the whole display, 0 .. {_e(shown(top))}</div><div class="sr-row"><table><tr><th>partition</th>'
+    return (f'<details>{head}<div class="sr-muted">{_e(view.measure)} {_e(view.source)}; bars from 0 to '
+            f'{_e(shown(top))} {_e(view.measure)}, one scale for every bar of {_e(view.measure)} in this display</div>'
+            f'<div class="sr-row"><table><tr><th>partition</th>'
             f'<th>{_e(view.measure)}</th><th></th></tr>{bars}</table>{trend_html}</div></details>')
 
 
