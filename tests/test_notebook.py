@@ -173,6 +173,17 @@ def test_display_shows_transform_with_state_variables(checkpoints):
     assert "not measured yet" not in _text(page)
 
 
+def test_metadata_command_lists_state_variables(checkpoints):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "state_reader", "metadata", checkpoints("tws")],
+                         capture_output=True, text=True, env={**os.environ, "COLUMNS": "400"}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert ("operator 0 state variables: counters: MapState, TTL; profile: ValueState, TTL; plain: ValueState, "
+            "no TTL; events: ListState, no TTL; $procTimers_keyToTimestamp: timers (ProcessingTime)") in out.stdout
+
+
 def test_size_over_batches_is_the_state_not_its_files(checkpoints):
     from state_reader.fronts.stats import batch_summary
 

@@ -276,6 +276,10 @@ def metadata(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequen
                           span if first else "", Text(op["operator_properties"] or "") if first else "")
     if info["operators"]:
         con.print(table)
+        for op in info["operators"]:  # transformWithState: the user's variables, a column family each
+            if op.get("state_variables"):
+                con.print(Text(f"operator {op['operator_id']} state variables: " + "; ".join(
+                    f"{v['name']}: {v['described']}" for v in op["state_variables"])))
     else:
         con.print("no stateful operators (no state/ directory)")
     return EXIT_OK
