@@ -93,7 +93,18 @@ def test_skew_when_keys_land_in_one_partition(spark, tmp_path):
     healthy = _run(spark, tmp_path, "spread", dedup, output_mode="append", confs=confs, batches=batches(spread))
     found = [f for f in state_reader.diagnose(problem).findings if f.kind == "skew"]
     assert found and found[0].evidence["partition"] == 0 and found[0].evidence["rows"] == 1500, found
+    # three of four partitions empty: the median is 0, and the finding says so rather than "inf×"
+    assert found[0].evidence["ratio"] is None and "3 of 4 partitions are empty" in found[0].summary, found
     assert "skew" not in _kinds(healthy)
+    # one verdict: `state-reader stats` calls the same stores skewed and even as the doctor does
+    assert "(skewed)" in _stats_text(problem) and "(even)" in _stats_text(healthy)
+
+
+def _stats_text(path: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "state_reader", "stats", path], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
 
 
 def test_long_chain_when_snapshots_are_not_written(spark, tmp_path):

@@ -49,6 +49,7 @@ from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
 from state_reader.core.planner import join_column_families, plan_state_read, store_names_on_disk
 from state_reader.core.scan import bind_key_filter
 from state_reader.core.size import row_bytes
+from state_reader.core.skew import partition_skew
 from state_reader.errors import (
     CorruptFileError,
     InvalidOptionError,
@@ -175,11 +176,7 @@ class RewriteReport:
 
     def skew(self, new: bool = True) -> float:
         """Largest partition's bytes over the median partition's (1.0 = even; inf when the median is empty)."""
-        _, size = self.partition_sizes(new)
-        if len(size) == 0 or size.max() == 0:
-            return 1.0
-        median = float(np.median(size))
-        return float(size.max()) / median if median > 0 else float("inf")
+        return partition_skew(self.partition_sizes(new)[1].tolist())
 
     def layout(self) -> pa.Table:
         """Today's and the new per-partition rows and bytes (all stores), one row per (layout, partition)."""

@@ -43,7 +43,6 @@ EXIT_DAMAGED = 2
 EXIT_FINDINGS = 3  # doctor: a warning or worse
 DEFAULT_LIMIT = 50
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
-SKEW_WARN = 2.0  # largest partition over median at which we call it skewed
 
 
 # ---------------------------------------------------------------------------
@@ -341,6 +340,7 @@ def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch
 
 
 def _stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bool) -> None:
+    from state_reader.core.skew import is_skewed
     from state_reader.fronts.stats import growth_note
 
     all_rows = result.table.to_pylist()
@@ -359,9 +359,9 @@ def _stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bo
         prev = None
         for r in batches:
             delta = "" if prev is None else f"{r['rows'] - prev:+d}"
-            skew = r["rows_skew"]
-            skew_text = Text("-" if skew is None else f"{skew:.2f}×",
-                             style="yellow" if skew is not None and skew >= SKEW_WARN else "")
+            skew = r["rows_skew"]  # null: the median partition is empty, the skew infinite
+            skew_text = Text("∞" if skew is None else f"{skew:.2f}×",
+                             style="yellow" if is_skewed(r["max_partition_rows"], r["median_partition_rows"]) else "")
             table.add_row(str(r["batch_id"]), str(r["rows"]), delta, human_bytes(r["state_bytes"]),
                           human_bytes(r["bytes_on_disk"]), str(r["files"]), str(r["max_delta_chain"]),
                           f"{r['max_partition']} ({r['max_partition_rows']} rows)", skew_text)
@@ -395,11 +395,12 @@ def _stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bo
         if len(latest_parts) > 10:
             con.print(f"… and {len(latest_parts) - 10} more partitions (--json lists all)")
         skew = last["rows_skew"]
-        verdict = ("skewed" if skew is not None and skew >= SKEW_WARN else "even") if skew is not None else "n/a"
+        # the doctor's verdict and threshold (`doctor` reports the same store as a skew finding)
+        verdict = "skewed" if is_skewed(last["max_partition_rows"], last["median_partition_rows"]) else "even"
         con.print(Text(
             f"skew at batch {last['batch_id']}: partition {last['max_partition']} holds "
             f"{last['max_partition_rows']} of {last['rows']} rows; largest/median "
-            f"{'-' if skew is None else f'{skew:.2f}×'} ({verdict}); median partition "
+            f"{'∞' if skew is None else f'{skew:.2f}×'} ({verdict}); median partition "
             f"{last['median_partition_rows']:g} rows", style="yellow" if verdict == "skewed" else ""))
         if detail:
             dtable = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="every batch and partition",
@@ -449,8 +450,17 @@ def stats(checkpoint: str, operator_id: int | None, store_name: str | None, batc
 
 @cli.command(name="changes", epilog=KEY_FILTER_HELP)
 @click.argument("checkpoint")
-@click.option("--from", "start", type=click.IntRange(min=0), required=True, help="First batch of the change feed.")
-@click.option("--to", "end", type=click.IntRange(min=0), help="Last batch (default: the latest committed).")
+@click.option("--from", "start", type=click.IntRange(min=0),
+              help="First batch of the change feed (required without --follow).")
+@click.option("--to", "end", type=click.IntRange(min=0),
+              help="Last batch (default: the latest committed; with --follow: follow until it is printed).")
+@click.option("--follow", "-f", "follow", is_flag=True,
+              help="Print the changes of each batch as the query commits it, until interrupted "
+                   "(--from defaults to the oldest batch the checkpoint keeps).")
+@click.option("--skip-lost", is_flag=True, help="With --follow: skip batches the query cleaned up before they "
+                                                 "were read (a warning names them) instead of failing.")
+@click.option("--snapshot", "start_with_snapshot", is_flag=True,
+              help="With --follow: first print the whole state before the first batch (change_type snapshot).")
 @click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0).")
 @click.option("--store", "-s", "store_name", help="Store name (default 'default').")
 @STATE_VAR_NAME
@@ -459,12 +469,26 @@ def stats(checkpoint: str, operator_id: int | None, store_name: str | None, batc
               help="Rows to show; 0 shows all.")
 @LAYOUT
 @common_options
-def changes_command(checkpoint: str, start: int, end: int | None, operator_id: int | None, store_name: str | None,
+def changes_command(checkpoint: str, start: int | None, end: int | None, follow: bool, skip_lost: bool,
+                    start_with_snapshot: bool, operator_id: int | None, store_name: str | None,
                     state_var_name: str | None, key_filter: str | None, limit: int, layout: str, as_json: bool,
                     debug: bool, storage_option: Sequence[str]) -> int:
-    """The change feed: what batches FROM..TO changed."""
+    """The change feed: what batches FROM..TO changed; with --follow, each batch's changes as it commits
+    (--json: one JSON object a row, a line each, for piping)."""
     from state_reader.fronts.changefeed import change_counts, changes
     from state_reader.fronts.flatten import display_rows, json_rows
+
+    if follow:
+        from state_reader.fronts.follow_cli import follow_changes
+
+        return follow_changes(checkpoint, start, end, operator_id=operator_id, store_name=store_name,
+                              state_var_name=state_var_name, key_filter=key_filter, skip_lost=skip_lost,
+                              start_with_snapshot=start_with_snapshot, as_json=as_json,
+                              storage_options=_storage_options(storage_option))
+    if skip_lost or start_with_snapshot:
+        raise click.UsageError("--skip-lost and --snapshot go with --follow")
+    if start is None:
+        raise click.UsageError("Missing option '--from' (it may be left out with --follow only)")
 
     table = changes(checkpoint, start, end, operator_id=operator_id, store_name=store_name,
                     state_var_name=state_var_name, key_filter=key_filter,

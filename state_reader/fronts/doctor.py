@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from state_reader.core import live
 from state_reader.core.options import from_kwargs
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table
+from state_reader.core.skew import is_skewed, skew
 from state_reader.errors import InvalidOptionError, StateReaderError
 from state_reader.formats.snapshot_zip import SST_DIR
 from state_reader.fronts.doctor_thresholds import THRESHOLDS
@@ -245,11 +247,15 @@ def _skew(store: _Store, limits: dict[str, float]) -> list[Finding]:
     rows = list(counts.values())
     worst = max(counts, key=lambda p: counts[p])
     median = statistics.median(rows)
-    ratio = counts[worst] / max(median, 1)
-    if counts[worst] < limits["skew-min-rows"] or ratio < limits["skew"] or len(rows) < 2:
+    if not is_skewed(counts[worst], median, limits["skew"], limits["skew-min-rows"]) or len(rows) < 2:
         return []
+    ratio = skew(counts[worst], median)
+    # more than half the partitions empty: the ratio is infinite, say how many are empty instead
     evidence: dict[str, Any] = {"partition": worst, "rows": counts[worst], "median_rows": median,
-                                "ratio": round(ratio, 1), "partitions": len(rows)}
+                                "ratio": round(ratio, 1) if math.isfinite(ratio) else None, "partitions": len(rows),
+                                "empty_partitions": sum(n == 0 for n in rows)}
+    versus = (f"{ratio:.1f}× the median partition ({median:g})" if math.isfinite(ratio) else
+              f"while {evidence['empty_partitions']} of {len(rows)} partitions are empty")
     in_worst = store.table.filter(pc.equal(store.table.column("partition_id"), worst))
     keys = in_worst.column("key").combine_chunks()
     ids = group_ids(keys)
@@ -267,7 +273,7 @@ def _skew(store: _Store, limits: dict[str, float]) -> list[Finding]:
                                         for i in np.argsort(sizes)[::-1][:3]]
     return [Finding(
         "skew", "warning", store.operator_id, store.store_name,
-        f"partition {worst} holds {counts[worst]} rows, {ratio:.1f}× the median partition ({median:g})",
+        f"partition {worst} holds {counts[worst]} rows, {versus}",
         evidence,
         "one task does most of this operator's work in every batch. Spread the hot keys (add a salt column to "
         "the grouping key and aggregate twice), or, when keys are many but land unevenly, change the number of "

@@ -3,10 +3,12 @@ in its help without loading the doctor (and numpy, pyarrow) first."""
 
 from __future__ import annotations
 
+from state_reader.core.skew import SKEW_MIN_ROWS, SKEW_THRESHOLD
+
 # name -> (default, what it bounds); `state-reader doctor --threshold NAME=VALUE` overrides one
 THRESHOLDS: dict[str, tuple[float, str]] = {
-    "skew": (4.0, "a partition holding this many times the median partition's rows is skewed"),
-    "skew-min-rows": (1000, "partitions with fewer rows than this are too small to call skewed"),
+    "skew": (SKEW_THRESHOLD, "a partition holding this many times the median partition's rows is skewed"),
+    "skew-min-rows": (SKEW_MIN_ROWS, "partitions with fewer rows than this are too small to call skewed"),
     "long-chain": (50, "deltas or changelogs replayed after the last snapshot, in any partition"),
     "stalled-batches": (5, "batches that took input while the watermark stayed where it was"),
     "growth-batches": (5, "batches over which state grew with no key removed"),

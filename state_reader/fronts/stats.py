@@ -12,6 +12,7 @@ between partitions (largest over median).
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ from state_reader.core.decode import measure_partition
 from state_reader.core.metadata import infer_operator_metadata
 from state_reader.core.options import from_kwargs
 from state_reader.core.planner import join_column_families, plan_state_read
+from state_reader.core.skew import partition_skew
 from state_reader.errors import (
     CommittedBatchUnavailableError,
     InvalidOptionError,
@@ -339,16 +341,18 @@ def growth_note(rows: list[int], first_batch: int, last_batch: int) -> str | Non
 
 
 def _skew(values: list[float]) -> float | None:
-    median = statistics.median(values) if values else 0
-    return (max(values) / median) if median else None
+    # null, not inf, when more than half the partitions are empty: the table goes out as JSON too
+    ratio = partition_skew(values)
+    return ratio if math.isfinite(ratio) else None
 
 
 def batch_summary(table: pa.Table) -> pa.Table:
     """One row per (operator, store, batch) of a :func:`stats` table: totals and skew.
 
     ``rows_skew`` is the largest partition's rows over the median partition's
-    (1.0 = even; null when the median partition is empty); ``bytes_skew`` the
-    same for state bytes.
+    (:func:`state_reader.core.skew.skew`: 1.0 = even, also when every partition is
+    empty; null when only the median partition is, i.e. the skew is infinite);
+    ``bytes_skew`` the same for state bytes.
     """
     groups: dict[tuple[int, str, int], list[dict[str, Any]]] = {}
     for row in table.to_pylist():
