@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from oracle import arrow_rows, canon, spark_rows
 from pyspark.sql import functions as F
-from streaming_queries import HDFS, QUERIES, ROCKSDB, ROCKSDB_CHANGELOG, T0, run_query, session_confs
+from streaming_queries import HDFS, QUERIES, ROCKSDB_CHANGELOG, T0, run_query, session_confs
 
 import state_reader
 
@@ -200,3 +200,174 @@ def test_a_stream_of_a_running_query_equals_the_builtin_change_feed(spark, tmp_p
     assert _replay(rows) == state
     if case == "rocksdb_changelog_dedup":
         assert any('"change_type":"delete"' in r for r in rows), "no eviction was followed"
+
+
+# -- Spark-free follow, snapshots, data loss ----------------------------------------------------------
+
+
+def _followed(cp: str, last: int, **kwargs) -> list[tuple[int, object]]:
+    """The items of ``state_reader.follow`` up to producer batch ``last``."""
+    items = []
+    for batch, table in state_reader.follow(cp, poll_seconds=0.05, **kwargs):
+        items.append((batch, table))
+        if batch >= last:
+            break
+    return items
+
+
+def _rows_of(items) -> list[str]:
+    import pyarrow as pa
+
+    tables = [t for _, t in items if t.num_rows]
+    return arrow_rows(pa.concat_tables(tables)) if tables else []
+
+
+@pytest.mark.parametrize("name, options", [
+    ("tws", {"state_var_name": "profile"}),
+    ("join_inner", {"store_name": "left-keyToNumValues"}),
+    ("join_inner", {"store_name": "right-keyWithIndexToValue"}),
+])
+def test_follow_a_variable_and_a_join_store(spark, checkpoints, name, options):
+    cp = checkpoints(name)
+    last = _committed(Path(cp))[-1]
+    items = _followed(cp, last, **options)
+    assert [b for b, _ in items] == list(range(0, last + 1)), "every batch once, in order, empty ones too"
+    spark_options = {"stateVarName": options["state_var_name"]} if "state_var_name" in options else \
+        {"storeName": options["store_name"]}
+    builtin = _builtin_changes(spark, cp, 0, last, **spark_options)
+    assert builtin and _rows_of(items) == builtin
+
+
+@pytest.fixture(scope="module")
+def short_retention(spark, tmp_path_factory):
+    """A finished aggregation that kept 2 batches: its first batches' files are gone."""
+    from streaming_queries import Query
+
+    query = QUERIES["agg_fmt2"]
+    cp = run_query(spark, Query(query.build, confs={**HDFS, "spark.sql.streaming.minBatchesToRetain": "2"}),
+                   tmp_path_factory.mktemp("retention"))
+    for _ in range(50):  # maintenance deletes the old files in the background
+        names = os.listdir(Path(cp) / "state" / "0" / "0")
+        if not any(n.startswith("1.") for n in names):
+            break
+        time.sleep(0.1)
+    return cp
+
+
+def test_a_follower_behind_retention_fails_naming_the_lost_batches(short_retention):
+    cp = short_retention
+    committed = _committed(Path(cp))
+    assert committed[0] > 1, committed
+    with pytest.raises(state_reader.ChangesLostError) as caught:
+        _followed(cp, committed[-1], start=0)
+    message = str(caught.value)
+    assert "batches 0.." in message and "spark.sql.streaming.minBatchesToRetain" in message
+    assert "failOnDataLoss=false" in message
+
+
+def test_a_follower_behind_retention_skips_ahead_when_told(spark, short_retention, caplog):
+    cp = short_retention
+    committed = _committed(Path(cp))
+    with caplog.at_level(logging.WARNING, logger="state_reader.follow"):
+        items = _followed(cp, committed[-1], start=0, fail_on_data_loss=False)
+    first = items[0][0]
+    assert 0 < first <= committed[0]
+    assert [b for b, _ in items] == list(range(first, committed[-1] + 1))
+    assert any(f"skipping batches 0..{first - 1}" in r.getMessage() for r in caplog.records), caplog.text
+    assert _rows_of(items) == _builtin_changes(spark, cp, first, committed[-1])
+    # the streaming source: the same error, or the same rows
+    with pytest.raises(Exception, match="STATE_READER_CHANGES_LOST"):
+        spark.readStream.format(SOURCE).option("readChangeFeed", "true").option("changeStartBatchId", 0) \
+            .load(cp).writeStream.format("noop").trigger(availableNow=True).start().awaitTermination(60)
+
+
+def test_a_stream_that_skips_lost_batches(spark, short_retention, tmp_path):
+    cp = short_retention
+    committed = _committed(Path(cp))
+    query = _reader(spark, Path(cp), tmp_path / "out", tmp_path / "own", {"availableNow": True},
+                    changeStartBatchId="0", failOnDataLoss="false")
+    query.awaitTermination(60)
+    assert query.exception() is None
+    rows = spark_rows(spark.read.parquet(str(tmp_path / "out")))
+    first = min(json.loads(r)["batch_id"] for r in rows)
+    assert rows == _builtin_changes(spark, cp, first, committed[-1])
+
+
+def test_a_history_starts_with_a_snapshot(spark, short_retention, tmp_path):
+    """startWithSnapshot: the state at the batch before the first change, then every change: replaying
+    them rebuilds the state at the last batch, though the checkpoint no longer holds the early batches."""
+    cp = short_retention
+    committed = _committed(Path(cp))
+    items = _followed(cp, committed[-1], start_with_snapshot=True)
+    assert items[0][0] == committed[0]
+    snapshot = items[0][1]
+    assert set(snapshot.column("change_type").to_pylist()) == {"snapshot"}
+    state_then = state_reader.read_state(cp, batch_id=committed[0])
+    assert arrow_rows(snapshot.drop_columns(["batch_id", "change_type"])) == arrow_rows(state_then)
+    last_state = spark_rows(spark.read.format("statestore").option("batchId", committed[-1]).load(cp))
+    assert _replay(_rows_of(items)) == last_state
+    # the streaming source writes the same history
+    query = _reader(spark, Path(cp), tmp_path / "out", tmp_path / "own", {"availableNow": True},
+                    startWithSnapshot="true")
+    query.awaitTermination(60)
+    assert query.exception() is None
+    assert spark_rows(spark.read.parquet(str(tmp_path / "out"))) == _rows_of(items)
+
+
+def test_the_diff_based_change_feed_equals_the_changelog(spark, checkpoints):
+    """RocksDB without changelog checkpointing: changes computed from consecutive snapshots equal what
+    the changelog of the same query, run with changelog checkpointing, says."""
+    plain, logged = checkpoints("rocksdb_dedup"), checkpoints("rocksdb_cl_dedup")
+    last = _committed(Path(logged))[-1]
+    assert _committed(Path(plain))[-1] == last
+    builtin = _builtin_changes(spark, logged, 0, last)
+    assert any('"change_type":"delete"' in r for r in builtin)
+    ours = spark_rows(spark.read.format(SOURCE).option("readChangeFeed", "true").option("changeStartBatchId", 0)
+                      .option("changeFeedFromSnapshots", "true").load(plain))
+    assert ours == builtin
+    assert _rows_of(_followed(plain, last, change_feed_from_snapshots=True)) == builtin
+
+
+# -- started too early, pointed wrong ------------------------------------------------------------------
+
+
+def test_a_follower_needs_a_checkpoint_a_first_commit_and_the_operator(spark, checkpoints, tmp_path):
+    nothing = tmp_path / "nothing"
+    nothing.mkdir()
+    with pytest.raises(state_reader.StateReaderError, match="nothing"):
+        state_reader.follow(str(nothing))
+    # a query that has not committed its first batch (its input is still empty)
+    producer = Producer(spark, tmp_path / "early", _aggregate, HDFS)
+    try:
+        time.sleep(1)
+        with pytest.raises(state_reader.CommittedBatchUnavailableError, match="completed a batch"):
+            state_reader.follow(str(producer.cp))
+        with pytest.raises(Exception, match="completed a batch"):
+            spark.readStream.format(SOURCE).option("readChangeFeed", "true").load(str(producer.cp))
+    finally:
+        producer.stop()
+    with pytest.raises(state_reader.SchemaReadError, match="operator 7"):
+        state_reader.follow(checkpoints("agg_fmt2"), operator_id=7)
+    with pytest.raises(Exception, match="readChangeFeed"):
+        spark.readStream.format(SOURCE).load(checkpoints("agg_fmt2")).writeStream.format("noop") \
+            .trigger(availableNow=True).start().awaitTermination(60)
+    with pytest.raises(Exception, match="changeEndBatchId"):
+        spark.readStream.format(SOURCE).option("readChangeFeed", "true").option("changeEndBatchId", 3) \
+            .load(checkpoints("agg_fmt2"))
+
+
+def test_changes_follow_on_the_command_line(checkpoints):
+    import subprocess
+    import sys
+
+    cp = checkpoints("agg_fmt2")
+    last = _committed(Path(cp))[-1]
+    done = subprocess.run([sys.executable, "-m", "state_reader", "changes", cp, "--follow", "--json", "--to",
+                           str(last)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    expected = state_reader.changes(cp, 0, last)
+    assert sorted(canon(r) for r in rows) == sorted(canon(r) for r in expected.to_pylist())
+    text = subprocess.run([sys.executable, "-m", "state_reader", "changes", cp, "--follow", "--to", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0 and "batch 0:" in text.stdout and "batch 1:" in text.stdout, text.stderr

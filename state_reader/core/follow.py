@@ -70,6 +70,13 @@ def is_follow(options: Mapping[str, Any]) -> bool:
     return feed and CHANGE_START_BATCH_ID.lower() not in lower
 
 
+def may_follow(options: Mapping[str, Any]) -> bool:
+    """Whether ``options`` could be a follower's: a change feed with no end."""
+    lower = {str(k).lower(): v for k, v in options.items() if v is not None}
+    feed = str(lower.get(READ_CHANGE_FEED.lower(), "false")).strip().lower() == "true"
+    return feed and CHANGE_END_BATCH_ID.lower() not in lower
+
+
 @dataclass(frozen=True)
 class Follow:
     """What to follow (the change feed options without a range) and how.

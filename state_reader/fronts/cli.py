@@ -27,6 +27,7 @@ from rich.text import Text
 from state_reader._version import __version__
 from state_reader.errors import StateReaderError
 from state_reader.fronts.doctor_thresholds import THRESHOLDS
+from state_reader.units import human_bytes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -57,18 +58,6 @@ def _console() -> Console:
 
 def _emit_json(obj: Any) -> None:
     click.echo(json.dumps(obj, ensure_ascii=False, indent=2, allow_nan=False, default=str))
-
-
-def human_bytes(n: float | None) -> str:
-    """``1536`` -> ``1.5 KiB``."""
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
 
 
 def sparkline(values: Sequence[float]) -> str:

@@ -23,7 +23,7 @@ from state_reader.core.metadata import metadata_schema, read_metadata_table
 from state_reader.core.options import StateMetadataOptions
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import iter_batches, partitions_to_read
-from state_reader.errors import InvalidOptionError
+from state_reader.errors import BatchNotRetainedError, InvalidOptionError, StateReaderError
 from state_reader.fronts import spark_shared as shared
 from state_reader.fronts.flatten import unique_schema
 from state_reader.fronts.sql import register_functions
@@ -76,7 +76,13 @@ class StateStoreDataSource(DataSource):
     def _schema_plan(self) -> StateReadPlan:
         options = dict(self.options)
         if not follow.is_follow(options):
-            return self._plan()
+            try:
+                return self._plan()
+            except BatchNotRetainedError:
+                if not follow.may_follow(options):
+                    raise
+                # perhaps a stream that skips lost batches (failOnDataLoss=false); a batch read raises this
+                # again when it plans its read, a stream when it reads the lost batches
         # a stream of changes (no start, or a follow option): the change feed of the latest batch
         with shared.spark_worker_errors(str(options.get("path"))):
             return follow.Follow.parse(options).schema_plan()
@@ -101,16 +107,19 @@ class StateStoreDataSource(DataSource):
 
     def streamReader(self, schema: SparkStructType):  # noqa: N802 (PySpark's name)
         """``spark.readStream``: the changes of a running query (:mod:`state_reader.fronts.stream_source`)."""
-        from state_reader.fronts.stream_source import StateChangeStreamReader
+        from state_reader.fronts.stream_source import FailedStreamReader, StateChangeStreamReader
 
         options = dict(self.options)
-        with shared.spark_worker_errors(str(options.get("path"))):
+        try:
             feed = {str(k).lower(): v for k, v in options.items()}.get("readchangefeed")
             if str(feed).strip().lower() != "true":
                 raise InvalidOptionError(
                     "Invalid value for option 'readChangeFeed': a stream of state reads the change feed of a "
                     "running query; set readChangeFeed=true (spark.read reads the state at one batch)")
             return StateChangeStreamReader(follow.Follow.parse(options), *self._grouping())
+        except StateReaderError as exc:
+            # pyspark hides an error raised here behind one of its own: raised by the first offset instead
+            return FailedStreamReader(exc, str(options.get("path")))
 
 
 class StateStoreReader(DataSourceReader):

@@ -143,3 +143,28 @@ class StateChangeStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the producer's checkpoint is never written to, and the offset is Spark's to keep."""
+
+
+class FailedStreamReader(DataSourceStreamReader):
+    """A stream whose options or checkpoint were refused: raises the error when Spark first asks for an
+    offset (pyspark shows an error raised while creating the reader as one of its own)."""
+
+    def __init__(self, error: Exception, where: str) -> None:
+        self.error = error
+        self.where = where
+
+    def _raise(self):
+        with shared.spark_worker_errors(self.where):
+            raise self.error
+
+    def initialOffset(self) -> dict:  # noqa: N802
+        return self._raise()
+
+    def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:  # noqa: N802
+        return self._raise()
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return self._raise()
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return self._raise()
