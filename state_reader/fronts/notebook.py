@@ -42,6 +42,7 @@ from state_reader.model.checkpoint import Checkpoint as _Logs
 from state_reader.model.state_variables import TIMERS
 from state_reader.progress import progress
 from state_reader.providers.store_files import StoreFiles, look_ahead, unique_id_for
+from state_reader.units import human_bytes
 
 _CSS = """<style>
 .sr-cp{font-family:system-ui,sans-serif;font-size:13px;line-height:1.4;max-width:980px}
@@ -61,14 +62,6 @@ _CSS = """<style>
 
 def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
-
-
-def _bytes(n: int | float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def _count(n: int) -> str:
@@ -146,13 +139,13 @@ class SizeView:
         total = sum(self.partitions.values())
         parts = [f"{len(self.partitions)} partitions"]
         if self.measure == ON_DISK:
-            parts.append(f"{_bytes(total)} on disk")
+            parts.append(f"{human_bytes(total)} on disk")
         else:
             parts.append(f"{_count(total)} {self.measure}")
             if self.state_bytes is not None:
-                parts.append(f"{_bytes(self.state_bytes)} state")
+                parts.append(f"{human_bytes(self.state_bytes)} state")
             if self.on_disk is not None:
-                parts.append(f"{_bytes(self.on_disk)} on disk")
+                parts.append(f"{human_bytes(self.on_disk)} on disk")
         return " · ".join(parts)
 
 
@@ -456,7 +449,7 @@ def _view_html(view: SizeView, tops: dict[str, int]) -> str:
     if not view.partitions:
         return f'<details>{head}</details>'
     top = tops.get(view.measure) or 1
-    shown = _bytes if view.measure == ON_DISK else _count
+    shown = human_bytes if view.measure == ON_DISK else _count
     bars = "".join(f'<tr><td class="sr-p">{p}</td><td class="sr-b"><div class="sr-track"><div class="sr-bar" '
                    f'style="width:{round(BAR_WIDTH * n / top)}px"></div></div></td>'
                    f'<td class="sr-n">{_e(shown(n))}</td></tr>' for p, n in sorted(view.partitions.items()))

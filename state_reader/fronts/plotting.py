@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from state_reader.errors import public_api
 from state_reader.fronts.stats import stats
+from state_reader.units import byte_unit
 
 MAX_PARTITION_LINES = 10
 TOP_PARTITIONS = 3
@@ -29,15 +30,6 @@ def _require_matplotlib() -> Any:
     except ImportError:
         raise ImportError(PLOT_NEEDS) from None
     return Figure
-
-
-def _byte_unit(largest: float) -> tuple[str, float]:
-    """The unit to draw bytes in, so the ticks are round numbers of it."""
-    unit, scale = "B", 1.0
-    for name in ("KiB", "MiB", "GiB", "TiB"):
-        if largest >= scale * 1024:
-            unit, scale = name, scale * 1024
-    return unit, scale
 
 
 def _series(rows: list[dict[str, Any]], metric: str, scale: float = 1.0) -> tuple[list[int], dict[int, list[float]]]:
@@ -94,7 +86,7 @@ def figure_from_stats(table: pa.Table, *, title: str | None = None, width: float
         ax_rows.yaxis.set_major_locator(MaxNLocator(integer=True))
         # two lines: long store names (join stores, timer families) would be cut off on one
         ax_rows.set_title(f"operator {op} · {store}\nrows per partition", fontsize="medium")
-        unit, scale = _byte_unit(max((r["state_bytes"] for r in mine), default=0))
+        unit, scale = byte_unit(max((r["state_bytes"] for r in mine), default=0))
         _draw(ax_bytes, mine, "state_bytes", f"state size ({unit}, uncompressed)", scale)
         ax_bytes.set_title(f"operator {op} · {store}\nstate bytes per partition", fontsize="medium")
     if title:
@@ -125,7 +117,7 @@ def rewrite_layout_figure(report: Any) -> Any:
     sides = [("today", *report.partition_sizes(False), report.skew(False)),
              ("new", *report.partition_sizes(True), report.skew(True))]
     largest = max((float(size.max()) for _, _, size, _ in sides if len(size)), default=0.0)
-    unit, scale = _byte_unit(largest)
+    unit, scale = byte_unit(largest)
     fig = figure_class(figsize=(11, 3.6), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
     for ax, (label, _, size, skew) in zip(axes, sides, strict=True):
