@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install java demo test test-compat test-browser unit lint bench clean
+.PHONY: help install java demo test test-compat test-browser unit lint docs bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -44,8 +44,11 @@ unit: install ## Run only the tests that need no Spark (seconds, no JVM)
 lint: install ## Check the code with ruff
 	$(PY) -m ruff check state_reader tests examples benchmarks
 
+docs: install ## Build the documentation site (mkdocs, warnings are errors) into site/
+	$(VENV)/bin/mkdocs build --strict
+
 bench: install ## Compare read speed with Spark's built-in reader
 	$(PY) benchmarks/bench_read.py
 
 clean: ## Remove the virtualenv and caches
-	rm -rf $(VENV) .venv-compat .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .venv-compat .pytest_cache .ruff_cache build site *.egg-info
