@@ -32,9 +32,15 @@ from state_reader.core import live
 from state_reader.core.options import (
     CHANGE_END_BATCH_ID,
     CHANGE_START_BATCH_ID,
+    FAIL_ON_DATA_LOSS,
+    MAX_BATCHES_PER_TRIGGER,
     READ_CHANGE_FEED,
+    START_WITH_SNAPSHOT,
+    STATESTORE_OPTIONS,
+    STREAM,
     StateStoreOptions,
     _Options,
+    option_names,
 )
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import iter_batches
@@ -51,10 +57,8 @@ from state_reader.model.plan import StateReadPlan
 
 log = logging.getLogger("state_reader.follow")
 
-MAX_BATCHES_PER_TRIGGER = "maxBatchesPerTrigger"
-FAIL_ON_DATA_LOSS = "failOnDataLoss"
-START_WITH_SNAPSHOT = "startWithSnapshot"
-FOLLOW_OPTIONS = (MAX_BATCHES_PER_TRIGGER, FAIL_ON_DATA_LOSS, START_WITH_SNAPSHOT)
+# a stream's own options (the names in core/options.OPTIONS); the rest are the change feed's
+FOLLOW_OPTIONS = tuple(name for name in option_names(STREAM) if name not in STATESTORE_OPTIONS)
 SNAPSHOT = "snapshot"  # change_type of the rows of the state a history starts from
 
 # how often a skip-ahead is planned again when cleanup keeps deleting what it skipped to
@@ -267,7 +271,7 @@ def read_range(follow: Follow, start: int, end: int, snapshot: bool) -> tuple[pa
             raise
         except live.GONE:
             continue  # cleanup deleted a file between planning and reading: plan again (it may be data loss now)
-        first = plan.change_start_batch_id if plan is not None else end + 1
+        first = plan.change_start_batch_id if plan is not None and plan.change_start_batch_id is not None else end + 1
         if parts:
             table = pa.concat_tables([part.cast(parts[-1].schema) for part in parts])
         else:

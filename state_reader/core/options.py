@@ -46,6 +46,10 @@ VERIFY_CHECKSUMS = "verifyChecksums"
 STORAGE_PREFIX = "storage."
 # read by the data source front only: how many state partitions one Spark task reads
 PARTITIONS_PER_TASK = "partitionsPerTask"
+# a stream of changes (readStream, follow()): read by core/follow
+MAX_BATCHES_PER_TRIGGER = "maxBatchesPerTrigger"
+FAIL_ON_DATA_LOSS = "failOnDataLoss"
+START_WITH_SNAPSHOT = "startWithSnapshot"
 
 JOIN_SIDES = ("left", "right", "none")
 
@@ -61,12 +65,103 @@ def snake_case(name: str) -> str:
     return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
 
 
-STATESTORE_OPTIONS = (PATH, BATCH_ID, OPERATOR_ID, STORE_NAME, JOIN_SIDE, SNAPSHOT_START_BATCH_ID,
-                      SNAPSHOT_PARTITION_ID, READ_CHANGE_FEED, CHANGE_START_BATCH_ID, CHANGE_END_BATCH_ID,
-                      STATE_VAR_NAME, READ_REGISTERED_TIMERS, FLATTEN_COLLECTION_TYPES, CHANGE_FEED_FROM_SNAPSHOTS,
-                      TIMEOUT_TIMESTAMP_AS_LONG, STORAGE_OPTIONS, VERIFY_CHECKSUMS, PARTITIONS_PER_TASK)
-METADATA_OPTIONS = (PATH, BATCH_ID, INFER_MISSING_METADATA, INCLUDE_HIDDEN_COLUMNS, STORAGE_OPTIONS,
-                    VERIFY_CHECKSUMS)
+# the readers an option belongs to
+STATESTORE = "statestore"
+STATE_METADATA = "state-metadata"
+STREAM = "statestore stream"  # readStream of the change feed, and follow()
+
+
+@dataclass(frozen=True)
+class ReaderOption:
+    """One option of the readers: the one table the parsers take their names from and the docs list.
+
+    ``python`` is the Spark-free keyword (None: data source only); ``spark_builtin``
+    says whether Spark's own reader has the option too.
+    """
+
+    name: str
+    default: str
+    description: str
+    readers: tuple[str, ...] = (STATESTORE,)
+    python: str | None = ""
+    spark_builtin: bool = True
+
+    def __post_init__(self) -> None:
+        if self.python == "":  # the default: the mechanical snake_case name
+            object.__setattr__(self, "python", snake_case(self.name))
+
+
+_BOTH = (STATESTORE, STATE_METADATA)
+OPTIONS: tuple[ReaderOption, ...] = (
+    ReaderOption(PATH, "—", "the checkpoint: `load(path)`, the first argument of the Python functions", _BOTH),
+    ReaderOption(BATCH_ID, "latest committed batch",
+                 "the state after this batch (state store version `batchId + 1`)", _BOTH),
+    ReaderOption(OPERATOR_ID, "0", "stateful operator, in plan order", (STATESTORE, STREAM)),
+    ReaderOption(STORE_NAME, "`default`",
+                 "store of the operator; stream-stream joins have four (`left-keyToNumValues`, "
+                 "`left-keyWithIndexToValue`, `right-…`; join state format 4: `left-keyWithTsToValues`, "
+                 "`left-tsWithKey`, `right-…`)", (STATESTORE, STREAM)),
+    ReaderOption(JOIN_SIDE, "`none`",
+                 "`left`/`right`: the buffered input rows of that side of a stream-stream join (format 4: the key "
+                 "also holds `__event_time`, µs); not served by a stream (follow a side's stores with `storeName`)"),
+    ReaderOption(SNAPSHOT_START_BATCH_ID, "—",
+                 "with `snapshotPartitionId`: rebuild one partition from the snapshot written at that batch"),
+    ReaderOption(SNAPSHOT_PARTITION_ID, "—", "the partition `snapshotStartBatchId` rebuilds"),
+    ReaderOption(READ_CHANGE_FEED, "false",
+                 "one row per change (`batch_id`, `change_type` = `update`/`delete`/`append`, `key`, `value`, "
+                 "`partition_id`)", (STATESTORE, STREAM)),
+    ReaderOption(CHANGE_START_BATCH_ID, "— (a stream: the oldest batch the checkpoint still serves)",
+                 "first batch of the change feed (required in a batch read)", (STATESTORE, STREAM)),
+    ReaderOption(CHANGE_END_BATCH_ID, "latest", "last batch of the change feed (a stream has none)"),
+    ReaderOption(STATE_VAR_NAME, "—", "transformWithState: the state variable to read (required there)",
+                 (STATESTORE, STREAM)),
+    ReaderOption(READ_REGISTERED_TIMERS, "false", "transformWithState: the registered timers"),
+    ReaderOption(FLATTEN_COLLECTION_TYPES, "true",
+                 "transformWithState list/map state: a row per element, or one array/map per key"),
+    ReaderOption(CHANGE_FEED_FROM_SNAPSHOTS, "false",
+                 "a change feed for RocksDB checkpoints written without changelog checkpointing (which Spark "
+                 "refuses), computed by comparing consecutive snapshots; it shows each key's net change per batch",
+                 (STATESTORE, STREAM), spark_builtin=False),
+    ReaderOption(TIMEOUT_TIMESTAMP_AS_LONG, "false",
+                 "flatMapGroupsWithState state format 1 declares `timeoutTimestamp` an `int` (as Spark's reader shows "
+                 "it) but writes a long into its slot; a timeout beyond the int range raises a clear error, and this "
+                 "option shows the whole long as `bigint` instead", spark_builtin=False),
+    ReaderOption(INFER_MISSING_METADATA, "false",
+                 "describe checkpoints written before Spark 4.0, which have no operator metadata, from their files",
+                 (STATE_METADATA,), spark_builtin=False),
+    ReaderOption(INCLUDE_HIDDEN_COLUMNS, "false",
+                 "add the built-in's hidden `_numColsPrefixKey` column (a Python data source cannot declare hidden "
+                 "columns)", (STATE_METADATA,), spark_builtin=False),
+    ReaderOption(STORAGE_OPTIONS, "—",
+                 "fsspec options (credentials, endpoint): a JSON object, or one `storage.<name>` option each",
+                 (*_BOTH, STREAM), spark_builtin=False),
+    ReaderOption(VERIFY_CHECKSUMS, "true",
+                 "check files against Hadoop `.crc` sidecars and Spark's checksum files where present",
+                 _BOTH, spark_builtin=False),
+    ReaderOption(PARTITIONS_PER_TASK, "`auto`",
+                 "state partitions one Spark task reads. `auto`: as many tasks as Spark had cores when "
+                 "`state_reader.register(spark)` ran, each reading an even, contiguous share (a Python data source "
+                 "pays a worker round trip per task); `1`: one task per state partition, like the built-in reader. "
+                 "Rows and `partition_id` are the same either way", python=None, spark_builtin=False),
+    ReaderOption(MAX_BATCHES_PER_TRIGGER, "all committed",
+                 "producer batches per micro-batch, also under `Trigger.AvailableNow` (Spark 4.2+ only: Spark 4.0 "
+                 "and 4.1 give Python streaming sources no read limits)", (STREAM,), python="max_batches",
+                 spark_builtin=False),
+    ReaderOption(FAIL_ON_DATA_LOSS, "true",
+                 "when the producer's cleanup deleted batches not yet read, `ChangesLostError` names them; false "
+                 "skips to the oldest retained batch and logs which were skipped", (STREAM,), spark_builtin=False),
+    ReaderOption(START_WITH_SNAPSHOT, "false",
+                 "first the whole state (`change_type` `snapshot`), then the changes", (STREAM,), spark_builtin=False),
+)
+
+
+def option_names(reader: str) -> tuple[str, ...]:
+    """The names ``reader`` accepts, in table order (``storage.<name>`` aside)."""
+    return tuple(o.name for o in OPTIONS if reader in o.readers)
+
+
+STATESTORE_OPTIONS = option_names(STATESTORE)
+METADATA_OPTIONS = option_names(STATE_METADATA)
 
 
 def closest(name: str, known: Iterable[str]) -> str | None:
