@@ -71,10 +71,14 @@ def _by_name(name: str):
     return next(o for o in OPTIONS if o.name == name)
 
 
-@pytest.mark.parametrize("parser, reader, samples", [
-    (StateStoreOptions.parse, STATESTORE, STATESTORE_SAMPLES),
-    (StateMetadataOptions.parse, STATE_METADATA, METADATA_SAMPLES),
-], ids=[STATESTORE, STATE_METADATA])
+@pytest.mark.parametrize(
+    "parser, reader, samples",
+    [
+        (StateStoreOptions.parse, STATESTORE, STATESTORE_SAMPLES),
+        (StateMetadataOptions.parse, STATE_METADATA, METADATA_SAMPLES),
+    ],
+    ids=[STATESTORE, STATE_METADATA],
+)
 def test_every_option_in_the_table_is_read_by_its_parser(parser, reader, samples):
     names = set(option_names(reader)) - {PATH, PARTITIONS_PER_TASK}
     assert names == set(samples), "a sample per option of the table, and none that is not in it"
@@ -110,20 +114,26 @@ def test_partitions_per_task_is_the_data_sources_only():
     assert partitions_per_task({"partitionsPerTask": "4"}) == 4
 
 
-@pytest.mark.parametrize("parser, name", [
-    (StateStoreOptions.parse, "inferMissingMetadata"),
-    (StateStoreOptions.parse, "maxBatchesPerTrigger"),
-    (StateMetadataOptions.parse, "operatorId"),
-    (StateMetadataOptions.parse, "partitionsPerTask"),
-])
+@pytest.mark.parametrize(
+    "parser, name",
+    [
+        (StateStoreOptions.parse, "inferMissingMetadata"),
+        (StateStoreOptions.parse, "maxBatchesPerTrigger"),
+        (StateMetadataOptions.parse, "operatorId"),
+        (StateMetadataOptions.parse, "partitionsPerTask"),
+    ],
+)
 def test_an_option_of_another_reader_is_refused(parser, name):
     with pytest.raises(errors.InvalidOptionError, match=f"Unknown option '{name}'"):
         parser({PATH: "/cp", name: "1"})
 
 
 def test_python_names_are_the_keywords_of_the_spark_free_api():
-    for func, reader in ((state_reader.read_state, STATESTORE), (state_reader.scan_state, STATESTORE),
-                         (state_reader.read_metadata, STATE_METADATA)):
+    for func, reader in (
+        (state_reader.read_state, STATESTORE),
+        (state_reader.scan_state, STATESTORE),
+        (state_reader.read_metadata, STATE_METADATA),
+    ):
         params = set(inspect.signature(func).parameters)
         for option in OPTIONS:
             if reader in option.readers and option.python and option.name != PATH:
