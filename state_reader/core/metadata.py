@@ -21,7 +21,7 @@ from state_reader.formats.spark_types import INTEGER, LONG, STRING, StructField,
 from state_reader.io.storage import Storage
 from state_reader.model import operators
 from state_reader.model.checkpoint import Checkpoint, OperatorMetadata, StoreInfo
-from state_reader.model.conf import CONF_SHUFFLE_PARTITIONS
+from state_reader.model.conf import shuffle_partitions
 
 HIDDEN_COLUMN = "_numColsPrefixKey"
 
@@ -43,10 +43,7 @@ def infer_operator_metadata(cp: Checkpoint, operator_id: int) -> OperatorMetadat
     partitions = cp.partition_ids(operator_id)
     if not partitions:
         return None
-    try:
-        num_partitions = int(cp.latest_conf().get(CONF_SHUFFLE_PARTITIONS, ""))
-    except ValueError:
-        num_partitions = max(partitions) + 1
+    num_partitions = shuffle_partitions(cp.latest_conf()) or max(partitions) + 1
     stores = store_names_on_disk(cp, operator_id)
     schemas = {}
     for store in stores:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from state_reader.core.options import StateStoreOptions
+from state_reader.core.options import StateStoreOptions, from_kwargs
 from state_reader.errors import (
     BatchNotRetainedError,
     InvalidOptionError,
@@ -90,6 +90,30 @@ def store_names_on_disk(cp: Checkpoint, operator_id: int) -> list[str]:
     if "_metadata" in names or any(n.endswith((".delta", ".snapshot", ".zip", ".changelog")) for n in names):
         stores.insert(0, DEFAULT_STORE)
     return stores
+
+
+def store_read_options(operator_id: int, store_name: str, batch_id: int | None,
+                       storage_options: dict[str, Any] | None, operator_name: str | None) -> dict[str, Any]:
+    """The read options (snake_case) of one store; for transformWithState, of one of its variables or,
+    for its timer family's name (``$...``), its timers."""
+    options: dict[str, Any] = {"operator_id": operator_id, "store_name": store_name, "batch_id": batch_id,
+                               "storage_options": storage_options}
+    if operators.is_transform_with_state(operator_name):
+        options.pop("store_name")
+        if store_name.startswith("$"):  # the timer family
+            options["read_registered_timers"] = True
+        else:
+            options["state_var_name"] = store_name
+    return options
+
+
+def plan_store_read(cp: Checkpoint, operator_id: int, store_name: str, batch_id: int | None = None,
+                    operator_name: str | None = None, **options: Any) -> StateReadPlan:
+    """The plan of one store of an open checkpoint at ``batch_id`` (default: the latest committed), as
+    :func:`store_read_options` names it; ``options``: more read options (snake_case), which win."""
+    kwargs = {**store_read_options(operator_id, store_name, batch_id, cp.storage.storage_options, operator_name),
+              **options}
+    return plan_state_read(from_kwargs(cp.storage.url, kwargs), cp)
 
 
 def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
@@ -302,8 +326,7 @@ def join_column_families(cp: Checkpoint, metadata: OperatorMetadata | None) -> l
 
 def _join_families(cp: Checkpoint, metadata: OperatorMetadata | None) -> _JoinFamilies | None:
     """For join formats 3 and 4 (stores as column families): the families, else None."""
-    if (metadata is None or metadata.operator_name != operators.JOIN
-            or not metadata.properties.get("useVirtualColumnFamilies")):
+    if not operators.join_in_column_families(metadata):
         return None
     default = metadata.store(DEFAULT_STORE)
     if default is None:

@@ -46,7 +46,7 @@ import numpy as np
 import pyarrow as pa
 
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
-from state_reader.core.planner import join_column_families, plan_state_read, store_names_on_disk
+from state_reader.core.planner import detect_provider, join_column_families, plan_store_read, store_names_on_disk
 from state_reader.core.scan import bind_key_filter
 from state_reader.core.size import row_bytes
 from state_reader.core.skew import partition_skew
@@ -90,12 +90,13 @@ from state_reader.model.checkpoint import (
     state_file_name,
 )
 from state_reader.model.conf import (
-    CONF_JOIN_FORMAT,
     CONF_PROVIDER,
     CONF_ROW_CHECKSUM,
     CONF_SHUFFLE_PARTITIONS,
-    HDFS_PROVIDER,
+    PROVIDER_NAMES,
     ROCKSDB_PROVIDER,
+    provider_name,
+    shuffle_partitions,
 )
 from state_reader.model.plan import StateReadPlan
 from state_reader.model.state_variables import (
@@ -110,7 +111,6 @@ from state_reader.progress import Progress, progress
 from state_reader.providers import rocksdb
 from state_reader.providers.hdfs import HDFSStore, frame_records, framed_rows, snapshot_file
 
-PROVIDER_CLASSES = {"hdfs": HDFS_PROVIDER, "rocksdb": ROCKSDB_PROVIDER}
 # operators whose state lives in one partition whatever the shuffle partitions (their input is one partition)
 SINGLE_PARTITION_OPERATORS = ("globalLimit",)
 
@@ -283,8 +283,7 @@ def _operator_metadata(cp: Checkpoint, text: str, num_partitions: int, dest: Des
 
 
 def _plan(cp: Checkpoint, batch_id: int, operator_id: int, store_name: str, **options: Any) -> StateReadPlan:
-    return plan_state_read({"path": cp.storage.url, "storageOptions": cp.storage.storage_options,
-                            "batchId": batch_id, "operatorId": operator_id, "storeName": store_name, **options}, cp)
+    return plan_store_read(cp, operator_id, store_name, batch_id, **options)
 
 
 class StoreRows:
@@ -752,7 +751,7 @@ class RewritePlan:
         """The confs the destination's offset log records differently from the source's."""
         confs = {CONF_SHUFFLE_PARTITIONS: str(self.new_partitions)}
         if self.provider != self.source_provider:
-            confs[CONF_PROVIDER] = PROVIDER_CLASSES[self.provider]
+            confs[CONF_PROVIDER] = PROVIDER_NAMES[self.provider]
         return confs
 
     def report(self, destination: str, dry_run: bool) -> RewriteReport:
@@ -781,23 +780,26 @@ def plan_rewrite(source: Storage, *, num_partitions: int | None = None, provider
     if batch not in committed:
         cp.require_committed(batch)
     conf = cp.offset_conf(batch)
-    old_partitions = int(conf.get(CONF_SHUFFLE_PARTITIONS) or 0)
+    # not recorded (very old checkpoints): as many as the partition directories on disk
+    old_partitions = shuffle_partitions(conf) or max(
+        (max(cp.partition_ids(op), default=-1) + 1 for op in cp.operator_ids), default=0)
     new_partitions = old_partitions if num_partitions is None else num_partitions
     if new_partitions < 1:
         raise InvalidOptionError(f"num_partitions must be at least 1, got {num_partitions}")
-    if provider is not None and provider.lower() not in PROVIDER_CLASSES:
-        raise InvalidOptionError(f"provider must be one of {', '.join(PROVIDER_CLASSES)}, got {provider!r}")
-    source_class = conf.get(CONF_PROVIDER) or HDFS_PROVIDER
-    source_provider = next((k for k, v in PROVIDER_CLASSES.items() if v == source_class), source_class)
+    if provider is not None and provider.lower() not in PROVIDER_NAMES:
+        raise InvalidOptionError(f"provider must be one of {', '.join(PROVIDER_NAMES)}, got {provider!r}")
+    # the provider each read is planned with: recorded, else told by the state files (not assumed HDFS)
+    source_class = detect_provider(cp, conf.get(CONF_PROVIDER), cp.operator_ids[0]) if cp.operator_ids else (
+        conf.get(CONF_PROVIDER) or PROVIDER_NAMES["hdfs"])
+    source_provider = provider_name(source_class) or source_class
     target_provider = source_provider if provider is None else provider.lower()
     moving = target_provider != source_provider
 
     stores: list[StoreRows] = []
-    join_format = int(conf.get(CONF_JOIN_FORMAT) or 0) if str(conf.get(CONF_JOIN_FORMAT, "")).isdigit() else 0
     for op in cp.operator_ids:
         meta = cp.operator_metadata(op, batch)
         name = meta.operator_name if meta is not None else None
-        families = operators.is_transform_with_state(name) or (name == operators.JOIN and join_format >= 3)
+        families = operators.is_transform_with_state(name) or operators.join_in_column_families(meta)
         if families and target_provider == "hdfs":
             raise UnsupportedOptionError(
                 f"operator {op} ({name}) of {cp.location} keeps its state in RocksDB column families "
@@ -867,9 +869,9 @@ def _family_plan_options(cp: Checkpoint, meta: OperatorMetadata) -> dict[str, An
     """Read options that plan a store with column families: its first variable, or its first join family."""
     if operators.is_transform_with_state(meta.operator_name):
         names = user_variables(meta)
-        return {"stateVarName": names[0]} if names else {"readRegisteredTimers": True}
+        return {"state_var_name": names[0]} if names else {"read_registered_timers": True}
     names = join_column_families(cp, meta)
-    return {"storeName": next((n for n in names if n.endswith("-keyToNumValues")), names[0])}
+    return {"store_name": next((n for n in names if n.endswith("-keyToNumValues")), names[0])}
 
 
 def _require_rewritable(cp: Checkpoint, plan: StateReadPlan, batch: int, moving: bool) -> None:

@@ -327,10 +327,14 @@ _CLASS_NAMES = {
 }
 
 
+# Spark's default for spark.sql.streaming.stateStore.compression.codec: what a checkpoint that records none used
+DEFAULT_CODEC = "lz4"
+
+
 def codec_name(conf_value: str | None) -> str:
-    """Short codec name for the value of the compression conf (default lz4)."""
+    """Short codec name for the value of the compression conf (:data:`DEFAULT_CODEC` when none)."""
     if not conf_value:
-        return "lz4"
+        return DEFAULT_CODEC
     value = conf_value.strip().lower()
     return _CLASS_NAMES.get(value, value)
 

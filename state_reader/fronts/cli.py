@@ -10,6 +10,7 @@ line (the error's message) and exit with 1; ``--debug`` adds the traceback.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from rich.text import Text
 from state_reader._version import __version__
 from state_reader.errors import StateReaderError
 from state_reader.fronts.doctor_thresholds import THRESHOLDS
+from state_reader.model.conf import PROVIDER_NAMES, provider_name
 from state_reader.units import human_bytes
 
 if TYPE_CHECKING:
@@ -339,7 +341,7 @@ def _stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bo
         if not batches:
             continue
         name = result.operator_names.get(op) or "unknown"
-        kind = "rocksdb" if "RocksDB" in provider else "hdfs"
+        kind = provider_name(provider) or provider
         con.print(Text(f"operator {op} ({name}) · store {store} · {kind}", style="bold"))
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
         for col in ("batch", "rows", "Δ rows", "state", "on disk", "files", "chain", "largest partition",
@@ -632,7 +634,7 @@ def plot(checkpoint: str, out: str, operator_id: int | None, store_name: str | N
 @click.argument("destination", required=False)
 @click.option("--partitions", "-n", "num_partitions", type=click.IntRange(min=1),
               help="New number of state partitions (default: unchanged).")
-@click.option("--provider", type=click.Choice(["hdfs", "rocksdb"]), help="Write the state in this provider's files.")
+@click.option("--provider", type=click.Choice(list(PROVIDER_NAMES)), help="Write the state in this provider's files.")
 @click.option("--drop-keys", metavar="EXPR", help="Leave out the keys matching this key filter, from every store.")
 @click.option("--batch", "batch_id", type=int, help="Committed batch to rewrite (default: the last).")
 @click.option("--allow-uncommitted", is_flag=True, help="Rewrite even when the last planned batch has no commit.")
@@ -777,13 +779,30 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-# the read options the commands take as flags (a flag's other spellings after it): errors name the flag the user typed
-FLAGS: dict[str, tuple[str, ...]] = {
-    "readRegisteredTimers": ("--timers",), "batchId": ("--batch",), "changeStartBatchId": ("--from",),
-    "changeEndBatchId": ("--to",), "operatorId": ("--operator",), "storeName": ("--store",),
-    "stateVarName": ("--state-var-name", "--state-var"), "joinSide": ("--join-side",),
-    "key_filter": ("--key-filter",), "drop_keys": ("--drop-keys",)}
-_FLAG_RE = re.compile(r"(?:option |source option )?'?\b(" + "|".join(FLAGS) + r")\b'?(=(?:true\b)?)?")
+# the read options that errors name as flags, by the parameter of the commands that takes each; the flags
+# themselves are the ones the commands declare (written once, in their decorators)
+_FLAG_PARAMS: dict[str, str] = {
+    "read_registered_timers": "readRegisteredTimers", "batch_id": "batchId", "start": "changeStartBatchId",
+    "end": "changeEndBatchId", "operator_id": "operatorId", "store_name": "storeName",
+    "state_var_name": "stateVarName", "join_side": "joinSide", "key_filter": "key_filter", "drop_keys": "drop_keys"}
+
+
+@functools.cache
+def flags() -> dict[str, tuple[str, ...]]:
+    """Each read option -> the long flags that set it, as the commands declare them (first spelling first)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for command in cli.commands.values():
+        for param in command.params:
+            option = _FLAG_PARAMS.get(param.name or "")
+            if option is not None and isinstance(param, click.Option):
+                spellings = out.get(option, ()) + tuple(o for o in param.opts if o.startswith("--"))
+                out[option] = tuple(dict.fromkeys(spellings))
+    return out
+
+
+@functools.cache
+def _flag_re() -> re.Pattern[str]:
+    return re.compile(r"(?:option |source option )?'?\b(" + "|".join(flags()) + r")\b'?(=(?:true\b)?)?")
 
 
 def in_flags(message: str, typed: Sequence[str] = ()) -> str:
@@ -794,11 +813,11 @@ def in_flags(message: str, typed: Sequence[str] = ()) -> str:
     words = {arg.split("=", 1)[0] for arg in typed}
 
     def flag(option: str) -> str:
-        spellings = FLAGS[option]
+        spellings = flags()[option]
         return next((f for f in spellings if f in words), spellings[0])
 
     # "joinSide=left" -> "--join-side left"; "readRegisteredTimers=true" -> "--timers"
-    return _FLAG_RE.sub(lambda m: flag(m.group(1)) + (" " if m.group(2) == "=" else ""), message)
+    return _flag_re().sub(lambda m: flag(m.group(1)) + (" " if m.group(2) == "=" else ""), message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

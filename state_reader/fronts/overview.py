@@ -14,6 +14,7 @@ from typing import Any
 from state_reader.core.metadata import metadata_rows
 from state_reader.core.planner import detect_provider
 from state_reader.errors import OffsetLogUnavailableError, OffsetMetadataUnavailableError, StateReaderError
+from state_reader.formats.codecs import DEFAULT_CODEC
 from state_reader.io.storage import Storage, with_one_listing
 from state_reader.model import operators as operator_names
 from state_reader.model.checkpoint import Checkpoint
@@ -29,8 +30,10 @@ from state_reader.model.conf import (
     CONF_ROW_CHECKSUM,
     CONF_SHUFFLE_PARTITIONS,
     HDFS_PROVIDER,
-    ROCKSDB_PROVIDER,
+    PROVIDER_NAMES,
     conf_flag,
+    provider_name,
+    shuffle_partitions,
 )
 from state_reader.model.state_variables import declared_variables
 from state_reader.providers.store_files import StoreFiles
@@ -41,16 +44,13 @@ STATE_FORMAT_CONFS = {
     "join": (CONF_JOIN_FORMAT, (operator_names.JOIN,)),
     "flatMapGroupsWithState": (CONF_FMGWS_FORMAT, operator_names.FLAT_MAP_GROUPS_WITH_STATE),
 }
-PROVIDER_NAMES = {HDFS_PROVIDER: "hdfs", ROCKSDB_PROVIDER: "rocksdb"}
-# What a conf missing from the offset log means (older writers record fewer).
-CODEC_DEFAULT = "lz4"
 
 
 def _state_files(cp: Checkpoint, op: int, entry: dict[str, Any], latest: int) -> tuple[dict[str, int] | None, bool]:
     """(the batches whose state of an operator is on disk, whether it has changelogs), as partition 0 of its
     first store shows them."""
     stores = [s["store_name"] for s in entry["stores"]] or ["default"]
-    provider = ROCKSDB_PROVIDER if entry["provider"] == "rocksdb" else HDFS_PROVIDER
+    provider = PROVIDER_NAMES.get(entry["provider"], HDFS_PROVIDER)
     try:
         files = StoreFiles(cp.storage, cp.store_dir(op, 0, stores[0]), provider)
         versions = files.retained_versions(latest + 1, {b + 1 for b in cp.committed_batches})
@@ -95,7 +95,7 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
             "operator_id": op, "operator_name": row["operatorName"],
             "operator_properties": row["operatorProperties"],
             "partitions_on_disk": len(cp.partition_ids(op)),
-            "provider": PROVIDER_NAMES.get(detect_provider(cp, conf.get(CONF_PROVIDER), op), "unknown"),
+            "provider": provider_name(detect_provider(cp, conf.get(CONF_PROVIDER), op)) or "unknown",
             "stores": [],
         })
         entry["stores"].append({"store_name": row["stateStoreName"], "num_partitions": row["numPartitions"]})
@@ -111,7 +111,7 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
         changelogs = changelogs or has_changelogs
 
     provider_class = conf.get(CONF_PROVIDER)
-    provider = PROVIDER_NAMES.get(provider_class or "", None)
+    provider = provider_name(provider_class)
     if provider is None and operators:
         provider = next(iter(operators.values()))["provider"]
     return {
@@ -119,14 +119,13 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
         "batches": {"first": batches[0], "last": batches[-1], "count": len(batches), "latest_committed": latest},
         "provider": provider or "hdfs",
         "provider_class": provider_class,
-        "codec": conf.get(CONF_CODEC) or CODEC_DEFAULT,
+        "codec": conf.get(CONF_CODEC) or DEFAULT_CODEC,  # what a conf missing from the offset log means
         "codec_recorded": CONF_CODEC in conf,
         # only for the kinds of operator the query has: the confs are recorded for every query
         "state_format_versions": {kind: int(conf[key]) for kind, (key, names) in STATE_FORMAT_CONFS.items()
                                   if conf.get(key, "").isdigit()
                                   and any(o["operator_name"] in names for o in operators.values())},
-        "shuffle_partitions": int(conf[CONF_SHUFFLE_PARTITIONS]) if conf.get(CONF_SHUFFLE_PARTITIONS, "").isdigit()
-        else None,
+        "shuffle_partitions": shuffle_partitions(conf),
         "encoding_format": conf.get(CONF_ENCODING),
         "row_checksum": conf_flag(conf, CONF_ROW_CHECKSUM),
         # Spark does not pin this conf in the offset log: the changelog files tell

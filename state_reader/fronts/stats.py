@@ -23,7 +23,7 @@ from state_reader.core import live
 from state_reader.core.decode import measure_partition
 from state_reader.core.metadata import infer_operator_metadata
 from state_reader.core.options import from_kwargs
-from state_reader.core.planner import join_column_families, plan_state_read
+from state_reader.core.planner import join_column_families, plan_store_read, store_read_options
 from state_reader.core.skew import partition_skew
 from state_reader.errors import (
     CommittedBatchUnavailableError,
@@ -149,25 +149,10 @@ def operator_stores(cp: Checkpoint, operator_id: int | None = None, store_name: 
     return out
 
 
-def store_read_options(operator_id: int, store_name: str, batch_id: int | None,
-                       storage_options: dict[str, Any] | None, operator_name: str | None) -> dict[str, Any]:
-    """The read options of one store; for transformWithState, of one of its variables or its timers."""
-    options: dict[str, Any] = {"operator_id": operator_id, "store_name": store_name, "batch_id": batch_id,
-                               "storage_options": storage_options}
-    if operators.is_transform_with_state(operator_name):
-        options.pop("store_name")
-        if store_name.startswith("$"):  # the timer family
-            options["read_registered_timers"] = True
-        else:
-            options["state_var_name"] = store_name
-    return options
-
-
 def _plan(checkpoint: str, cp: Checkpoint, storage_options: dict[str, Any] | None, operator_id: int,
           store_name: str, batch_id: int, operator_name: str | None = None) -> StateReadPlan:
     """The plan of one store at ``batch_id``."""
-    options = store_read_options(operator_id, store_name, batch_id, storage_options, operator_name)
-    return plan_state_read(from_kwargs(checkpoint, options), cp)
+    return plan_store_read(cp, operator_id, store_name, batch_id, operator_name)
 
 
 def _default_batches(cp: Checkpoint, files: list[StoreFiles]) -> list[int]:

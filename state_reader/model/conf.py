@@ -3,7 +3,11 @@
 Spark records in every ``offsets/<batch>`` entry the confs that decide how state
 is stored, and restores them on restart. Every decision the readers make from
 them (which provider, which codec, whether rows carry a checksum, UnsafeRow or
-Avro, which merge operator) is made here and nowhere else.
+Avro, which merge operator, how many state partitions) is made here and nowhere else,
+and so are the provider classes' short names (``hdfs``, ``rocksdb``).
+
+Light on imports (the formats are imported where a conf is parsed): the command line
+lists the provider names in its help without loading numpy.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from state_reader.errors import UnsupportedOptionError
-from state_reader.formats.rocksdb_encoding import MERGE_DELIMITERS, merge_operator_version
 
 CONF_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 CONF_CODEC = "spark.sql.streaming.stateStore.compression.codec"
@@ -29,7 +32,21 @@ CONF_CHECKPOINT_FORMAT = "spark.sql.streaming.stateStore.checkpointFormatVersion
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
+# the short names users give a provider by (`rewrite --provider`) and see it as (`metadata`, `stats`)
+PROVIDER_NAMES: dict[str, str] = {"hdfs": HDFS_PROVIDER, "rocksdb": ROCKSDB_PROVIDER}
+
 ENCODINGS = ("unsaferow", "avro")
+
+
+def provider_name(provider_class: str | None) -> str | None:
+    """The short name of a provider class (``hdfs``, ``rocksdb``), or None for a class we do not read."""
+    return next((name for name, cls in PROVIDER_NAMES.items() if cls == provider_class), None)
+
+
+def shuffle_partitions(conf: Mapping[str, str]) -> int | None:
+    """``spark.sql.shuffle.partitions`` as recorded: the number of state partitions (None: not recorded)."""
+    text = str(conf.get(CONF_SHUFFLE_PARTITIONS, "")).strip()
+    return int(text) if text.isdigit() else None
 
 
 def conf_flag(conf: Mapping[str, str], key: str) -> bool:
@@ -52,6 +69,8 @@ class StoreConf:
     @classmethod
     def parse(cls, conf: Mapping[str, str]) -> StoreConf:
         """Parse and validate the storage confs (unknown encodings and merge operators are refused)."""
+        from state_reader.formats.rocksdb_encoding import merge_operator_version
+
         encoding = str(conf.get(CONF_ENCODING) or "unsaferow").strip().lower()
         if encoding not in ENCODINGS:
             raise UnsupportedOptionError(f"state encoding format '{encoding}' is not supported by state_reader")
@@ -61,8 +80,7 @@ class StoreConf:
             row_checksum=conf_flag(conf, CONF_ROW_CHECKSUM),
             encoding=encoding,
             merge_operator_version=merge_operator_version(conf.get(CONF_MERGE_OPERATOR)),
-            shuffle_partitions=int(partitions) if (partitions := str(conf.get(CONF_SHUFFLE_PARTITIONS, "")).strip()
-                                                   ).isdigit() else None,
+            shuffle_partitions=shuffle_partitions(conf),
         )
 
     @property
@@ -73,4 +91,6 @@ class StoreConf:
     @property
     def merge_delimiter(self) -> bytes:
         """What Spark's merge operator puts between merged values."""
+        from state_reader.formats.rocksdb_encoding import MERGE_DELIMITERS
+
         return MERGE_DELIMITERS[self.merge_operator_version]

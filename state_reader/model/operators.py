@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from state_reader.formats.spark_types import LONG, StructField, StructType
-from state_reader.model.checkpoint import JOIN_STORES
+from state_reader.model.checkpoint import JOIN_STORES, OperatorMetadata
 from state_reader.model.conf import CONF_FMGWS_FORMAT
 
 TRANSFORM_WITH_STATE = ("transformWithStateExec", "transformWithStateInPandasExec",
@@ -28,6 +28,14 @@ _SESSION_WINDOW_METADATA = "spark.sessionWindow"
 
 def is_transform_with_state(operator_name: str | None) -> bool:
     return operator_name in TRANSFORM_WITH_STATE
+
+
+def join_in_column_families(metadata: OperatorMetadata | None) -> bool:
+    """Whether a join keeps its four stores as column families of one RocksDB store (join state formats 3
+    and 4): its operator metadata says so. The conf (``join.stateFormatVersion``) is the whole query's
+    and not recorded per operator; the metadata is written by the operator that wrote the state."""
+    return (metadata is not None and metadata.operator_name == JOIN
+            and bool(metadata.properties.get("useVirtualColumnFamilies")))
 
 
 def infer_operator_name(store_names: list[str], value_schema: StructType | None) -> str | None:
