@@ -90,3 +90,14 @@ def test_join_state_format_from_operator_metadata(checkpoints, tmp_path):
     assert sorted(s.store_name for s in report.stores) == sorted(JOIN_STORES)
     assert sum(s.rows for s in report.stores) == sum(
         state_reader.read_state(cp, store_name=s).num_rows for s in JOIN_STORES) > 0
+
+
+def test_one_copy_in_the_source():
+    """The decisions above are written once: a second copy of their words in the package is a second owner."""
+    package = Path(state_reader.__file__).parent
+    owners = {'"KiB"': "units.py", '"spark.sql.shuffle.partitions"': "conf.py",
+              '"hdfs": ': "conf.py", '"RocksDB" in': None}
+    for path in package.rglob("*.py"):
+        text = path.read_text()
+        for words, owner in owners.items():
+            assert words not in text or path.name == owner, f"{words} written again in {path.relative_to(package)}"
