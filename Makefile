@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install java demo test test-compat test-browser unit lint docs bench clean
+.PHONY: help install java demo test test-compat test-browser unit check lint docs bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -41,8 +41,13 @@ test-browser: install ## Install Chromium if missing, then run the browser tests
 unit: install ## Run only the tests that need no Spark (seconds, no JVM)
 	$(PY) -m pytest -m 'not spark'
 
-lint: install ## Check the code with ruff
+check: install ## Lint, format check, type check and the layer contract (no Spark)
 	$(PY) -m ruff check state_reader tests examples benchmarks
+	$(PY) -m ruff format --check state_reader tests examples benchmarks
+	$(PY) -m mypy state_reader
+	$(PY) -m pytest tests/test_architecture.py -q
+
+lint: check ## The same as make check
 
 docs: install ## Build the documentation site (mkdocs, warnings are errors) into site/
 	$(VENV)/bin/mkdocs build --strict
@@ -51,4 +56,4 @@ bench: install ## Compare read speed with Spark's built-in reader
 	$(PY) benchmarks/bench_read.py
 
 clean: ## Remove the virtualenv and caches
-	rm -rf $(VENV) .venv-compat .pytest_cache .ruff_cache build site *.egg-info
+	rm -rf $(VENV) .venv-compat .pytest_cache .ruff_cache .mypy_cache build site *.egg-info

@@ -45,7 +45,7 @@ def infer_operator_metadata(cp: Checkpoint, operator_id: int) -> OperatorMetadat
         return None
     num_partitions = shuffle_partitions(cp.latest_conf()) or max(partitions) + 1
     stores = store_names_on_disk(cp, operator_id)
-    schemas = {}
+    schemas: dict[str, tuple[StructType | None, StructType | None]] = {}
     for store in stores:
         try:
             schemas[store] = read_schema_v1v2(cp.read_once(cp.schema_file(operator_id, store)),

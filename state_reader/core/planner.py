@@ -136,7 +136,7 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
         batch_id = opts.batch_id if opts.batch_id is not None else cp.latest_committed_batch()
     cp.require_committed(batch_id, "changeEndBatchId" if opts.read_change_feed else "batchId")
     cp.fetch_ahead(batch_id, opts.operator_id)  # logs, metadata and schemas at once on an object store
-    if opts.read_change_feed and opts.change_start_batch_id > batch_id:
+    if opts.change_start_batch_id is not None and opts.change_start_batch_id > batch_id:  # a change feed
         # an end the caller gave was checked against the start with the options; this one defaulted
         have = cp.committed_batches
         raise InvalidOptionError(
@@ -156,7 +156,7 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
                 "Invalid value for option 'stateVarName': Providing state variable names is only supported "
                 f"with the transformWithState operator. Found operator={operator_name} "
                 f"(operator {opts.operator_id} of {cp.location}).")
-    elif operators.is_transform_with_state(operator_name):
+    elif metadata is not None and operators.is_transform_with_state(operator_name):
         raise RequiredOptionError(
             f"'stateVarName' must be specified to read operator {opts.operator_id} ({operator_name}) "
             f"of {cp.location}: {variables_described(metadata)}.")
@@ -197,7 +197,7 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
         long_slots = operators.fmgws_long_slots(operator_name, conf, value_schema)
         if opts.timeout_timestamp_as_long:  # shown as the longs they hold, not as Spark types them
             value_schema, long_slots = operators.widened(value_schema, long_slots), ()
-    if store_meta is not None and metadata.version == 1:
+    if metadata is not None and store_meta is not None and metadata.version == 1:
         num_cols_prefix_key = store_meta.num_cols_prefix_key
     else:  # no metadata (written before Spark 4.0): recognise session windows by their schema
         inferred = operators.infer_operator_name([opts.store_name], value_schema)
@@ -214,10 +214,10 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
                 f"Invalid value for option 'snapshotPartitionId': partition {opts.snapshot_partition_id} "
                 f"does not exist under {storage.display(f'state/{opts.operator_id}')} "
                 f"(partitions: {', '.join(map(str, partitions))})")
-        partitions = [opts.snapshot_partition_id]  # type: ignore[list-item]
+        partitions = [opts.snapshot_partition_id]
         snapshot_start_version = opts.snapshot_start_batch_id + 1
     provider = detect_provider(cp, store_conf.provider, opts.operator_id)
-    if opts.read_change_feed:
+    if opts.change_start_batch_id is not None:  # a change feed
         _require_change_start(cp, opts.change_start_batch_id, [cp.store_dir(opts.operator_id, p, store_name)
                                                                 for p in partitions])
     if provider == ROCKSDB_PROVIDER:

@@ -84,7 +84,7 @@ class _Lookup:
             return None
         if leaf not in self.leaves:
             return None
-        out = []
+        out: list = []
         for value in values:
             if value is None:
                 out.append(None)

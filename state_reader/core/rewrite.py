@@ -180,7 +180,7 @@ class RewriteReport:
 
     def layout(self) -> pa.Table:
         """Today's and the new per-partition rows and bytes (all stores), one row per (layout, partition)."""
-        out = {"layout": [], "partition_id": [], "rows": [], "bytes": []}
+        out: dict[str, list[Any]] = {"layout": [], "partition_id": [], "rows": [], "bytes": []}
         for label, new in (("current", False), ("new", True)):
             rows, size = self.partition_sizes(new)
             out["layout"] += [label] * len(rows)
@@ -626,7 +626,7 @@ class _Spill:
         """Append each new partition's run of ``framed`` (``bounds[p]:bounds[p+1]``)."""
         for pid in np.flatnonzero(counts).tolist():
             with open(self.paths[pid], "ab") as fh:
-                fh.write(memoryview(framed[bounds[pid]:bounds[pid + 1]]))
+                fh.write(framed[bounds[pid]:bounds[pid + 1]].data)
             self.runs[pid].append(int(bounds[pid + 1] - bounds[pid]))
 
     def take(self, pid: int) -> Iterator[bytes]:

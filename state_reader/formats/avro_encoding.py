@@ -30,6 +30,7 @@ import datetime
 import decimal
 import io
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -111,7 +112,7 @@ def _has_repeated_names(dt: DataType) -> bool:
     return False
 
 
-def decode_avro(payloads: list[bytes | None], schema: StructType, source: str) -> pa.StructArray:
+def decode_avro(payloads: Sequence[bytes | None], schema: StructType, source: str) -> pa.StructArray:
     """Decode Avro records (None = a null row) into a StructArray of ``schema``."""
     try:
         import fastavro
@@ -126,7 +127,7 @@ def decode_avro(payloads: list[bytes | None], schema: StructType, source: str) -
     except UnsupportedTypeError as exc:
         raise UnsupportedTypeError(f"{source}: {exc.message}", path=source) from exc
     parsed = fastavro.parse_schema(derived)
-    rows = []
+    rows: list[Any] = []
     for i, payload in enumerate(payloads):
         if payload is None:
             rows.append(None)

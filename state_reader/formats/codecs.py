@@ -145,9 +145,9 @@ def decompress_lz4_into(data: bytes, path: str, out: np.ndarray,
     xxhash = _need("xxhash", "xxhash", "lz4", path)
     digest = xxhash.xxh32_intdigest
     view = memoryview(data)
-    target_view = memoryview(out)
+    target_view = out.data
     into = _lz4_block_into()
-    block = None if into is not None else _need("lz4.block", "lz4", "lz4", path)
+    block: Any = None if into is not None else _need("lz4.block", "lz4", "lz4", path)  # used only without into
     deferred = kernels.compiled_loaded()
     done: list[tuple[int, int, int, int, int, int]] = []
     at = 0
@@ -192,7 +192,7 @@ def _check_lz4_blocks(xxhash: Any, out: np.ndarray, blocks: list[tuple[int, int,
     computed = kernels.xxh32_spans(out, starts, lengths, _LZ4_XXHASH_SEED)
     # each mismatch is checked again by xxhash itself, which raises on the first bad block
     for i in np.flatnonzero((computed.astype(np.int64) & 0x0FFFFFFF) != table[:, 5]).tolist():
-        _lz4_check(xxhash, memoryview(out)[int(starts[i]):int(starts[i] + lengths[i])], int(table[i, 0]),
+        _lz4_check(xxhash, out.data[int(starts[i]):int(starts[i] + lengths[i])], int(table[i, 0]),
                    int(table[i, 5]), path)
 
 
@@ -394,7 +394,8 @@ def _blocks(chunks: Chunks, size: int) -> Iterator[memoryview]:
     the chunk boundaries, so a stream is the same however its input arrives."""
     pending = bytearray()
     for chunk in chunks:
-        view = memoryview(chunk).cast("B")
+        # numpy declares the buffer protocol to type checkers only from Python 3.12
+        view = memoryview(chunk).cast("B")  # type: ignore[arg-type]
         if pending:
             take = min(size - len(pending), len(view))
             pending += view[:take]
@@ -430,7 +431,7 @@ def _compress_zstd(chunks: Chunks) -> Iterator[bytes]:
 
     stream = zstandard.ZstdCompressor(level=1).compressobj()  # spark.io.compression.zstd.level
     for chunk in chunks:
-        out = stream.compress(chunk)
+        out = stream.compress(chunk)  # type: ignore[arg-type]  # any buffer, an array too; the stubs list three
         if out:
             yield out
     yield stream.flush()

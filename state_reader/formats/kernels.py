@@ -152,6 +152,7 @@ def _walk_python(buf: np.ndarray, start: int, end: int, allow_removes: bool, val
     # marker, a negative length, anything past the end) hands over to the exact
     # loop, which also produces the status.
     unpack = _INT.unpack_from
+    data = buf.data  # struct unpacks from a memoryview of the array a little faster than from the array
     be32 = _view_be32(buf)
     chunks: list[np.ndarray] = []
     found: list[int] = []
@@ -166,12 +167,12 @@ def _walk_python(buf: np.ndarray, start: int, end: int, allow_removes: bool, val
             if pos + 4 > end:
                 walking = False
                 break
-            (k,) = unpack(buf, pos)
+            (k,) = unpack(data, pos)
             at = pos + 4 + k
             if k < 0 or at + 4 > end:
                 walking = False
                 break
-            (v,) = unpack(buf, at)
+            (v,) = unpack(data, at)
             if v < value_skip:
                 if v != -1 or not allow_removes:
                     walking = False
@@ -195,8 +196,8 @@ def _walk_python(buf: np.ndarray, start: int, end: int, allow_removes: bool, val
             count = min(jump, (end - pos) // step)
             if count <= 0:
                 continue
-            (k,) = unpack(buf, found[-1])
-            (v,) = unpack(buf, found[-1] + 4 + k)
+            (k,) = unpack(data, found[-1])
+            (v,) = unpack(data, found[-1] + 4 + k)
             if 8 + k + max(v, 0) != step:
                 continue
             cand = pos + step * np.arange(count, dtype=np.int64)
@@ -298,7 +299,7 @@ def gather_spans(buf: np.ndarray, start: np.ndarray, size: np.ndarray,
     """(offsets as int64, n + 1; bytes; whether every byte is ASCII) of the valid spans
     ``buf[start:start+size]`` one after another (an invalid span is empty), compiled; None
     unless :func:`compiled_loaded`."""
-    if not compiled_loaded():
+    if not compiled_loaded() or _numba_gather_spans is None:
         return None
     offsets = np.empty(len(start) + 1, dtype=np.int64)
     data, ascii_only = _numba_gather_spans(buf, np.ascontiguousarray(start, dtype=np.int64),
@@ -311,7 +312,7 @@ def row_words(buf: np.ndarray, base: np.ndarray, n_words: int) -> np.ndarray | N
     """(len(base), n_words) little-endian words at each of ``base`` (a base past the last
     full row reads the last ones), compiled; None unless this process has loaded numba
     already (decoding alone never pays for loading it)."""
-    if not compiled_loaded():
+    if not compiled_loaded() or _numba_row_words is None:
         return None
     out = np.empty((len(base), n_words), dtype=np.uint64)
     _numba_row_words(buf, np.ascontiguousarray(base, dtype=np.int64), n_words, out)

@@ -441,6 +441,7 @@ def encode_range_scan_keys(keys: pa.StructArray, schema: StructType, ordinals: t
     rest_values = pa.StructArray.from_arrays([keys.field(i) for i in others], fields=list(rest_schema.to_arrow())) \
         if others else None
     header = 1
+    rest: RowBuffer | None
     if avro:
         from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, encode_avro
 

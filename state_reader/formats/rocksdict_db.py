@@ -105,7 +105,8 @@ def write_db(directory: str, batches: Iterable[tuple[list[bytes], list[bytes]]])
     db = Rdict(directory, options=options)
     try:
         write = WriteOptions()
-        write.disable_wal = True
+        # a property at run time; rocksdict's stubs declare it as a method
+        write.disable_wal = True  # type: ignore[method-assign,assignment]
         for keys, values in batches:
             batch = WriteBatch(raw_mode=True)
             for key, value in zip(keys, values, strict=True):

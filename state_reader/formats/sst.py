@@ -625,7 +625,7 @@ def read_sst_rows(files: Iterable[tuple[bytes, str]], source: str) -> tuple[RowB
     at = 0
     for i, (table, (starts, lengths, kinds, out)) in enumerate(zip(tables, layouts, strict=True)):
         table.verify_data_blocks()
-        decompress, view, target = table.decompress, table.view, memoryview(buf)
+        decompress, view, target = table.decompress, table.view, buf.data
         lz4 = _cramjam_lz4_into()
         for offset, start, length, kind, n_out in zip(table.offsets.tolist(), starts.tolist(), lengths.tolist(),
                                                       kinds.tolist(), out.tolist(), strict=True):
@@ -642,7 +642,7 @@ def read_sst_rows(files: Iterable[tuple[bytes, str]], source: str) -> tuple[RowB
                 decompress(kind, view[start:start + length], target[at:at + n_out], offset)
             at += n_out
         del view
-        table.data = table.view = b""  # what is left to read of the file was read when it was opened
+        table.data, table.view = b"", memoryview(b"")  # what is left to read of the file was read when it was opened
         ends.append(out)
         owner.append(np.full(len(out), i, dtype=np.int64))
     block_end = np.cumsum(np.concatenate(ends)) if ends else np.zeros(0, dtype=np.int64)

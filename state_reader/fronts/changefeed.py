@@ -127,5 +127,10 @@ def follow(checkpoint: str, *, operator_id: int | None = None, store_name: str |
 def _sleeper(stop: threading.Event | Callable[[], bool] | None) -> Callable[[float], None]:
     """A wait between polls that an Event cuts short."""
     if isinstance(stop, threading.Event):
-        return lambda seconds: stop.wait(seconds) and None
+        event = stop
+
+        def wait(seconds: float) -> None:
+            event.wait(seconds)
+
+        return wait
     return time.sleep

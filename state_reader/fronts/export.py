@@ -183,8 +183,8 @@ def export_state(plan: StateReadPlan, path: str, *, fmt: str | None = None,
             for batch in _batches_with_progress(plan, flt, chosen, show_progress, path):
                 writer.write(batch)
                 rows += batch.num_rows
-            if kind == "csv" and rows == 0:
-                writer.header_only(plan.arrow_schema)  # type: ignore[attr-defined]
+            if isinstance(writer, _CsvWriter) and rows == 0:
+                writer.header_only(plan.arrow_schema)
         finally:
             writer.close()
         os.replace(tmp, target)

@@ -53,7 +53,7 @@ def _print_batch(batch: int, table: pa.Table, as_json: bool) -> None:
     click.echo(f"batch {batch}: {summary or 'no changes'}")
     if table.num_rows:
         names, rows = display_rows(table)
-        for row in rows:
-            click.echo("  " + "  ".join(f"{n}={v}" for n, v in zip(names, row, strict=True)
+        for cells in rows:
+            click.echo("  " + "  ".join(f"{n}={v}" for n, v in zip(names, cells, strict=True)
                                         if n not in ("batch_id",)))
     sys.stdout.flush()

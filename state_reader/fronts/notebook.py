@@ -279,7 +279,7 @@ class Checkpoint:
         spans = [s.retained for s in self.sizes if s.retained]
         first = max((r[0] for r in spans), default=None)
         last = min((r[1] for r in spans), default=None)
-        retained = [b for b in self.batches if first is not None and first <= b <= last]
+        retained = [b for b in self.batches if first is not None and last is not None and first <= b <= last]
         return [("provider", str(d.get("provider"))), ("codec", str(d.get("codec"))),
                 ("checkpoint format", str(d.get("checkpoint_format_version"))),
                 ("committed batches", f"{b.get('first')}..{b.get('last')} ({b.get('count')})"),
@@ -317,7 +317,7 @@ class Checkpoint:
         parts.append("</table>")
         views = {op["operator_id"]: self._views(op, sizes) for op in self.description.get("operators", [])}
         # one scale per measure for every bar of the display, so that partitions compare across stores
-        tops = {}
+        tops: dict[str, int] = {}
         for view in (v for vs in views.values() for v in vs):
             tops[view.measure] = max(tops.get(view.measure, 0), *view.partitions.values(), 0)
         for op in self.description.get("operators", []):

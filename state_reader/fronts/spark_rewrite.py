@@ -327,7 +327,9 @@ class _WriteNew:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        pid = TaskContext.get().partitionId()
+        context = TaskContext.get()
+        assert context is not None  # called in a Spark task
+        pid = context.partitionId()
         with spark_worker_errors(f"new partition {pid} of {_label(self.rows)}"):
             yield self._write(pid, batches)
 

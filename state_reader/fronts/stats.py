@@ -125,7 +125,7 @@ def operator_stores(cp: Checkpoint, operator_id: int | None = None, store_name: 
         raise SchemaReadError(
             f"the checkpoint {cp.location} has no state for operator {operator_id} "
             f"(operators: {', '.join(map(str, known)) or 'none'})", path=cp.storage.display("state"))
-    out = []
+    out: list[tuple[int, str, str | None]] = []
     for op in [operator_id] if operator_id is not None else known:
         try:
             meta = cp.operator_metadata(op, batch_id)

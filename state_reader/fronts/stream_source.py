@@ -35,7 +35,7 @@ from state_reader.model.plan import StateReadPlan
 log = logging.getLogger("state_reader.follow")
 
 try:  # pyspark 4.2+: read limits and Trigger.AvailableNow for Python streaming sources
-    from pyspark.sql.streaming.datasource import (  # type: ignore[import-not-found]
+    from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
         ReadMaxFiles,
         SupportsTriggerAvailableNow,
@@ -135,7 +135,7 @@ class StateChangeStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore
                 # the driver planned this range; the query's cleanup deleted its files since
                 plan = changes or snapshot
                 assert plan is not None
-                first = plan.change_start_batch_id if plan.is_change_feed else plan.batch_id
+                first = plan.change_start_batch_id if plan.change_start_batch_id is not None else plan.batch_id
                 if self.follow.fail_on_data_loss:
                     raise self.follow.lost(first, plan.batch_id, exc) from exc
                 log.warning("skipping the changes of batches %d..%d in %s: the query cleaned up their state "

@@ -61,7 +61,7 @@ def _crc32c_table() -> list[int]:
 _TABLE = _crc32c_table()
 
 
-def crc32c_pure(data: bytes) -> int:
+def crc32c_pure(data: bytes | memoryview) -> int:
     """CRC-32C (Castagnoli) in plain Python: slow, used only when no binding is installed."""
     crc = 0xFFFFFFFF
     table = _TABLE
@@ -70,7 +70,7 @@ def crc32c_pure(data: bytes) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-def _pick_crc32c() -> Callable[[bytes], int]:
+def _pick_crc32c() -> Callable[[bytes | memoryview], int]:
     try:
         import google_crc32c
 
@@ -86,7 +86,7 @@ def _pick_crc32c() -> Callable[[bytes], int]:
     return crc32c_pure
 
 
-crc32c: Callable[[bytes], int] = _pick_crc32c()
+crc32c: Callable[[bytes | memoryview], int] = _pick_crc32c()
 
 
 # -- verification -----------------------------------------------------------------

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import wraps
+from functools import partial, wraps
 from typing import Any, TypeVar
 
 from state_reader.errors import StateReaderError, StorageError
@@ -451,7 +451,7 @@ class Storage:
                     return None  # under a recursive listing, yet not a directory in it
             top = _recursive_root(rel)
             if top is not None:
-                self._once(f"tree:{top}", lambda top=top: self._list_tree(top))
+                self._once(f"tree:{top}", partial(self._list_tree, top))
             else:
                 self._once(f"ls:{rel}", lambda: self._list_one(rel))
         with self._tree_lock:

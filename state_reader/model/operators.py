@@ -8,6 +8,7 @@ the operators whose state layout gives them away.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypeGuard
 
 from state_reader.formats.spark_types import LONG, StructField, StructType
 from state_reader.model.checkpoint import JOIN_STORES, OperatorMetadata
@@ -30,7 +31,7 @@ def is_transform_with_state(operator_name: str | None) -> bool:
     return operator_name in TRANSFORM_WITH_STATE
 
 
-def join_in_column_families(metadata: OperatorMetadata | None) -> bool:
+def join_in_column_families(metadata: OperatorMetadata | None) -> TypeGuard[OperatorMetadata]:
     """Whether a join keeps its four stores as column families of one RocksDB store (join state formats 3
     and 4): its operator metadata says so. The conf (``join.stateFormatVersion``) is the whole query's
     and not recorded per operator; the metadata is written by the operator that wrote the state."""

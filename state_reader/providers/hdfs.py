@@ -269,11 +269,12 @@ class HDFSStore:
         positions = []
         for i, ((_, kind), raw, path) in enumerate(zip(files, raws, shown, strict=True)):
             start, size = starts[i], sizes[i]
-            if decoded[i] is None:
+            data = decoded[i]
+            if data is None:
                 codecs.decompress_lz4_into(raw, path, buf[start:start + size], blocks[i])
             else:
-                buf[start:start + size] = np.frombuffer(decoded[i], dtype=np.uint8)
-                decoded[i] = None
+                buf[start:start + size] = np.frombuffer(data, dtype=np.uint8)
+                decoded[i] = data = None
             raws[i] = b""
             positions.append(_walk(buf, start, start + size, path, kind == "delta", self.value_skip, use_numba))
         walked = positions[0] if len(positions) == 1 else np.concatenate(positions or [np.zeros(0, np.int64)])
@@ -313,7 +314,7 @@ class HDFSStore:
         by default the newest snapshot at or below ``version`` is used.
         """
         buf, _, live = self.load_records(version, start_snapshot)
-        data = memoryview(buf)
+        data = buf.data
         return {bytes(data[ks:ks + kl]): bytes(data[vs:vs + vl])
                 for ks, kl, vs, vl in zip(live.key_start.tolist(), live.key_len.tolist(),
                                           live.value_start.tolist(), live.value_len.tolist(), strict=True)}

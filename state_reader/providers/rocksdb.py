@@ -493,7 +493,7 @@ def _changes_from_snapshots(plan: StateReadPlan, directory: str, partition_id: i
     """
     after = load_store(replace(plan, batch_id=version - 1), directory, partition_id).entries
     before = load_store(replace(plan, batch_id=version - 2), directory, partition_id).entries if version > 1 else {}
-    records = [("update", k, v) for k, v in after.items() if before.get(k) != v]
+    records: list[tuple[str, bytes, bytes | None]] = [("update", k, v) for k, v in after.items() if before.get(k) != v]
     records += [("delete", k, None) for k in before if k not in after]
     source = f"{plan.storage.display(directory)} (versions {version - 1} and {version})"
     valid = np.fromiter((v is not None for _, _, v in records), dtype=bool, count=len(records))

@@ -6,6 +6,7 @@ this module turns one partition's encoded entries of its column family into Arro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -28,7 +29,7 @@ from state_reader.model.plan import StateReadPlan
 from state_reader.model.state_variables import LIST, MAP, MULTI_VALUE, TIMERS, VALUE, StateVariable
 
 
-def _family_rows(plan: StateReadPlan, entries: list[tuple[bytes, bytes | None]], family_id: int,
+def _family_rows(plan: StateReadPlan, entries: Sequence[tuple[bytes, bytes | None]], family_id: int,
                  source: str) -> tuple[RowBuffer, RowBuffer, np.ndarray]:
     """Key and value rows of one column family, ids stripped; the mask says which values exist."""
 
