@@ -282,7 +282,8 @@ def _operator_metadata(cp: Checkpoint, text: str, num_partitions: int, dest: Des
     return header + "\n" + json.dumps(doc, separators=(",", ":"))
 
 
-def _plan(cp: Checkpoint, batch_id: int, operator_id: int, store_name: str, **options: Any) -> StateReadPlan:
+def _plan(cp: Checkpoint, batch_id: int, operator_id: int, store_name: str = DEFAULT_STORE,
+          **options: Any) -> StateReadPlan:
     return plan_store_read(cp, operator_id, store_name, batch_id, **options)
 
 
@@ -807,7 +808,7 @@ def plan_rewrite(source: Storage, *, num_partitions: int | None = None, provider
                 "it cannot move to the HDFS-backed provider", path=cp.location)
         if families:
             assert meta is not None
-            plan = _plan(cp, batch, op, DEFAULT_STORE, **_family_plan_options(cp, meta))
+            plan = _plan(cp, batch, op, **_family_plan_options(cp, meta))
             _require_rewritable(cp, plan, batch, moving)
             stores.append(FamilyStoreRows(plan, meta))
             continue
