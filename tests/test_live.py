@@ -136,25 +136,40 @@ CLEANUP_EVERY = 0.4
 
 
 def _slow_filesystem() -> str:
-    """Register ``slowfile://``: the local filesystem with latency added to every open, listing and info."""
+    """Register ``slowfile://``: the local filesystem with latency added to every open, listing and info
+    (a recursive listing is one request, as on an object store)."""
     import fsspec
     from fsspec.implementations.local import LocalFileSystem
+
+    inside = threading.local()
+
+    def request(seconds: float, call, *args, **kwargs):
+        # one round trip per request, as an object store charges: the calls the local implementation
+        # makes inside one (``ls`` asking ``info`` of each entry, ``find`` walking directories) are free
+        if getattr(inside, "depth", 0) == 0:
+            time.sleep(seconds)
+        inside.depth = getattr(inside, "depth", 0) + 1
+        try:
+            return call(*args, **kwargs)
+        finally:
+            inside.depth -= 1
 
     class SlowFileSystem(LocalFileSystem):
         protocol = "slowfile"
 
         def _open(self, path, *args, **kwargs):
             state_file = str(path).endswith((".delta", ".snapshot", ".zip", ".changelog"))
-            time.sleep(SLOW_STATE_FILE_SECONDS if state_file else SLOW_SECONDS)
-            return super()._open(path, *args, **kwargs)
+            return request(SLOW_STATE_FILE_SECONDS if state_file else SLOW_SECONDS, super()._open, path,
+                           *args, **kwargs)
 
         def ls(self, *args, **kwargs):
-            time.sleep(SLOW_SECONDS)
-            return super().ls(*args, **kwargs)
+            return request(SLOW_SECONDS, super().ls, *args, **kwargs)
 
         def info(self, *args, **kwargs):
-            time.sleep(SLOW_SECONDS)
-            return super().info(*args, **kwargs)
+            return request(SLOW_SECONDS, super().info, *args, **kwargs)
+
+        def find(self, *args, **kwargs):
+            return request(SLOW_SECONDS, super().find, *args, **kwargs)
 
     fsspec.register_implementation("slowfile", SlowFileSystem, clobber=True)
     return "slowfile://"

@@ -57,11 +57,14 @@ def read_consistently(options: Mapping[str, Any] | StateStoreOptions, read: Call
     planned: list[int] = []
     while True:
         storage = Storage(opts.path, opts.storage_options, verify_checksums=opts.verify_checksums)
-        before = committed_now(storage)
+        given = checkpoint if checkpoint is not None and not planned else None
+        # what the plan is made from: a caller's checkpoint was listed before now, and whether the
+        # query moved on is judged from that listing, not from one made after it
+        before = _committed_in(given) if given is not None else committed_now(storage)
         # remote: the plan starts from the listing just made (each listing is a round trip)
         fresh = Checkpoint(storage) if storage.remote else None
         try:
-            return read(plan_state_read(opts, checkpoint if checkpoint is not None and not planned else fresh))
+            return read(plan_state_read(opts, given if given is not None else fresh))
         except BatchNotRetainedError:
             raise  # planning found the batch asked for cleaned up: planning again cannot bring it back
         except GONE as exc:
@@ -108,6 +111,14 @@ def cleaned_up_during_read(plan: StateReadPlan, exc: BaseException) -> BatchNotR
 def moved_on(before: list[int], now: list[int]) -> bool:
     """Whether the query committed a newer batch between two listings of the commit log."""
     return bool(before) and bool(now) and now[-1] > before[-1]
+
+
+def _committed_in(checkpoint: Checkpoint) -> list[int]:
+    """The committed batches as ``checkpoint`` listed them."""
+    try:
+        return checkpoint.committed_batches
+    except StateReaderError:
+        return []
 
 
 def committed_now(storage: Storage) -> list[int]:

@@ -223,6 +223,27 @@ def _prefetched_batches(plan: StateReadPlan, pid: int, flt: KeyFilter | None,
         prefetch.done(pid)
 
 
+def fetched_ahead(plan: StateReadPlan, partitions: Sequence[int]) -> Iterator[int]:
+    """``partitions`` in turn, each with its files fetched (on a remote filesystem, those of the
+    partitions after it meanwhile, as a read does): for a loop that reads them one by one
+    through the providers (stats measuring a batch), which then costs a few round trips."""
+    chosen = list(partitions)
+    ahead = plan.storage.remote and chosen and not plan.is_change_feed and plan.snapshot_start_version is None
+    prefetch = _Prefetch(plan, chosen) if ahead else None
+    try:
+        for pid in chosen:
+            if prefetch is not None:
+                prefetch.wait(pid)
+            try:
+                yield pid
+            finally:
+                if prefetch is not None:
+                    prefetch.done(pid)
+    finally:
+        if prefetch is not None:
+            prefetch.close()
+
+
 def _decoded_in_order(plan: StateReadPlan, chosen: list[int], flt: KeyFilter | None,
                       threads: int) -> Iterator[list[pa.RecordBatch]]:
     """Each chosen partition's batches, in order, decoded up to ``threads`` partitions ahead."""

@@ -24,6 +24,7 @@ from state_reader.core.decode import measure_partition
 from state_reader.core.metadata import infer_operator_metadata
 from state_reader.core.options import from_kwargs
 from state_reader.core.planner import join_column_families, plan_store_read, store_read_options
+from state_reader.core.scan import fetched_ahead
 from state_reader.core.skew import partition_skew
 from state_reader.errors import (
     CommittedBatchUnavailableError,
@@ -243,11 +244,12 @@ def _collect_stats(checkpoint: str, *, operator_id: int | None = None, store_nam
                         files: dict[int, StoreFiles] = files) -> list[dict[str, Any]]:
                 # each partition's rows go as soon as they are measured; a batch planned again lists afresh
                 out = []
-                for pid in plan.partitions:
+                for pid in fetched_ahead(plan, plan.partitions):  # remote: a few round trips for all
                     size = measure_partition(plan, pid)
                     listed = files.get(pid) if plan.batch_id <= latest else None
-                    store_files = listed or StoreFiles(storage, plan.store_dir(pid), plan.provider, plan.codec)
-                    uid = unique_id_for(cp, store_files, plan.version, op, pid, plan.store_name)
+                    # a batch planned again lists through its plan's storage, afresh
+                    store_files = listed or StoreFiles(plan.storage, plan.store_dir(pid), plan.provider, plan.codec)
+                    uid = unique_id_for(plan.checkpoint, store_files, plan.version, op, pid, plan.store_name)
                     vf = store_files.version_files(plan.version, uid)
                     out.append({
                         "operator_id": op, "store_name": store, "batch_id": plan.batch_id,

@@ -367,7 +367,10 @@ class Checkpoint:
         storage = self.storage
         if not storage.remote:
             return
-        rels = [f"commits/{batch_id}", f"offsets/{batch_id}"]
+        # the log entries first: the operator's listing may still be under way, and a running query
+        # purges old log entries
+        storage.prefetch(r for r in (f"commits/{batch_id}", f"offsets/{batch_id}") if r not in self._file_cache)
+        rels: list[str] = []
         base = f"state/{operator_id}"
         v2 = [b for b in numeric_names(storage.list_names(f"{base}/_metadata/v2")) if b <= batch_id]
         if v2:
