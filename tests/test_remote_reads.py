@@ -8,9 +8,11 @@ import shutil
 from collections import Counter
 
 import latency_fs
+import pyarrow as pa
 import pytest
 
 import state_reader
+from state_reader.core.key_filter import And, Comparison, NullCheck, Predicate
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table
 from state_reader.errors import MissingStateFileError
@@ -49,22 +51,33 @@ def test_read_lists_once_and_fetches_each_file_once(remote, checkpoints, name):
     assert counted["get"] == calls["get"] and counted["list"] == calls["list"] and counted["bytes"] > 0
 
 
+def _pinned(value: object, typ: pa.DataType, path: tuple[str, ...]) -> list[Predicate]:
+    """``path = value`` for every scalar field under ``path`` (IS NULL for a null)."""
+    if pa.types.is_struct(typ):
+        return [p for f in typ for p in _pinned(None if value is None else value[f.name], f.type, (*path, f.name))]
+    return [NullCheck(path) if value is None else Comparison(path, "=", value)]
+
+
 @pytest.mark.parametrize("name", ["lookup_types", "rocksdb_lookup_types"])
 def test_one_key_lookup_fetches_one_partition(remote, checkpoints, name):
     path = checkpoints(name)
     full = state_reader.read_state(path)
-    key = full.column("key").to_pylist()[0]
-    if not all(isinstance(v, (str, int)) and not isinstance(v, bool) and "'" not in str(v) for v in key.values()):
-        pytest.skip("the first key has fields an expression cannot pin")
-    # every key field pinned: the partition the key hashes to is the only one read
-    expression = " and ".join(f"{k} = '{v}'" if isinstance(v, str) else f"{k} = {v}" for k, v in key.items())
-    local = state_reader.read_state(path, key_filter=expression)
+    key_type = full.schema.field("key").type
+    # every key field pinned (a key whose double is a number: NaN equals nothing), so the key hashes to one partition
+    key = next(k for k in full.column("key").to_pylist() if k["d"] is not None and k["d"] == k["d"])
+    predicate = And(tuple(p for f in key_type for p in _pinned(key[f.name], f.type, (f.name,))))
+    local = state_reader.read_state(path, key_filter=predicate)
+    assert local.num_rows == 1
     FS.reset()
-    table = state_reader.read_state(remote + path, key_filter=expression)
-    assert _rows(table) == _rows(local) and table.num_rows >= 1
+    table = state_reader.read_state(remote + path, key_filter=predicate)
+    assert _rows(table) == _rows(local)
+    wanted = str(table.column("partition_id")[0].as_py())
     state_parts = {p.split("/state/0/")[1].split("/")[0] for k, p in FS.paths if k == "get" and "/state/0/" in p}
-    assert state_parts - {"_metadata", "0"} <= {str(table.column("partition_id")[0].as_py())}
-    assert FS.calls["list"] <= 4 and FS.calls["info"] == 0
+    # the key's partition (and partition 0's schema file): no other partition's files are fetched
+    assert state_parts - {"_metadata", "0"} <= {wanted} and wanted in state_parts | {"0"}, state_parts
+    assert FS.calls["list"] <= 4 and FS.calls["info"] == 0, FS.paths
+    gets = [p for k, p in FS.paths if k == "get"]
+    assert len(gets) == len(set(gets)) <= 16, gets
 
 
 def test_file_gone_between_listing_and_fetch(remote, checkpoints, tmp_path):
