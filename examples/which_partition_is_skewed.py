@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from _streaming import cli_hint, example_arguments, run_query, spark_session, workspace
 
 import state_reader
-from state_reader.fronts.stats import batch_summary
+from state_reader.inspect.stats import batch_summary
 
 T0 = 1_700_000_000
 PARTITIONS = 8

@@ -56,13 +56,13 @@ if TYPE_CHECKING:
     from typing import Any
 
     from state_reader.fronts.api import diagnose, read_metadata, read_state, repartition, rewrite, scan_state
-    from state_reader.fronts.changefeed import changes, follow
-    from state_reader.fronts.doctor import Diagnosis, Finding
-    from state_reader.fronts.flatten import with_unique_field_names
     from state_reader.fronts.notebook import Checkpoint
     from state_reader.fronts.notebook import open_checkpoint as open
     from state_reader.fronts.plotting import plot_state_size
-    from state_reader.fronts.stats import stats
+    from state_reader.inspect.changefeed import changes, follow
+    from state_reader.inspect.doctor import Diagnosis, Finding
+    from state_reader.inspect.flatten import with_unique_field_names
+    from state_reader.inspect.stats import stats
 
 # The functions and classes below import numpy, pyarrow and fsspec, which the
 # command line's cheap commands (``state-reader metadata``) need not pay for at
@@ -74,15 +74,15 @@ _LAZY = {
     "scan_state": "state_reader.fronts.api",
     "rewrite": "state_reader.fronts.api",
     "repartition": "state_reader.fronts.api",
-    "changes": "state_reader.fronts.changefeed",
-    "follow": "state_reader.fronts.changefeed",
-    "Diagnosis": "state_reader.fronts.doctor",
-    "Finding": "state_reader.fronts.doctor",
-    "with_unique_field_names": "state_reader.fronts.flatten",
+    "changes": "state_reader.inspect.changefeed",
+    "follow": "state_reader.inspect.changefeed",
+    "Diagnosis": "state_reader.inspect.doctor",
+    "Finding": "state_reader.inspect.doctor",
+    "with_unique_field_names": "state_reader.inspect.flatten",
     "Checkpoint": "state_reader.fronts.notebook",
     "open": "state_reader.fronts.notebook",
     "plot_state_size": "state_reader.fronts.plotting",
-    "stats": "state_reader.fronts.stats",
+    "stats": "state_reader.inspect.stats",
     # the DataFrame front imports pyspark
     "spark": "state_reader.spark",
 }

@@ -324,7 +324,7 @@ def test_progress_bar_only_on_a_terminal(agg):
 def test_export_api_matches_table(agg, tmp_path):
     from state_reader.core.options import from_kwargs
     from state_reader.core.planner import plan_state_read
-    from state_reader.fronts.export import export_state
+    from state_reader.inspect.export import export_state
 
     plan = plan_state_read(from_kwargs(agg, {"batch_id": 1}))
     result = export_state(plan, str(tmp_path / "b1.parquet"), key_filter=lambda k: pc.is_valid(k.field("user")),

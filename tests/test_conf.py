@@ -13,7 +13,7 @@ from pathlib import Path
 import state_reader
 from state_reader.formats.codecs import DEFAULT_CODEC, codec_name
 from state_reader.fronts.cli import _FLAG_PARAMS, flags
-from state_reader.fronts.overview import describe_checkpoint
+from state_reader.inspect.overview import describe_checkpoint
 from state_reader.model.checkpoint import JOIN_STORES
 from state_reader.model.conf import (
     CONF_JOIN_FORMAT,

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from streaming_queries import HDFS, ROCKSDB, T0, Query, _write_input, run_query
 
 import state_reader
-from state_reader.fronts.schema_check import compare_schemas
+from state_reader.inspect.schema_check import compare_schemas
 
 SCHEMA = "ts timestamp, k string, v long"
 BATCHES = 10

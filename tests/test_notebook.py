@@ -144,7 +144,7 @@ def _lines(page: str) -> list[list[float]]:
 
 
 def test_display_shows_transform_with_state_variables(checkpoints):
-    from state_reader.fronts.overview import describe_checkpoint
+    from state_reader.inspect.overview import describe_checkpoint
 
     path = checkpoints("tws")
     declared = {"counters": "MapState, TTL", "profile": "ValueState, TTL", "plain": "ValueState, no TTL",
@@ -185,7 +185,7 @@ def test_metadata_command_lists_state_variables(checkpoints):
 
 
 def test_size_over_batches_is_the_state_not_its_files(checkpoints):
-    from state_reader.fronts.stats import batch_summary
+    from state_reader.inspect.stats import batch_summary
 
     cp = state_reader.open(checkpoints("agg_window"))  # HDFS files record no size
     page = cp._repr_html_()

@@ -92,7 +92,7 @@ def test_verify_checks_every_column_family(tws, tmp_path):
     import subprocess
     import sys
 
-    from state_reader.fronts.verify import verify_checkpoint
+    from state_reader.inspect.verify import verify_checkpoint
 
     report = verify_checkpoint(tws)
     assert report.ok and not report.skipped, report.as_dict()

@@ -7,8 +7,8 @@ import math
 import pyarrow as pa
 
 from state_reader.core.skew import SKEW_MIN_ROWS, SKEW_THRESHOLD, is_skewed, partition_skew, skew
-from state_reader.fronts.doctor_thresholds import THRESHOLDS
-from state_reader.fronts.stats import SUMMARY_SCHEMA, batch_summary
+from state_reader.inspect.doctor_thresholds import THRESHOLDS
+from state_reader.inspect.stats import SUMMARY_SCHEMA, batch_summary
 
 
 def test_skew_rules_for_empty_partitions():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import state_reader
-from state_reader.fronts.stats import STATS_SCHEMA, SUMMARY_SCHEMA, batch_summary, collect_stats, parse_batch_range
+from state_reader.inspect.stats import STATS_SCHEMA, SUMMARY_SCHEMA, batch_summary, collect_stats, parse_batch_range
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -141,7 +141,7 @@ def test_plot_many_partitions_shows_band_and_top():
 def test_logs_metadata_and_schemas_are_read_once_per_call(checkpoints, monkeypatch, name):
     from collections import Counter
 
-    from state_reader.fronts.verify import verify_checkpoint
+    from state_reader.inspect.verify import verify_checkpoint
     from state_reader.io.storage import Storage
 
     reads: Counter[str] = Counter()
@@ -163,7 +163,7 @@ def test_logs_metadata_and_schemas_are_read_once_per_call(checkpoints, monkeypat
 
 
 def test_growth_note_says_only_what_the_rows_show():
-    from state_reader.fronts.stats import growth_note
+    from state_reader.inspect.stats import growth_note
 
     assert growth_note([0, 30, 60, 90], 0, 3) == "state grew in every batch: is a watermark holding back eviction?"
     assert "never shrank over batches 0..5" in growth_note([0, 30, 60, 90, 90, 90], 0, 5)

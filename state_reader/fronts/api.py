@@ -26,12 +26,12 @@ from state_reader.core.scan import result_metadata as _result_metadata
 from state_reader.errors import InvalidOptionError as _InvalidOptionError
 from state_reader.errors import public_api as _public_api
 from state_reader.errors import unexpected_errors_as_ours as _unexpected_errors_as_ours
-from state_reader.fronts.doctor import Diagnosis
-from state_reader.fronts.doctor import diagnose as _diagnose
-from state_reader.fronts.flatten import renamed_batch as _renamed_batch
-from state_reader.fronts.flatten import unique_schema as _unique_schema
-from state_reader.fronts.flatten import with_unique_field_names
 from state_reader.fronts.spark_rewrite import rewrite_with_spark as _rewrite_with_spark
+from state_reader.inspect.doctor import Diagnosis
+from state_reader.inspect.doctor import diagnose as _diagnose
+from state_reader.inspect.flatten import renamed_batch as _renamed_batch
+from state_reader.inspect.flatten import unique_schema as _unique_schema
+from state_reader.inspect.flatten import with_unique_field_names
 from state_reader.io.destination import Destination as _Destination
 from state_reader.io.storage import Storage as _Storage
 from state_reader.model.checkpoint import Checkpoint as _Checkpoint
@@ -170,7 +170,7 @@ def diagnose(
     Returns a :class:`Diagnosis`: ``findings`` (each a :class:`Finding` with ``kind``,
     ``severity``, ``operator_id``, ``store_name``, ``summary``, ``evidence``, ``action``),
     ``healthy``, what was ``checked``, and ``table()`` / ``to_pandas()``. ``thresholds``
-    overrides the limits in ``state_reader.fronts.doctor.THRESHOLDS`` by name.
+    overrides the limits in ``state_reader.inspect.doctor.THRESHOLDS`` by name.
     """
     return _diagnose(checkpoint, thresholds=thresholds, storage_options=storage_options)
 

@@ -27,14 +27,14 @@ from rich.text import Text
 
 from state_reader._version import __version__
 from state_reader.errors import StateReaderError
-from state_reader.fronts.doctor_thresholds import THRESHOLDS
+from state_reader.inspect.doctor_thresholds import THRESHOLDS
 from state_reader.model.conf import PROVIDER_NAMES, provider_name
 from state_reader.units import human_bytes
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from state_reader.fronts.stats import StatsResult
+    from state_reader.inspect.stats import StatsResult
     from state_reader.model.plan import StateReadPlan
 
 # Each command imports what it uses when it runs: numpy, pyarrow and fsspec are most of
@@ -76,7 +76,7 @@ CELL_WIDTH = 48  # longest cell shown in table layout; records layout shows ever
 
 
 def _data_table(names: list[str], rows: list[list[Any]]) -> Table:
-    from state_reader.fronts.flatten import render_cell
+    from state_reader.inspect.flatten import render_cell
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for name in names:
@@ -89,7 +89,7 @@ def _data_table(names: list[str], rows: list[list[Any]]) -> Table:
 
 def _records(names: list[str], rows: list[list[Any]]) -> Table:
     """One block per row, one line per column: readable however many columns there are."""
-    from state_reader.fronts.flatten import render_cell
+    from state_reader.inspect.flatten import render_cell
 
     grid = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
@@ -105,7 +105,7 @@ def _records(names: list[str], rows: list[list[Any]]) -> Table:
 
 def _print_rows(con: Console, names: list[str], rows: list[list[Any]], layout: str) -> None:
     """A table when the rows fit the screen (or ``layout`` says so), else records."""
-    from state_reader.fronts.flatten import render_cell
+    from state_reader.inspect.flatten import render_cell
 
     if layout == "auto":
         widths = [max([len(n)] + [min(len(render_cell(r[i])), CELL_WIDTH) for r in rows]) for i, n in
@@ -225,7 +225,7 @@ def cli(debug: bool) -> None:
 @common_options
 def metadata(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """Operators, stores, batches, provider, codec, state formats."""
-    from state_reader.fronts.overview import describe_checkpoint
+    from state_reader.inspect.overview import describe_checkpoint
 
     info = describe_checkpoint(checkpoint, storage_options=_storage_options(storage_option))
     if as_json:
@@ -288,7 +288,7 @@ def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch
          debug: bool, storage_option: Sequence[str]) -> int:
     """The state of one store at one batch, as a table."""
     from state_reader.core.scan import bind_key_filter, partitions_to_read, read_table, require_files
-    from state_reader.fronts.flatten import display_rows, json_rows
+    from state_reader.inspect.flatten import display_rows, json_rows
 
     def read(plan: StateReadPlan) -> tuple[StateReadPlan, pa.Table, bool, list[int]]:
         # a key filter that pins the partition key reads only the partitions it can match
@@ -332,7 +332,7 @@ def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch
 
 def _stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bool) -> None:
     from state_reader.core.skew import is_skewed
-    from state_reader.fronts.stats import growth_note
+    from state_reader.inspect.stats import growth_note
 
     all_rows = result.table.to_pylist()
     for (op, store), provider in result.providers.items():
@@ -418,8 +418,8 @@ def _stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bo
 def stats(checkpoint: str, operator_id: int | None, store_name: str | None, batch_range: str | None, detail: bool,
           as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """State size per partition and batch: growth, skew."""
-    from state_reader.fronts.flatten import json_rows
-    from state_reader.fronts.stats import batch_summary, collect_stats, parse_batch_range
+    from state_reader.inspect.flatten import json_rows
+    from state_reader.inspect.stats import batch_summary, collect_stats, parse_batch_range
 
     start, end = parse_batch_range(batch_range)
     result = collect_stats(checkpoint, operator_id=operator_id, store_name=store_name, start_batch=start,
@@ -466,8 +466,8 @@ def changes_command(checkpoint: str, start: int | None, end: int | None, follow:
                     debug: bool, storage_option: Sequence[str]) -> int:
     """The change feed: what batches FROM..TO changed; with --follow, each batch's changes as it commits
     (--json: one JSON object a row, a line each, for piping)."""
-    from state_reader.fronts.changefeed import change_counts, changes
-    from state_reader.fronts.flatten import display_rows, json_rows
+    from state_reader.inspect.changefeed import change_counts, changes
+    from state_reader.inspect.flatten import display_rows, json_rows
 
     if follow:
         from state_reader.fronts.follow_cli import follow_changes
@@ -525,7 +525,7 @@ def export(checkpoint: str, out: str, fmt: str | None, operator_id: int | None, 
            read_registered_timers: bool | None, join_side: str | None, as_json: bool, debug: bool,
            storage_option: Sequence[str]) -> int:
     """Write the state of one store at one batch to a file."""
-    from state_reader.fronts.export import export_state
+    from state_reader.inspect.export import export_state
 
     plan, result = _read(checkpoint, storage_option,
                          lambda plan: (plan, export_state(plan, out, fmt=fmt, key_filter=key_filter,
@@ -552,7 +552,7 @@ def export(checkpoint: str, out: str, fmt: str | None, operator_id: int | None, 
 @common_options
 def verify(checkpoint: str, operator_id: int | None, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """Decode every retained version; exit 2 on damage."""
-    from state_reader.fronts.verify import verify_checkpoint
+    from state_reader.inspect.verify import verify_checkpoint
 
     report = verify_checkpoint(checkpoint, operator_id=operator_id, storage_options=_storage_options(storage_option))
     code = EXIT_OK if report.ok else EXIT_DAMAGED
@@ -605,7 +605,7 @@ def plot(checkpoint: str, out: str, operator_id: int | None, store_name: str | N
          as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """Plot state rows and bytes per partition over batches."""
     from state_reader.fronts.plotting import PLOT_NEEDS, figure_from_stats
-    from state_reader.fronts.stats import collect_stats, parse_batch_range
+    from state_reader.inspect.stats import collect_stats, parse_batch_range
 
     try:
         import matplotlib
@@ -685,7 +685,7 @@ def rewrite(checkpoint: str, destination: str | None, num_partitions: int | None
 def doctor(checkpoint: str, thresholds: Sequence[str], as_json: bool, debug: bool,
            storage_option: Sequence[str]) -> int:
     """Say what is wrong with the query that wrote CHECKPOINT; exit 3 when a warning or worse is found."""
-    from state_reader.fronts.doctor import diagnose
+    from state_reader.inspect.doctor import diagnose
 
     given: dict[str, str] = {}
     for item in thresholds:
@@ -720,7 +720,7 @@ def doctor(checkpoint: str, thresholds: Sequence[str], as_json: bool, debug: boo
 @common_options
 def schema(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
     """Print every store's stored key and value schema."""
-    from state_reader.fronts.schema_check import ddl, store_schemas
+    from state_reader.inspect.schema_check import ddl, store_schemas
 
     schemas = store_schemas(checkpoint, storage_options=_storage_options(storage_option))
     if as_json:
@@ -745,7 +745,7 @@ def schema_diff(checkpoint: str, other: str, as_json: bool, debug: bool, storage
 
     Exit 3 when Spark would refuse the restart.
     """
-    from state_reader.fronts.schema_check import compare_schemas
+    from state_reader.inspect.schema_check import compare_schemas
 
     verdicts = compare_schemas(checkpoint, other, storage_options=_storage_options(storage_option))
     code = EXIT_OK if all(v.compatible for v in verdicts) else EXIT_FINDINGS

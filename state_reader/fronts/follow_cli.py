@@ -16,8 +16,8 @@ import click
 import pyarrow as pa
 
 from state_reader.core.key_filter import KeyFilter
-from state_reader.fronts.changefeed import change_counts, follow
-from state_reader.fronts.flatten import display_rows, json_rows
+from state_reader.inspect.changefeed import change_counts, follow
+from state_reader.inspect.flatten import display_rows, json_rows
 
 
 def follow_changes(checkpoint: str, start: int | None, end: int | None, *, operator_id: int | None,

@@ -32,11 +32,11 @@ import pyarrow as pa
 
 from state_reader.errors import StateReaderError
 from state_reader.fronts.api import diagnose, read_metadata, read_state
-from state_reader.fronts.changefeed import changes
-from state_reader.fronts.flatten import flatten_table
-from state_reader.fronts.overview import describe_checkpoint
 from state_reader.fronts.plotting import plot_state_size
-from state_reader.fronts.stats import stats
+from state_reader.inspect.changefeed import changes
+from state_reader.inspect.flatten import flatten_table
+from state_reader.inspect.overview import describe_checkpoint
+from state_reader.inspect.stats import stats
 from state_reader.io.storage import Storage, with_one_listing
 from state_reader.model.checkpoint import Checkpoint as _Logs
 from state_reader.model.state_variables import TIMERS
@@ -207,7 +207,7 @@ class Checkpoint:
 
     @cached_property
     def description(self) -> dict[str, Any]:
-        """:func:`state_reader.fronts.overview.describe_checkpoint` of this checkpoint."""
+        """:func:`state_reader.inspect.overview.describe_checkpoint` of this checkpoint."""
         return describe_checkpoint(self.path, storage_options=self.storage_options)
 
     @property

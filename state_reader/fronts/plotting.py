@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from state_reader.errors import public_api
-from state_reader.fronts.stats import stats
+from state_reader.inspect.stats import stats
 from state_reader.units import byte_unit
 
 MAX_PARTITION_LINES = 10

@@ -18,7 +18,7 @@ from state_reader.core.decode import decode_columns
 from state_reader.core.options import from_kwargs
 from state_reader.core.planner import plan_state_read
 from state_reader.errors import RequiredOptionError, StateReaderError, UnsupportedOptionError
-from state_reader.fronts.stats import operator_stores
+from state_reader.inspect.stats import operator_stores
 from state_reader.io.storage import Storage
 from state_reader.model import operators
 from state_reader.model.checkpoint import DEFAULT_STORE, Checkpoint

@@ -23,7 +23,7 @@ from state_reader.core.live import read_consistently
 from state_reader.core.options import from_kwargs
 from state_reader.core.scan import read_table
 from state_reader.errors import public_api, unexpected_errors_as_ours
-from state_reader.fronts.flatten import with_unique_field_names
+from state_reader.inspect.flatten import with_unique_field_names
 
 
 def change_options(checkpoint: str, start: int, end: int | None = None, *, operator_id: int | None = None,
