@@ -17,8 +17,9 @@ from state_reader.core.live import read_consistently as _read_consistently
 from state_reader.core.metadata import read_metadata_table as _read_metadata_table
 from state_reader.core.options import from_kwargs as _from_kwargs
 from state_reader.core.planner import plan_state_read as _plan_state_read
-from state_reader.core.rewrite import RewriteReport, Transform
 from state_reader.core.rewrite import rewrite_checkpoint as _rewrite_checkpoint
+from state_reader.core.rewrite.report import RewriteReport
+from state_reader.core.rewrite.rows import Transform
 from state_reader.core.scan import bind_key_filter as _bind_key_filter
 from state_reader.core.scan import iter_batches as _iter_batches
 from state_reader.core.scan import read_table as _read_table
@@ -247,7 +248,7 @@ def rewrite(
     whose last planned batch was never committed (a running or crashed query) is refused
     unless ``allow_uncommitted``: resuming would plan that batch again. A rewrite that
     fails part-way leaves a destination Spark refuses to start from. Returns a
-    :class:`~state_reader.core.rewrite.RewriteReport` (rows per new partition, files, bytes).
+    :class:`~state_reader.core.rewrite.report.RewriteReport` (rows per new partition, files, bytes).
     """
     source = _Storage(checkpoint, dict(storage_options or {}))
     dest = (None if destination is None else

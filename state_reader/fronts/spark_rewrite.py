@@ -1,6 +1,6 @@
 """The rewrite of a checkpoint run by Spark, for states larger than one machine.
 
-The driver plans and checks the rewrite (:func:`~state_reader.core.rewrite.plan_rewrite`)
+The driver plans and checks the rewrite (:func:`~state_reader.core.rewrite.plan.plan_rewrite`)
 and writes the logs, schema files and metadata at the end, as the Spark-free
 rewrite does; the state itself never passes through the driver. Per store, one
 Spark job:
@@ -34,21 +34,10 @@ import pyarrow.compute as pc
 
 from state_reader import errors
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
-from state_reader.core.rewrite import (
-    Put,
-    RewritePlan,
-    RewriteReport,
-    StoreReport,
-    StoreRows,
-    Transform,
-    counting_writer,
-    failure_marked,
-    finish_checkpoint,
-    plan_rewrite,
-    store_report,
-    write_partition,
-    zip_extra_metadata,
-)
+from state_reader.core.rewrite.plan import RewritePlan, plan_rewrite
+from state_reader.core.rewrite.report import RewriteReport, StoreReport, store_report
+from state_reader.core.rewrite.rows import StoreRows, Transform, zip_extra_metadata
+from state_reader.core.rewrite.write import Put, counting_writer, failure_marked, finish_checkpoint, write_partition
 from state_reader.core.scan import bind_key_filter
 from state_reader.core.size import row_bytes
 from state_reader.errors import StateReaderError

@@ -1,0 +1,230 @@
+"""The plan of a rewrite: what is asked checked against the checkpoint, and every store planned,
+before anything is written."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from state_reader.core.planner import detect_provider, join_column_families, store_names_on_disk
+from state_reader.core.rewrite.report import RewriteReport
+from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, Transform, TransformedStoreRows, store_plan
+from state_reader.errors import InvalidOptionError, UncommittedBatchError, UnsupportedOptionError
+from state_reader.formats.schema_files import write_schema_v2
+from state_reader.io.storage import Storage
+from state_reader.model import operators
+from state_reader.model.checkpoint import JOIN_STORES, Checkpoint, OperatorMetadata, numeric_names
+from state_reader.model.conf import (
+    CONF_PROVIDER,
+    CONF_ROW_CHECKSUM,
+    CONF_SHUFFLE_PARTITIONS,
+    PROVIDER_NAMES,
+    provider_name,
+    shuffle_partitions,
+)
+from state_reader.model.plan import StateReadPlan
+from state_reader.model.state_variables import user_variables
+
+# operators whose state lives in one partition whatever the shuffle partitions (their input is one partition)
+SINGLE_PARTITION_OPERATORS = ("globalLimit",)
+
+
+def offset_batches(cp: Checkpoint) -> list[int]:
+    return numeric_names(cp.storage.list_names("offsets"))
+
+
+@dataclass
+class RewritePlan:
+    """What a rewrite will do, checked before anything is written."""
+
+    checkpoint: Checkpoint
+    batch_id: int
+    old_partitions: int
+    new_partitions: int
+    source_provider: str
+    provider: str
+    # every store of every stateful operator, with how its rows are found and routed
+    stores: list[StoreRows]
+    # RocksDB checkpoint format 2: state files named by unique ids that the commit entry of the batch lists
+    unique_ids: bool = False
+    # seeds the destination's unique ids, so that any process writing a partition names it alike
+    rewrite_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    @property
+    def to_rocksdb(self) -> bool:
+        return self.provider == "rocksdb"
+
+    def unique_id(self, plan: StateReadPlan, pid: int) -> str | None:
+        """The unique id of a new partition's files (checkpoint format 2), None in format 1."""
+        if not self.unique_ids:
+            return None
+        return str(uuid.uuid5(uuid.UUID(self.rewrite_id), f"{plan.operator_id}/{pid}/{plan.store_name}"))
+
+    def schema_files(self) -> dict[str, bytes]:
+        """The schema files a transform changes: path -> the bytes of a v2 file with the new schemas."""
+        return {self.checkpoint.schema_file(rows.plan.operator_id, rows.plan.store_name):
+                write_schema_v2(rows.plan.key_schema, rows.plan.value_schema)
+                for rows in self.stores if isinstance(rows, TransformedStoreRows)}
+
+    def commit_entry(self) -> dict[str, Any]:
+        """The destination's commit entry of the rewritten batch: the source's, with (format 2) the new
+        partitions' unique ids, one list per partition holding each store's id in Spark's store order."""
+        _, entry = self.checkpoint.commit_entry(self.batch_id)
+        entry = dict(entry)
+        if self.unique_ids:
+            by_operator: dict[int, list[StoreRows]] = {}
+            for rows in self.stores:
+                by_operator.setdefault(rows.plan.operator_id, []).append(rows)
+            ids: dict[str, list[list[str]]] = {}
+            for op, stores in by_operator.items():
+                stores = sorted(stores, key=lambda r: JOIN_STORES.index(r.plan.store_name)
+                                if r.plan.store_name in JOIN_STORES else 0)
+                ids[str(op)] = [[self.unique_id(r.plan, pid) or "" for r in stores]
+                                for pid in stores[0].target_partitions(self.new_partitions)]
+            entry["stateUniqueIds"] = ids
+        return entry
+
+    @property
+    def offset_confs(self) -> dict[str, str]:
+        """The confs the destination's offset log records differently from the source's."""
+        confs = {CONF_SHUFFLE_PARTITIONS: str(self.new_partitions)}
+        if self.provider != self.source_provider:
+            confs[CONF_PROVIDER] = PROVIDER_NAMES[self.provider]
+        return confs
+
+    def report(self, destination: str, dry_run: bool) -> RewriteReport:
+        return RewriteReport(self.checkpoint.location, destination, self.batch_id, self.provider,
+                             self.old_partitions, self.new_partitions, source_provider=self.source_provider,
+                             dry_run=dry_run)
+
+
+def plan_rewrite(source: Storage, *, num_partitions: int | None = None, provider: str | None = None,
+                 batch_id: int | None = None, allow_uncommitted: bool = False,
+                 transform: Transform | dict[int, Transform] | None = None) -> RewritePlan:
+    """Check that ``source`` can be rewritten as asked and plan every store; reads logs and metadata only."""
+    cp = Checkpoint(source)
+    cp.require_checkpoint()
+    committed = cp.committed_batches
+    latest = cp.latest_committed_batch()
+    planned = offset_batches(cp)
+    if planned and planned[-1] > latest and not allow_uncommitted:
+        raise UncommittedBatchError(
+            f"batch {planned[-1]} of {cp.location} was planned (offsets/{planned[-1]}) but never committed: its "
+            "query is running or stopped in the middle of it. A query resumed from a rewrite would plan that batch "
+            "again, which can duplicate or lose output in exactly-once sinks. Stop the query cleanly (or let it "
+            "finish the batch) and rewrite again, or pass allow_uncommitted=True to rewrite the last committed "
+            f"batch ({latest}) anyway", path=cp.location)
+    batch = latest if batch_id is None else batch_id
+    if batch not in committed:
+        cp.require_committed(batch)
+    conf = cp.offset_conf(batch)
+    # not recorded (very old checkpoints): as many as the partition directories on disk
+    old_partitions = shuffle_partitions(conf) or max(
+        (max(cp.partition_ids(op), default=-1) + 1 for op in cp.operator_ids), default=0)
+    new_partitions = old_partitions if num_partitions is None else num_partitions
+    if new_partitions < 1:
+        raise InvalidOptionError(f"num_partitions must be at least 1, got {num_partitions}")
+    if provider is not None and provider.lower() not in PROVIDER_NAMES:
+        raise InvalidOptionError(f"provider must be one of {', '.join(PROVIDER_NAMES)}, got {provider!r}")
+    # the provider each read is planned with: recorded, else told by the state files (not assumed HDFS)
+    source_class = detect_provider(cp, conf.get(CONF_PROVIDER), cp.operator_ids[0]) if cp.operator_ids else (
+        conf.get(CONF_PROVIDER) or PROVIDER_NAMES["hdfs"])
+    source_provider = provider_name(source_class) or source_class
+    target_provider = source_provider if provider is None else provider.lower()
+    moving = target_provider != source_provider
+
+    stores: list[StoreRows] = []
+    for op in cp.operator_ids:
+        meta = cp.operator_metadata(op, batch)
+        name = meta.operator_name if meta is not None else None
+        families = operators.is_transform_with_state(name) or operators.join_in_column_families(meta)
+        if families and target_provider == "hdfs":
+            raise UnsupportedOptionError(
+                f"operator {op} ({name}) of {cp.location} keeps its state in RocksDB column families "
+                "(transformWithState, join state formats 3 and 4), which Spark runs on the RocksDB provider only; "
+                "it cannot move to the HDFS-backed provider", path=cp.location)
+        if families:
+            assert meta is not None
+            plan = store_plan(cp, batch, op, **_family_plan_options(cp, meta))
+            _require_rewritable(cp, plan, batch, moving)
+            stores.append(FamilyStoreRows(plan, meta))
+            continue
+        for store_name in store_names_on_disk(cp, op):
+            plan = store_plan(cp, batch, op, store_name)
+            _require_rewritable(cp, plan, batch, moving)
+            if moving and target_provider == "rocksdb" and meta is None and plan.num_cols_prefix_key:
+                # without operator metadata (Spark 3.5) Spark's RocksDB store reads keys with the no-prefix
+                # encoder, so the prefix-key layout a session window needs there fails its key validation
+                raise UnsupportedOptionError(
+                    f"operator {op} of {cp.location} (a session window written by Spark 3.5, without operator "
+                    "metadata) cannot move to RocksDB: Spark restarts such a store on RocksDB with the wrong key "
+                    "encoder. Rewrite it on the HDFS-backed provider", path=cp.location)
+            stores.append(StoreRows(plan, name in SINGLE_PARTITION_OPERATORS or plan.partition_key_fields == 0))
+    if transform is not None:
+        stores = _transformed(cp, batch, stores, transform)
+    return RewritePlan(cp, batch, old_partitions, new_partitions, source_provider, target_provider, stores,
+                       unique_ids=cp.names_files_by_unique_id(batch))
+
+
+def _transformed(cp: Checkpoint, batch: int, stores: list[StoreRows],
+                 transform: Transform | dict[int, Transform]) -> list[StoreRows]:
+    """``stores`` with the transformed operators' store wrapped in :class:`TransformedStoreRows`."""
+    operator_ids = sorted({rows.plan.operator_id for rows in stores})
+    if callable(transform):
+        if len(operator_ids) != 1:
+            raise InvalidOptionError(
+                f"{cp.location} has {len(operator_ids)} stateful operators ({operator_ids}); pass transform as "
+                "{operator_id: function} to say which one it changes")
+        transform = {operator_ids[0]: transform}
+    unknown = sorted(set(transform) - set(operator_ids))
+    if unknown:
+        raise InvalidOptionError(f"transform names operators {unknown}, which {cp.location} does not have "
+                                 f"(its stateful operators: {operator_ids})")
+    out = []
+    for rows in stores:
+        fn = transform.get(rows.plan.operator_id)
+        if fn is None:
+            out.append(rows)
+            continue
+        plan = rows.plan
+        where = f"operator {plan.operator_id} of {cp.location}"
+        if isinstance(rows, FamilyStoreRows) or sum(r.plan.operator_id == plan.operator_id for r in stores) != 1:
+            raise UnsupportedOptionError(f"{where} keeps several stores (a join, transformWithState); transform "
+                                         "supports operators with one store for now", path=cp.location)
+        if plan.store_conf.row_checksum or plan.store_conf.avro:
+            raise UnsupportedOptionError(f"{where} keeps row checksums or Avro-encoded state; transform does not "
+                                         "support those yet", path=cp.location)
+        meta = cp.operator_metadata(plan.operator_id, batch)
+        store = meta.store(plan.store_name) if meta is not None else None
+        if store is not None and store.schema_file_paths:
+            raise UnsupportedOptionError(f"{where} keeps its schema in schema v3 files; transform does not "
+                                         "support those yet", path=cp.location)
+        out.append(TransformedStoreRows(rows, fn))
+    return out
+
+
+def _family_plan_options(cp: Checkpoint, meta: OperatorMetadata) -> dict[str, Any]:
+    """Read options that plan a store with column families: its first variable, or its first join family."""
+    if operators.is_transform_with_state(meta.operator_name):
+        names = user_variables(meta)
+        return {"state_var_name": names[0]} if names else {"read_registered_timers": True}
+    names = join_column_families(cp, meta)
+    return {"store_name": next((n for n in names if n.endswith("-keyToNumValues")), names[0])}
+
+
+def _require_rewritable(cp: Checkpoint, plan: StateReadPlan, batch: int, moving: bool) -> None:
+    """Refuse what the rewrite does not support yet, before anything is written."""
+    if moving and cp.names_files_by_unique_id(batch):
+        raise UnsupportedOptionError(
+            f"{cp.location} uses RocksDB checkpoint format 2, which the HDFS-backed provider does not support "
+            "(Spark refuses checkpointFormatVersion 2 with it); it cannot move to the HDFS-backed provider",
+            path=cp.location)
+    if moving and plan.store_conf.row_checksum:
+        raise UnsupportedOptionError(
+            f"{cp.location} keeps row checksums ({CONF_ROW_CHECKSUM}); moving it to another provider "
+            "is not supported yet", path=cp.location)
+    if moving and plan.store_conf.avro:
+        raise UnsupportedOptionError(
+            f"{cp.location} encodes its state with Avro; moving it to another provider is not supported "
+            "yet", path=cp.location)

@@ -1,0 +1,156 @@
+"""Writing a rewrite: the new partitions' snapshots, then the logs, schema files and operator
+metadata, and last the real ``metadata`` (the commit point)."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from state_reader.core.rewrite.plan import RewritePlan, offset_batches
+from state_reader.core.rewrite.report import RewriteReport
+from state_reader.errors import RewriteFailedError, StateReaderError
+from state_reader.formats import snapshot_zip
+from state_reader.io.destination import Destination
+from state_reader.io.storage import Storage
+from state_reader.model.checkpoint import Checkpoint, numeric_names, state_file_name
+from state_reader.model.plan import StateReadPlan
+from state_reader.providers import rocksdb
+from state_reader.providers.hdfs import framed_rows, snapshot_file
+
+Put = Callable[[str, bytes | Iterable[bytes]], None]
+
+
+def counting_writer(dest: Destination, report: RewriteReport) -> Put:
+    """A ``put(rel, data)`` that writes ``data`` (bytes, or pieces streamed) into ``dest`` and
+    counts the files and bytes in ``report``."""
+    def put(rel: str, data: bytes | Iterable[bytes]) -> None:
+        report.bytes += dest.write(rel, data)
+        report.files += 1
+
+    return put
+
+
+@contextmanager
+def failure_marked(rp: RewritePlan, dest: Destination) -> Iterator[None]:
+    """Turn a failure while writing ``dest`` into a :class:`RewriteFailedError` that says the
+    destination is marked incomplete (its ``metadata`` still holds the marker
+    :meth:`~state_reader.io.destination.Destination.begin` wrote)."""
+    try:
+        yield
+    except (StateReaderError, OSError) as exc:
+        raise RewriteFailedError(
+            f"rewriting {rp.checkpoint.location} into {dest.display()} stopped: {getattr(exc, 'message', exc)}. "
+            f"{dest.display('metadata')} marks the destination incomplete, so Spark will not start from it; "
+            "run the rewrite again into it (it replaces the incomplete attempt)", path=dest.display()) from exc
+
+
+def write_partition(plan: StateReadPlan, pid: int, framed: Iterable[bytes | np.ndarray], to_rocksdb: bool,
+                    extra: dict[str, Any], put: Put, unique_id: str | None = None) -> None:
+    """New partition ``pid`` of a store: its ``framed`` rows (target encoding, in chunks of whole
+    records as :func:`~state_reader.providers.hdfs.frame_records` frames them) streamed into the
+    snapshot of version B + 1 (named by ``unique_id`` in checkpoint format 2: :meth:`RewritePlan.unique_id`)."""
+    directory = plan.checkpoint.store_dir(plan.operator_id, pid, plan.store_name)
+    if not to_rocksdb:
+        put(posixpath.join(directory, state_file_name(plan.version, "snapshot")), snapshot_file(framed, plan.codec))
+        return
+    source = f"rows routed to {directory}"
+    for sst, data in rocksdb.snapshot_files((framed_rows(chunk, source) for chunk in framed), extra):
+        if sst is None:
+            put(posixpath.join(directory, state_file_name(plan.version, "zip", unique_id)), data)
+        else:
+            put(posixpath.join(directory, snapshot_zip.SST_DIR, sst), data)
+
+
+def finish_checkpoint(rp: RewritePlan, dest: Destination, put: Put) -> None:
+    """Everything but the state: logs, schema files, operator metadata, and last the real ``metadata``
+    (the commit point: from then on Spark starts from ``dest``)."""
+    _copy_logs(rp.checkpoint, put, rp.batch_id, rp.offset_confs)
+    version = "v2" if rp.unique_ids else f"v{rp.checkpoint.commit_entry(rp.batch_id)[0]}"
+    put(f"commits/{rp.batch_id}", f"{version}\n{json.dumps(rp.commit_entry(), separators=(',', ':'))}".encode())
+    _copy_state_metadata(rp.checkpoint, put, rp.new_partitions, dest, rp.schema_files())
+    put("metadata", rp.checkpoint.storage.read_bytes("metadata"))
+
+
+def _copy_logs(cp: Checkpoint, put: Any, batch: int, confs: dict[str, str]) -> None:
+    """The offset and commit logs up to ``batch`` (offsets with ``confs`` set), and the source logs."""
+    storage = cp.storage
+    for b in offset_batches(cp):
+        if b <= batch:
+            rel = f"offsets/{b}"
+            text = storage.read_bytes(rel).decode("utf-8")
+            put(rel, _with_confs(text, confs, storage.display(rel)).encode("utf-8"))
+    for b in numeric_names(storage.list_names("commits")):
+        if b < batch:  # the rewritten batch's own entry names the new files: finish_checkpoint writes it
+            put(f"commits/{b}", storage.read_bytes(f"commits/{b}"))
+    for rel in _files_under(storage, "sources"):
+        name = posixpath.basename(rel)
+        if name.isdigit() and int(name) > batch:
+            continue  # a source's log of batches after the one rewritten: the resumed query plans them afresh
+        put(rel, storage.read_bytes(rel))
+
+
+def _copy_state_metadata(cp: Checkpoint, put: Any, num_partitions: int, dest: Destination,
+                         schema_files: dict[str, bytes]) -> None:
+    """Schema files as they are (or as ``schema_files`` gives them: a transform's new schemas);
+    operator metadata with the new partition count."""
+    storage = cp.storage
+    for op in cp.operator_ids:
+        for rel in _files_under(storage, f"state/{op}"):
+            parts = rel.split("/")
+            inside = parts[2]
+            if inside.isdigit():
+                # a partition directory: only partition 0's schema files (`[store/]_metadata/schema`) come along
+                if inside != "0" or "_metadata" not in parts:
+                    continue
+                put(rel, schema_files[rel] if rel in schema_files else storage.read_bytes(rel))
+            elif inside == "_metadata" and (parts[-1] == "metadata" or parts[-2] == "v2"):
+                text = storage.read_bytes(rel).decode("utf-8")
+                put(rel, _operator_metadata(cp, text, num_partitions, dest).encode("utf-8"))
+            else:
+                put(rel, storage.read_bytes(rel))
+
+
+def _files_under(storage: Storage, rel: str) -> list[str]:
+    """Paths (relative to the checkpoint root) of the data files under ``rel``; no sidecars or temp files."""
+    base = storage.full(rel)
+    if not storage.isdir(rel):
+        return []
+    out = []
+    for path in sorted(storage.fs.find(base)):
+        name = posixpath.basename(path)
+        if name.startswith(".") or name.endswith((".crc", ".tmp")):
+            continue
+        out.append(posixpath.relpath(path, storage.root))
+    return out
+
+
+def _with_confs(text: str, confs: dict[str, str], shown: str) -> str:
+    """An offset log entry with ``confs`` set among the confs it records (Spark restores them at restart)."""
+    lines = text.split("\n")
+    try:
+        meta = json.loads(lines[1])
+        meta.setdefault("conf", {}).update(confs)
+    except (IndexError, ValueError, AttributeError) as exc:
+        raise RewriteFailedError(f"{shown} has no offset metadata line to carry the rewritten confs: {exc}",
+                                 path=shown) from exc
+    lines[1] = json.dumps(meta, separators=(",", ":"))
+    return "\n".join(lines)
+
+
+def _operator_metadata(cp: Checkpoint, text: str, num_partitions: int, dest: Destination) -> str:
+    """Operator metadata (v1 or v2) with every store's partition count set and its schema file
+    paths (v2 records absolute URIs) pointing into ``dest``, wherever the source was written."""
+    header, _, body = text.partition("\n")
+    doc = json.loads(body)
+    operator_id = int(doc["operatorInfo"]["operatorId"])
+    for store in doc.get("stateStoreInfo", []):
+        store["numPartitions"] = num_partitions
+        paths = store.get("stateSchemaFilePaths")
+        if paths:
+            store["stateSchemaFilePaths"] = [dest.qualified(cp.resolve_schema_path(operator_id, p)) for p in paths]
+    return header + "\n" + json.dumps(doc, separators=(",", ":"))
