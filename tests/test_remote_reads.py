@@ -90,3 +90,20 @@ def test_file_gone_between_listing_and_fetch(remote, checkpoints, tmp_path):
     delta.unlink()
     with pytest.raises(MissingStateFileError, match=delta.name):
         read_table(plan)
+
+
+def test_verbose_reports_calls_and_bytes(remote, checkpoints, capsys):
+    """``--verbose`` (anywhere on the line) says on stderr how many listings and fetches the command made,
+    and the bytes: what the filesystem saw."""
+    from state_reader.fronts.cli import main
+
+    path = checkpoints("lookup_types")
+    FS.reset()
+    assert main(["show", remote + path, "--limit", "3", "--verbose"]) == 0
+    err = capsys.readouterr().err
+    gets, lists = FS.calls["get"], FS.calls["list"]
+    assert gets > 8 and f"{lists} listings, {gets} fetches (" in err and "0 info calls" in err, (err, FS.calls)
+    assert main(["--verbose", "metadata", remote + path]) == 0
+    assert "listings" in capsys.readouterr().err
+    main(["metadata", remote + path])
+    assert "listings" not in capsys.readouterr().err

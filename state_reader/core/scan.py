@@ -35,6 +35,7 @@ from state_reader.core.key_filter import OPTION as KEY_FILTER_OPTION
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec, as_key_filter
 from state_reader.core.pruning import lookup_partitions
 from state_reader.errors import InvalidOptionError, MissingStateFileError, StorageError
+from state_reader.io.storage import io_threads
 from state_reader.model.plan import StateReadPlan
 from state_reader.progress import progress
 from state_reader.providers.store_files import StoreFiles, files_to_read, unique_id_for
@@ -156,7 +157,9 @@ class _Prefetch:
         self._held: dict[int, tuple[list[str], int]] = {}
         self._closed = False
         self._failed: dict[int, StorageError] = {}
-        self._pool = ThreadPoolExecutor(min(len(chosen), 32), thread_name_prefix="state_reader_prefetch")
+        # as many partitions found at once as files fetched at once (a RocksDB partition's zip is
+        # fetched before its SSTs are known)
+        self._pool = ThreadPoolExecutor(min(len(chosen), io_threads()), thread_name_prefix="state_reader_prefetch")
         self._tasks = {pid: self._pool.submit(self._warm, i, pid) for i, pid in enumerate(chosen)}
 
     def _warm(self, index: int, pid: int) -> None:

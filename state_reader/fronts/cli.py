@@ -15,6 +15,7 @@ import json
 import os
 import re
 import sys
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -212,7 +213,10 @@ def _shown_store(plan: StateReadPlan, store_name: str | None, join_side: str | N
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="state-reader")
 @click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
-def cli(debug: bool) -> None:
+@click.option("--verbose", is_flag=True,
+              help="Report the calls made to the filesystem and the bytes fetched when the command ends "
+                   "(on stderr; also accepted after the command).")
+def cli(debug: bool, verbose: bool) -> None:
     """See inside the state of a Spark Structured Streaming checkpoint.
 
     CHECKPOINT is a local path or an fsspec URL (s3://, gs://, abfs://, file://).
@@ -820,9 +824,23 @@ def in_flags(message: str, typed: Sequence[str] = ()) -> str:
     return _flag_re().sub(lambda m: flag(m.group(1)) + (" " if m.group(2) == "=" else ""), message)
 
 
+def _counted(args: list[str]) -> int:
+    """:func:`main` of ``args``, then the filesystem calls it made and the bytes it fetched, on stderr."""
+    from state_reader.io.storage import describe_counts, io_counts, io_counts_since
+
+    before, started = io_counts(), time.monotonic()
+    try:
+        return main(args)
+    finally:
+        click.echo(f"filesystem: {describe_counts(io_counts_since(before))} in "
+                   f"{time.monotonic() - started:.2f} s", err=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 error, 2 damage found by ``verify``)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if "--verbose" in args:  # anywhere on the line, for every command
+        return _counted([a for a in args if a != "--verbose"])
     debug = "--debug" in args or os.environ.get("STATE_READER_DEBUG", "") not in ("", "0")
     as_json = "--json" in args
     try:

@@ -384,6 +384,7 @@ class Checkpoint:
 
 
 SPARKLINE_POINTS = 24  # batches sized for a sparkline: a few dozen points draw the trend
+_PROBES = 8  # batches looked at per round of the search for the oldest one still rebuildable
 
 
 def _store_sizes(logs: _Logs, operator_id: int, store_name: str, desc: dict[str, Any],
@@ -414,17 +415,25 @@ def _store_sizes(logs: _Logs, operator_id: int, store_name: str, desc: dict[str,
     if not committed or not partitions:
         return StoreSizes(operator_id, store_name, dict.fromkeys(partitions, 0), [])
     latest, latest_keys = sizes(committed[-1]) or ({}, None)
-    # cleanup takes the oldest batches first: the oldest one still rebuildable, by bisection
+    # cleanup takes the oldest batches first: the oldest one still rebuildable, by a search that
+    # looks at several batches a round (their zips fetched at once: one round trip each round)
     lo, hi = 0, len(committed) - 1
     while lo < hi:
-        mid = (lo + hi) // 2
-        if sizes(committed[mid]) is None:
-            lo = mid + 1
+        probes = sorted({lo + (hi - lo) * i // _PROBES for i in range(_PROBES)})
+        look_ahead((store, committed[i] + 1, unique_id_for(logs, store, committed[i] + 1, operator_id, pid,
+                                                           store_name))
+                   for i in probes for pid, store in files.items())
+        first = next((i for i in probes if sizes(committed[i]) is not None), None)
+        if first is None:
+            lo = probes[-1] + 1
         else:
-            hi = mid
+            lo, hi = max([p + 1 for p in probes if p < first], default=lo), first
     kept = committed[lo:]
     step = max(1, -(-len(kept) // SPARKLINE_POINTS))
     points = sorted({*kept[::step], kept[-1]})
+    # every point's snapshot zips at once: one round trip for the sparkline, not one per point
+    look_ahead((store, b + 1, unique_id_for(logs, store, b + 1, operator_id, pid, store_name))
+               for b in points for pid, store in files.items())
     found = {b: at for b in points if (at := sizes(b)) is not None}
     over = [(b, sum(at[0].values())) for b, at in found.items()]
     keys_over = [(b, sum(at[1].values())) for b, at in found.items() if at[1] is not None]
