@@ -393,8 +393,9 @@ def _store_sizes(logs: _Logs, operator_id: int, store_name: str, desc: dict[str,
     :data:`SPARKLINE_POINTS` batches from the oldest it can still rebuild to the latest."""
     provider, codec = desc.get("provider_class") or "", desc.get("codec")
     partitions = logs.partition_ids(operator_id)
-    files = {pid: StoreFiles(logs.storage, logs.store_dir(operator_id, pid, store_name), provider, codec)
-             for pid in partitions}
+    # sizes only: a zip is looked into for the SSTs it names, not read as state, so its sidecar is not fetched
+    files = {pid: StoreFiles(logs.storage, logs.store_dir(operator_id, pid, store_name), provider, codec,
+                             checked=False) for pid in partitions}
 
     def sizes(batch: int) -> tuple[dict[int, int], dict[int, int] | None] | None:
         """Bytes of each partition's files for ``batch`` and the keys their snapshots record (None unless

@@ -562,14 +562,14 @@ class Storage:
                        if sidecar in names)
         return out
 
-    def prefetch(self, rels: Iterable[str]) -> None:
+    def prefetch(self, rels: Iterable[str], *, sidecars: bool = True) -> None:
         """Start fetching ``rels`` (and their checksum sidecars) concurrently; the next read of
         each takes its bytes, or the error its fetch met (a file gone since the listing is
         FileNotFoundError then, as it would have been). A local disk is read when asked instead,
         as is everything with STATE_READER_IO_THREADS=1."""
         if self.protocol == "file" or io_threads() <= 1:
             return
-        wanted = self._with_sidecars(rels)
+        wanted = self._with_sidecars(rels) if sidecars else list(rels)
         pool = _fetch_pool()
         with self._pending_lock:
             for rel in wanted:
@@ -585,6 +585,11 @@ class Storage:
         with self._pending_lock:
             future = self._pending.get(rel)
         return future.result() if future is not None else self._read_raw(rel)
+
+    def read_unchecked(self, rel: str) -> bytes:
+        """The bytes of ``rel`` without its checksum sidecars: for looking into a file for what it
+        names (a snapshot's SSTs, to size them), where nothing read is returned as state."""
+        return self._read_raw(rel)
 
     def discard(self, rels: Iterable[str]) -> None:
         """Let go of what was fetched ahead for ``rels`` (and their sidecars) and not read."""

@@ -51,10 +51,13 @@ class StoreFiles:
     """The state files of one store directory (one operator, partition and store)."""
 
     def __init__(self, storage: Storage, directory: str, provider: str, codec: str | None = None,
-                 keep_fetched: bool = False) -> None:
+                 keep_fetched: bool = False, checked: bool = True) -> None:
+        """``checked`` False: the files looked into are not checked against their checksum sidecars
+        (nor are those fetched), for sizes alone (the notebook display)."""
         self.storage = storage
         # the files looked into (a zip's SST list, a changelog's lineage) kept for the read that follows
-        self._fetch = storage.peek_bytes if keep_fetched else storage.read_bytes
+        self._fetch = storage.peek_bytes if keep_fetched else storage.read_bytes if checked else storage.read_unchecked
+        self.checked = checked
         self.directory = directory
         self.provider = provider
         self.codec = codec
@@ -248,7 +251,7 @@ def look_ahead(items: Iterable[tuple[StoreFiles, int, str | None]]) -> None:
     for files, version, unique_id in items:
         rel = files.looked_into(version, unique_id)
         if rel is not None:
-            files.storage.prefetch([rel])
+            files.storage.prefetch([rel], sidecars=files.checked)
 
 
 def files_to_read(plan: StateReadPlan, partition_id: int) -> tuple[list[str], int] | None:
