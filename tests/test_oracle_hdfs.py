@@ -8,7 +8,7 @@ from oracle import assert_same_as_builtin
 from streaming_queries import QUERIES
 
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.checkpoint import CheckpointDir
 
 # HDFS single-source queries; exotic_types holds intervals PySpark cannot collect (see test_decoders)
 QUERY_NAMES = sorted(n for n, q in QUERIES.items()
@@ -20,7 +20,7 @@ JOIN_STORES = ["left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNu
 
 
 def _batches(path: str) -> list[int]:
-    return Checkpoint(Storage(path)).committed_batches
+    return CheckpointDir(Storage(path)).committed_batches
 
 
 @pytest.mark.parametrize("name", QUERY_NAMES)

@@ -8,14 +8,14 @@ from pathlib import Path
 from oracle import assert_same_as_builtin
 
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.checkpoint import CheckpointDir
 
 STORES = ["left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue"]
 
 
 def test_join_v3_sides_stores_and_changes(spark, checkpoints):
     path = checkpoints("join_v3")
-    batches = Checkpoint(Storage(path)).committed_batches
+    batches = CheckpointDir(Storage(path)).committed_batches
     total = 0
     for at in ({}, {"batchId": str(batches[2])}):
         for side in ("left", "right"):

@@ -17,14 +17,14 @@ from streaming_queries import _join_batches
 
 import state_reader
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import JOIN_V4_STORES, Checkpoint
+from state_reader.model.checkpoint import JOIN_V4_STORES, CheckpointDir
 
 EPOCH = datetime.datetime(1970, 1, 1)
 
 
 def test_join_v4_stores_and_changes(spark, checkpoints):
     path = checkpoints("join_v4")
-    batches = Checkpoint(Storage(path)).committed_batches
+    batches = CheckpointDir(Storage(path)).committed_batches
     total = 0
     for at in ({}, {"batchId": str(batches[1])}):
         for store in JOIN_V4_STORES:

@@ -16,14 +16,14 @@ from streaming_queries import CHECKPOINT_V2, CHECKPOINT_V2_QUERIES, QUERIES, run
 
 import state_reader
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.checkpoint import CheckpointDir
 
 ROCKSDB_NAMES = sorted(n for n in QUERIES if n.startswith("rocksdb_"))
 V2_NAMES = sorted(CHECKPOINT_V2_QUERIES)
 
 
 def _batches(path: str) -> list[int]:
-    return Checkpoint(Storage(path)).committed_batches
+    return CheckpointDir(Storage(path)).committed_batches
 
 
 def _earlier(batches: list[int]) -> list[int]:
@@ -105,7 +105,7 @@ def test_checkpoint_v2_matches_builtin(spark, v2_checkpoints, name):
     """Format 2 is detected from the checkpoint; Spark's reader needs the conf in the session."""
     path = v2_checkpoints(name)
     batches = _batches(path)
-    cp = Checkpoint(Storage(path))
+    cp = CheckpointDir(Storage(path))
     assert cp.commit_entry(batches[-1])[0] == 2
     assert any("_" in p.stem for p in _state_files(path, ".zip"))
     total = 0

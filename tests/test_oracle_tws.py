@@ -9,7 +9,7 @@ from oracle import assert_same_as_builtin
 
 import state_reader
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.checkpoint import CheckpointDir
 
 VARIABLES = ["profile", "events", "counters", "plain"]
 
@@ -20,7 +20,7 @@ def tws(checkpoints):
 
 
 def test_every_variable_matches_builtin(spark, tws):
-    batches = Checkpoint(Storage(tws)).committed_batches
+    batches = CheckpointDir(Storage(tws)).committed_batches
     assert len(batches) >= 6
     total = 0
     for var in VARIABLES:

@@ -17,7 +17,7 @@ import state_reader
 from state_reader.core.options import from_kwargs
 from state_reader.core.planner import plan_state_read, store_names_on_disk
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.checkpoint import CheckpointDir
 
 SHIFT = 200  # seconds: the new input comes after the old, so watermarks move on
 
@@ -103,7 +103,7 @@ def _state_rows(spark, checkpoint: str, **options) -> list[str]:
 
 
 def _stores(checkpoint: str) -> list[tuple[int, str]]:
-    cp = Checkpoint(Storage(checkpoint))
+    cp = CheckpointDir(Storage(checkpoint))
     return [(op, store) for op in cp.operator_ids for store in store_names_on_disk(cp, op)]
 
 
@@ -237,7 +237,7 @@ def _forget_unfinished_batch(checkpoint: str) -> None:
 
 def _family_reads(checkpoint: str) -> list[dict[str, str]]:
     """The built-in reader's options that together show every column family's state."""
-    cp = Checkpoint(Storage(checkpoint))
+    cp = CheckpointDir(Storage(checkpoint))
     meta = cp.operator_metadata(0, cp.latest_committed_batch())
     if "transformWithState" in (meta.operator_name or ""):
         names = [v["stateName"] for v in meta.properties["stateVariables"] if not v["stateName"].startswith("$")]

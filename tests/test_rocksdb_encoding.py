@@ -27,7 +27,7 @@ from state_reader.formats.rocksdb_encoding import (
 from state_reader.formats.schema_files import read_schema_v3
 from state_reader.formats.unsaferow import RowBuffer
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.checkpoint import CheckpointDir
 from state_reader.providers.rocksdb import RocksDBStore
 
 
@@ -73,7 +73,7 @@ def _families(path: str) -> dict:
 
 def _decode_family(path: str, family, codec: str | None) -> list[tuple]:
     """(partition, key struct, value struct) of every entry of one column family, from the files."""
-    cp = Checkpoint(Storage(path))
+    cp = CheckpointDir(Storage(path))
     version = cp.committed_batches[-1] + 1
     out = []
     for pid in cp.partition_ids(0):
@@ -91,7 +91,7 @@ def _decode_family(path: str, family, codec: str | None) -> list[tuple]:
 
 def test_column_families_decode_like_spark(spark, timers_checkpoint):
     path = timers_checkpoint
-    codec = codec_name(Checkpoint(Storage(path)).latest_conf().get(
+    codec = codec_name(CheckpointDir(Storage(path)).latest_conf().get(
         "spark.sql.streaming.stateStore.compression.codec"))
     families = _families(path)
     builtin_timers = Counter(

@@ -17,7 +17,7 @@ import state_reader
 from state_reader.errors import MissingStateFileError, UnsafeArchiveError
 from state_reader.formats import snapshot_zip
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.checkpoint import CheckpointDir
 
 
 def _copy(src: str, dst: Path) -> Path:
@@ -26,7 +26,7 @@ def _copy(src: str, dst: Path) -> Path:
 
 
 def _latest_version(path: Path) -> int:
-    return Checkpoint(Storage(str(path))).committed_batches[-1] + 1
+    return CheckpointDir(Storage(str(path))).committed_batches[-1] + 1
 
 
 def _rewrite_zip(zip_path: Path, extra: list[tuple[zipfile.ZipInfo, bytes]],
@@ -174,7 +174,7 @@ def test_remote_read_downloads_only_needed_files(checkpoints, monkeypatch):
         return original(self, rel)
 
     monkeypatch.setattr(Storage, "read_bytes", spy)
-    batches = Checkpoint(Storage(str(local))).committed_batches
+    batches = CheckpointDir(Storage(str(local))).committed_batches
     for batch in (batches[-1], batches[len(batches) // 2]):
         expected_rows = arrow_rows(state_reader.read_state(str(local), batch_id=batch))
         read.clear()

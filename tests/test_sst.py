@@ -151,10 +151,10 @@ def numba_on(monkeypatch):
 @pytest.mark.parametrize("checkpoint", GOLDEN_ROCKSDB, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_golden_checkpoints_read_the_same_either_way(checkpoint, numba_on, monkeypatch):
     from state_reader.io.storage import Storage
-    from state_reader.model.checkpoint import Checkpoint
+    from state_reader.model.checkpoint import CheckpointDir
 
     sides = [{"join_side": "left"}, {"join_side": "right"}] if "join" in checkpoint.name else [{}]
-    for batch in Checkpoint(Storage(str(checkpoint))).committed_batches:
+    for batch in CheckpointDir(Storage(str(checkpoint))).committed_batches:
         for options in sides:
             direct = state_reader.read_state(str(checkpoint), batch_id=batch, **options)
             monkeypatch.setenv("STATE_READER_NUMBA", "0")

@@ -18,7 +18,7 @@ from state_reader.formats.spark_types import ArrayType, DataType, MapType, Struc
 from state_reader.formats.unsaferow import RowBuffer, decode_rows
 from state_reader.formats.unsaferow_encode import encode_rows
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.checkpoint import CheckpointDir
 from state_reader.providers.hdfs import HDFSStore
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -297,7 +297,7 @@ def test_other_arrow_types_are_cast():
 
 def _assert_hdfs_checkpoint_bytes(path: str) -> int:
     """Decode and re-encode every key and value of every HDFS store at the last batch: Spark's bytes again."""
-    cp = Checkpoint(Storage(path))
+    cp = CheckpointDir(Storage(path))
     compared = 0
     for op in cp.operator_ids:
         for store in store_names_on_disk(cp, op):

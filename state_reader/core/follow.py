@@ -52,7 +52,7 @@ from state_reader.errors import (
     NegativeOptionError,
 )
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.plan import StateReadPlan
 
 log = logging.getLogger("state_reader.follow")
@@ -145,7 +145,7 @@ class Follow:
         storage = self.storage()
         batches = live.committed_now(storage)
         if not batches:
-            Checkpoint(storage).latest_committed_batch()  # raises: not a checkpoint, or nothing committed
+            CheckpointDir(storage).latest_committed_batch()  # raises: not a checkpoint, or nothing committed
         return batches
 
     def initial_offset(self) -> int:

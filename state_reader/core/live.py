@@ -26,7 +26,7 @@ from state_reader.errors import (
     StateReaderError,
 )
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.plan import StateReadPlan
 
 T = TypeVar("T")
@@ -45,7 +45,7 @@ def _span(batches: list[int]) -> str:
 
 
 def read_consistently(options: Mapping[str, Any] | StateStoreOptions, read: Callable[[StateReadPlan], T], *,
-                      attempts: int = ATTEMPTS, seconds: float = SECONDS, checkpoint: Checkpoint | None = None) -> T:
+                      attempts: int = ATTEMPTS, seconds: float = SECONDS, checkpoint: CheckpointDir | None = None) -> T:
     """``read(plan)`` of one planned batch, planned again while a running query cleans up under it.
 
     ``checkpoint`` (a caller's, with what it has already read of the logs) plans the first attempt;
@@ -62,13 +62,13 @@ def read_consistently(options: Mapping[str, Any] | StateStoreOptions, read: Call
         # query moved on is judged from that listing, not from one made after it
         before = _committed_in(given) if given is not None else committed_now(storage)
         # remote: the plan starts from the listing just made (each listing is a round trip)
-        fresh = Checkpoint(storage) if storage.remote else None
+        fresh = CheckpointDir(storage) if storage.remote else None
         try:
             return read(plan_state_read(opts, given if given is not None else fresh))
         except BatchNotRetainedError:
             raise  # planning found the batch asked for cleaned up: planning again cannot bring it back
         except GONE as exc:
-            now = Checkpoint(storage).location
+            now = CheckpointDir(storage).location
             committed = committed_now(storage)
             if requested is not None:
                 # purged before the read began, or cleaned up while it ran; else the files are damaged
@@ -113,7 +113,7 @@ def moved_on(before: list[int], now: list[int]) -> bool:
     return bool(before) and bool(now) and now[-1] > before[-1]
 
 
-def _committed_in(checkpoint: Checkpoint) -> list[int]:
+def _committed_in(checkpoint: CheckpointDir) -> list[int]:
     """The committed batches as ``checkpoint`` listed them."""
     try:
         return checkpoint.committed_batches
@@ -125,6 +125,6 @@ def committed_now(storage: Storage) -> list[int]:
     """The committed batches as listed now (a fresh listing, no cached view)."""
     storage.forget("commits")
     try:
-        return Checkpoint(storage).committed_batches
+        return CheckpointDir(storage).committed_batches
     except StateReaderError:
         return []

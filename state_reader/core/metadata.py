@@ -20,7 +20,7 @@ from state_reader.formats.schema_files import read_schema_v1v2
 from state_reader.formats.spark_types import INTEGER, LONG, STRING, StructField, StructType
 from state_reader.io.storage import Storage
 from state_reader.model import operators
-from state_reader.model.checkpoint import Checkpoint, OperatorMetadata, StoreInfo
+from state_reader.model.checkpoint import CheckpointDir, OperatorMetadata, StoreInfo
 from state_reader.model.conf import shuffle_partitions
 
 HIDDEN_COLUMN = "_numColsPrefixKey"
@@ -38,7 +38,7 @@ def metadata_schema(opts: StateMetadataOptions) -> StructType:
     return METADATA_SCHEMA_WITH_HIDDEN if opts.include_hidden_columns else METADATA_SCHEMA
 
 
-def infer_operator_metadata(cp: Checkpoint, operator_id: int) -> OperatorMetadata | None:
+def infer_operator_metadata(cp: CheckpointDir, operator_id: int) -> OperatorMetadata | None:
     """Describe an operator from its files, for checkpoints written before Spark 4.0."""
     partitions = cp.partition_ids(operator_id)
     if not partitions:
@@ -74,7 +74,7 @@ def metadata_rows(options: Mapping[str, Any] | StateMetadataOptions) -> list[dic
     quarter of a second that the command line's ``metadata`` need not pay.)
     """
     opts = options if isinstance(options, StateMetadataOptions) else StateMetadataOptions.parse(options)
-    cp = Checkpoint(Storage(opts.path, opts.storage_options, verify_checksums=opts.verify_checksums))
+    cp = CheckpointDir(Storage(opts.path, opts.storage_options, verify_checksums=opts.verify_checksums))
     batches = cp.committed_batches
     min_batch, max_batch = (batches[0], batches[-1]) if batches else (-1, -1)
     batch_id = opts.batch_id if opts.batch_id is not None else (max_batch if batches else None)

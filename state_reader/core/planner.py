@@ -29,7 +29,7 @@ from state_reader.model.checkpoint import (
     DEFAULT_STORE,
     JOIN_STORES,
     JOIN_V4_STORES,
-    Checkpoint,
+    CheckpointDir,
     OperatorMetadata,
     parse_state_file_name,
 )
@@ -45,7 +45,7 @@ from state_reader.model.state_variables import (
 )
 
 
-def detect_provider(cp: Checkpoint, recorded: str | None, operator_id: int) -> str:
+def detect_provider(cp: CheckpointDir, recorded: str | None, operator_id: int) -> str:
     """The provider class that wrote an operator's state: the one recorded in the offset log, else by file names."""
     if recorded:
         return recorded
@@ -61,7 +61,7 @@ def detect_provider(cp: Checkpoint, recorded: str | None, operator_id: int) -> s
     return HDFS_PROVIDER
 
 
-def store_schema(cp: Checkpoint, operator_id: int, store_name: str) -> tuple[StructType, StructType]:
+def store_schema(cp: CheckpointDir, operator_id: int, store_name: str) -> tuple[StructType, StructType]:
     """(key, value) schema of one store, from its v1/v2 schema file."""
     rel = cp.schema_file(operator_id, store_name)
     shown = cp.storage.display(rel)
@@ -84,7 +84,7 @@ def store_schema(cp: Checkpoint, operator_id: int, store_name: str) -> tuple[Str
     return read_schema_v1v2(data, shown)
 
 
-def store_names_on_disk(cp: Checkpoint, operator_id: int) -> list[str]:
+def store_names_on_disk(cp: CheckpointDir, operator_id: int) -> list[str]:
     names = cp.storage.list_names(f"state/{operator_id}/0") or []
     stores = [n for n in names if n in JOIN_STORES]
     if "_metadata" in names or any(n.endswith((".delta", ".snapshot", ".zip", ".changelog")) for n in names):
@@ -107,7 +107,7 @@ def store_read_options(operator_id: int, store_name: str, batch_id: int | None,
     return options
 
 
-def plan_store_read(cp: Checkpoint, operator_id: int, store_name: str, batch_id: int | None = None,
+def plan_store_read(cp: CheckpointDir, operator_id: int, store_name: str, batch_id: int | None = None,
                     operator_name: str | None = None, **options: Any) -> StateReadPlan:
     """The plan of one store of an open checkpoint at ``batch_id`` (default: the latest committed), as
     :func:`store_read_options` names it; ``options``: more read options (snake_case), which win."""
@@ -117,14 +117,14 @@ def plan_store_read(cp: Checkpoint, operator_id: int, store_name: str, batch_id:
 
 
 def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
-                    checkpoint: Checkpoint | None = None) -> StateReadPlan:
+                    checkpoint: CheckpointDir | None = None) -> StateReadPlan:
     """Validate ``statestore`` options against a checkpoint and plan the read.
 
     ``checkpoint``: an open view of the checkpoint the options name, shared by a
     caller that plans many reads of it (its logs and schema files are read once).
     """
     opts = options if isinstance(options, StateStoreOptions) else StateStoreOptions.parse(options)
-    cp = checkpoint or Checkpoint(Storage(opts.path, opts.storage_options, verify_checksums=opts.verify_checksums))
+    cp = checkpoint or CheckpointDir(Storage(opts.path, opts.storage_options, verify_checksums=opts.verify_checksums))
     storage = cp.storage
     # remote: the operator's state (one recursive listing) and the offset log listed while the commit log is read
     storage.list_ahead([f"state/{opts.operator_id}", "offsets"])
@@ -251,7 +251,7 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
     )
 
 
-def _require_changelogs(cp: Checkpoint, store_dir: str, conf: Mapping[str, str], what: str) -> None:
+def _require_changelogs(cp: CheckpointDir, store_dir: str, conf: Mapping[str, str], what: str) -> None:
     """Refuse, while planning, a RocksDB read that needs changelogs of a store written without them.
 
     Without changelog checkpointing a RocksDB store has snapshots only; a task
@@ -271,7 +271,7 @@ def _require_changelogs(cp: Checkpoint, store_dir: str, conf: Mapping[str, str],
         path=cp.storage.display(store_dir))
 
 
-def _require_change_start(cp: Checkpoint, start: int, store_dirs: list[str]) -> None:
+def _require_change_start(cp: CheckpointDir, start: int, store_dirs: list[str]) -> None:
     """Refuse, while planning, a change feed whose first batch the query has cleaned up.
 
     Batch ``start``'s changes are the delta (changelog) of version ``start + 1``. Once the
@@ -318,13 +318,13 @@ class _JoinFamilies:
         return StateVariable(name, kind, True, self.schemas[name])
 
 
-def join_column_families(cp: Checkpoint, metadata: OperatorMetadata | None) -> list[str]:
+def join_column_families(cp: CheckpointDir, metadata: OperatorMetadata | None) -> list[str]:
     """The join stores kept as column families (join formats 3 and 4), else an empty list."""
     families = _join_families(cp, metadata)
     return families.names if families is not None else []
 
 
-def _join_families(cp: Checkpoint, metadata: OperatorMetadata | None) -> _JoinFamilies | None:
+def _join_families(cp: CheckpointDir, metadata: OperatorMetadata | None) -> _JoinFamilies | None:
     """For join formats 3 and 4 (stores as column families): the families, else None."""
     if not operators.join_in_column_families(metadata):
         return None
@@ -334,7 +334,7 @@ def _join_families(cp: Checkpoint, metadata: OperatorMetadata | None) -> _JoinFa
     return _JoinFamilies(metadata.operator_id, family_schemas(cp, metadata.operator_id, default))
 
 
-def _join_side_plan(cp: Checkpoint, operator_id: int, side: str) -> JoinSidePlan:
+def _join_side_plan(cp: CheckpointDir, operator_id: int, side: str) -> JoinSidePlan:
     count_store, row_store = f"{side}-keyToNumValues", f"{side}-keyWithIndexToValue"
     if not cp.storage.exists(cp.schema_file(operator_id, count_store)):
         rel = cp.schema_file(operator_id, count_store)

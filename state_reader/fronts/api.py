@@ -35,7 +35,7 @@ from state_reader.inspect.flatten import unique_schema as _unique_schema
 from state_reader.inspect.flatten import with_unique_field_names
 from state_reader.io.destination import Destination as _Destination
 from state_reader.io.storage import Storage as _Storage
-from state_reader.model.checkpoint import Checkpoint as _Checkpoint
+from state_reader.model.checkpoint import CheckpointDir as _Checkpoint
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -38,7 +38,7 @@ from state_reader.inspect.flatten import flatten_table
 from state_reader.inspect.overview import describe_checkpoint
 from state_reader.inspect.stats import stats
 from state_reader.io.storage import Storage, with_one_listing
-from state_reader.model.checkpoint import Checkpoint as _Logs
+from state_reader.model.checkpoint import CheckpointDir as _Logs
 from state_reader.model.state_variables import TIMERS
 from state_reader.progress import progress
 from state_reader.providers.store_files import StoreFiles, look_ahead, unique_id_for

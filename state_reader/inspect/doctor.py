@@ -34,7 +34,7 @@ from state_reader.inspect.stats import operator_stores, store_read_options
 from state_reader.io.storage import Storage, with_one_listing
 from state_reader.model import operators
 from state_reader.model.checkpoint import (
-    Checkpoint,
+    CheckpointDir,
     OffsetEntry,
     numeric_names,
     parse_state_file_name,
@@ -118,7 +118,7 @@ def _iso(ms: int) -> str:
 # --- the log checks ----------------------------------------------------------------------------------
 
 
-def _uncommitted(cp: Checkpoint, committed: list[int]) -> list[Finding]:
+def _uncommitted(cp: CheckpointDir, committed: list[int]) -> list[Finding]:
     planned = numeric_names(cp.storage.list_names("offsets"))
     pending = [b for b in planned if b > committed[-1]]
     if not pending:
@@ -331,7 +331,7 @@ def _large_rows(store: _Store, limit: float) -> list[Finding]:
     return out
 
 
-def _long_chain(cp: Checkpoint, store: _Store, limit: float) -> list[Finding]:
+def _long_chain(cp: CheckpointDir, store: _Store, limit: float) -> list[Finding]:
     plan = store.plan
     chains = {}
     stores = {pid: StoreFiles(cp.storage, plan.store_dir(pid), plan.provider, plan.codec) for pid in plan.partitions}
@@ -371,7 +371,7 @@ class _UnusedFiles:
     unique_ids: bool = False  # checkpoint format 2: the commit log names each version's files
 
 
-def _unused_files(cp: Checkpoint, store: _Store) -> _UnusedFiles:
+def _unused_files(cp: CheckpointDir, store: _Store) -> _UnusedFiles:
     """Sort out the files of every partition of ``store`` that no batch in the commit log needs.
 
     Old: older than the oldest retained batch's base snapshot, and SSTs no retained
@@ -421,7 +421,7 @@ def _unused_files(cp: Checkpoint, store: _Store) -> _UnusedFiles:
     return out
 
 
-def _storage_waste(cp: Checkpoint, store: _Store, unused: _UnusedFiles, limit: float) -> list[Finding]:
+def _storage_waste(cp: CheckpointDir, store: _Store, unused: _UnusedFiles, limit: float) -> list[Finding]:
     """State files older than any committed batch in the logs can use, and SSTs no retained snapshot lists.
 
     Spark's maintenance deletes them; their piling up means it is not running or not
@@ -442,7 +442,7 @@ def _storage_waste(cp: Checkpoint, store: _Store, unused: _UnusedFiles, limit: f
         "No batch the query can restart from reads them")]
 
 
-def _files_past_commit(cp: Checkpoint, store: _Store, unused: _UnusedFiles) -> list[Finding]:
+def _files_past_commit(cp: CheckpointDir, store: _Store, unused: _UnusedFiles) -> list[Finding]:
     """State files of versions after the last committed batch's: a batch that did not commit, or was undone.
 
     A batch that is planned (``offsets/<n>``) but not committed wrote them, or is
@@ -543,7 +543,7 @@ def _overdue_timers(store: _Store, entry: OffsetEntry | None) -> list[Finding]:
         "(not from event time), and check that batches keep running (spark.sql.streaming.noDataMicroBatches.enabled)")]
 
 
-def _never_evicted(cp: Checkpoint, path: str, storage_options: dict[str, Any] | None, store: _Store,
+def _never_evicted(cp: CheckpointDir, path: str, storage_options: dict[str, Any] | None, store: _Store,
                    entries: dict[int, OffsetEntry], limit: float) -> list[Finding]:
     latest = store.plan.batch_id
     if not cp.committed_batches or latest - cp.committed_batches[0] < limit:
@@ -623,7 +623,7 @@ def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
     """Check a checkpoint for the problems in :data:`KINDS`; see the module docstring."""
     limits = parse_thresholds(thresholds)
     storage = Storage(checkpoint, dict(storage_options or {}))
-    cp = Checkpoint(storage)
+    cp = CheckpointDir(storage)
     latest = cp.latest_committed_batch()
     committed = cp.committed_batches
     result = Diagnosis(cp.location, latest, thresholds=limits)
@@ -690,7 +690,7 @@ def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
     return result
 
 
-def _first_retained(cp: Checkpoint, plan: StateReadPlan) -> int | None:
+def _first_retained(cp: CheckpointDir, plan: StateReadPlan) -> int | None:
     """The oldest committed batch whose state every partition can still rebuild."""
     committed = cp.committed_batches
     firsts = []

@@ -17,7 +17,7 @@ from state_reader.errors import OffsetLogUnavailableError, OffsetMetadataUnavail
 from state_reader.formats.codecs import DEFAULT_CODEC
 from state_reader.io.storage import Storage, with_one_listing
 from state_reader.model import operators as operator_names
-from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.conf import (
     CONF_AGG_FORMAT,
     CONF_CHANGELOG,
@@ -46,7 +46,7 @@ STATE_FORMAT_CONFS = {
 }
 
 
-def _state_files(cp: Checkpoint, op: int, entry: dict[str, Any], latest: int) -> tuple[dict[str, int] | None, bool]:
+def _state_files(cp: CheckpointDir, op: int, entry: dict[str, Any], latest: int) -> tuple[dict[str, int] | None, bool]:
     """(the batches whose state of an operator is on disk, whether it has changelogs), as partition 0 of its
     first store shows them."""
     stores = [s["store_name"] for s in entry["stores"]] or ["default"]
@@ -72,7 +72,7 @@ def _properties(text: str | None) -> dict[str, Any]:
 def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything ``state-reader metadata`` shows, as a JSON-ready dict."""
     storage = Storage(checkpoint, dict(storage_options or {}))
-    cp = Checkpoint(storage)
+    cp = CheckpointDir(storage)
     latest = cp.latest_committed_batch()  # a clear error for a missing or empty checkpoint
     batches = cp.committed_batches
     try:

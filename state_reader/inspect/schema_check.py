@@ -21,7 +21,7 @@ from state_reader.errors import SchemaReadError
 from state_reader.formats.spark_types import ArrayType, DataType, MapType, StructType
 from state_reader.inspect.stats import operator_stores
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import DEFAULT_STORE, Checkpoint
+from state_reader.model.checkpoint import DEFAULT_STORE, CheckpointDir
 from state_reader.model.state_variables import family_schemas
 
 KEY_ERROR = "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"
@@ -73,7 +73,7 @@ def ddl(typ: DataType) -> str:
 
 def store_schemas(checkpoint: str, *, storage_options: dict[str, Any] | None = None) -> list[StoreSchema]:
     """Every store's stored key and value schema (column families of schema v3 stores one by one)."""
-    cp = Checkpoint(Storage(checkpoint, dict(storage_options or {})))
+    cp = CheckpointDir(Storage(checkpoint, dict(storage_options or {})))
     latest = cp.latest_committed_batch()
     out: list[StoreSchema] = []
     for op, store, op_name in operator_stores(cp, batch_id=latest, variables=False):

@@ -38,7 +38,7 @@ from state_reader.errors import (
 )
 from state_reader.io.storage import Storage
 from state_reader.model import operators
-from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.plan import StateReadPlan
 from state_reader.model.state_variables import timer_family, user_variables
 from state_reader.progress import progress
@@ -113,7 +113,7 @@ def parse_batch_range(text: str | None) -> tuple[int | None, int | None]:
     return start, end
 
 
-def operator_stores(cp: Checkpoint, operator_id: int | None = None, store_name: str | None = None,
+def operator_stores(cp: CheckpointDir, operator_id: int | None = None, store_name: str | None = None,
                     batch_id: int | None = None, variables: bool = True) -> list[tuple[int, str, str | None]]:
     """(operator id, store name, operator name) of every store to look at.
 
@@ -150,13 +150,13 @@ def operator_stores(cp: Checkpoint, operator_id: int | None = None, store_name: 
     return out
 
 
-def _plan(checkpoint: str, cp: Checkpoint, storage_options: dict[str, Any] | None, operator_id: int,
+def _plan(checkpoint: str, cp: CheckpointDir, storage_options: dict[str, Any] | None, operator_id: int,
           store_name: str, batch_id: int, operator_name: str | None = None) -> StateReadPlan:
     """The plan of one store at ``batch_id``."""
     return plan_store_read(cp, operator_id, store_name, batch_id, operator_name)
 
 
-def _default_batches(cp: Checkpoint, files: list[StoreFiles]) -> list[int]:
+def _default_batches(cp: CheckpointDir, files: list[StoreFiles]) -> list[int]:
     """Committed batches whose versions every partition can still rebuild."""
     committed = cp.committed_batches
     if not committed:
@@ -195,7 +195,7 @@ def _collect_stats(checkpoint: str, *, operator_id: int | None = None, store_nam
                    storage_options: dict[str, Any] | None = None,
                    show_progress: bool | None = None) -> StatsResult:
     storage = Storage(checkpoint, dict(storage_options or {}))
-    cp = Checkpoint(storage)
+    cp = CheckpointDir(storage)
     latest = cp.latest_committed_batch()  # fails clearly for a missing or empty checkpoint
     committed = cp.committed_batches
     targets = operator_stores(cp, operator_id, store_name, latest)

@@ -21,7 +21,7 @@ from state_reader.errors import RequiredOptionError, StateReaderError, Unsupport
 from state_reader.inspect.stats import operator_stores
 from state_reader.io.storage import Storage
 from state_reader.model import operators
-from state_reader.model.checkpoint import DEFAULT_STORE, Checkpoint
+from state_reader.model.checkpoint import DEFAULT_STORE, CheckpointDir
 from state_reader.model.plan import StateReadPlan
 from state_reader.model.state_variables import column_families, user_variables
 from state_reader.progress import progress
@@ -94,7 +94,7 @@ def _shown_store(plan: StateReadPlan) -> str:
     return plan.variable.name if plan.variable is not None and plan.store_name == DEFAULT_STORE else plan.store_name
 
 
-def _plans(checkpoint: str, cp: Checkpoint, op: int, store: str, op_name: str | None, batch_id: int,
+def _plans(checkpoint: str, cp: CheckpointDir, op: int, store: str, op_name: str | None, batch_id: int,
            storage_options: dict[str, Any] | None) -> list[StateReadPlan]:
     """The plans that together read every byte of one store at ``batch_id``.
 
@@ -126,7 +126,7 @@ def verify_checkpoint(checkpoint: str, *, operator_id: int | None = None,
     reader does not support yet are listed in ``skipped``.
     """
     storage = Storage(checkpoint, dict(storage_options or {}))
-    cp = Checkpoint(storage)
+    cp = CheckpointDir(storage)
     latest = cp.latest_committed_batch()
     committed_versions = {b + 1 for b in cp.committed_batches}
     report = VerifyReport(checkpoint=cp.location, latest_batch=latest)

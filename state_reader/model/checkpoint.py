@@ -131,12 +131,12 @@ class OffsetEntry:
 
 
 @dataclass
-class Checkpoint:
+class CheckpointDir:
     """Read-only view of one streaming checkpoint.
 
     Log entries, operator metadata and schema files are read at most once per
     instance (they do not change once written), so a walk over many batches or
-    stores that shares one ``Checkpoint`` reads each of them once.
+    stores that shares one ``CheckpointDir`` reads each of them once.
     """
 
     storage: Storage

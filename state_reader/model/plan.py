@@ -15,7 +15,7 @@ import pyarrow as pa
 from state_reader.formats.spark_types import INTEGER, LONG, STRING, StructField, StructType
 from state_reader.formats.unsaferow import narrow_long_slots
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint
+from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.conf import StoreConf
 from state_reader.model.operators import widened
 from state_reader.model.state_variables import StateVariable
@@ -57,7 +57,7 @@ class StateReadPlan:
     """Everything needed to read one store of one operator at one batch."""
 
     # the checkpoint, with the log entries and schema files planning has read
-    checkpoint: Checkpoint
+    checkpoint: CheckpointDir
     operator_id: int
     store_name: str
     batch_id: int

@@ -27,7 +27,7 @@ from typing import Any
 from state_reader.errors import InvalidOptionError, SchemaReadError
 from state_reader.formats.schema_files import ColumnFamilySchema, read_schema_v3
 from state_reader.formats.spark_types import LONG, ArrayType, MapType, StructField, StructType
-from state_reader.model.checkpoint import Checkpoint, OperatorMetadata, StoreInfo
+from state_reader.model.checkpoint import CheckpointDir, OperatorMetadata, StoreInfo
 
 VALUE, LIST, MAP, TIMERS = "ValueState", "ListState", "MapState", "TimerState"
 # a family whose values are lists, shown one element per row in a ``value`` column (join state format 4)
@@ -79,7 +79,7 @@ class StateVariable:
         return replace(self, flatten=True).value_columns()
 
 
-def plan_variable(cp: Checkpoint, metadata: OperatorMetadata, store: StoreInfo, state_var_name: str | None,
+def plan_variable(cp: CheckpointDir, metadata: OperatorMetadata, store: StoreInfo, state_var_name: str | None,
                   read_timers: bool, flatten: bool) -> StateVariable:
     """Validate stateVarName / readRegisteredTimers and find the variable's schema."""
     properties = metadata.properties
@@ -156,7 +156,7 @@ def variables_described(metadata: OperatorMetadata) -> str:
     return text
 
 
-def column_families(cp: Checkpoint, metadata: OperatorMetadata, store: StoreInfo) -> list[StateVariable]:
+def column_families(cp: CheckpointDir, metadata: OperatorMetadata, store: StoreInfo) -> list[StateVariable]:
     """Every column family of a transformWithState store, each as a variable to decode.
 
     The user's variables with their kinds, the timers, and Spark's own families
@@ -173,7 +173,7 @@ def column_families(cp: Checkpoint, metadata: OperatorMetadata, store: StoreInfo
     return out
 
 
-def family_schemas(cp: Checkpoint, operator_id: int, store: StoreInfo) -> dict[str, ColumnFamilySchema]:
+def family_schemas(cp: CheckpointDir, operator_id: int, store: StoreInfo) -> dict[str, ColumnFamilySchema]:
     """Every column family's schema, from the schema v3 files operator metadata v2 names."""
     if not store.schema_file_paths:
         raise SchemaReadError(f"operator metadata of operator {operator_id} names no schema file",
@@ -193,7 +193,7 @@ def family_schemas(cp: Checkpoint, operator_id: int, store: StoreInfo) -> dict[s
     return out
 
 
-def family_schema(cp: Checkpoint, operator_id: int, store: StoreInfo, name: str) -> ColumnFamilySchema:
+def family_schema(cp: CheckpointDir, operator_id: int, store: StoreInfo, name: str) -> ColumnFamilySchema:
     """Schema of column family ``name`` from the schema v3 files operator metadata v2 names."""
     family = family_schemas(cp, operator_id, store).get(name)
     if family is None:

@@ -22,7 +22,7 @@ from state_reader.formats import changelog as changelog_format
 from state_reader.formats import snapshot_zip
 from state_reader.formats.codecs import decompress
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint, first_missing, state_file_name
+from state_reader.model.checkpoint import CheckpointDir, first_missing, state_file_name
 from state_reader.model.conf import ROCKSDB_PROVIDER
 from state_reader.model.plan import StateReadPlan
 from state_reader.providers.hdfs import HDFSStore
@@ -234,7 +234,7 @@ class StoreFiles:
         return files
 
 
-def unique_id_for(cp: Checkpoint, files: StoreFiles, version: int, operator_id: int, partition_id: int,
+def unique_id_for(cp: CheckpointDir, files: StoreFiles, version: int, operator_id: int, partition_id: int,
                   store_name: str) -> str | None:
     """The unique id the commit log gives ``version`` (checkpoint format 2), else None."""
     if not files.has_unique_ids:

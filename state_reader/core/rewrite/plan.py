@@ -14,7 +14,7 @@ from state_reader.errors import InvalidOptionError, UncommittedBatchError, Unsup
 from state_reader.formats.schema_files import write_schema_v2
 from state_reader.io.storage import Storage
 from state_reader.model import operators
-from state_reader.model.checkpoint import JOIN_STORES, Checkpoint, OperatorMetadata, numeric_names
+from state_reader.model.checkpoint import JOIN_STORES, CheckpointDir, OperatorMetadata, numeric_names
 from state_reader.model.conf import (
     CONF_PROVIDER,
     CONF_ROW_CHECKSUM,
@@ -30,7 +30,7 @@ from state_reader.model.state_variables import user_variables
 SINGLE_PARTITION_OPERATORS = ("globalLimit",)
 
 
-def offset_batches(cp: Checkpoint) -> list[int]:
+def offset_batches(cp: CheckpointDir) -> list[int]:
     return numeric_names(cp.storage.list_names("offsets"))
 
 
@@ -38,7 +38,7 @@ def offset_batches(cp: Checkpoint) -> list[int]:
 class RewritePlan:
     """What a rewrite will do, checked before anything is written."""
 
-    checkpoint: Checkpoint
+    checkpoint: CheckpointDir
     batch_id: int
     old_partitions: int
     new_partitions: int
@@ -103,7 +103,7 @@ def plan_rewrite(source: Storage, *, num_partitions: int | None = None, provider
                  batch_id: int | None = None, allow_uncommitted: bool = False,
                  transform: Transform | dict[int, Transform] | None = None) -> RewritePlan:
     """Check that ``source`` can be rewritten as asked and plan every store; reads logs and metadata only."""
-    cp = Checkpoint(source)
+    cp = CheckpointDir(source)
     cp.require_checkpoint()
     committed = cp.committed_batches
     latest = cp.latest_committed_batch()
@@ -167,7 +167,7 @@ def plan_rewrite(source: Storage, *, num_partitions: int | None = None, provider
                        unique_ids=cp.names_files_by_unique_id(batch))
 
 
-def _transformed(cp: Checkpoint, batch: int, stores: list[StoreRows],
+def _transformed(cp: CheckpointDir, batch: int, stores: list[StoreRows],
                  transform: Transform | dict[int, Transform]) -> list[StoreRows]:
     """``stores`` with the transformed operators' store wrapped in :class:`TransformedStoreRows`."""
     operator_ids = sorted({rows.plan.operator_id for rows in stores})
@@ -204,7 +204,7 @@ def _transformed(cp: Checkpoint, batch: int, stores: list[StoreRows],
     return out
 
 
-def _family_plan_options(cp: Checkpoint, meta: OperatorMetadata) -> dict[str, Any]:
+def _family_plan_options(cp: CheckpointDir, meta: OperatorMetadata) -> dict[str, Any]:
     """Read options that plan a store with column families: its first variable, or its first join family."""
     if operators.is_transform_with_state(meta.operator_name):
         names = user_variables(meta)
@@ -213,7 +213,7 @@ def _family_plan_options(cp: Checkpoint, meta: OperatorMetadata) -> dict[str, An
     return {"store_name": next((n for n in names if n.endswith("-keyToNumValues")), names[0])}
 
 
-def _require_rewritable(cp: Checkpoint, plan: StateReadPlan, batch: int, moving: bool) -> None:
+def _require_rewritable(cp: CheckpointDir, plan: StateReadPlan, batch: int, moving: bool) -> None:
     """Refuse what the rewrite does not support yet, before anything is written."""
     if moving and cp.names_files_by_unique_id(batch):
         raise UnsupportedOptionError(

@@ -39,7 +39,7 @@ from state_reader.formats.spark_types import StructField, StructType, from_arrow
 from state_reader.formats.unsaferow import RowBuffer, decode_rows, pack_rows
 from state_reader.formats.unsaferow_encode import encode_rows
 from state_reader.model import operators
-from state_reader.model.checkpoint import DEFAULT_STORE, Checkpoint, OperatorMetadata, parse_state_file_name
+from state_reader.model.checkpoint import DEFAULT_STORE, CheckpointDir, OperatorMetadata, parse_state_file_name
 from state_reader.model.conf import ROCKSDB_PROVIDER
 from state_reader.model.plan import StateReadPlan
 from state_reader.model.state_variables import (
@@ -53,7 +53,7 @@ from state_reader.providers import rocksdb
 from state_reader.providers.hdfs import HDFSStore
 
 
-def store_plan(cp: Checkpoint, batch_id: int, operator_id: int, store_name: str = DEFAULT_STORE,
+def store_plan(cp: CheckpointDir, batch_id: int, operator_id: int, store_name: str = DEFAULT_STORE,
           **options: Any) -> StateReadPlan:
     return plan_store_read(cp, operator_id, store_name, batch_id, **options)
 

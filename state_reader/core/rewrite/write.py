@@ -17,7 +17,7 @@ from state_reader.errors import RewriteFailedError, StateReaderError
 from state_reader.formats import snapshot_zip
 from state_reader.io.destination import Destination
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import Checkpoint, numeric_names, state_file_name
+from state_reader.model.checkpoint import CheckpointDir, numeric_names, state_file_name
 from state_reader.model.plan import StateReadPlan
 from state_reader.providers import rocksdb
 from state_reader.providers.hdfs import framed_rows, snapshot_file
@@ -76,7 +76,7 @@ def finish_checkpoint(rp: RewritePlan, dest: Destination, put: Put) -> None:
     put("metadata", rp.checkpoint.storage.read_bytes("metadata"))
 
 
-def _copy_logs(cp: Checkpoint, put: Any, batch: int, confs: dict[str, str]) -> None:
+def _copy_logs(cp: CheckpointDir, put: Any, batch: int, confs: dict[str, str]) -> None:
     """The offset and commit logs up to ``batch`` (offsets with ``confs`` set), and the source logs."""
     storage = cp.storage
     for b in offset_batches(cp):
@@ -94,7 +94,7 @@ def _copy_logs(cp: Checkpoint, put: Any, batch: int, confs: dict[str, str]) -> N
         put(rel, storage.read_bytes(rel))
 
 
-def _copy_state_metadata(cp: Checkpoint, put: Any, num_partitions: int, dest: Destination,
+def _copy_state_metadata(cp: CheckpointDir, put: Any, num_partitions: int, dest: Destination,
                          schema_files: dict[str, bytes]) -> None:
     """Schema files as they are (or as ``schema_files`` gives them: a transform's new schemas);
     operator metadata with the new partition count."""
@@ -142,7 +142,7 @@ def _with_confs(text: str, confs: dict[str, str], shown: str) -> str:
     return "\n".join(lines)
 
 
-def _operator_metadata(cp: Checkpoint, text: str, num_partitions: int, dest: Destination) -> str:
+def _operator_metadata(cp: CheckpointDir, text: str, num_partitions: int, dest: Destination) -> str:
     """Operator metadata (v1 or v2) with every store's partition count set and its schema file
     paths (v2 records absolute URIs) pointing into ``dest``, wherever the source was written."""
     header, _, body = text.partition("\n")
