@@ -5,8 +5,12 @@ does not grow with the partitions, each file fetched once, and no per-file ``inf
 from __future__ import annotations
 
 import shutil
+import threading
 from collections import Counter
+from pathlib import Path
+from typing import ClassVar
 
+import fsspec
 import latency_fs
 import pyarrow as pa
 import pytest
@@ -107,3 +111,53 @@ def test_verbose_reports_calls_and_bytes(remote, checkpoints, capsys):
     assert "listings" in capsys.readouterr().err
     main(["metadata", remote + path])
     assert "listings" not in capsys.readouterr().err
+
+
+class _HeldZips(FS):
+    """``heldzipfile://``: ``latencyfile://`` whose snapshot zips are held, once asked for, until released,
+    so that a test sees which zips are in flight together (one round trip) before any comes back."""
+
+    protocol = "heldzipfile"
+    held: ClassVar[set[str]] = set()
+    arrived = threading.Condition()
+    release = threading.Event()
+
+    def _open(self, path, *args, **kwargs):
+        if str(path).endswith(".zip"):
+            with self.arrived:
+                self.held.add(str(path))
+                self.arrived.notify_all()
+            self.release.wait(60)
+        return super()._open(path, *args, **kwargs)
+
+
+def test_rocksdb_display_looks_into_every_snapshot_zip_in_one_round(checkpoints):
+    """The display of a RocksDB store sizes its batches from their snapshot zips (the SSTs and keys each
+    names): every zip it looks into is asked for before any has come back, one round trip for the store
+    however many partitions and batches; which batches are still rebuildable comes from the listing."""
+    path = checkpoints("rocksdb_lookup_types")
+    local = state_reader.open(path)
+    expected = repr(local)
+    batches = local.batches
+    zips = {str(p) for p in Path(path, "state", "0").glob("*/*.zip") if int(p.stem) - 1 in batches}
+    assert len(zips) == 8 * len(batches) and len(batches) >= 2
+    fsspec.register_implementation(_HeldZips.protocol, _HeldZips, clobber=True)
+    _HeldZips.reset(0.0)
+    _HeldZips.held, _HeldZips.release = set(), threading.Event()
+    shown: list[str] = []
+    display = threading.Thread(target=lambda: shown.append(repr(state_reader.open(f"heldzipfile://{path}"))))
+    display.start()
+    try:
+        with _HeldZips.arrived:
+            _HeldZips.arrived.wait_for(lambda: len(_HeldZips.held) >= len(zips), timeout=20)
+            in_flight = set(_HeldZips.held)
+    finally:
+        _HeldZips.release.set()
+        display.join()
+    assert in_flight == zips, sorted(zips - in_flight)
+    assert shown == [expected.replace(path, f"heldzipfile://{path}")]
+    calls = _HeldZips.calls
+    # the commit log, the offset log, the state directory and the operator's state (one recursive listing)
+    assert calls["list"] <= 4 and calls["info"] == 0, _HeldZips.paths
+    gets = [p for k, p in _HeldZips.paths if k == "get"]
+    assert len(gets) == len(set(gets)), gets

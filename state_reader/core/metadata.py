@@ -67,14 +67,18 @@ def read_metadata_table(options: Mapping[str, Any] | StateMetadataOptions) -> pa
     return pa.Table.from_pylist([{k: r[k] for k in schema.names} for r in metadata_rows(opts)], schema=schema)
 
 
-def metadata_rows(options: Mapping[str, Any] | StateMetadataOptions) -> list[dict[str, Any]]:
+def metadata_rows(options: Mapping[str, Any] | StateMetadataOptions,
+                  checkpoint: CheckpointDir | None = None) -> list[dict[str, Any]]:
     """The ``state-metadata`` rows of a checkpoint as dicts, hidden column included.
+
+    ``checkpoint``: an open view of the checkpoint the options name, shared by a caller that
+    reads more of it (its logs and metadata files, and those fetched ahead, read once).
 
     (Building an Arrow table from Python values makes pyarrow import pandas, a
     quarter of a second that the command line's ``metadata`` need not pay.)
     """
     opts = options if isinstance(options, StateMetadataOptions) else StateMetadataOptions.parse(options)
-    cp = CheckpointDir(Storage(opts.path, opts.storage_options, verify_checksums=opts.verify_checksums))
+    cp = checkpoint or CheckpointDir(Storage(opts.path, opts.storage_options, verify_checksums=opts.verify_checksums))
     batches = cp.committed_batches
     min_batch, max_batch = (batches[0], batches[-1]) if batches else (-1, -1)
     batch_id = opts.batch_id if opts.batch_id is not None else (max_batch if batches else None)

@@ -397,11 +397,19 @@ def _store_sizes(logs: _Logs, operator_id: int, store_name: str, desc: dict[str,
     files = {pid: StoreFiles(logs.storage, logs.store_dir(operator_id, pid, store_name), provider, codec,
                              checked=False) for pid in partitions}
 
+    def uid(store: StoreFiles, batch: int, pid: int) -> str | None:
+        return unique_id_for(logs, store, batch + 1, operator_id, pid, store_name)
+
+    def rebuildable(batch: int) -> bool:
+        """Whether every partition's files for ``batch`` are there: from the listing (no zip opened)."""
+        return all(store.version_files(batch + 1, uid(store, batch, pid), zip_data=False).complete
+                   for pid, store in files.items())
+
     def sizes(batch: int) -> tuple[dict[int, int], dict[int, int] | None] | None:
         """Bytes of each partition's files for ``batch`` and the keys their snapshots record (None unless
         every partition has a snapshot of that version); None once cleanup took any of the files."""
         out, keys = {}, {}
-        look_ahead((store, batch + 1, unique_id_for(logs, store, batch + 1, operator_id, pid, store_name))
+        look_ahead((store, batch + 1, uid(store, batch, pid))
                    for pid, store in files.items())  # each partition's snapshot zip, all at once
         for pid, store in files.items():
             version = store.version_files(batch + 1, unique_id_for(logs, store, batch + 1, operator_id, pid,
@@ -415,16 +423,15 @@ def _store_sizes(logs: _Logs, operator_id: int, store_name: str, desc: dict[str,
 
     if not committed or not partitions:
         return StoreSizes(operator_id, store_name, dict.fromkeys(partitions, 0), [])
-    latest, latest_keys = sizes(committed[-1]) or ({}, None)
     # cleanup takes the oldest batches first: the oldest one still rebuildable, by a search that
-    # looks at several batches a round (their zips fetched at once: one round trip each round)
+    # looks at several batches a round; the listing tells which files are there, so no zip is
+    # opened for it (a format 2 changelog's lineage is: those of a round fetched at once)
     lo, hi = 0, len(committed) - 1
     while lo < hi:
         probes = sorted({lo + (hi - lo) * i // _PROBES for i in range(_PROBES)})
-        look_ahead((store, committed[i] + 1, unique_id_for(logs, store, committed[i] + 1, operator_id, pid,
-                                                           store_name))
-                   for i in probes for pid, store in files.items())
-        first = next((i for i in probes if sizes(committed[i]) is not None), None)
+        look_ahead(((store, committed[i] + 1, uid(store, committed[i], pid))
+                    for i in probes for pid, store in files.items()), zips=False)
+        first = next((i for i in probes if rebuildable(committed[i])), None)
         if first is None:
             lo = probes[-1] + 1
         else:
@@ -432,9 +439,11 @@ def _store_sizes(logs: _Logs, operator_id: int, store_name: str, desc: dict[str,
     kept = committed[lo:]
     step = max(1, -(-len(kept) // SPARKLINE_POINTS))
     points = sorted({*kept[::step], kept[-1]})
-    # every point's snapshot zips at once: one round trip for the sparkline, not one per point
-    look_ahead((store, b + 1, unique_id_for(logs, store, b + 1, operator_id, pid, store_name))
-               for b in points for pid, store in files.items())
+    # the latest batch's and every point's snapshot zips at once: one or two round trips for the
+    # whole store, not one per point
+    look_ahead((store, b + 1, uid(store, b, pid)) for b in sorted({*points, committed[-1]})
+               for pid, store in files.items())
+    latest, latest_keys = sizes(committed[-1]) or ({}, None)
     found = {b: at for b in points if (at := sizes(b)) is not None}
     over = [(b, sum(at[0].values())) for b, at in found.items()]
     keys_over = [(b, sum(at[1].values())) for b, at in found.items() if at[1] is not None]

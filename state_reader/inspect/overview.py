@@ -73,19 +73,28 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
     """Everything ``state-reader metadata`` shows, as a JSON-ready dict."""
     storage = Storage(checkpoint, dict(storage_options or {}))
     cp = CheckpointDir(storage)
+    # remote: the logs and the state listed at once, not one after the other (operator 0, the one
+    # almost every stateful query has, listed recursively ahead of knowing it is there)
+    storage.list_ahead(["commits", "offsets", "state", "state/0"])
+    if storage.remote and cp.committed_batches:
+        storage.prefetch([f"offsets/{cp.committed_batches[-1]}"])  # with the commit entry read next
     latest = cp.latest_committed_batch()  # a clear error for a missing or empty checkpoint
     batches = cp.committed_batches
+    if storage.remote:  # every operator's metadata at once (and its listing, begun before it is known)
+        storage.list_ahead(f"state/{op}" for op in cp.operator_ids)
+        for op in cp.operator_ids:
+            cp.fetch_ahead(latest, op)
     try:
         conf = cp.offset_conf(latest)
         conf_source = f"offsets/{latest}"
     except (OffsetLogUnavailableError, OffsetMetadataUnavailableError):
         conf, conf_source = cp.latest_conf(), "latest offset log entry"
 
-    meta = metadata_rows({"path": checkpoint, "storageOptions": storage_options or {}})
+    meta = metadata_rows({"path": checkpoint, "storageOptions": storage_options or {}}, cp)
     inferred = False
     if not meta and cp.operator_ids:
         meta = metadata_rows({"path": checkpoint, "inferMissingMetadata": True,
-                              "storageOptions": storage_options or {}})
+                              "storageOptions": storage_options or {}}, cp)
         inferred = True
 
     operators: dict[int, dict[str, Any]] = {}

@@ -90,13 +90,23 @@ def describe_counts(counts: dict[str, int]) -> str:
 
 _POOL_LOCK = threading.Lock()
 _POOL: ThreadPoolExecutor | None = None
+_SMALL_POOL: ThreadPoolExecutor | None = None
+# small files looked into for what they name (snapshot zips, to size a display) are fetched with
+# a wider bound than state: nothing decodes them in the pool, so more at once costs no CPU
+SMALL_FETCHES_PER_FETCH = 4
 
 
-def _fetch_pool() -> ThreadPoolExecutor:
-    """The process's pool of file fetches. Its tasks are single fetches that never wait on each
-    other, so any thread (but its own) may wait on them without a deadlock."""
-    global _POOL
+def _fetch_pool(small: bool = False) -> ThreadPoolExecutor:
+    """The process's pool of file fetches (``small``: of small files looked into, a wider one).
+    Its tasks are single fetches that never wait on each other, so any thread (but its own) may
+    wait on them without a deadlock."""
+    global _POOL, _SMALL_POOL
     with _POOL_LOCK:
+        if small:
+            if _SMALL_POOL is None:
+                _SMALL_POOL = ThreadPoolExecutor(io_threads() * SMALL_FETCHES_PER_FETCH,
+                                                 thread_name_prefix="state_reader_io_small")
+            return _SMALL_POOL
         if _POOL is None:
             _POOL = ThreadPoolExecutor(io_threads(), thread_name_prefix="state_reader_io")
         return _POOL
@@ -562,15 +572,16 @@ class Storage:
                        if sidecar in names)
         return out
 
-    def prefetch(self, rels: Iterable[str], *, sidecars: bool = True) -> None:
+    def prefetch(self, rels: Iterable[str], *, sidecars: bool = True, small: bool = False) -> None:
         """Start fetching ``rels`` (and their checksum sidecars) concurrently; the next read of
         each takes its bytes, or the error its fetch met (a file gone since the listing is
-        FileNotFoundError then, as it would have been). A local disk is read when asked instead,
-        as is everything with STATE_READER_IO_THREADS=1."""
+        FileNotFoundError then, as it would have been). ``small``: small files looked into for what
+        they name, :data:`SMALL_FETCHES_PER_FETCH` times as many at once. A local disk is read when
+        asked instead, as is everything with STATE_READER_IO_THREADS=1."""
         if self.protocol == "file" or io_threads() <= 1:
             return
         wanted = self._with_sidecars(rels) if sidecars else list(rels)
-        pool = _fetch_pool()
+        pool = _fetch_pool(small)
         with self._pending_lock:
             for rel in wanted:
                 if rel not in self._pending:

@@ -123,16 +123,20 @@ class StoreFiles:
             versions = [v for v in versions if v in committed_versions]
         return versions
 
-    def version_files(self, version: int, unique_id: str | None = None) -> VersionFiles:
-        """The files ``version`` is rebuilt from (``unique_id``: checkpoint format 2)."""
+    def version_files(self, version: int, unique_id: str | None = None, zip_data: bool = True) -> VersionFiles:
+        """The files ``version`` is rebuilt from (``unique_id``: checkpoint format 2).
+
+        ``zip_data`` False: a snapshot zip's SSTs are left out (and the zip is not opened for them),
+        which leaves ``complete`` as it is: whether the version is rebuildable, from the listing alone
+        (but for a format 2 changelog, whose lineage names the files before it)."""
         if unique_id is not None:
-            return self._version_files_v2(version, unique_id)
+            return self._version_files_v2(version, unique_id, zip_data)
         out = VersionFiles(version)
         start = max((s for s in self.snapshots if s <= version), default=0)
         if start:
             out.snapshot_version = start
             self._add(out, self._snapshot_name(start))
-            if self.rocksdb:
+            if self.rocksdb and zip_data:
                 self._add_zip_data(out, self._snapshot_name(start))
                 if start == version:
                     out.recorded_keys = self._zip_keys.get(self._snapshot_name(start))
@@ -148,11 +152,13 @@ class StoreFiles:
             self._add(out, self._delta_name(v))
         return out
 
-    def _version_files_v2(self, version: int, unique_id: str) -> VersionFiles:
+    def _version_files_v2(self, version: int, unique_id: str, zip_data: bool = True) -> VersionFiles:
         out = VersionFiles(version)
         if (version, unique_id) in self.zips_with_ids:
             out.snapshot_version = version
             self._add(out, self._snapshot_name(version, unique_id))
+            if not zip_data:
+                return out
             self._add_zip_data(out, self._snapshot_name(version, unique_id))
             out.recorded_keys = self._zip_keys.get(self._snapshot_name(version, unique_id))
             return out
@@ -169,7 +175,8 @@ class StoreFiles:
         if base is not None:
             out.snapshot_version = chain[base][0]
             self._add(out, self._snapshot_name(*chain[base]))
-            self._add_zip_data(out, self._snapshot_name(*chain[base]))
+            if zip_data:
+                self._add_zip_data(out, self._snapshot_name(*chain[base]))
         for v, u in chain[(base + 1) if base is not None else 0:]:
             out.delta_chain += 1
             self._add(out, self._delta_name(v, u))
@@ -245,13 +252,17 @@ def unique_id_for(cp: CheckpointDir, files: StoreFiles, version: int, operator_i
         return None
 
 
-def look_ahead(items: Iterable[tuple[StoreFiles, int, str | None]]) -> None:
+def look_ahead(items: Iterable[tuple[StoreFiles, int, str | None]], zips: bool = True) -> None:
     """Start fetching, all at once, what :meth:`StoreFiles.version_files` of each (files, version, unique id)
-    will look into, so that a loop over many partitions costs one round trip, not one per partition."""
+    will look into, so that a loop over many partitions costs one round trip, not one per partition.
+    ``zips`` False: only what ``version_files(..., zip_data=False)`` looks into (format 2 changelogs).
+
+    Files looked into for sizes alone (``checked`` False) are small and go to the wider bound of
+    :meth:`Storage.prefetch` ``small=True``: the zips of hundreds of partitions in one or two round trips."""
     for files, version, unique_id in items:
         rel = files.looked_into(version, unique_id)
-        if rel is not None:
-            files.storage.prefetch([rel], sidecars=files.checked)
+        if rel is not None and (zips or not rel.endswith(".zip")):
+            files.storage.prefetch([rel], sidecars=files.checked, small=not files.checked)
 
 
 def files_to_read(plan: StateReadPlan, partition_id: int) -> tuple[list[str], int] | None:
