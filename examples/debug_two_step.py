@@ -55,7 +55,7 @@ def main() -> int:
                 print(f"  window {r['key']['window']['start']:%H:%M:%S}  count={r['value']['count']}  "
                       f"sum(ms)={r['value']['sum']}  partition {r['partition_id']}")
             print("\nFrom a terminal (run this example with --keep DIR to keep the checkpoint):")
-            print(f"  state-reader metadata {checkpoint}")
+            print(f"  state-reader overview {checkpoint}")
             print(f"  state-reader show {checkpoint} --key-filter \"user = 'cleo'\"")
             return 0
         finally:

@@ -85,7 +85,7 @@ def main() -> int:
         builtin = spark.read.format("statestore").load(checkpoint).count()
         print(f"\nSpark's built-in reader sees {builtin} rows; state_reader sees {table.num_rows}.")
         if args.keep:
-            print(f"\nNext, from a terminal: state-reader metadata {checkpoint}\n"
+            print(f"\nNext, from a terminal: state-reader overview {checkpoint}\n"
                   f"                      state-reader stats {checkpoint}")
         else:
             print("\nThe checkpoint is deleted now; run with --keep DIR to keep it and try the state-reader "

@@ -56,17 +56,17 @@ def agg(checkpoints) -> str:
     return checkpoints("agg_window")
 
 
-# -- metadata ------------------------------------------------------------------
+# -- overview ------------------------------------------------------------------
 
 
-def test_metadata_text_and_json(agg):
-    proc = run("metadata", agg)
+def test_overview_text_and_json(agg):
+    proc = run("overview", agg)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""  # no progress bar or colour codes in a pipe
     assert "\x1b[" not in proc.stdout
     for fragment in ("stateStoreSave", "hdfs", "codec lz4", "aggregation v2", "recorded"):
         assert fragment in proc.stdout
-    info = run_json("metadata", agg)
+    info = run_json("overview", agg)
     committed = sorted(int(n) for n in os.listdir(os.path.join(agg, "commits")) if n.isdigit())
     assert info["batches"] == {"first": committed[0], "last": committed[-1], "count": len(committed),
                                "latest_committed": committed[-1]}
@@ -79,29 +79,40 @@ def test_metadata_text_and_json(agg):
     assert op["partitions_on_disk"] == 2
 
 
+def test_metadata_is_a_hidden_alias_of_overview(agg):
+    """`metadata`, the command's earlier name, prints what `overview` prints and is not listed."""
+    overview, metadata = run("overview", agg), run("metadata", agg)
+    assert metadata.returncode == 0, metadata.stderr
+    assert metadata.stdout == overview.stdout and "stateStoreSave" in metadata.stdout
+    assert run_json("metadata", agg) == run_json("overview", agg)
+    listed = run("--help").stdout.split("Commands:")[1].split()
+    assert "overview" in listed and "metadata" not in listed
+    assert "Usage: state-reader metadata" in run("metadata", "--help").stdout
+
+
 def test_cheap_commands_import_only_what_they_use(agg):
-    """A cold start is mostly imports: `metadata` on a local checkpoint loads no pandas, numba, pyspark,
+    """A cold start is mostly imports: `overview` on a local checkpoint loads no pandas, numba, pyspark,
     fsspec or pyarrow.compute, `--help` no numpy either."""
     probe = ("import sys; from state_reader.fronts.cli import main; code = main(sys.argv[1:]); "
              "print(sorted(m for m in ('pandas', 'numba', 'pyspark', 'numpy', 'pyarrow', 'pyarrow.compute', "
              "'fsspec', 'matplotlib') if m in sys.modules))")
     loaded = {}
-    for args in (["metadata", agg], ["--help"]):
+    for args in (["overview", agg], ["--help"]):
         proc = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         loaded[args[0]] = proc.stdout.strip().splitlines()[-1]
-    assert loaded["metadata"] == "['numpy', 'pyarrow']"
+    assert loaded["overview"] == "['numpy', 'pyarrow']"
     assert loaded["--help"] == "[]"
 
 
-def test_metadata_before_spark_4_is_inferred():
-    info = run_json("metadata", SPARK35 / "session_window_hdfs")
+def test_overview_before_spark_4_is_inferred():
+    info = run_json("overview", SPARK35 / "session_window_hdfs")
     assert info["operator_metadata"].startswith("inferred")
     assert [o["operator_name"] for o in info["operators"]] == ["sessionWindowStateStoreSaveExec"]
-    joins = run_json("metadata", SPARK35 / "join_inner_hdfs")
+    joins = run_json("overview", SPARK35 / "join_inner_hdfs")
     assert sorted(s["store_name"] for s in joins["operators"][0]["stores"]) == [
         "left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue"]
-    text = run("metadata", SPARK35 / "agg_window_rocksdb").stdout
+    text = run("overview", SPARK35 / "agg_window_rocksdb").stdout
     assert "rocksdb" in text and "inferred from files" in text
 
 
@@ -143,7 +154,7 @@ def test_show_filters_limits_and_records(agg):
 
 
 def test_bad_input_exits_1_with_one_line(agg, tmp_path):
-    assert_one_line_error(run("metadata", tmp_path / "missing"), "does not exist")
+    assert_one_line_error(run("overview", tmp_path / "missing"), "does not exist")
     assert_one_line_error(run("show", agg, "--batch", "99"), "--batch 99")
     assert_one_line_error(run("show", agg, "--key-filter", "nope = 1"), "nope", "key fields")
     assert_one_line_error(run("show", agg, "--partition", "7"), "partition 7")
@@ -163,7 +174,7 @@ def test_python_dash_m_and_help():
                           timeout=120)
     assert proc.returncode == 0 and state_reader.__version__ in proc.stdout
     bare = run()
-    assert bare.returncode == 0 and "metadata" in bare.stdout and "verify" in bare.stdout
+    assert bare.returncode == 0 and "overview" in bare.stdout and "verify" in bare.stdout
 
 
 # -- stats ---------------------------------------------------------------------------
@@ -416,21 +427,21 @@ def test_reading_a_join_without_a_side_suggests_one(checkpoints, name):
     assert_one_line_error(proc, "--join-side", "--store")
 
 
-def test_metadata_reports_what_the_checkpoint_has(checkpoints):
+def test_overview_reports_what_the_checkpoint_has(checkpoints):
     from pathlib import Path
 
-    agg = run_json("metadata", checkpoints("agg_window"))
+    agg = run_json("overview", checkpoints("agg_window"))
     assert agg["state_format_versions"] == {"aggregation": 2}  # not the join and fmgws confs every query records
     assert agg["row_checksum"] is False and agg["changelog_checkpointing"] is None
     assert agg["operators"][0]["batches"]["last"] == agg["batches"]["latest_committed"]
-    rocks = run_json("metadata", checkpoints("rocksdb_cl_agg_window"))
+    rocks = run_json("overview", checkpoints("rocksdb_cl_agg_window"))
     assert rocks["changelog_checkpointing"] is True and rocks["checkpoint_format_version"] == 1
     # format 2 is not in the offset log's confs: the commit log's unique ids tell
-    assert run_json("metadata", checkpoints("rocksdb_v2_agg_window"))["checkpoint_format_version"] == 2
+    assert run_json("overview", checkpoints("rocksdb_v2_agg_window"))["checkpoint_format_version"] == 2
     golden = Path(__file__).resolve().parent / "golden" / "spark-3.5.8"
-    names = {op["operator_name"] for op in run_json("metadata", golden / "multi_op_hdfs")["operators"]}
+    names = {op["operator_name"] for op in run_json("overview", golden / "multi_op_hdfs")["operators"]}
     assert "dedupeWithinWatermark" in names
-    assert run_json("metadata", golden / "dedup_hdfs")["operators"][0]["operator_name"] == "dedupe"
+    assert run_json("overview", golden / "dedup_hdfs")["operators"][0]["operator_name"] == "dedupe"
 
 
 def test_hdfs_without_its_libraries_is_one_line():
@@ -465,4 +476,4 @@ def test_rewrite_dry_run_then_rewrite(agg, tmp_path):
     assert_one_line_error(run("rewrite", agg, "--partitions", "3"), "DESTINATION is required")
     text = run("rewrite", agg, tmp_path / "moved", "--provider", "rocksdb")
     assert text.returncode == 0 and "hdfs -> rocksdb" in text.stdout, text.stdout
-    assert run_json("metadata", tmp_path / "moved")["provider"] == "rocksdb"
+    assert run_json("overview", tmp_path / "moved")["provider"] == "rocksdb"

@@ -8,16 +8,13 @@ Interrupting (Ctrl-C) ends it; ``--to`` ends it after that batch.
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Any
 
 import click
-import pyarrow as pa
 
 from state_reader.core.key_filter import KeyFilter
+from state_reader.fronts.console import render_follow_batch
 from state_reader.inspect.changefeed import change_counts, follow
-from state_reader.inspect.flatten import display_rows, json_rows
 
 
 def follow_changes(checkpoint: str, start: int | None, end: int | None, *, operator_id: int | None,
@@ -36,24 +33,8 @@ def follow_changes(checkpoint: str, start: int | None, end: int | None, *, opera
             if keys is None:
                 keys = KeyFilter(key_filter, table.schema.field("key").type)
             table = table.filter(keys.mask(table.column("key")))
-        _print_batch(batch, table, as_json)
+        render_follow_batch(batch, table, [] if as_json else change_counts(table), as_json=as_json)
         if end is not None and batch >= end:
             break
     return 0
 
-
-def _print_batch(batch: int, table: pa.Table, as_json: bool) -> None:
-    if as_json:
-        for row in json_rows(table):
-            sys.stdout.write(json.dumps(row, ensure_ascii=False, allow_nan=False, default=str) + "\n")
-        sys.stdout.flush()
-        return
-    counts = change_counts(table)
-    summary = ", ".join(f"{c['rows']} {c['change_type']}{'s' if c['rows'] != 1 else ''}" for c in counts)
-    click.echo(f"batch {batch}: {summary or 'no changes'}")
-    if table.num_rows:
-        names, rows = display_rows(table)
-        for cells in rows:
-            click.echo("  " + "  ".join(f"{n}={v}" for n, v in zip(names, cells, strict=True)
-                                        if n not in ("batch_id",)))
-    sys.stdout.flush()

@@ -1,0 +1,469 @@
+"""What ``state-reader`` prints: each command's result as text (rich tables) or as JSON.
+
+The commands in :mod:`state_reader.fronts.cli` read their options, call the API and
+hand what comes back to one ``render_*`` function here (one per command's output;
+``as_json`` picks JSON). Nothing here reads a checkpoint or decides an exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from state_reader.model.conf import provider_name
+from state_reader.units import human_bytes
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from state_reader.core.rewrite import RewriteReport
+    from state_reader.inspect.doctor import Diagnosis
+    from state_reader.inspect.export import ExportResult
+    from state_reader.inspect.schema_check import SchemaVerdict, StoreSchema
+    from state_reader.inspect.stats import StatsResult
+    from state_reader.inspect.verify import VerifyReport
+    from state_reader.model.plan import StateReadPlan
+
+# Like the commands, each renderer imports what it uses when it runs (pyarrow for rows):
+# `overview` or `--help` should not wait for what only `show` needs.
+
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+CELL_WIDTH = 48  # longest cell shown in table layout; records layout shows everything
+
+
+# ---------------------------------------------------------------------------
+# building blocks
+
+
+def new_console() -> Console:
+    """The console every command prints to."""
+    # pipes get no colour; give them a wide page so tables are not squeezed to 80 columns
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+    return Console(highlight=False, width=width)
+
+
+def emit_json(obj: Any) -> None:
+    """``obj`` as indented JSON on stdout."""
+    click.echo(json.dumps(obj, ensure_ascii=False, indent=2, allow_nan=False, default=str))
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """A one-line bar chart: ``▁▃▅█``."""
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    if hi == lo:
+        return SPARK_BLOCKS[3] * len(values)
+    return "".join(SPARK_BLOCKS[round((v - lo) / (hi - lo) * (len(SPARK_BLOCKS) - 1))] for v in values)
+
+
+def data_table(names: list[str], rows: list[list[Any]]) -> Table:
+    """Rows as a table, one column per name, long cells cut at :data:`CELL_WIDTH`."""
+    from state_reader.inspect.flatten import render_cell
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in names:
+        table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=CELL_WIDTH)
+    for row in rows:
+        # Text(): state values must never be read as rich markup
+        table.add_row(*(Text(render_cell(v), style="dim" if v is None else "") for v in row))
+    return table
+
+
+def records(names: list[str], rows: list[list[Any]]) -> Table:
+    """One block per row, one line per column: readable however many columns there are."""
+    from state_reader.inspect.flatten import render_cell
+
+    grid = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for i, row in enumerate(rows):
+        if i:
+            grid.add_row("", "")
+        grid.add_row(Text(f"row {i + 1}", style="bold cyan"), "")
+        for name, value in zip(names, row, strict=True):
+            grid.add_row(Text(name), Text(render_cell(value), style="dim" if value is None else ""))
+    return grid
+
+
+def print_rows(con: Console, names: list[str], rows: list[list[Any]], layout: str) -> None:
+    """A table when the rows fit the screen (or ``layout`` says so), else records."""
+    from state_reader.inspect.flatten import render_cell
+
+    if layout == "auto":
+        widths = [max([len(n)] + [min(len(render_cell(r[i])), CELL_WIDTH) for r in rows]) for i, n in
+                  enumerate(names)]
+        layout = "table" if sum(w + 3 for w in widths) <= con.width else "records"
+    con.print(data_table(names, rows) if layout == "table" else records(names, rows))
+
+
+def relative(path: str | None, root: str) -> str:
+    """``path`` inside the checkpoint ``root`` as ``state/0/1/1.delta``."""
+    if not path:
+        return "-"
+    prefix = root.rstrip("/") + "/"
+    return path[len(prefix):] if path.startswith(prefix) else path
+
+
+# ---------------------------------------------------------------------------
+# one renderer per command
+
+
+def render_overview(info: dict[str, Any], *, as_json: bool) -> None:
+    """``overview``: the checkpoint at a glance (``describe_checkpoint``'s dict)."""
+    if as_json:
+        emit_json(info)
+        return
+    con = new_console()
+    b = info["batches"]
+    formats = " · ".join(f"{k} v{v}" for k, v in info["state_format_versions"].items()) or "not recorded"
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("checkpoint", Text(info["checkpoint"]))
+    grid.add_row("batches", f"{b['first']}..{b['last']} ({b['count']} committed, latest {b['latest_committed']})")
+    codec = info["codec"] + ("" if info["codec_recorded"] else " (default; not recorded)")
+    parts = [info["provider"], f"codec {codec}"]
+    if info["shuffle_partitions"] is not None:
+        parts.append(f"{info['shuffle_partitions']} shuffle partitions")
+    grid.add_row("state store", " · ".join(parts))
+    if info["provider"] == "rocksdb":
+        grid.add_row("", f"changelog checkpointing {'on' if info['changelog_checkpointing'] else 'off'} · "
+                         f"checkpoint format v{info['checkpoint_format_version']}")
+    grid.add_row("state formats", formats)
+    grid.add_row("", f"encoding {info['encoding_format'] or 'unsaferow'} · "
+                     f"row checksums {'on' if info['row_checksum'] else 'off'}")
+    grid.add_row("operator metadata", info["operator_metadata"])
+    con.print(grid)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("op", "operator", "store", "partitions", "dirs on disk", "provider", "state of batches", "properties"):
+        table.add_column(col)
+    for op in info["operators"]:
+        span = f"{op['batches']['first']}..{op['batches']['last']}" if op["batches"] else "-"
+        for i, store in enumerate(op["stores"]):
+            first = i == 0
+            table.add_row(str(op["operator_id"]) if first else "",
+                          Text(op["operator_name"] or "unknown") if first else "",
+                          Text(store["store_name"]), str(store["num_partitions"]),
+                          str(op["partitions_on_disk"]) if first else "", op["provider"] if first else "",
+                          span if first else "", Text(op["operator_properties"] or "") if first else "")
+    if info["operators"]:
+        con.print(table)
+        for op in info["operators"]:  # transformWithState: the user's variables, a column family each
+            if op.get("state_variables"):
+                con.print(Text(f"operator {op['operator_id']} state variables: " + "; ".join(
+                    f"{v['name']}: {v['described']}" for v in op["state_variables"])))
+    else:
+        con.print("no stateful operators (no state/ directory)")
+
+
+def render_show(plan: StateReadPlan, table: pa.Table, *, shown_store: str, chosen: list[int],
+                key_filter: str | None, partitions_given: bool, truncated: bool, limit: int, layout: str,
+                as_json: bool) -> None:
+    """``show``: the rows read (``table``, already cut at ``limit``) of the ``chosen`` partitions."""
+    from state_reader.inspect.flatten import display_rows, json_rows
+
+    where = {"operator_id": plan.operator_id, "store_name": shown_store, "batch_id": plan.batch_id,
+             "version": plan.version, "partitions": chosen}
+    if as_json:
+        # row_count: every row of the result (None: the limit stopped the read before all were counted)
+        emit_json({**where, "key_filter": key_filter, "row_count": None if truncated else table.num_rows,
+                   "rows_shown": table.num_rows, "truncated": truncated, "rows": json_rows(table)})
+        return
+    con = new_console()
+    head = (f"operator {plan.operator_id} · store {shown_store} · batch {plan.batch_id} "
+            f"(version {plan.version}) · partitions {', '.join(map(str, chosen))}"
+            + (f" of {len(plan.partitions)} (the key filter pins the partition key)"
+               if key_filter and not partitions_given and len(chosen) < len(plan.partitions) else ""))
+    con.print(Text(head + (f" · key filter: {key_filter}" if key_filter else ""), style="bold"))
+    if table.num_rows == 0:
+        con.print("no rows" + (" match the key filter" if key_filter else ""))
+        return
+    names, rows = display_rows(table)
+    print_rows(con, names, rows, layout)
+    if truncated:
+        con.print(f"first {limit} rows shown; there are more (--limit 0 shows all)")
+    else:
+        con.print(f"{table.num_rows} row{'s' if table.num_rows != 1 else ''}")
+
+
+def stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bool) -> None:
+    """Each store's batches, growth, partitions and skew, as ``stats`` prints them."""
+    from state_reader.core.skew import is_skewed
+    from state_reader.inspect.stats import growth_note
+
+    all_rows = result.table.to_pylist()
+    for (op, store), provider in result.providers.items():
+        batches = [r for r in summary.to_pylist() if r["operator_id"] == op and r["store_name"] == store]
+        parts = [r for r in all_rows if r["operator_id"] == op and r["store_name"] == store]
+        if not batches:
+            continue
+        name = result.operator_names.get(op) or "unknown"
+        kind = provider_name(provider) or provider
+        con.print(Text(f"operator {op} ({name}) · store {store} · {kind}", style="bold"))
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("batch", "rows", "Δ rows", "state", "on disk", "files", "chain", "largest partition",
+                    "max/median"):
+            table.add_column(col, justify="left" if col == "largest partition" else "right")
+        prev = None
+        for r in batches:
+            delta = "" if prev is None else f"{r['rows'] - prev:+d}"
+            skew = r["rows_skew"]  # null: the median partition is empty, the skew infinite
+            skew_text = Text("∞" if skew is None else f"{skew:.2f}×",
+                             style="yellow" if is_skewed(r["max_partition_rows"], r["median_partition_rows"]) else "")
+            table.add_row(str(r["batch_id"]), str(r["rows"]), delta, human_bytes(r["state_bytes"]),
+                          human_bytes(r["bytes_on_disk"]), str(r["files"]), str(r["max_delta_chain"]),
+                          f"{r['max_partition']} ({r['max_partition_rows']} rows)", skew_text)
+            prev = r["rows"]
+        con.print(table)
+        first, last = batches[0], batches[-1]
+        counts = [r["rows"] for r in batches]
+        change = last["rows"] - first["rows"]
+        pct = f" ({change / first['rows']:+.0%})" if first["rows"] else ""
+        con.print(f"rows  {sparkline(counts)}  {first['rows']} → {last['rows']} over batches "
+                  f"{first['batch_id']}..{last['batch_id']}{pct}")
+        con.print(f"bytes {sparkline([r['state_bytes'] for r in batches])}  "
+                  f"{human_bytes(first['state_bytes'])} → {human_bytes(last['state_bytes'])} state, "
+                  f"{human_bytes(last['bytes_on_disk'])} on disk")
+        growth = growth_note(counts, first["batch_id"], last["batch_id"])
+        if growth:
+            con.print(Text(growth, style="yellow"))
+        latest_parts = sorted((p for p in parts if p["batch_id"] == last["batch_id"]),
+                              key=lambda p: (-p["rows"], p["partition_id"]))
+        total = last["rows"] or 1
+        ptable = Table(box=box.SIMPLE_HEAD, pad_edge=False,
+                       title=f"partitions at batch {last['batch_id']} (largest first)", title_justify="left")
+        for col in ("partition", "rows", "share", "state", "on disk", "files", "chain", "snapshot"):
+            ptable.add_column(col, justify="right")
+        for p in latest_parts[:10]:
+            ptable.add_row(str(p["partition_id"]), str(p["rows"]), f"{p['rows'] / total:.0%}",
+                           human_bytes(p["state_bytes"]), human_bytes(p["bytes_on_disk"]), str(p["files"]),
+                           str(p["delta_chain"]),
+                           "-" if p["snapshot_version"] is None else str(p["snapshot_version"]))
+        con.print(ptable)
+        if len(latest_parts) > 10:
+            con.print(f"… and {len(latest_parts) - 10} more partitions (--json lists all)")
+        skew = last["rows_skew"]
+        # the doctor's verdict and threshold (`doctor` reports the same store as a skew finding)
+        verdict = "skewed" if is_skewed(last["max_partition_rows"], last["median_partition_rows"]) else "even"
+        con.print(Text(
+            f"skew at batch {last['batch_id']}: partition {last['max_partition']} holds "
+            f"{last['max_partition_rows']} of {last['rows']} rows; largest/median "
+            f"{'∞' if skew is None else f'{skew:.2f}×'} ({verdict}); median partition "
+            f"{last['median_partition_rows']:g} rows", style="yellow" if verdict == "skewed" else ""))
+        if detail:
+            dtable = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="every batch and partition",
+                           title_justify="left")
+            for col in ("batch", "partition", "rows", "state", "on disk", "files", "chain", "snapshot"):
+                dtable.add_column(col, justify="right")
+            for p in parts:
+                dtable.add_row(str(p["batch_id"]), str(p["partition_id"]), str(p["rows"]),
+                               human_bytes(p["state_bytes"]), human_bytes(p["bytes_on_disk"]), str(p["files"]),
+                               str(p["delta_chain"]),
+                               "-" if p["snapshot_version"] is None else str(p["snapshot_version"]))
+            con.print(dtable)
+        con.print()
+
+
+def render_stats(result: StatsResult, summary: pa.Table, *, detail: bool, as_json: bool) -> None:
+    """``stats``: the notes, each store's sizes (:func:`stats_text`) and the stores skipped."""
+    from state_reader.inspect.flatten import json_rows
+
+    skipped = [{"operator_id": op, "store_name": s, "reason": why} for op, s, why in result.skipped]
+    if as_json:
+        emit_json({"batches": result.batches, "summary": json_rows(summary),
+                   "partitions": json_rows(result.table), "skipped": skipped, "notes": result.notes})
+        return
+    con = new_console()
+    for note in result.notes:
+        con.print(Text(note, style="dim"))
+    stats_text(con, result, summary, detail)
+    for s in skipped:
+        con.print(Text(f"operator {s['operator_id']} store {s['store_name']} skipped: {s['reason']}", style="dim"))
+
+
+def render_changes(table: pa.Table, counts: list[dict[str, Any]], *, start: int, end: int | None,
+                   key_filter: str | None, limit: int, layout: str, as_json: bool) -> None:
+    """``changes``: the change feed of batches ``start``..``end``, its counts and its first ``limit`` rows."""
+    from state_reader.inspect.flatten import display_rows, json_rows
+
+    total = table.num_rows
+    truncated = bool(limit) and total > limit
+    shown = table.slice(0, limit) if truncated else table
+    if as_json:
+        emit_json({"start_batch": start, "end_batch": end, "key_filter": key_filter, "counts": counts,
+                   "row_count": total, "rows_shown": shown.num_rows, "truncated": truncated,
+                   "rows": json_rows(shown)})
+        return
+    con = new_console()
+    span = f"{start}..{end}" if end is not None else f"{start}..latest"
+    con.print(Text(f"changes in batches {span}" + (f" · key filter: {key_filter}" if key_filter else ""),
+                   style="bold"))
+    if total == 0:
+        con.print("no changes")
+        return
+    by_batch: dict[int, list[str]] = {}
+    for c in counts:
+        by_batch.setdefault(c["batch_id"], []).append(
+            f"{c['rows']} {c['change_type']}{'s' if c['rows'] != 1 else ''}")
+    for batch, parts in by_batch.items():
+        con.print(f"  batch {batch}: {', '.join(parts)}")
+    names, rows = display_rows(shown)
+    print_rows(con, names, rows, layout)
+    con.print(f"first {limit} of {total} rows shown (--limit 0 shows all)" if truncated else f"{total} rows")
+
+
+def render_follow_batch(batch: int, table: pa.Table, counts: list[dict[str, Any]], *, as_json: bool) -> None:
+    """``changes --follow``: one committed batch's changes and their ``counts`` (text only), flushed at once
+    (JSON: a line per row)."""
+    from state_reader.inspect.flatten import display_rows, json_rows
+
+    if as_json:
+        for row in json_rows(table):
+            sys.stdout.write(json.dumps(row, ensure_ascii=False, allow_nan=False, default=str) + "\n")
+        sys.stdout.flush()
+        return
+    summary = ", ".join(f"{c['rows']} {c['change_type']}{'s' if c['rows'] != 1 else ''}" for c in counts)
+    click.echo(f"batch {batch}: {summary or 'no changes'}")
+    if table.num_rows:
+        names, rows = display_rows(table)
+        for cells in rows:
+            click.echo("  " + "  ".join(f"{n}={v}" for n, v in zip(names, cells, strict=True)
+                                        if n not in ("batch_id",)))
+    sys.stdout.flush()
+
+
+def render_export(plan: StateReadPlan, result: ExportResult, *, out: str, shown_store: str, size: int,
+                  as_json: bool) -> None:
+    """``export``: what was written to ``out`` (``size`` bytes)."""
+    if as_json:
+        emit_json({"path": out, "format": result.format, "rows": result.rows, "partitions": result.partitions,
+                   "bytes": size, "operator_id": plan.operator_id, "store_name": shown_store,
+                   "batch_id": plan.batch_id})
+        return
+    new_console().print(Text(f"wrote {result.rows} rows from {result.partitions} partitions of operator "
+                             f"{plan.operator_id} (store {shown_store}, batch {plan.batch_id}) to {out} "
+                             f"({result.format}, {human_bytes(size)})"))
+
+
+def render_verify(report: VerifyReport, *, as_json: bool) -> None:
+    """``verify``: each store's versions checked, then OK, INCOMPLETE or the problems found."""
+    if as_json:
+        emit_json(report.as_dict())
+        return
+    con = new_console()
+    for s in report.stores:
+        ps = s["partitions"]
+        if ps:
+            lo = min(p["first_version"] for p in ps)
+            hi = max(p["last_version"] for p in ps)
+            span = f"versions {lo}..{hi} (batches {lo - 1}..{hi - 1})"
+        else:
+            span = "no versions"
+        con.print(Text(f"operator {s['operator_id']} ({s['operator_name'] or 'unknown'}) · store {s['store_name']} · "
+                       f"{len(ps)} partitions · {span}"))
+    for s in report.skipped:
+        con.print(Text(f"operator {s['operator_id']} store {s['store_name']} skipped: {s['reason']}", style="dim"))
+    if report.ok:
+        con.print(Text(f"OK: {report.versions_checked} versions decoded without error", style="green bold"))
+        return
+    if not report.problems:
+        con.print(Text(f"INCOMPLETE: {report.versions_checked} versions decoded without error, but "
+                       f"{len(report.skipped)} store{'s' if len(report.skipped) != 1 else ''} could not be checked",
+                       style="red bold"))
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="problems", title_justify="left")
+    for col in ("op", "store", "partition", "version", "batch", "error", "file", "message"):
+        table.add_column(col, overflow="fold")
+    for p in report.problems:
+        table.add_row(str(p.operator_id), Text(p.store_name), "-" if p.partition_id is None else str(p.partition_id),
+                      "-" if p.version is None else str(p.version), "-" if p.batch_id is None else str(p.batch_id),
+                      p.error_class, Text(relative(p.path, report.checkpoint)), Text(p.message))
+    con.print(table)
+    con.print(Text(f"DAMAGED: {len(report.problems)} of {report.versions_checked} versions failed", style="red bold"))
+    for path, n in report.damaged_files().items():
+        con.print(Text(f"  {path}: breaks {n} version{'s' if n != 1 else ''}"))
+
+
+def render_plot(out: str, *, width: int, height: int, stores: int, batches: list[int], as_json: bool) -> None:
+    """``plot``: the image written to ``out``."""
+    if as_json:
+        emit_json({"path": out, "width": width, "height": height, "stores": stores, "batches": batches})
+        return
+    span = f"{batches[0]}..{batches[-1]}" if batches else "none"
+    new_console().print(Text(f"wrote {out} ({width}×{height} px): {stores} store{'s' if stores != 1 else ''}, "
+                             f"batches {span}"))
+
+
+def render_rewrite(report: RewriteReport, *, plot_out: str | None, as_json: bool) -> None:
+    """``rewrite``: the report of what was (or, dry, would be) written, and the plot drawn."""
+    if as_json:
+        emit_json({**report.summary(), "plot": plot_out})
+        return
+    con = new_console()
+    for line in str(report).split("\n"):
+        con.print(Text(line))
+    if plot_out is not None:
+        con.print(Text(f"wrote {plot_out}"))
+
+
+def render_doctor(result: Diagnosis, *, as_json: bool) -> None:
+    """``doctor``: each finding with its evidence and what to do, or what was checked."""
+    if as_json:
+        emit_json(result.as_dict())
+        return
+    con = new_console()
+    if not result.findings:
+        con.print(Text(f"nothing found in {result.checkpoint} (batch {result.batch_id}); checked:", style="green"))
+        for line in result.checked:
+            con.print(Text(f"  {line}"))
+        return
+    styles = {"error": "red bold", "warning": "yellow bold", "info": "cyan"}
+    for f in result.findings:
+        where = "" if f.operator_id is None else f" · operator {f.operator_id}, store {f.store_name}"
+        con.print(Text(f"{f.severity.upper()} {f.kind}{where}", style=styles[f.severity]))
+        con.print(Text(f"  {f.summary}"))
+        con.print(Text("  evidence: " + ", ".join(f"{k}={json.dumps(v, default=str, ensure_ascii=False)}"
+                                                  for k, v in f.evidence.items()), style="dim"))
+        con.print(Text(f"  what to do: {f.action}"))
+
+
+def render_schema(schemas: list[StoreSchema], *, as_json: bool) -> None:
+    """``schema``: every store's stored key and value schema."""
+    from state_reader.inspect.schema_check import ddl
+
+    if as_json:
+        emit_json({"stores": [s.as_dict() for s in schemas]})
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("op", "operator", "store", "key", "value"):
+        table.add_column(col, overflow="fold")
+    for s in schemas:
+        table.add_row(str(s.operator_id), Text(s.operator_name or "unknown"), Text(s.store_name), Text(ddl(s.key)),
+                      Text(ddl(s.value)))
+    new_console().print(table)
+
+
+def render_schema_diff(verdicts: list[SchemaVerdict], *, as_json: bool) -> None:
+    """``schema-diff``: each store's verdict, then whether Spark would restart."""
+    compatible = all(v.compatible for v in verdicts)
+    if as_json:
+        emit_json({"compatible": compatible, "stores": [v.as_dict() for v in verdicts]})
+        return
+    con = new_console()
+    for v in verdicts:
+        verdict = Text("compatible" if v.compatible else f"refused ({v.error_class})",
+                       style="green" if v.compatible else "red bold")
+        con.print(Text(f"operator {v.operator_id}, store {v.store_name}: ") + verdict)
+        con.print(Text(f"  {v.reason}"))
+    con.print(Text("Spark would restart from it" if compatible else "Spark would refuse to restart from it",
+                   style="green bold" if compatible else "red bold"))
