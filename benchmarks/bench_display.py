@@ -39,14 +39,20 @@ def _checkpoint(root: Path, provider: str) -> Path:
         start = time.time() - BATCHES
         for b in range(BATCHES):
             path = source / f"{b:04d}.json"
-            path.write_text("".join(json.dumps({"k": f"key{(b * 37 + i) % 5000}", "v": i}) + "\n"
-                                    for i in range(200)))
+            path.write_text("".join(json.dumps({"k": f"key{(b * 37 + i) % 5000}", "v": i}) + "\n" for i in range(200)))
             os.utime(path, (start + b, start + b))  # a file source takes files oldest first
         spark.conf.set("spark.sql.shuffle.partitions", str(PARTITIONS))
         spark.conf.set("spark.sql.streaming.stateStore.providerClass", generate.PROVIDERS[provider])
         stream = spark.readStream.schema("k string, v long").option("maxFilesPerTrigger", 1).json(str(source))
-        query = (stream.groupBy("k").count().writeStream.format("noop").outputMode("update")
-                 .option("checkpointLocation", str(out / "checkpoint")).trigger(availableNow=True).start())
+        query = (
+            stream.groupBy("k")
+            .count()
+            .writeStream.format("noop")
+            .outputMode("update")
+            .option("checkpointLocation", str(out / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination()
     finally:
         spark.stop()

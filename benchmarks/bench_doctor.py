@@ -38,8 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
-    paths = generate.ensure(generate.data_dir(args.data_dir), args.providers.split(","),
-                            generate.parse_keys(args.keys))
+    paths = generate.ensure(generate.data_dir(args.data_dir), args.providers.split(","), generate.parse_keys(args.keys))
     print(f"{'provider':8} {'keys':>9} {'read_state s':>13} {'diagnose s':>11} {'ratio':>6}  findings")
     for (provider, keys), path in paths.items():
         cp = str(path)

@@ -88,10 +88,13 @@ def measure(checkpoint: str, mode: str) -> dict:
 
 
 def _child(checkpoint: str, mode: str, env: dict[str, str]) -> dict:
-    code = (f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import bench_memory as b; "
-            f"print(json.dumps(b.measure({checkpoint!r}, {mode!r})))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
-                            env={**os.environ, **env})
+    code = (
+        f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import bench_memory as b; "
+        f"print(json.dumps(b.measure({checkpoint!r}, {mode!r})))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, env={**os.environ, **env}
+    )
     if result.returncode != 0:
         raise RuntimeError(f"{mode} on {checkpoint} failed:\n{result.stderr[-2000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -123,10 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--providers", default="hdfs,rocksdb", help="comma-separated: hdfs, rocksdb")
     parser.add_argument("--data-dir", default=None, help="checkpoint cache (see generate.py)")
     args = parser.parse_args(argv)
-    paths = generate.ensure(generate.data_dir(args.data_dir), args.providers.split(","),
-                            generate.parse_keys(args.keys))
-    print(f"{'checkpoint':<16} {'mode':<14} {'rows':>9} {'output MiB':>10} {'largest part. MiB':>17} "
-          f"{'peak RSS above base MiB':>23}")
+    paths = generate.ensure(generate.data_dir(args.data_dir), args.providers.split(","), generate.parse_keys(args.keys))
+    print(
+        f"{'checkpoint':<16} {'mode':<14} {'rows':>9} {'output MiB':>10} {'largest part. MiB':>17} "
+        f"{'peak RSS above base MiB':>23}"
+    )
     verdicts = []
     for (provider, keys), checkpoint in paths.items():
         total, per = _on_disk(checkpoint)
@@ -135,16 +139,24 @@ def main(argv: list[str] | None = None) -> int:
         for mode in MODES:
             f = figures[mode]
             largest = f"{f['largest_output'] / MIB:.1f}" if f["largest_output"] else "-"
-            print(f"{label:<16} {mode:<14} {f['rows']:>9} {f['output_bytes'] / MIB:>10.1f} "
-                  f"{largest:>17} {f['peak_above_base'] / MIB:>23.1f}")
+            print(
+                f"{label:<16} {mode:<14} {f['rows']:>9} {f['output_bytes'] / MIB:>10.1f} "
+                f"{largest:>17} {f['peak_above_base'] / MIB:>23.1f}"
+            )
         one, streamed, whole = (figures[m]["peak_above_base"] for m in MODES)
-        print(f"{label:<16} Arrow memory held after each streamed partition: at most "
-              f"{figures['streamed'].get('retained', 0) / MIB:.1f} MiB ({figures['streamed']['pool']} pool)")
-        print(f"{label:<16} state files on disk {total / MIB:.1f} MiB in {len(per)} partitions "
-              f"(largest {max(per.values()) / MIB:.1f} MiB)")
-        verdicts.append(f"{label}: streaming every partition peaks at {streamed / MIB:.0f} MiB, "
-                        f"{streamed / max(one, 1):.2f}x the largest partition alone ({one / MIB:.0f} MiB); "
-                        f"the whole table peaks at {whole / MIB:.0f} MiB")
+        print(
+            f"{label:<16} Arrow memory held after each streamed partition: at most "
+            f"{figures['streamed'].get('retained', 0) / MIB:.1f} MiB ({figures['streamed']['pool']} pool)"
+        )
+        print(
+            f"{label:<16} state files on disk {total / MIB:.1f} MiB in {len(per)} partitions "
+            f"(largest {max(per.values()) / MIB:.1f} MiB)"
+        )
+        verdicts.append(
+            f"{label}: streaming every partition peaks at {streamed / MIB:.0f} MiB, "
+            f"{streamed / max(one, 1):.2f}x the largest partition alone ({one / MIB:.0f} MiB); "
+            f"the whole table peaks at {whole / MIB:.0f} MiB"
+        )
     print()
     print("\n".join(verdicts))
     return 0

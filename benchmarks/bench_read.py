@@ -69,12 +69,12 @@ def _lz4_java(data: bytes) -> int:
     pos, total = 0, 0
     while pos < len(data):
         token = data[pos + 8]
-        clen = int.from_bytes(data[pos + 9:pos + 13], "little")
-        dlen = int.from_bytes(data[pos + 13:pos + 17], "little")
+        clen = int.from_bytes(data[pos + 9 : pos + 13], "little")
+        dlen = int.from_bytes(data[pos + 13 : pos + 17], "little")
         start = pos + 21
         if dlen:
             if token & 0xF0 == 0x20:
-                total += len(lz4.block.decompress(data[start:start + clen], uncompressed_size=dlen))
+                total += len(lz4.block.decompress(data[start : start + clen], uncompressed_size=dlen))
             else:
                 total += clen
         pos = start + clen
@@ -98,12 +98,13 @@ def _sst_blocks(data: bytes) -> int:
     out = bytearray(int(sizes.sum()))
     target = memoryview(out)
     at = 0
-    for start, length, kind, size in zip(starts.tolist(), lengths.tolist(), kinds.tolist(), sizes.tolist(),
-                                         strict=True):
+    for start, length, kind, size in zip(
+        starts.tolist(), lengths.tolist(), kinds.tolist(), sizes.tolist(), strict=True
+    ):
         if kind == 0:
-            target[at:at + size] = view[start:start + length]
+            target[at : at + size] = view[start : start + length]
         else:  # lz4, the benchmark checkpoints' codec
-            cramjam.lz4.decompress_block_into(view[start:start + length], target[at:at + size], output_len=size)
+            cramjam.lz4.decompress_block_into(view[start : start + length], target[at : at + size], output_len=size)
         at += size
     return at
 
@@ -209,8 +210,7 @@ def bench_checkpoint(spark, cp: Path, keys: int, repeats: int) -> dict:
         for name, fn in methods.items():
             elapsed, _ = _timed(fn)
             times[name].append(elapsed)
-    return {"rows": counts.pop(), "times": times,
-            "median": {name: statistics.median(t) for name, t in times.items()}}
+    return {"rows": counts.pop(), "times": times, "median": {name: statistics.median(t) for name, t in times.items()}}
 
 
 # -- memory and cold starts, each in a fresh process ------------------------------
@@ -298,8 +298,9 @@ def peak_memory(cp: Path, warm_cp: Path) -> dict:
             env["STATE_READER_NUMBA"] = numba
         if name == "scan":
             env["BENCH_SCAN"] = "1"
-        done = subprocess.run([sys.executable, "-c", _PEAK, str(cp), *extra], capture_output=True, text=True,
-                              check=True, env=env)
+        done = subprocess.run(
+            [sys.executable, "-c", _PEAK, str(cp), *extra], capture_output=True, text=True, check=True, env=env
+        )
         got = json.loads(done.stdout.strip().splitlines()[-1])
         out[name] = got["peak"] - got["before"]
         out["table"] = got["table"]
@@ -345,8 +346,7 @@ def report(results: list[dict], memory: dict, cold: dict, cold_cp: str) -> str:
     from state_reader.formats import kernels as _fast
 
     lines = [
-        f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"{_fast.describe()}",
+        f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, Python {platform.python_version()}, {_fast.describe()}",
         "",
         "Full scans, medians. `ours` = `read_state` as installed (numba where it pays), `ours-python` = with "
         "STATE_READER_NUMBA=0; speed-ups are builtin / ours (`-pandas`: `toPandas()` on both sides).",
@@ -364,33 +364,51 @@ def report(results: list[dict], memory: dict, cold: dict, cold_cp: str) -> str:
             f"{m['ours-python']:.3f} s | {m['floor']:.3f} s | {m['builtin'] / m['ours-spark']:.2f}x | "
             f"{m['builtin-pandas'] / m['ours-spark-pandas']:.2f}x | {m['builtin'] / m['ours']:.1f}x | "
             f"{m['builtin'] / m['ours-python']:.1f}x | {m['ours'] / m['floor']:.1f}x | "
-            f"{m['ours'] / r['rows'] * 1e9:.0f} |")
-    lines += ["", "One-key lookups (`where key.key = ...` through Spark, with filter pushdown on; "
-              "`key_filter` Spark-free), medians; speed-ups over the built-in's lookup:", "",
-              "| provider | keys | builtin | ours-spark | ours | ours-spark speed-up | ours speed-up |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+            f"{m['ours'] / r['rows'] * 1e9:.0f} |"
+        )
+    lines += [
+        "",
+        "One-key lookups (`where key.key = ...` through Spark, with filter pushdown on; "
+        "`key_filter` Spark-free), medians; speed-ups over the built-in's lookup:",
+        "",
+        "| provider | keys | builtin | ours-spark | ours | ours-spark speed-up | ours speed-up |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
         m = r["median"]
-        lines.append(f"| {r['provider']} | {r['keys']:,} | {m['builtin-lookup']:.3f} s | "
-                     f"{m['ours-spark-lookup']:.3f} s | {m['ours-lookup']:.4f} s | "
-                     f"{m['builtin-lookup'] / m['ours-spark-lookup']:.1f}x | "
-                     f"{m['builtin-lookup'] / m['ours-lookup']:.0f}x |")
-    lines += ["", "Peak memory of the Spark-free read, fresh processes (growth of peak RSS over the RSS after "
-              "`import state_reader` (cold, automatic path) or after a tiny read on the same path that loaded the "
-              "lazily imported modules (warm: Python path, warm numba: numba path; scan: `scan_state` consumed "
-              "batch by batch, automatic path)):",
-              "", "| provider | keys | table | cold growth | cold / table | warm growth | warm / table "
-              "| warm numba growth | warm numba / table | scan growth | scan / table |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        lines.append(
+            f"| {r['provider']} | {r['keys']:,} | {m['builtin-lookup']:.3f} s | "
+            f"{m['ours-spark-lookup']:.3f} s | {m['ours-lookup']:.4f} s | "
+            f"{m['builtin-lookup'] / m['ours-spark-lookup']:.1f}x | "
+            f"{m['builtin-lookup'] / m['ours-lookup']:.0f}x |"
+        )
+    lines += [
+        "",
+        "Peak memory of the Spark-free read, fresh processes (growth of peak RSS over the RSS after "
+        "`import state_reader` (cold, automatic path) or after a tiny read on the same path that loaded the "
+        "lazily imported modules (warm: Python path, warm numba: numba path; scan: `scan_state` consumed "
+        "batch by batch, automatic path)):",
+        "",
+        "| provider | keys | table | cold growth | cold / table | warm growth | warm / table "
+        "| warm numba growth | warm numba / table | scan growth | scan / table |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for (provider, keys), mem in memory.items():
         numba = mem.get("warm-numba")
         numba_cells = "- | -" if numba is None else f"{_mb(numba)} | {numba / mem['table']:.2f}"
-        lines.append(f"| {provider} | {keys:,} | {_mb(mem['table'])} | {_mb(mem['cold'])} | "
-                     f"{mem['cold'] / mem['table']:.2f} | {_mb(mem['warm'])} | {mem['warm'] / mem['table']:.2f} | "
-                     f"{numba_cells} | {_mb(mem['scan'])} | {mem['scan'] / mem['table']:.2f} |")
+        lines.append(
+            f"| {provider} | {keys:,} | {_mb(mem['table'])} | {_mb(mem['cold'])} | "
+            f"{mem['cold'] / mem['table']:.2f} | {_mb(mem['warm'])} | {mem['warm'] / mem['table']:.2f} | "
+            f"{numba_cells} | {_mb(mem['scan'])} | {mem['scan'] / mem['table']:.2f} |"
+        )
     if cold:
-        lines += ["", f"Cold start, fresh process, {cold_cp} (median wall time):", "",
-                  "| what | seconds |", "|---|---:|"]
+        lines += [
+            "",
+            f"Cold start, fresh process, {cold_cp} (median wall time):",
+            "",
+            "| what | seconds |",
+            "|---|---:|",
+        ]
         lines += [f"| {name} | {seconds:.2f} |" for name, seconds in cold.items()]
     return "\n".join(lines)
 
@@ -399,11 +417,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", default="100000,1000000", help="comma-separated key counts, e.g. 100k,1M,5M")
     parser.add_argument("--providers", default="hdfs,rocksdb", help="comma-separated: hdfs, rocksdb")
-    parser.add_argument("--partitions", type=int, default=generate.PARTITIONS,
-                        help=f"state partitions of the checkpoints (default {generate.PARTITIONS})")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=generate.PARTITIONS,
+        help=f"state partitions of the checkpoints (default {generate.PARTITIONS})",
+    )
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of each method (default 5)")
-    parser.add_argument("--data-dir", default=None,
-                        help=f"checkpoint cache (default ${generate.DATA_ENV} or benchmarks/.data)")
+    parser.add_argument(
+        "--data-dir", default=None, help=f"checkpoint cache (default ${generate.DATA_ENV} or benchmarks/.data)"
+    )
     parser.add_argument("--no-cold", action="store_true", help="skip the cold-start figures")
     parser.add_argument("--json", default=None, help="also write every figure to this file")
     args = parser.parse_args(argv)
@@ -441,9 +464,18 @@ def main(argv: list[str] | None = None) -> int:
     text = report(results, memory, cold, f"{cold_provider} {cold_keys:,} keys")
     print(text)
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(), "results": results,
-            "memory": {f"{p}-{k}": v for (p, k), v in memory.items()}, "cold": cold}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "date": time.strftime("%Y-%m-%d"),
+                    "cores": os.cpu_count(),
+                    "results": results,
+                    "memory": {f"{p}-{k}": v for (p, k), v in memory.items()},
+                    "cold": cold,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

@@ -125,21 +125,30 @@ def _mb(n: float) -> str:
 
 
 def report(rows: list[tuple[str, int, dict]]) -> str:
-    lines = ["| checkpoint | partitions | ours | ours/spark | Spark's repartition | Spark / ours | ours peak RSS "
-             "| largest old + new partition | peak / (old + new) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| checkpoint | partitions | ours | ours/spark | Spark's repartition | Spark / ours | ours peak RSS "
+        "| largest old + new partition | peak / (old + new) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, n, r in rows:
         ours, path, theirs = r.get("ours", {}), r.get("ours/spark", {}), r.get("spark")
+
         def t(x: dict | None) -> str:
             if x is None:
                 return "not supported"
             return x["error"] if "error" in x else f"{x['seconds']:.1f} s"
-        ratio = (f"{theirs['seconds'] / ours['seconds']:.1f}x" if theirs and "seconds" in theirs
-                 and "seconds" in ours else "-")
+
+        ratio = (
+            f"{theirs['seconds'] / ours['seconds']:.1f}x"
+            if theirs and "seconds" in theirs and "seconds" in ours
+            else "-"
+        )
         parts = ours.get("old_partition", 0) + ours.get("new_partition", 0)
-        lines.append(f"| {name} | 8 -> {n} | {t(ours)} | {t(path)} | {t(theirs)} | {ratio} | "
-                     f"{_mb(ours.get('peak', 0))} | {_mb(parts)} | "
-                     f"{ours.get('peak', 0) / parts if parts else 0:.2f}x |")
+        lines.append(
+            f"| {name} | 8 -> {n} | {t(ours)} | {t(path)} | {t(theirs)} | {ratio} | "
+            f"{_mb(ours.get('peak', 0))} | {_mb(parts)} | "
+            f"{ours.get('peak', 0) / parts if parts else 0:.2f}x |"
+        )
     return "\n".join(lines)
 
 
@@ -169,8 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     text = report(rows)
     print(text)
     if args.json:
-        Path(args.json).write_text(json.dumps([{"checkpoint": a, "partitions": b, **c} for a, b, c in rows],
-                                              indent=2))
+        Path(args.json).write_text(json.dumps([{"checkpoint": a, "partitions": b, **c} for a, b, c in rows], indent=2))
     return 0
 
 

@@ -85,8 +85,13 @@ def worker(op: str, path: str, latency: float, runs: int, source: str) -> dict:
 
 def _run(source: Path, op: str, path: Path, latency: float, runs: int) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), str(ROOT / "tests")])}
-    out = subprocess.run([sys.executable, __file__, "--worker", op, str(path), str(latency), str(runs), str(source)],
-                         env=env, capture_output=True, text=True, cwd=str(source))
+    out = subprocess.run(
+        [sys.executable, __file__, "--worker", op, str(path), str(latency), str(runs), str(source)],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=str(source),
+    )
     if out.returncode:
         return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1]}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -104,16 +109,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--operations", default=",".join(OPERATIONS))
     parser.add_argument("--latency", type=float, default=0.03, help="seconds added per request (default 0.03)")
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--source", action="append", default=[],
-                        help="NAME=DIR: also run the package in DIR (e.g. an export of an older commit)")
+    parser.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        help="NAME=DIR: also run the package in DIR (e.g. an export of an older commit)",
+    )
     parser.add_argument("--data-dir", help="where benchmark checkpoints are cached")
     args = parser.parse_args(argv)
-    paths = generate.ensure(generate.data_dir(args.data_dir), args.providers.split(","),
-                            generate.parse_keys(args.keys), partitions=args.partitions)
+    paths = generate.ensure(
+        generate.data_dir(args.data_dir),
+        args.providers.split(","),
+        generate.parse_keys(args.keys),
+        partitions=args.partitions,
+    )
     sources = [tuple(s.split("=", 1)) for s in args.source] + [("now", str(ROOT))]
     ms = args.latency * 1000
-    print(f"{args.partitions} partitions, {ms:.0f} ms per request; calls = get / list / info; "
-          f"round trips = (remote - local) / latency")
+    print(
+        f"{args.partitions} partitions, {ms:.0f} ms per request; calls = get / list / info; "
+        f"round trips = (remote - local) / latency"
+    )
     print(f"{'operation':<18} {'source':<8} {'local':>7} {'remote':>8} {'calls':>16} {'round trips':>12}")
     for (provider, _keys), path in sorted(paths.items()):
         for op in args.operations.split(","):
@@ -126,8 +141,10 @@ def main(argv: list[str] | None = None) -> int:
                 c = r["calls"]
                 calls = f"{c.get('get', 0)} / {c.get('list', 0)} / {c.get('info', 0)}"
                 trips = (r["remote"] - r["local"]) / args.latency
-                print(f"{label:<18} {name:<8} {r['local']:>6.2f}s {r['remote']:>7.2f}s {calls:>16} {trips:>12.0f}",
-                      flush=True)
+                print(
+                    f"{label:<18} {name:<8} {r['local']:>6.2f}s {r['remote']:>7.2f}s {calls:>16} {trips:>12.0f}",
+                    flush=True,
+                )
     return 0
 
 

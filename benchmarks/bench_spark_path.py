@@ -32,8 +32,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE),
-                                            *filter(None, [os.environ.get("PYTHONPATH")])])
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 import generate  # noqa: E402
 
@@ -113,8 +112,9 @@ def main(argv: list[str] | None = None) -> int:
             methods = {
                 "builtin": lambda: spark.read.format("statestore").load(cp).toArrow(),
                 "ours-spark": lambda: spark.read.format("state_reader.statestore").load(cp).toArrow(),
-                "transport": lambda: spark.read.format("bench_transport").option("files", ";".join(files))
-                .load().toArrow(),
+                "transport": lambda: (
+                    spark.read.format("bench_transport").option("files", ";".join(files)).load().toArrow()
+                ),
                 "ours": lambda: state_reader.read_state(cp),
             }
             rows = {name: fn().num_rows for name, fn in methods.items()}  # warm-up
@@ -129,12 +129,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     med = {name: statistics.median(t) for name, t in times.items()}
-    print(f"{args.provider}, {keys:,} keys, {args.partitions} state partitions, {tasks} Spark tasks, "
-          f"median of {args.repeats}")
+    print(
+        f"{args.provider}, {keys:,} keys, {args.partitions} state partitions, {tasks} Spark tasks, "
+        f"median of {args.repeats}"
+    )
     print("| builtin | ours-spark | transport | ours | builtin / ours-spark | builtin / transport |")
     print("|---:|---:|---:|---:|---:|---:|")
-    print(f"| {med['builtin']:.3f} s | {med['ours-spark']:.3f} s | {med['transport']:.3f} s | {med['ours']:.3f} s | "
-          f"{med['builtin'] / med['ours-spark']:.2f}x | {med['builtin'] / med['transport']:.2f}x |")
+    print(
+        f"| {med['builtin']:.3f} s | {med['ours-spark']:.3f} s | {med['transport']:.3f} s | {med['ours']:.3f} s | "
+        f"{med['builtin'] / med['ours-spark']:.2f}x | {med['builtin'] / med['transport']:.2f}x |"
+    )
     return 0
 
 

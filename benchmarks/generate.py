@@ -60,13 +60,16 @@ def build_session(app: str = "state-reader-bench", memory: str = "8g"):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName(app)
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.memory", memory)
-             .config("spark.sql.shuffle.partitions", str(PARTITIONS))
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", memory)
+        .config("spark.sql.shuffle.partitions", str(PARTITIONS))
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -81,11 +84,13 @@ def _write_input(directory: Path, keys: int) -> None:
     directory.mkdir(parents=True)
     for batch, ids in enumerate((np.arange(keys, dtype=np.int64), np.arange(0, keys, 10, dtype=np.int64))):
         names = pc.binary_join_element_wise("user-", pc.cast(pa.array(ids), pa.string()), "")
-        table = pa.table({
-            "key": names,
-            "amount": pa.array(ids * 3 + batch),
-            "price": pa.array((ids % 1000) * 0.5 + batch),
-        })
+        table = pa.table(
+            {
+                "key": names,
+                "amount": pa.array(ids * 3 + batch),
+                "price": pa.array((ids % 1000) * 0.5 + batch),
+            }
+        )
         pq.write_table(table, directory / f"part-{batch}.parquet")
 
 
@@ -103,21 +108,32 @@ def generate(spark, root: Path, provider: str, keys: int, partitions: int = PART
     _write_input(out / "input", keys)
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[provider])
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))  # frozen into the checkpoint
-    events = (spark.readStream.schema("key string, amount long, price double")
-              .option("maxFilesPerTrigger", 1).parquet(str(out / "input")))
-    counts = events.groupBy("key").agg(F.count(F.lit(1)).alias("count"), F.sum("amount").alias("total"),
-                                       F.max("price").alias("top"))
-    query = (counts.writeStream.format("noop").outputMode("update")
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    events = (
+        spark.readStream.schema("key string, amount long, price double")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(out / "input"))
+    )
+    counts = events.groupBy("key").agg(
+        F.count(F.lit(1)).alias("count"), F.sum("amount").alias("total"), F.max("price").alias("top")
+    )
+    query = (
+        counts.writeStream.format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     shutil.rmtree(out / "input")
-    (out / DONE).write_text(f"{keys} keys, {provider}, {partitions} partitions, "
-                            f"{time.perf_counter() - started:.1f} s\n")
+    (out / DONE).write_text(
+        f"{keys} keys, {provider}, {partitions} partitions, {time.perf_counter() - started:.1f} s\n"
+    )
     return checkpoint
 
 
-def ensure(root: Path, providers: list[str], key_counts: list[int], spark=None,
-           partitions: int = PARTITIONS) -> dict[tuple[str, int], Path]:
+def ensure(
+    root: Path, providers: list[str], key_counts: list[int], spark=None, partitions: int = PARTITIONS
+) -> dict[tuple[str, int], Path]:
     """Checkpoints for every (provider, keys) with ``partitions`` state partitions, generating
     the missing ones with ``spark`` (or a session of their own)."""
     paths = {(p, n): checkpoint_dir(root, p, n, partitions) for p in providers for n in key_counts}
@@ -127,8 +143,9 @@ def ensure(root: Path, providers: list[str], key_counts: list[int], spark=None,
         spark = spark or build_session("state-reader-bench-generate")
         try:
             for p, n in missing:
-                print(f"generating {p} checkpoint with {n} keys, {partitions} partitions ...", file=sys.stderr,
-                      flush=True)
+                print(
+                    f"generating {p} checkpoint with {n} keys, {partitions} partitions ...", file=sys.stderr, flush=True
+                )
                 generate(spark, root, p, n, partitions)
         finally:
             if own:
@@ -143,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=PARTITIONS, help=f"state partitions (default {PARTITIONS})")
     parser.add_argument("--data-dir", default=None, help=f"cache directory (default ${DATA_ENV} or benchmarks/.data)")
     args = parser.parse_args(argv)
-    paths = ensure(data_dir(args.data_dir), args.providers.split(","), parse_keys(args.keys),
-                   partitions=args.partitions)
+    paths = ensure(
+        data_dir(args.data_dir), args.providers.split(","), parse_keys(args.keys), partitions=args.partitions
+    )
     for (provider, keys), path in paths.items():
         print(f"{provider:8} {keys:>9}  {path}")
     return 0

@@ -40,8 +40,10 @@ def workspace(keep: str | None, prefix: str) -> Iterator[str]:
 def cli_hint(checkpoint: str, kept: bool) -> str:
     """The lines that end an example: the same look from a terminal, on a checkpoint that is still there."""
     if kept:
-        return (f"From a terminal: state-reader stats {checkpoint}\n"
-                f"                 state-reader show {checkpoint} --limit 10")
+        return (
+            f"From a terminal: state-reader stats {checkpoint}\n"
+            f"                 state-reader show {checkpoint} --limit 10"
+        )
     return "The checkpoint is deleted now; run with --keep DIR to keep it and look at it with state-reader."
 
 
@@ -49,18 +51,23 @@ def spark_session(shuffle_partitions: int = 2):
     """A small local session; state is snapshotted often so the examples show snapshots too."""
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("state-reader-example")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.sql.streaming.stateStore.minDeltasForSnapshot", "3")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("state-reader-example")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.streaming.stateStore.minDeltasForSnapshot", "3")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
-def run_query(spark, root: str, batches: list[list[dict]], schema: str, build: Callable,
-              output_mode: str = "update") -> str:
+def run_query(
+    spark, root: str, batches: list[list[dict]], schema: str, build: Callable, output_mode: str = "update"
+) -> str:
     """Write one JSON file per batch under ``root/input``, run ``build(stream)`` over them
     to the end (one micro-batch per file) and return the checkpoint path."""
     from pyspark.sql import functions as F
@@ -74,9 +81,19 @@ def run_query(spark, root: str, batches: list[list[dict]], schema: str, build: C
             fh.writelines(json.dumps(row) + "\n" for row in rows)
         os.utime(path, (start + i, start + i))  # a file source takes files oldest first: batch i reads file i
     checkpoint = os.path.join(root, "checkpoint")
-    stream = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(source_dir)
-              .withColumn("ts", F.col("ts").cast("timestamp")))
-    query = (build(stream).writeStream.format("noop").outputMode(output_mode)
-             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    stream = (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", 1)
+        .json(source_dir)
+        .withColumn("ts", F.col("ts").cast("timestamp"))
+    )
+    query = (
+        build(stream)
+        .writeStream.format("noop")
+        .outputMode(output_mode)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     return checkpoint

@@ -25,8 +25,11 @@ def clicks() -> list[list[dict]]:
 def build(stream):
     from pyspark.sql import functions as F
 
-    return (stream.withWatermark("ts", "10 seconds").groupBy(F.window("ts", "10 seconds"), "user")
-            .agg(F.count(F.lit(1)).alias("clicks"), F.sum("ms").alias("total_ms")))
+    return (
+        stream.withWatermark("ts", "10 seconds")
+        .groupBy(F.window("ts", "10 seconds"), "user")
+        .agg(F.count(F.lit(1)).alias("clicks"), F.sum("ms").alias("total_ms"))
+    )
 
 
 def main() -> int:
@@ -44,16 +47,23 @@ def main() -> int:
             operator_id, store, last_batch = row.operatorId, row.stateStoreName, row.maxBatchId
 
             print(f"== step 2: operator {operator_id}, store '{store}', batch {last_batch}: cleo's windows ==")
-            state = (spark.read.format("state_reader.statestore").option("operatorId", operator_id)
-                     .option("storeName", store).option("batchId", last_batch).load(checkpoint))
+            state = (
+                spark.read.format("state_reader.statestore")
+                .option("operatorId", operator_id)
+                .option("storeName", store)
+                .option("batchId", last_batch)
+                .load(checkpoint)
+            )
             state.where("key.user = 'cleo'").select("key.window", "value.*", "partition_id").show(truncate=False)
 
             print("== the same without Spark ==")
             table = state_reader.read_state(checkpoint, operator_id=operator_id, key_filter="user = 'cleo'")
             # the value is the aggregation buffer: count and sum, under the buffer's own names
             for r in table.select(["key", "value", "partition_id"]).to_pylist():
-                print(f"  window {r['key']['window']['start']:%H:%M:%S}  count={r['value']['count']}  "
-                      f"sum(ms)={r['value']['sum']}  partition {r['partition_id']}")
+                print(
+                    f"  window {r['key']['window']['start']:%H:%M:%S}  count={r['value']['count']}  "
+                    f"sum(ms)={r['value']['sum']}  partition {r['partition_id']}"
+                )
             print("\nFrom a terminal (run this example with --keep DIR to keep the checkpoint):")
             print(f"  state-reader overview {checkpoint}")
             print(f"  state-reader show {checkpoint} --key-filter \"user = 'cleo'\"")

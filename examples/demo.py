@@ -34,13 +34,24 @@ def write_checkpoint(spark, root: str) -> str:
                 ts = 1_700_000_000 + batch * 7 + i
                 fh.write(json.dumps({"ts": ts, "user": users[(batch + i) % 3], "ms": 10 * i}) + "\n")
     checkpoint = os.path.join(root, "checkpoint")
-    events = (spark.readStream.schema("ts long, user string, ms int").option("maxFilesPerTrigger", 1)
-              .json(src).withColumn("ts", F.col("ts").cast("timestamp")))
-    counts = (events.withWatermark("ts", "10 seconds")
-              .groupBy(F.window("ts", "10 seconds"), "user")
-              .agg(F.count(F.lit(1)).alias("clicks"), F.sum("ms").alias("total_ms")))
-    query = (counts.writeStream.format("noop").outputMode("update")
-             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    events = (
+        spark.readStream.schema("ts long, user string, ms int")
+        .option("maxFilesPerTrigger", 1)
+        .json(src)
+        .withColumn("ts", F.col("ts").cast("timestamp"))
+    )
+    counts = (
+        events.withWatermark("ts", "10 seconds")
+        .groupBy(F.window("ts", "10 seconds"), "user")
+        .agg(F.count(F.lit(1)).alias("clicks"), F.sum("ms").alias("total_ms"))
+    )
+    query = (
+        counts.writeStream.format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     return checkpoint
 
@@ -52,10 +63,15 @@ def main() -> int:
 
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("state-reader-demo")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("state-reader-demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     root = args.keep or tempfile.mkdtemp(prefix="state-reader-demo-")
     try:
@@ -74,10 +90,14 @@ def main() -> int:
         table = state_reader.read_state(checkpoint)
         took = time.perf_counter() - start
         batch = table.schema.metadata[b"state_reader.batch_id"].decode()
-        print(f"== state_reader.read_state(checkpoint): the state after batch {batch}, {table.num_rows} rows "
-              f"in {took * 1000:.1f} ms, no Spark ==")
-        print("key: the window and user the query groups by; value: its aggregation buffer per key "
-              "(clicks = count, total_ms = sum)")
+        print(
+            f"== state_reader.read_state(checkpoint): the state after batch {batch}, {table.num_rows} rows "
+            f"in {took * 1000:.1f} ms, no Spark =="
+        )
+        print(
+            "key: the window and user the query groups by; value: its aggregation buffer per key "
+            "(clicks = count, total_ms = sum)"
+        )
         flat = table
         while any(str(t).startswith("struct") for t in flat.schema.types):
             flat = flat.flatten()
@@ -85,11 +105,15 @@ def main() -> int:
         builtin = spark.read.format("statestore").load(checkpoint).count()
         print(f"\nSpark's built-in reader sees {builtin} rows; state_reader sees {table.num_rows}.")
         if args.keep:
-            print(f"\nNext, from a terminal: state-reader overview {checkpoint}\n"
-                  f"                      state-reader stats {checkpoint}")
+            print(
+                f"\nNext, from a terminal: state-reader overview {checkpoint}\n"
+                f"                      state-reader stats {checkpoint}"
+            )
         else:
-            print("\nThe checkpoint is deleted now; run with --keep DIR to keep it and try the state-reader "
-                  "command line on it.")
+            print(
+                "\nThe checkpoint is deleted now; run with --keep DIR to keep it and try the state-reader "
+                "command line on it."
+            )
         return 0 if builtin == table.num_rows else 1
     finally:
         spark.stop()

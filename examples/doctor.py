@@ -42,11 +42,21 @@ def _run(spark, root: str, batches: list[list[dict]], build, mode: str = "update
     from pyspark.sql import functions as F
 
     src = _input(root, batches)
-    events = (spark.readStream.schema("ts long, k string, v long").option("maxFilesPerTrigger", 1).json(src)
-              .withColumn("ts", F.col("ts").cast("timestamp")))
+    events = (
+        spark.readStream.schema("ts long, k string, v long")
+        .option("maxFilesPerTrigger", 1)
+        .json(src)
+        .withColumn("ts", F.col("ts").cast("timestamp"))
+    )
     checkpoint = os.path.join(root, "checkpoint")
-    query = (build(events).writeStream.format("noop").outputMode(mode).option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
+    query = (
+        build(events)
+        .writeStream.format("noop")
+        .outputMode(mode)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     return checkpoint
 
@@ -80,23 +90,39 @@ def _cases():
     spread = [f"key{i}" for i in range(1500)]
     return {
         # name: (what differs, problem (batches, query, mode), healthy twin)
-        "skew": ("every key hashes to state partition 0 of 4",
-                 ([[{"ts": b, "k": k, "v": 1} for k in hot[b * 150:(b + 1) * 150]] for b in ten], dedup, "append"),
-                 ([[{"ts": b, "k": k, "v": 1} for k in spread[b * 150:(b + 1) * 150]] for b in ten], dedup,
-                  "append")),
-        "expired-rows": ("complete output mode keeps every window",
-                         (moving, windowed, "complete"), (moving, windowed, "update")),
-        "never-evicted": ("dropDuplicates without a watermark",
-                          (moving, lambda df: df.dropDuplicates(["k"]), "append"),
-                          (moving, lambda df: df.withWatermark("ts", "5 seconds").dropDuplicates(["k", "ts"]),
-                           "append")),
-        "watermark-stalled": ("event time stops moving after batch 2 while rows keep coming",
-                              (stalled, windowed, "update"), (moving, windowed, "update")),
-        "large-rows": ("a 1.2 MB string kept in the aggregation buffer",
-                       ([[{"ts": b, "k": "one", "v": b}] for b in ten],
-                        lambda df: df.groupBy("k").agg(F.max(F.repeat(F.lit("x"), 1_200_000)).alias("p")), "update"),
-                       ([[{"ts": b, "k": "one", "v": b}] for b in ten],
-                        lambda df: df.groupBy("k").agg(F.max(F.lit("x")).alias("p")), "update")),
+        "skew": (
+            "every key hashes to state partition 0 of 4",
+            ([[{"ts": b, "k": k, "v": 1} for k in hot[b * 150 : (b + 1) * 150]] for b in ten], dedup, "append"),
+            ([[{"ts": b, "k": k, "v": 1} for k in spread[b * 150 : (b + 1) * 150]] for b in ten], dedup, "append"),
+        ),
+        "expired-rows": (
+            "complete output mode keeps every window",
+            (moving, windowed, "complete"),
+            (moving, windowed, "update"),
+        ),
+        "never-evicted": (
+            "dropDuplicates without a watermark",
+            (moving, lambda df: df.dropDuplicates(["k"]), "append"),
+            (moving, lambda df: df.withWatermark("ts", "5 seconds").dropDuplicates(["k", "ts"]), "append"),
+        ),
+        "watermark-stalled": (
+            "event time stops moving after batch 2 while rows keep coming",
+            (stalled, windowed, "update"),
+            (moving, windowed, "update"),
+        ),
+        "large-rows": (
+            "a 1.2 MB string kept in the aggregation buffer",
+            (
+                [[{"ts": b, "k": "one", "v": b}] for b in ten],
+                lambda df: df.groupBy("k").agg(F.max(F.repeat(F.lit("x"), 1_200_000)).alias("p")),
+                "update",
+            ),
+            (
+                [[{"ts": b, "k": "one", "v": b}] for b in ten],
+                lambda df: df.groupBy("k").agg(F.max(F.lit("x")).alias("p")),
+                "update",
+            ),
+        ),
     }
 
 
@@ -108,10 +134,15 @@ def main() -> int:
 
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("state-reader-doctor")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "4").config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("state-reader-doctor")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     root = args.keep or tempfile.mkdtemp(prefix="state-reader-doctor-")
     wanted = set(args.only.split(",")) if args.only else None
@@ -121,8 +152,11 @@ def main() -> int:
                 continue
             for label, (batches, build, mode) in (("problem", problem), ("healthy twin", healthy)):
                 checkpoint = _run(spark, os.path.join(root, kind, label.replace(" ", "_")), batches, build, mode)
-                print(f"\n=== {kind}, {label}{': ' + why if label == 'problem' else ''}\n$ state-reader doctor "
-                      f"{checkpoint}", flush=True)
+                print(
+                    f"\n=== {kind}, {label}{': ' + why if label == 'problem' else ''}\n$ state-reader doctor "
+                    f"{checkpoint}",
+                    flush=True,
+                )
                 cli(["doctor", checkpoint])
         return 0
     finally:

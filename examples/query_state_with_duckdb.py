@@ -22,16 +22,22 @@ PARTITIONS = 8
 
 def purchases() -> list[list[dict]]:
     """Three batches of purchases by 500 customers in 5 countries; customer c7 buys in every batch."""
-    return [[{"ts": T0 + b, "country": f"country-{i % 5}", "customer": f"c{i}", "amount": (i * 7 + b) % 100}
-             for i in range(500) if i % (b + 1) == 0 or i == 7]
-            for b in range(3)]
+    return [
+        [
+            {"ts": T0 + b, "country": f"country-{i % 5}", "customer": f"c{i}", "amount": (i * 7 + b) % 100}
+            for i in range(500)
+            if i % (b + 1) == 0 or i == 7
+        ]
+        for b in range(3)
+    ]
 
 
 def build(stream):
     from pyspark.sql import functions as F
 
-    return stream.groupBy("country", "customer").agg(F.count(F.lit(1)).alias("purchases"),
-                                                     F.sum("amount").alias("spent"))
+    return stream.groupBy("country", "customer").agg(
+        F.count(F.lit(1)).alias("purchases"), F.sum("amount").alias("spent")
+    )
 
 
 def main() -> int:
@@ -49,14 +55,17 @@ def main() -> int:
         state = state_reader.scan_state(checkpoint)  # noqa: F841 - DuckDB finds it by its name
         print("spend per country, from the state:")
         for country, customers, spent in duckdb.sql(
-                'select key.country, count(*), sum(value.sum) from state group by all order by 1').fetchall():
+            "select key.country, count(*), sum(value.sum) from state group by all order by 1"
+        ).fetchall():
             print(f"  {country}: {customers} customers, {spent} spent")
 
         # one key: only the partition Spark hashed it to is read
         one = state_reader.scan_state(checkpoint, key_filter="country = 'country-2' and customer = 'c7'")
         row = one.read_all().to_pylist()
-        print(f"\ncustomer c7: {row[0]['value']['count']} purchases, {row[0]['value']['sum']} spent, "
-              f"in state partition {row[0]['partition_id']} of {PARTITIONS}")
+        print(
+            f"\ncustomer c7: {row[0]['value']['count']} purchases, {row[0]['value']['sum']} spent, "
+            f"in state partition {row[0]['partition_id']} of {PARTITIONS}"
+        )
         print("\n" + cli_hint(checkpoint, kept=bool(args.keep)))
         return 0
 

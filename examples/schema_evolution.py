@@ -48,8 +48,9 @@ def after(stream):
     """The changed query: one more aggregate, the largest purchase."""
     from pyspark.sql import functions as F
 
-    return stream.groupBy("customer").agg(F.count(F.lit(1)).alias("purchases"), F.sum("amount").alias("spent"),
-                                          F.max("amount").alias("largest"))
+    return stream.groupBy("customer").agg(
+        F.count(F.lit(1)).alias("purchases"), F.sum("amount").alias("spent"), F.max("amount").alias("largest")
+    )
 
 
 def add_largest(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -57,8 +58,9 @@ def add_largest(batch: pa.RecordBatch) -> pa.RecordBatch:
     value = batch.column("value")
     fields = [value.type.field(i) for i in range(value.type.num_fields)]
     columns = [value.field(i) for i in range(value.type.num_fields)]
-    new_value = pa.StructArray.from_arrays([*columns, pa.nulls(len(value), pa.int64())],
-                                           fields=[*fields, pa.field("max", pa.int64())])
+    new_value = pa.StructArray.from_arrays(
+        [*columns, pa.nulls(len(value), pa.int64())], fields=[*fields, pa.field("max", pa.int64())]
+    )
     return pa.RecordBatch.from_arrays([batch.column("key"), new_value], names=["key", "value"])
 
 
@@ -76,11 +78,20 @@ def restart(spark, root: str, checkpoint: str) -> list[tuple]:
     from pyspark.sql import functions as F
 
     emitted: list[tuple] = []
-    stream = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(os.path.join(root, "input"))
-              .withColumn("ts", F.col("ts").cast("timestamp")))
-    query = (after(stream).writeStream.outputMode("update").option("checkpointLocation", checkpoint)
-             .foreachBatch(lambda df, _: emitted.extend(tuple(r) for r in df.collect()))
-             .trigger(availableNow=True).start())
+    stream = (
+        spark.readStream.schema(SCHEMA)
+        .option("maxFilesPerTrigger", 1)
+        .json(os.path.join(root, "input"))
+        .withColumn("ts", F.col("ts").cast("timestamp"))
+    )
+    query = (
+        after(stream)
+        .writeStream.outputMode("update")
+        .option("checkpointLocation", checkpoint)
+        .foreachBatch(lambda df, _: emitted.extend(tuple(r) for r in df.collect()))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     return sorted(emitted)
 
@@ -100,8 +111,10 @@ def main() -> int:
                 restart(spark, root, attempt)
                 print("the changed query restarted on the old checkpoint (not expected)")
             except Exception as exc:
-                reason = next((w for w in str(exc).replace("[", " ").replace("]", " ").split()
-                               if w.startswith("STATE_STORE_")), str(exc).splitlines()[0])
+                reason = next(
+                    (w for w in str(exc).replace("[", " ").replace("]", " ").split() if w.startswith("STATE_STORE_")),
+                    str(exc).splitlines()[0],
+                )
                 print(f"the changed query on the old checkpoint: refused ({reason})")
 
             # the old state with the new aggregate added, in a new checkpoint

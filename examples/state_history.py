@@ -46,18 +46,33 @@ def run_producer(spark, source_dir: str, checkpoint: str) -> None:
 
     spark.conf.set("spark.sql.streaming.minBatchesToRetain", "3")
     stream = spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(source_dir)
-    (stream.groupBy("user").agg(F.count(F.lit(1)).alias("purchases"), F.sum("amount").alias("spent"))
-     .writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint)
-     .trigger(availableNow=True).start().awaitTermination())
+    (
+        stream.groupBy("user")
+        .agg(F.count(F.lit(1)).alias("purchases"), F.sum("amount").alias("spent"))
+        .writeStream.format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+        .awaitTermination()
+    )
 
 
 def record_history(spark, checkpoint: str, history: str, history_checkpoint: str) -> None:
     """Append the producer's state changes since the last run to the history (a streaming query).
     With a processing-time trigger it would run beside the producer all the time."""
-    (spark.readStream.format("state_reader.statestore").option("readChangeFeed", "true")
-     .option("startWithSnapshot", "true").load(checkpoint)
-     .writeStream.format("parquet").option("path", history).option("checkpointLocation", history_checkpoint)
-     .trigger(availableNow=True).start().awaitTermination())
+    (
+        spark.readStream.format("state_reader.statestore")
+        .option("readChangeFeed", "true")
+        .option("startWithSnapshot", "true")
+        .load(checkpoint)
+        .writeStream.format("parquet")
+        .option("path", history)
+        .option("checkpointLocation", history_checkpoint)
+        .trigger(availableNow=True)
+        .start()
+        .awaitTermination()
+    )
 
 
 STATE_AT = """
@@ -102,7 +117,8 @@ def main() -> None:
         latest = spark.sql(STATE_AT.format(batch=committed[-1])).collect()
         now = state_reader.read_state(checkpoint).to_pylist()
         assert sorted((r.user, r.purchases, r.spent) for r in latest) == sorted(
-            (r["key"]["user"], r["value"]["count"], r["value"]["sum"]) for r in now)
+            (r["key"]["user"], r["value"]["count"], r["value"]["sum"]) for r in now
+        )
         print(f"state at batch {committed[-1]} rebuilt from the history equals the checkpoint's")
     spark.stop()
 

@@ -34,8 +34,7 @@ def orders() -> list[list[dict]]:
 def build(stream):
     from pyspark.sql import functions as F
 
-    return stream.groupBy("customer").agg(F.count(F.lit(1)).alias("orders"),
-                                          F.collect_list("order_id").alias("recent"))
+    return stream.groupBy("customer").agg(F.count(F.lit(1)).alias("orders"), F.collect_list("order_id").alias("recent"))
 
 
 def main() -> int:
@@ -51,8 +50,7 @@ def main() -> int:
         batch = last["batch_id"]
         print(f"batch {batch}: {last['rows']} keys in {last['partitions']} partitions")
         print("partition  rows    state bytes")
-        for r in sorted((r for r in table.to_pylist() if r["batch_id"] == batch),
-                        key=lambda r: -r["state_bytes"]):
+        for r in sorted((r for r in table.to_pylist() if r["batch_id"] == batch), key=lambda r: -r["state_bytes"]):
             print(f"{r['partition_id']:>9}  {r['rows']:>4}  {r['state_bytes']:>13}")
         rows_skew, bytes_skew = last["rows_skew"] or 0.0, last["bytes_skew"] or 0.0
         print(f"\nby rows:  largest partition {last['max_partition']}, largest/median {rows_skew:.1f}x")

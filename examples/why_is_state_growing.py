@@ -42,8 +42,11 @@ def readings() -> list[list[dict]]:
 def build(stream):
     from pyspark.sql import functions as F
 
-    return (stream.withWatermark("ts", "30 seconds").groupBy(F.window("ts", "10 seconds"), "device")
-            .agg(F.count(F.lit(1)).alias("n"), F.avg("value").alias("avg_value")))
+    return (
+        stream.withWatermark("ts", "30 seconds")
+        .groupBy(F.window("ts", "10 seconds"), "device")
+        .agg(F.count(F.lit(1)).alias("n"), F.avg("value").alias("avg_value"))
+    )
 
 
 def watermarks(checkpoint: str) -> dict[int, int]:
@@ -79,9 +82,11 @@ def main() -> int:
         grew = all(b["rows"] >= a["rows"] for a, b in itertools.pairwise(summary[2:]))
         stalled = len({marks[b["batch_id"]] for b in summary[2:]}) == 1
         if grew and stalled:
-            print(f"\nState grew from {summary[1]['rows']} to {summary[-1]['rows']} rows while the watermark "
-                  "stood still: no window can close, so nothing is evicted. Look for a source whose event "
-                  "time stopped advancing (a frozen clock, a stuck partition, a replayed backlog).")
+            print(
+                f"\nState grew from {summary[1]['rows']} to {summary[-1]['rows']} rows while the watermark "
+                "stood still: no window can close, so nothing is evicted. Look for a source whose event "
+                "time stopped advancing (a frozen clock, a stuck partition, a replayed backlog)."
+            )
         fig = state_reader.plot_state_size(checkpoint, title="state size per partition: the watermark stalled")
         fig.savefig(args.out)
         print(f"\nplot written to {args.out}")

@@ -253,7 +253,9 @@ def unexpected_errors_as_ours(what: str) -> Iterator[None]:
     except Exception as exc:
         raise UnexpectedError(
             f"unexpected {type(exc).__name__} while reading {what}: {exc} (a damaged file that no check "
-            "recognised, or a bug in state_reader; the original exception is chained)", path=what) from exc
+            "recognised, or a bug in state_reader; the original exception is chained)",
+            path=what,
+        ) from exc
 
 
 def public_api(func: _F) -> _F:

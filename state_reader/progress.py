@@ -44,8 +44,9 @@ class Progress:
     timer thread after the delay, so even one long step shows it.
     """
 
-    def __init__(self, description: str, total: int | None, *, enabled: bool | None = None,
-                 delay: float | None = None) -> None:
+    def __init__(
+        self, description: str, total: int | None, *, enabled: bool | None = None, delay: float | None = None
+    ) -> None:
         self.description = description
         self.total = total
         self.completed = 0
@@ -89,9 +90,14 @@ class Progress:
             if self._bar is not None or not self._enabled:
                 return
             bar = RichProgress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), TimeRemainingColumn(),
-                console=Console(stderr=True), transient=True)
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
             self._task = bar.add_task(self.description, total=self.total, completed=self.completed)
             bar.start()
             self._bar = bar
@@ -112,8 +118,9 @@ class Progress:
             if self._bar is not None:
                 self._bar.update(self._task, total=total)
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         with self._lock:
             self._enabled = False  # a timer that fires now must not start a bar
             if self._timer is not None:

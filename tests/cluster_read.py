@@ -20,11 +20,14 @@ import state_reader
 def main(argv: list[str]) -> int:
     path, *pairs = argv
     options = dict(p.split("=", 1) for p in pairs)
-    spark = build_session("local-cluster[2,1,1024]", {
-        # executors are separate JVMs: they need the Arrow setting register() gives the driver
-        "spark.executor.extraJavaOptions": "-Darrow.struct.conflict.policy=CONFLICT_APPEND",
-        "spark.executor.memory": "512m",
-    })
+    spark = build_session(
+        "local-cluster[2,1,1024]",
+        {
+            # executors are separate JVMs: they need the Arrow setting register() gives the driver
+            "spark.executor.extraJavaOptions": "-Darrow.struct.conflict.policy=CONFLICT_APPEND",
+            "spark.executor.memory": "512m",
+        },
+    )
     try:
         state_reader.register(spark)
         ours = spark.read.format("state_reader.statestore").options(**options).load(path)

@@ -23,16 +23,26 @@ FAST_START = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 def main(argv: list[str]) -> int:
     source, destination, options = argv
-    spark = build_session("local-cluster[2,1,1024]", {
-        "spark.executor.memory": "512m",
-        # short-lived JVMs start faster without the optimising compiler
-        "spark.driver.extraJavaOptions": FAST_START,
-        "spark.executor.extraJavaOptions": FAST_START,
-    })
+    spark = build_session(
+        "local-cluster[2,1,1024]",
+        {
+            "spark.executor.memory": "512m",
+            # short-lived JVMs start faster without the optimising compiler
+            "spark.driver.extraJavaOptions": FAST_START,
+            "spark.executor.extraJavaOptions": FAST_START,
+        },
+    )
     try:
         report = state_reader.rewrite(source, destination, spark=spark, **json.loads(options))
-        print(json.dumps({"summary": report.summary(), "files": report.files,
-                          "stores": [dataclasses.asdict(s) for s in report.stores]}))
+        print(
+            json.dumps(
+                {
+                    "summary": report.summary(),
+                    "files": report.files,
+                    "stores": [dataclasses.asdict(s) for s in report.stores],
+                }
+            )
+        )
     finally:
         app = spark.sparkContext.applicationId
         spark.stop()

@@ -30,7 +30,7 @@ def lz4_java(data: bytes, block_size: int = _LZ4_BLOCK) -> bytes:
     level = max(0, block_size.bit_length() - 1 - 10)
     out = []
     for lo in range(0, len(data), block_size):
-        chunk = data[lo:lo + block_size]
+        chunk = data[lo : lo + block_size]
         packed = lz4.block.compress(chunk, store_size=False)
         method, payload = (0x20, packed) if len(packed) < len(chunk) else (0x10, chunk)
         checksum = xxhash.xxh32_intdigest(chunk, seed=_LZ4_SEED) & 0x0FFFFFFF
@@ -44,10 +44,10 @@ def lz4_java_decode(data: bytes) -> bytes:
     """Decompress an intact lz4-java block stream (no damage expected: tests feed real files)."""
     out, pos = [], 0
     while pos < len(data):
-        assert data[pos:pos + 8] == _LZ4_MAGIC, "not an lz4-java stream"
+        assert data[pos : pos + 8] == _LZ4_MAGIC, "not an lz4-java stream"
         token = data[pos + 8]
         clen, dlen, _ = struct.unpack_from("<iii", data, pos + 9)
-        payload = data[pos + 21:pos + 21 + clen]
+        payload = data[pos + 21 : pos + 21 + clen]
         if dlen:
             out.append(payload if token & 0xF0 == 0x10 else lz4.block.decompress(payload, uncompressed_size=dlen))
         pos += 21 + clen
@@ -70,14 +70,14 @@ def parse_frames(data: bytes) -> list[Record]:
         pos += 4
         if key_len == -1:
             break
-        key = data[pos:pos + key_len]
+        key = data[pos : pos + key_len]
         pos += key_len
         (value_len,) = _INT.unpack_from(data, pos)
         pos += 4
         if value_len < 0:
             out.append(Record(key, None))
             continue
-        out.append(Record(key, data[pos:pos + value_len]))
+        out.append(Record(key, data[pos : pos + value_len]))
         pos += value_len
     assert pos == len(data), "not an intact stream"
     return out
@@ -99,7 +99,7 @@ def frame(records: list[Record], size_edits: dict[tuple[int, str], int] | None =
 
 def hadoop_crc(data: bytes, chunk: int = 512) -> bytes:
     """A Hadoop ChecksumFileSystem ``.crc`` file for ``data``."""
-    sums = [zlib.crc32(data[i:i + chunk]) & 0xFFFFFFFF for i in range(0, len(data), chunk)]
+    sums = [zlib.crc32(data[i : i + chunk]) & 0xFFFFFFFF for i in range(0, len(data), chunk)]
     return b"crc\x00" + struct.pack(">i", chunk) + b"".join(struct.pack(">I", s) for s in sums)
 
 

@@ -58,6 +58,7 @@ def canon(obj: Any) -> str:
 
 # -- Spark rows ---------------------------------------------------------------
 
+
 def _spark_value(dt, v):
     from pyspark.sql import types as T
 
@@ -90,6 +91,7 @@ def spark_rows(df) -> list[str]:
 
 # -- Arrow --------------------------------------------------------------------
 
+
 def _arrow_values(arr: pa.Array) -> list[Any]:
     t = arr.type
     if isinstance(arr, pa.ChunkedArray):
@@ -98,20 +100,25 @@ def _arrow_values(arr: pa.Array) -> list[Any]:
         names = [t.field(i).name for i in range(t.num_fields)]
         cols = [_arrow_values(arr.field(i)) for i in range(t.num_fields)]
         valid = arr.is_valid().to_pylist()
-        return [dict(zip(_keys(names), [c[r] for c in cols], strict=True)) if valid[r] else None
-                for r in range(len(arr))]
+        return [
+            dict(zip(_keys(names), [c[r] for c in cols], strict=True)) if valid[r] else None for r in range(len(arr))
+        ]
     if pa.types.is_map(t):
         keys = _arrow_values(arr.keys)
         items = _arrow_values(arr.items)
         offsets = arr.offsets.to_pylist()
         valid = arr.is_valid().to_pylist()
-        return [_map(list(zip(keys[offsets[r]:offsets[r + 1]], items[offsets[r]:offsets[r + 1]], strict=True)))
-                if valid[r] else None for r in range(len(arr))]
+        return [
+            _map(list(zip(keys[offsets[r] : offsets[r + 1]], items[offsets[r] : offsets[r + 1]], strict=True)))
+            if valid[r]
+            else None
+            for r in range(len(arr))
+        ]
     if pa.types.is_list(t):
         flat = _arrow_values(arr.values)
         offsets = arr.offsets.to_pylist()
         valid = arr.is_valid().to_pylist()
-        return [flat[offsets[r]:offsets[r + 1]] if valid[r] else None for r in range(len(arr))]
+        return [flat[offsets[r] : offsets[r + 1]] if valid[r] else None for r in range(len(arr))]
     if pa.types.is_decimal(t):
         return [None if v is None else _decimal(v, t.scale) for v in arr.to_pylist()]
     if pa.types.is_float32(t):
@@ -136,8 +143,11 @@ def expected_arrow_schema(spark_schema) -> pa.Schema:
 def _field_metadata(t: pa.DataType | pa.Schema, path: str = "") -> dict[str, dict]:
     """Spark field metadata of every (nested) field, parsed: key order is not significant."""
     out: dict[str, dict] = {}
-    fields = list(t) if isinstance(t, pa.Schema) else (
-        [t.field(i) for i in range(t.num_fields)] if pa.types.is_struct(t) else [])
+    fields = (
+        list(t)
+        if isinstance(t, pa.Schema)
+        else ([t.field(i) for i in range(t.num_fields)] if pa.types.is_struct(t) else [])
+    )
     for i, f in enumerate(fields):
         where = f"{path}/{i}:{f.name}"
         if f.metadata:
@@ -178,8 +188,14 @@ def assert_same_as_builtin(spark, path: str, options: dict[str, str], fmt: str =
     assert actual == expected, f"data source rows differ for {options}: {diff(expected, actual)}"
 
     kwargs = {snake_case(k): v for k, v in options.items()}
-    for key in ("batch_id", "operator_id", "change_start_batch_id", "change_end_batch_id",
-                "snapshot_start_batch_id", "snapshot_partition_id"):
+    for key in (
+        "batch_id",
+        "operator_id",
+        "change_start_batch_id",
+        "change_end_batch_id",
+        "snapshot_start_batch_id",
+        "snapshot_partition_id",
+    ):
         if key in kwargs:
             kwargs[key] = int(kwargs[key])
     if fmt == "statestore":

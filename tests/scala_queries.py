@@ -20,15 +20,21 @@ EPOCH = 0  # event times are seconds after the epoch: format 1 keeps timeouts in
 
 # sensor readings, one list per batch; the last batch moves the watermark past the first sensors' timeouts
 READINGS: list[list[dict]] = [
-    [{"sensor": 1, "ts": EPOCH + 1, "celsius": 20.5, "label": "roof"},
-     {"sensor": 1, "ts": EPOCH + 3, "celsius": 21.25, "label": None},
-     {"sensor": 2, "ts": EPOCH + 2, "celsius": float("nan"), "label": None}],
-    [{"sensor": 1, "ts": EPOCH + 5, "celsius": 1e300, "label": "roof-2"},
-     {"sensor": 2, "ts": EPOCH + 5, "celsius": 19.0, "label": ""},
-     {"sensor": 3, "ts": EPOCH + 4, "celsius": -5.75, "label": "подвал"}],
-    [{"sensor": 1, "ts": EPOCH + 20, "celsius": 22.0, "label": None},
-     {"sensor": 4, "ts": EPOCH + 21, "celsius": -0.0, "label": "🌡 probe"},
-     {"sensor": 4, "ts": EPOCH + 21, "celsius": 2.5, "label": None}],
+    [
+        {"sensor": 1, "ts": EPOCH + 1, "celsius": 20.5, "label": "roof"},
+        {"sensor": 1, "ts": EPOCH + 3, "celsius": 21.25, "label": None},
+        {"sensor": 2, "ts": EPOCH + 2, "celsius": float("nan"), "label": None},
+    ],
+    [
+        {"sensor": 1, "ts": EPOCH + 5, "celsius": 1e300, "label": "roof-2"},
+        {"sensor": 2, "ts": EPOCH + 5, "celsius": 19.0, "label": ""},
+        {"sensor": 3, "ts": EPOCH + 4, "celsius": -5.75, "label": "подвал"},
+    ],
+    [
+        {"sensor": 1, "ts": EPOCH + 20, "celsius": 22.0, "label": None},
+        {"sensor": 4, "ts": EPOCH + 21, "celsius": -0.0, "label": "🌡 probe"},
+        {"sensor": 4, "ts": EPOCH + 21, "celsius": 2.5, "label": None},
+    ],
     [{"sensor": 5, "ts": EPOCH + 30, "celsius": 100.0, "label": "boiler"}],
 ]
 
@@ -49,8 +55,12 @@ def compile_queries(out: Path) -> Path:
     """The queries compiled into a jar under ``out``."""
     jar = out / "state-queries.jar"
     jars = _pyspark_home() / "jars"
-    subprocess.run(["java", "-cp", f"{jars}/*", "scala.tools.nsc.Main", "-usejavacp", "-nowarn",
-                    "-d", str(jar), str(SOURCE)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        ["java", "-cp", f"{jars}/*", "scala.tools.nsc.Main", "-usejavacp", "-nowarn", "-d", str(jar), str(SOURCE)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return jar
 
 
@@ -58,11 +68,21 @@ def run_scala_query(jar: Path, name: str, out: Path) -> str:
     """Run query ``name`` over :data:`READINGS` into ``out``; the checkpoint path."""
     _write_input(READINGS, out / "input")
     checkpoint = out / "checkpoint"
-    confs = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC",
-             "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2", "spark.driver.memory": "1g",
-             **QUERIES[name]}
-    command = [str(_pyspark_home() / "bin" / "spark-submit"), "--master", "local[2]",
-               "--class", "statequeries.StateQueries"]
+    confs = {
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
+        "spark.driver.memory": "1g",
+        **QUERIES[name],
+    }
+    command = [
+        str(_pyspark_home() / "bin" / "spark-submit"),
+        "--master",
+        "local[2]",
+        "--class",
+        "statequeries.StateQueries",
+    ]
     for key, value in confs.items():
         command += ["--conf", f"{key}={value}"]
     command += [str(jar), name, str(out / "input"), str(checkpoint)]

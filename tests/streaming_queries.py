@@ -32,16 +32,18 @@ def _events() -> list[list[dict]]:
         rows = []
         for i in range(7):
             u = users[(b + i) % len(users)]
-            rows.append({
-                "ts": T0 + b * 8 + i,
-                "user": u,
-                "grp": ["a", "b", "c"][(b * 7 + i) % 3],
-                "n": b * 10 + i,
-                "amount": (b + 1) * (i - 3),
-                "price": [1.5, float("nan"), -0.0, 1e308, float("inf"), 2.25, None][i],
-                "ok": [True, False, None][i % 3],
-                "tag": "close" if (b == 3 and i == 0) else f"t{i}",
-            })
+            rows.append(
+                {
+                    "ts": T0 + b * 8 + i,
+                    "user": u,
+                    "grp": ["a", "b", "c"][(b * 7 + i) % 3],
+                    "n": b * 10 + i,
+                    "amount": (b + 1) * (i - 3),
+                    "price": [1.5, float("nan"), -0.0, 1e308, float("inf"), 2.25, None][i],
+                    "ok": [True, False, None][i % 3],
+                    "tag": "close" if (b == 3 and i == 0) else f"t{i}",
+                }
+            )
         batches.append(rows)
     return batches
 
@@ -84,10 +86,19 @@ def run_query(spark: SparkSession, query: Query, out: Path) -> str:
     _write_input(query.batches(), out / "input")
     checkpoint = out / "checkpoint"
     with session_confs(spark, query.confs):
-        sources = [spark.readStream.schema(query.schema).option("maxFilesPerTrigger", 1)
-                   .option("allowNonNumericNumbers", "true").json(str(out / "input")) for _ in range(query.sources)]
-        writer = (query.build(*sources).writeStream.format("noop").outputMode(query.output_mode)
-                  .option("checkpointLocation", str(checkpoint)))
+        sources = [
+            spark.readStream.schema(query.schema)
+            .option("maxFilesPerTrigger", 1)
+            .option("allowNonNumericNumbers", "true")
+            .json(str(out / "input"))
+            for _ in range(query.sources)
+        ]
+        writer = (
+            query.build(*sources)
+            .writeStream.format("noop")
+            .outputMode(query.output_mode)
+            .option("checkpointLocation", str(checkpoint))
+        )
         if query.processing_time is None:
             handle = writer.trigger(availableNow=True).start()
             handle.awaitTermination()
@@ -128,9 +139,11 @@ def _wait_for_commits(handle, commits: Path, count: int, timeout: float = 120.0)
 
 
 def _window_agg(df: DataFrame) -> DataFrame:
-    return (df.withWatermark("ts", "10 seconds")
-            .groupBy(F.window("ts", "10 seconds"), "user")
-            .agg(F.count(F.lit(1)), F.sum("amount"), F.avg("price"), F.max("price"), F.bool_and("ok")))
+    return (
+        df.withWatermark("ts", "10 seconds")
+        .groupBy(F.window("ts", "10 seconds"), "user")
+        .agg(F.count(F.lit(1)), F.sum("amount"), F.avg("price"), F.max("price"), F.bool_and("ok"))
+    )
 
 
 def _plain_agg(df: DataFrame) -> DataFrame:
@@ -138,9 +151,11 @@ def _plain_agg(df: DataFrame) -> DataFrame:
 
 
 def _session_window(df: DataFrame) -> DataFrame:
-    return (df.withWatermark("ts", "5 seconds")
-            .groupBy(F.session_window("ts", "3 seconds"), "grp")
-            .agg(F.count(F.lit(1)), F.sum("n"), F.max("user")))
+    return (
+        df.withWatermark("ts", "5 seconds")
+        .groupBy(F.session_window("ts", "3 seconds"), "grp")
+        .agg(F.count(F.lit(1)), F.sum("n"), F.max("user"))
+    )
 
 
 def _dedup(df: DataFrame) -> DataFrame:
@@ -156,8 +171,12 @@ def _limit(df: DataFrame) -> DataFrame:
 
 
 def _multi(df: DataFrame) -> DataFrame:
-    return (df.withWatermark("ts", "5 seconds").dropDuplicatesWithinWatermark(["user"])
-            .groupBy(F.window("ts", "10 seconds"), "grp").agg(F.count(F.lit(1)), F.sum("amount")))
+    return (
+        df.withWatermark("ts", "5 seconds")
+        .dropDuplicatesWithinWatermark(["user"])
+        .groupBy(F.window("ts", "10 seconds"), "grp")
+        .agg(F.count(F.lit(1)), F.sum("amount"))
+    )
 
 
 def _apply_in_pandas(df: DataFrame) -> DataFrame:
@@ -187,8 +206,12 @@ def _apply_in_pandas(df: DataFrame) -> DataFrame:
 
     # pyspark 4.3 cannot parse an array in this state schema (KeyError 'elementType')
     return df.groupBy("grp").applyInPandasWithState(
-        update, "grp string, count long", "total double, n long, last string, tags string",
-        "update", GroupStateTimeout.NoTimeout)
+        update,
+        "grp string, count long",
+        "total double, n long, last string, tags string",
+        "update",
+        GroupStateTimeout.NoTimeout,
+    )
 
 
 FMGWS_TIMEOUT_BASE_S = T0 + 100  # timeouts of the query below lie after every event
@@ -207,16 +230,23 @@ def _apply_in_pandas_timeout(df: DataFrame) -> DataFrame:
         state.setTimeoutTimestamp((FMGWS_TIMEOUT_BASE_S + count) * 1000)
         yield pd.DataFrame({"grp": [key[0]], "count": [count]})
 
-    return df.withWatermark("ts", "2 seconds").groupBy("grp").applyInPandasWithState(
-        update, "grp string, count long", "n long", "update", GroupStateTimeout.EventTimeTimeout)
+    return (
+        df.withWatermark("ts", "2 seconds")
+        .groupBy("grp")
+        .applyInPandasWithState(
+            update, "grp string, count long", "n long", "update", GroupStateTimeout.EventTimeTimeout
+        )
+    )
 
 
 def _join(how: str) -> Callable[[DataFrame, DataFrame], DataFrame]:
     def build(left: DataFrame, right: DataFrame) -> DataFrame:
         left = left.where("n % 3 != 1").select(
-            F.col("ts").alias("lts"), F.col("grp").alias("lgrp"), F.col("n").alias("lid"), "amount", "price")
+            F.col("ts").alias("lts"), F.col("grp").alias("lgrp"), F.col("n").alias("lid"), "amount", "price"
+        )
         right = right.where("n % 2 = 0").select(
-            F.col("ts").alias("rts"), F.col("grp").alias("rgrp"), F.col("n").alias("rid"), "tag")
+            F.col("ts").alias("rts"), F.col("grp").alias("rgrp"), F.col("n").alias("rid"), "tag"
+        )
         left = left.withWatermark("lts", "5 seconds")
         right = right.withWatermark("rts", "5 seconds")
         cond = F.expr("lgrp = rgrp AND rts BETWEEN lts - interval 4 seconds AND lts + interval 4 seconds")
@@ -231,8 +261,18 @@ def _join_batches() -> list[list[dict]]:
     for b in range(6):
         rows = []
         for i in range(8):
-            rows.append({"ts": T0 + b * 8 + (i // 2) * 2, "user": "u", "grp": None if i == 7 else "ab"[(i // 2) % 2],
-                         "n": b * 10 + i, "amount": b * i, "price": 1.0 * i, "ok": True, "tag": f"t{i}"})
+            rows.append(
+                {
+                    "ts": T0 + b * 8 + (i // 2) * 2,
+                    "user": "u",
+                    "grp": None if i == 7 else "ab"[(i // 2) % 2],
+                    "n": b * 10 + i,
+                    "amount": b * i,
+                    "price": 1.0 * i,
+                    "ok": True,
+                    "tag": f"t{i}",
+                }
+            )
         batches.append(rows)
     return batches
 
@@ -279,8 +319,9 @@ def _transform_with_state(df: DataFrame) -> DataFrame:
         def close(self) -> None:
             pass
 
-    return df.groupBy("grp").transformWithStateInPandas(Tracker(), "grp string, visits long", "Update",
-                                                        "ProcessingTime")
+    return df.groupBy("grp").transformWithStateInPandas(
+        Tracker(), "grp string, visits long", "Update", "ProcessingTime"
+    )
 
 
 def _types_batches() -> list[list[dict]]:
@@ -301,7 +342,7 @@ _TYPED_COLUMNS = {
     "k_bool": "n % 2 = 0",
     "k_dec": "cast(n * 12.34 as decimal(10,2))",
     "k_bigdec": "cast(concat(if(n % 3 = 0, '-', ''), '12345678901234567890123456', lpad(n, 2, '0'), "
-                "'.0123456789') as decimal(38,10))",
+    "'.0123456789') as decimal(38,10))",
     "k_date": "date_add(date'2024-02-29', n)",
     "k_ntz": "to_timestamp_ntz('2024-01-02 03:04:05.123456') + make_dt_interval(n)",
     "k_bin": "encode(concat('bin', n), 'utf-8')",
@@ -359,22 +400,22 @@ def _exotic(df: DataFrame) -> DataFrame:
     )
 
 
-HDFS = {"spark.sql.streaming.stateStore.providerClass":
-        "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"}
+STATE_PACKAGE = "org.apache.spark.sql.execution.streaming.state"
+HDFS = {"spark.sql.streaming.stateStore.providerClass": f"{STATE_PACKAGE}.HDFSBackedStateStoreProvider"}
 
 QUERIES: dict[str, Query] = {
     "agg_window": Query(_window_agg, confs=HDFS),
     "agg_fmt1": Query(_plain_agg, confs={**HDFS, "spark.sql.streaming.aggregation.stateFormatVersion": "1"}),
     "agg_fmt2": Query(_plain_agg, confs=HDFS),
     "agg_zstd": Query(_window_agg, confs={**HDFS, "spark.sql.streaming.stateStore.compression.codec": "zstd"}),
-    "agg_snappy": Query(_window_agg,
-                        confs={**HDFS, "spark.sql.streaming.stateStore.compression.codec": "snappy"}),
+    "agg_snappy": Query(_window_agg, confs={**HDFS, "spark.sql.streaming.stateStore.compression.codec": "snappy"}),
     "agg_lzf": Query(_window_agg, confs={**HDFS, "spark.sql.streaming.stateStore.compression.codec": "lzf"}),
     "types": Query(_typed, confs=HDFS, batches=_types_batches, schema=TYPES_SCHEMA),
     "exotic_types": Query(_exotic, confs=HDFS, batches=_types_batches, schema=TYPES_SCHEMA),
     # eight state partitions, so that a lookup visibly reads few of them
-    "lookup_types": Query(_lookup_keys, confs={**HDFS, "spark.sql.shuffle.partitions": "8"}, batches=_types_batches,
-                          schema=TYPES_SCHEMA),
+    "lookup_types": Query(
+        _lookup_keys, confs={**HDFS, "spark.sql.shuffle.partitions": "8"}, batches=_types_batches, schema=TYPES_SCHEMA
+    ),
     "join_inner": Query(_join("inner"), output_mode="append", confs=HDFS, sources=2),
     "join_left_outer": Query(_join("left_outer"), output_mode="append", confs=HDFS, sources=2),
     "join_right_outer": Query(_join("right_outer"), output_mode="append", confs=HDFS, sources=2),
@@ -385,36 +426,55 @@ QUERIES: dict[str, Query] = {
     "multi": Query(_multi, output_mode="append", confs=HDFS, operators=2),
     "apply_in_pandas": Query(_apply_in_pandas, confs=HDFS),
     "apply_in_pandas_fmt1": Query(
-        _apply_in_pandas, confs={**HDFS, "spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion": "1"}),
+        _apply_in_pandas, confs={**HDFS, "spark.sql.streaming.flatMapGroupsWithState.stateFormatVersion": "1"}
+    ),
 }
 
 
 # --- RocksDB provider variants of the queries above -------------------------------
 
-ROCKSDB = {"spark.sql.streaming.stateStore.providerClass":
-           "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"}
+ROCKSDB = {"spark.sql.streaming.stateStore.providerClass": f"{STATE_PACKAGE}.RocksDBStateStoreProvider"}
 ROCKSDB_CHANGELOG = {**ROCKSDB, "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}
 # checkpoint format 2 needs changelog checkpointing; Spark's reader needs the conf in the reading session
 CHECKPOINT_V2 = {"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"}
 
 
 def _with(query: Query, confs: dict[str, str]) -> Query:
-    return Query(query.build, output_mode=query.output_mode, confs={**query.confs, **confs},
-                 batches=query.batches, schema=query.schema, operators=query.operators, sources=query.sources,
-                 processing_time=query.processing_time)
+    return Query(
+        query.build,
+        output_mode=query.output_mode,
+        confs={**query.confs, **confs},
+        batches=query.batches,
+        schema=query.schema,
+        operators=query.operators,
+        sources=query.sources,
+        processing_time=query.processing_time,
+    )
 
 
 # The single-store operator queries above, each with RocksDB without and with
 # changelog checkpointing. The codec only matters for changelog files.
-ROCKSDB_BASE_QUERIES = ("agg_window", "agg_fmt1", "agg_fmt2", "types", "dedup", "dedup_within", "session_window",
-                        "limit", "multi", "apply_in_pandas", "apply_in_pandas_fmt1")
+ROCKSDB_BASE_QUERIES = (
+    "agg_window",
+    "agg_fmt1",
+    "agg_fmt2",
+    "types",
+    "dedup",
+    "dedup_within",
+    "session_window",
+    "limit",
+    "multi",
+    "apply_in_pandas",
+    "apply_in_pandas_fmt1",
+)
 for _name in ROCKSDB_BASE_QUERIES:
     QUERIES[f"rocksdb_{_name}"] = _with(QUERIES[_name], ROCKSDB)
     QUERIES[f"rocksdb_cl_{_name}"] = _with(QUERIES[_name], ROCKSDB_CHANGELOG)
 QUERIES["rocksdb_lookup_types"] = _with(QUERIES["lookup_types"], ROCKSDB)
 QUERIES["rocksdb_cl_agg_zstd"] = _with(QUERIES["agg_zstd"], ROCKSDB_CHANGELOG)
 QUERIES["rocksdb_cl_checksum_agg_window"] = _with(
-    QUERIES["agg_window"], {**ROCKSDB_CHANGELOG, "spark.sql.streaming.stateStore.rowChecksum.enabled": "true"})
+    QUERIES["agg_window"], {**ROCKSDB_CHANGELOG, "spark.sql.streaming.stateStore.rowChecksum.enabled": "true"}
+)
 
 # Checkpoint format 2 (RocksDB + changelog): kept apart from QUERIES because Spark's
 # reader fails on these unless the reading session sets the conf as well.
@@ -426,20 +486,32 @@ CHECKPOINT_V2_QUERIES: dict[str, Query] = {
 
 # transformWithState runs on RocksDB only
 QUERIES["tws"] = Query(_transform_with_state, confs=ROCKSDB_CHANGELOG, processing_time="1 second")
-QUERIES["tws_avro"] = Query(_transform_with_state, processing_time="1 second",
-                            confs={**ROCKSDB_CHANGELOG, "spark.sql.streaming.stateStore.encodingFormat": "avro"})
+QUERIES["tws_avro"] = Query(
+    _transform_with_state,
+    processing_time="1 second",
+    confs={**ROCKSDB_CHANGELOG, "spark.sql.streaming.stateStore.encodingFormat": "avro"},
+)
 
 # stream-stream join state format 2 on RocksDB with changelogs: four stores in sub-directories, each with changelogs
 # (named apart from the rocksdb_* queries, whose oracle reads the default store)
 QUERIES["join_left_outer_rocksdb_cl"] = _with(QUERIES["join_left_outer"], ROCKSDB_CHANGELOG)
 
 # stream-stream join state format 3: one store, a virtual column family per join store
-QUERIES["join_v3"] = Query(_join("inner"), output_mode="append", sources=2,
-                           confs={**ROCKSDB_CHANGELOG, "spark.sql.streaming.join.stateFormatVersion": "3"})
+QUERIES["join_v3"] = Query(
+    _join("inner"),
+    output_mode="append",
+    sources=2,
+    confs={**ROCKSDB_CHANGELOG, "spark.sql.streaming.join.stateFormatVersion": "3"},
+)
 
 # stream-stream join state format 4 (4.3): event time in the keys, lists of rows as values
-QUERIES["join_v4"] = Query(_join("left_outer"), output_mode="append", sources=2, batches=_join_batches,
-                           confs={**ROCKSDB_CHANGELOG, "spark.sql.streaming.join.stateFormatVersion": "4"})
+QUERIES["join_v4"] = Query(
+    _join("left_outer"),
+    output_mode="append",
+    sources=2,
+    batches=_join_batches,
+    confs={**ROCKSDB_CHANGELOG, "spark.sql.streaming.join.stateFormatVersion": "4"},
+)
 
 # flatMapGroupsWithState state format 1 with timeouts: Spark's reader fails on these
 # (the timeout is a long under an int in the schema), so they are not in QUERIES. Only
@@ -455,10 +527,10 @@ FMGWS_TIMEOUT_QUERIES: dict[str, Query] = {
 
 AVRO_TWS_SCHEMAS = {
     "scalars": "s string, i int, l bigint, f float, d double, small decimal(5,2), "
-               "big decimal(38,10), ok boolean, raw binary, day date, at timestamp, ntz timestamp_ntz",
+    "big decimal(38,10), ok boolean, raw binary, day date, at timestamp, ntz timestamp_ntz",
     "nested": "tags array<string>, readings array<bigint>, pts array<struct<x int, y string>>, "
-              "grid array<array<int>>, attrs map<string, double>, "
-              "inner struct<first string, sizes array<int>, deep struct<a int, b string>>",
+    "grid array<array<int>>, attrs map<string, double>, "
+    "inner struct<first string, sizes array<int>, deep struct<a int, b string>>",
     "items": "n int, vals array<double>, info struct<name string, sizes array<int>>",
     "bymap_key": "tag string, day date, big decimal(20,3), who struct<u string, n int>",
     "bymap": "vals array<double>, peak float, m map<string, array<int>>, at timestamp",
@@ -482,28 +554,54 @@ def _avro_processor(rows_api: bool):
         price = None if price is None or (price != price and n % 3 == 0) else float(price)  # NaN or null
         odd = n % 2 == 1
         utc = datetime.timezone.utc
-        at = datetime.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=utc) if odd else \
-            datetime.datetime(2024, 2, 29, 12, 0, 0, n, tzinfo=utc)
+        at = (
+            datetime.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=utc)
+            if odd
+            else datetime.datetime(2024, 2, 29, 12, 0, 0, n, tzinfo=utc)
+        )
         day = datetime.date(1969, 12, 31) if n % 3 == 0 else datetime.date(2024, 2, 29) + datetime.timedelta(days=n)
         big = decimal.Decimal(f"{'-' if odd else ''}1234567890123456789012345678.{n:010d}")
-        scalars = (user, -(2 ** 31) if odd else 2 ** 31 - 1,
-                   -(2 ** 63) if odd else 2 ** 63 - 1, None if price is None else min(price, 3.0e38), price,
-                   decimal.Decimal(f"{'-' if odd else ''}{n % 1000}.{n % 100:02d}"), None if n % 5 == 0 else big,
-                   None if n % 3 == 2 else odd, b"" if n % 4 == 0 else bytes([0, 255, n % 256]), day, at,
-                   datetime.datetime(2024, 1, 2, 3, 4, 5, n) if not odd else None)
+        scalars = (
+            user,
+            -(2**31) if odd else 2**31 - 1,
+            -(2**63) if odd else 2**63 - 1,
+            None if price is None else min(price, 3.0e38),
+            price,
+            decimal.Decimal(f"{'-' if odd else ''}{n % 1000}.{n % 100:02d}"),
+            None if n % 5 == 0 else big,
+            None if n % 3 == 2 else odd,
+            b"" if n % 4 == 0 else bytes([0, 255, n % 256]),
+            day,
+            at,
+            datetime.datetime(2024, 1, 2, 3, 4, 5, n) if not odd else None,
+        )
         deep = (n, None) if odd else (None, user)
-        readings = None if n % 4 == 1 else [int(row["amount"]), -1, 2 ** 40]
-        nested = ([] if n % 3 == 0 else ["", "héllo 日本", tag], readings,
-                  [(n, user), (None, "")], [[n], [], [1, 2, 3]],
-                  {} if n % 5 == 0 else {"a": price if price is not None else -0.0, "日本": float("inf")},
-                  None if n % 7 == 6 else (user, [n, n + 1], deep))
+        readings = None if n % 4 == 1 else [int(row["amount"]), -1, 2**40]
+        nested = (
+            [] if n % 3 == 0 else ["", "héllo 日本", tag],
+            readings,
+            [(n, user), (None, "")],
+            [[n], [], [1, 2, 3]],
+            {} if n % 5 == 0 else {"a": price if price is not None else -0.0, "日本": float("inf")},
+            None if n % 7 == 6 else (user, [n, n + 1], deep),
+        )
         item = (n, [price if price is not None else 0.0, float("-inf")], (tag, [] if odd else [n]))
         bymap_key = (tag, day, decimal.Decimal(f"{n}.125"), (user, n % 3))
-        bymap = ([] if odd else [price if price is not None else 1.5], -0.0 if odd else float("nan"),
-                 {"x": [n], "": []}, at)
+        bymap = (
+            [] if odd else [price if price is not None else 1.5],
+            -0.0 if odd else float("nan"),
+            {"x": [n], "": []},
+            at,
+        )
         plainmap = (n, [(user, ["b", ""]), (None, [])])
-        return {"scalars": scalars, "nested": nested, "item": item, "bymap_key": bymap_key, "bymap": bymap,
-                "plainmap": plainmap}
+        return {
+            "scalars": scalars,
+            "nested": nested,
+            "item": item,
+            "bymap_key": bymap_key,
+            "bymap": bymap,
+            "plainmap": plainmap,
+        }
 
     class AvroTypes(StatefulProcessor):
         def init(self, handle) -> None:
@@ -547,13 +645,15 @@ def _avro_processor(rows_api: bool):
 
 
 def _avro_tws(df: DataFrame) -> DataFrame:
-    return df.groupBy("grp").transformWithStateInPandas(_avro_processor(False), "grp string, seen long", "Update",
-                                                        "ProcessingTime")
+    return df.groupBy("grp").transformWithStateInPandas(
+        _avro_processor(False), "grp string, seen long", "Update", "ProcessingTime"
+    )
 
 
 def _avro_tws_rows(df: DataFrame) -> DataFrame:
-    return df.groupBy("grp").transformWithState(_avro_processor(True), "grp string, seen long", "Update",
-                                                "ProcessingTime")
+    return df.groupBy("grp").transformWithState(
+        _avro_processor(True), "grp string, seen long", "Update", "ProcessingTime"
+    )
 
 
 AVRO = {**ROCKSDB_CHANGELOG, "spark.sql.streaming.stateStore.encodingFormat": "avro"}
@@ -608,9 +708,13 @@ def _avro_event_time_tws(df: DataFrame) -> DataFrame:
         def close(self) -> None:
             pass
 
-    return (df.withWatermark("ts", "5 seconds").groupBy("user")
-            .transformWithStateInPandas(Expiring(), "user string, event string, visits long, amount long", "Update",
-                                        "EventTime"))
+    return (
+        df.withWatermark("ts", "5 seconds")
+        .groupBy("user")
+        .transformWithStateInPandas(
+            Expiring(), "user string, event string, visits long, amount long", "Update", "EventTime"
+        )
+    )
 
 
 QUERIES["tws_avro_event_time"] = Query(_avro_event_time_tws, confs=AVRO)

@@ -79,8 +79,12 @@ def test_every_module_has_a_layer():
 
 
 def test_no_module_imports_from_a_layer_above_its_own():
-    upward = [f"{source} -> {target}" for source, targets in _graph().items() for target in sorted(targets)
-              if target != "state_reader" and _rank(target) > _rank(source)]
+    upward = [
+        f"{source} -> {target}"
+        for source, targets in _graph().items()
+        for target in sorted(targets)
+        if target != "state_reader" and _rank(target) > _rank(source)
+    ]
     assert not upward, "imports that reach up a layer:\n" + "\n".join(upward)
 
 
@@ -95,7 +99,7 @@ def test_no_import_cycles():
         state[node] = 1
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                cycles.append([*stack[stack.index(nxt):], nxt])
+                cycles.append([*stack[stack.index(nxt) :], nxt])
             elif nxt not in state:
                 visit(nxt, [*stack, nxt])
         state[node] = 2

@@ -68,8 +68,12 @@ def test_overview_text_and_json(agg):
         assert fragment in proc.stdout
     info = run_json("overview", agg)
     committed = sorted(int(n) for n in os.listdir(os.path.join(agg, "commits")) if n.isdigit())
-    assert info["batches"] == {"first": committed[0], "last": committed[-1], "count": len(committed),
-                               "latest_committed": committed[-1]}
+    assert info["batches"] == {
+        "first": committed[0],
+        "last": committed[-1],
+        "count": len(committed),
+        "latest_committed": committed[-1],
+    }
     assert info["provider"] == "hdfs" and info["codec"] == "lz4"
     assert info["state_format_versions"]["aggregation"] == 2
     assert info["shuffle_partitions"] == 2
@@ -93,9 +97,11 @@ def test_metadata_is_a_hidden_alias_of_overview(agg):
 def test_cheap_commands_import_only_what_they_use(agg):
     """A cold start is mostly imports: `overview` on a local checkpoint loads no pandas, numba, pyspark,
     fsspec or pyarrow.compute, `--help` no numpy either."""
-    probe = ("import sys; from state_reader.fronts.cli import main; code = main(sys.argv[1:]); "
-             "print(sorted(m for m in ('pandas', 'numba', 'pyspark', 'numpy', 'pyarrow', 'pyarrow.compute', "
-             "'fsspec', 'matplotlib') if m in sys.modules))")
+    probe = (
+        "import sys; from state_reader.fronts.cli import main; code = main(sys.argv[1:]); "
+        "print(sorted(m for m in ('pandas', 'numba', 'pyspark', 'numpy', 'pyarrow', 'pyarrow.compute', "
+        "'fsspec', 'matplotlib') if m in sys.modules))"
+    )
     loaded = {}
     for args in (["overview", agg], ["--help"]):
         proc = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120)
@@ -111,7 +117,11 @@ def test_overview_before_spark_4_is_inferred():
     assert [o["operator_name"] for o in info["operators"]] == ["sessionWindowStateStoreSaveExec"]
     joins = run_json("overview", SPARK35 / "join_inner_hdfs")
     assert sorted(s["store_name"] for s in joins["operators"][0]["stores"]) == [
-        "left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue"]
+        "left-keyToNumValues",
+        "left-keyWithIndexToValue",
+        "right-keyToNumValues",
+        "right-keyWithIndexToValue",
+    ]
     text = run("overview", SPARK35 / "agg_window_rocksdb").stdout
     assert "rocksdb" in text and "inferred from files" in text
 
@@ -170,8 +180,9 @@ def test_bad_input_exits_1_with_one_line(agg, tmp_path):
 
 
 def test_python_dash_m_and_help():
-    proc = subprocess.run([sys.executable, "-m", "state_reader", "--version"], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "state_reader", "--version"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0 and state_reader.__version__ in proc.stdout
     bare = run()
     assert bare.returncode == 0 and "overview" in bare.stdout and "verify" in bare.stdout
@@ -310,9 +321,13 @@ def test_progress_bar_only_on_a_terminal(agg):
     quiet = run("verify", agg, env={"STATE_READER_PROGRESS_DELAY": "0"})
     assert quiet.returncode == 0 and quiet.stderr == ""
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([*_script(), "verify", agg], stdin=follower, stdout=follower, stderr=follower,
-                            env={**os.environ, "STATE_READER_PROGRESS_DELAY": "0", "STATE_READER_PROGRESS": "",
-                                 "COLUMNS": "120"})
+    proc = subprocess.Popen(
+        [*_script(), "verify", agg],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env={**os.environ, "STATE_READER_PROGRESS_DELAY": "0", "STATE_READER_PROGRESS": "", "COLUMNS": "120"},
+    )
     os.close(follower)
     chunks = []
     try:
@@ -338,8 +353,9 @@ def test_export_api_matches_table(agg, tmp_path):
     from state_reader.inspect.export import export_state
 
     plan = plan_state_read(from_kwargs(agg, {"batch_id": 1}))
-    result = export_state(plan, str(tmp_path / "b1.parquet"), key_filter=lambda k: pc.is_valid(k.field("user")),
-                          show_progress=False)
+    result = export_state(
+        plan, str(tmp_path / "b1.parquet"), key_filter=lambda k: pc.is_valid(k.field("user")), show_progress=False
+    )
     expected = state_reader.read_state(agg, batch_id=1)
     expected = expected.filter(pc.is_valid(pc.struct_field(expected.column("key"), [1])))
     assert result.rows == expected.num_rows
@@ -353,10 +369,15 @@ def test_export_api_matches_table(agg, tmp_path):
 @pytest.mark.parametrize("name", ["join_v3", "join_v4"])
 def test_join_column_families_in_stats_verify_and_show(checkpoints, name):
     path = checkpoints(name)
-    families = {"join_v3": ["left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues",
-                            "right-keyWithIndexToValue"],
-                "join_v4": ["left-keyWithTsToValues", "left-tsWithKey", "right-keyWithTsToValues",
-                            "right-tsWithKey"]}[name]
+    families = {
+        "join_v3": [
+            "left-keyToNumValues",
+            "left-keyWithIndexToValue",
+            "right-keyToNumValues",
+            "right-keyWithIndexToValue",
+        ],
+        "join_v4": ["left-keyWithTsToValues", "left-tsWithKey", "right-keyWithTsToValues", "right-tsWithKey"],
+    }[name]
     # each join store is measured and verified on its own, although all live in one RocksDB store
     doc = run_json("stats", path)
     assert sorted({p["store_name"] for p in doc["partitions"]}) == sorted(families)
@@ -381,8 +402,11 @@ def test_show_with_a_limit_does_not_hide_an_unreadable_partition(checkpoints, tm
     latest = max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
     version = latest + 1
     last = cp / "state" / "0" / "1"
-    removed = [p for p in last.iterdir() if p.name.split(".")[0] == str(version) or p.name.lstrip(".").split(".")[0]
-               == str(version)]
+    removed = [
+        p
+        for p in last.iterdir()
+        if p.name.split(".")[0] == str(version) or p.name.lstrip(".").split(".")[0] == str(version)
+    ]
     assert removed
     for p in removed:
         p.unlink()

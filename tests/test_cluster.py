@@ -18,8 +18,14 @@ HERE = Path(__file__).resolve().parent
 def test_local_cluster_matches_builtin(checkpoints, tmp_path):
     path = checkpoints("agg_window")
     env = dict(os.environ, SPARK_WORKER_DIR=str(tmp_path / "work"), SPARK_LOCAL_DIRS=str(tmp_path / "local"))
-    proc = subprocess.run([sys.executable, str(HERE / "cluster_read.py"), path, "batchId=3"],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=HERE)
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "cluster_read.py"), path, "batchId=3"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=HERE,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["partitions"] == 2  # one Spark partition per state partition

@@ -46,9 +46,14 @@ def _with_confs(checkpoint: str, target: Path, drop: tuple[str, ...] = (), put: 
 def test_provider_names_one_mapping():
     assert PROVIDER_NAMES == {"hdfs": HDFS_PROVIDER, "rocksdb": ROCKSDB_PROVIDER}
     assert [provider_name(c) for c in (HDFS_PROVIDER, ROCKSDB_PROVIDER, "com.example.Other", None)] == [
-        "hdfs", "rocksdb", None, None]
-    help_text = subprocess.run([sys.executable, "-m", "state_reader", "rewrite", "--help"], capture_output=True,
-                               text=True, timeout=120).stdout
+        "hdfs",
+        "rocksdb",
+        None,
+        None,
+    ]
+    help_text = subprocess.run(
+        [sys.executable, "-m", "state_reader", "rewrite", "--help"], capture_output=True, text=True, timeout=120
+    ).stdout
     assert "[hdfs|rocksdb]" in help_text  # the command line offers the same names
 
 
@@ -88,15 +93,22 @@ def test_join_state_format_from_operator_metadata(checkpoints, tmp_path):
     cp = _with_confs(checkpoints("join_left_outer_rocksdb_cl"), tmp_path / "cp", put={CONF_JOIN_FORMAT: "3"})
     report = state_reader.rewrite(cp, dry_run=True)
     assert sorted(s.store_name for s in report.stores) == sorted(JOIN_STORES)
-    assert sum(s.rows for s in report.stores) == sum(
-        state_reader.read_state(cp, store_name=s).num_rows for s in JOIN_STORES) > 0
+    assert (
+        sum(s.rows for s in report.stores)
+        == sum(state_reader.read_state(cp, store_name=s).num_rows for s in JOIN_STORES)
+        > 0
+    )
 
 
 def test_one_copy_in_the_source():
     """The decisions above are written once: a second copy of their words in the package is a second owner."""
     package = Path(state_reader.__file__).parent
-    owners = {'"KiB"': "units.py", '"spark.sql.shuffle.partitions"': "conf.py",
-              '"hdfs": ': "conf.py", '"RocksDB" in': None}
+    owners = {
+        '"KiB"': "units.py",
+        '"spark.sql.shuffle.partitions"': "conf.py",
+        '"hdfs": ': "conf.py",
+        '"RocksDB" in': None,
+    }
     for path in package.rglob("*.py"):
         text = path.read_text()
         for words, owner in owners.items():

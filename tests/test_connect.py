@@ -39,9 +39,14 @@ def _free_port() -> int:
 def _start_server(tmp: Path, java_options: str | None) -> tuple[subprocess.Popen, int]:
     port = _free_port()
     spark_home = Path(pyspark.__file__).parent
-    confs = {"spark.connect.grpc.binding.port": str(port), "spark.connect.grpc.binding.address": "127.0.0.1",
-             "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-             "spark.sql.session.timeZone": "UTC", "spark.driver.memory": "1g"}
+    confs = {
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.memory": "1g",
+    }
     if java_options:
         confs["spark.driver.extraJavaOptions"] = java_options
     command = [str(spark_home / "bin" / "spark-submit"), "--master", "local[2]", "--class", SERVER_CLASS]
@@ -70,8 +75,9 @@ def connect(request, tmp_path_factory):
     # the Connect client's own builder: pyspark's refuses a remote session beside this suite's classic one
     from pyspark.sql.connect.session import SparkSession
 
-    process, port = _start_server(tmp_path_factory.mktemp("connect"),
-                                  JAVA_OPTION_FIX if request.param == "configured" else None)
+    process, port = _start_server(
+        tmp_path_factory.mktemp("connect"), JAVA_OPTION_FIX if request.param == "configured" else None
+    )
     session = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
     try:
         state_reader.register(session)
@@ -121,9 +127,11 @@ def test_metadata_through_connect_equals_classic(spark, checkpoints, connect):
     _, remote = connect
     path = checkpoints("rocksdb_cl_multi")
     builtin = spark.read.format("state-metadata").load(path)
-    for frame in (remote.read.format("state_reader.state-metadata").load(path),
-                  remote.sql(f"SELECT * FROM read_state_metadata('{path}')"),
-                  state_reader.spark.read_metadata(remote, path)):
+    for frame in (
+        remote.read.format("state_reader.state-metadata").load(path),
+        remote.sql(f"SELECT * FROM read_state_metadata('{path}')"),
+        state_reader.spark.read_metadata(remote, path),
+    ):
         assert frame.schema.json() == builtin.schema.json()
         assert spark_rows(frame) == spark_rows(builtin)
 

@@ -51,8 +51,12 @@ def test_change_feed_and_sliced_tables_keep_every_field(agg):
 
 def test_parquet_export_keeps_every_field(agg, tmp_path):
     out = tmp_path / "state.parquet"
-    proc = subprocess.run([sys.executable, "-m", "state_reader", "export", agg, "--to", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "state_reader", "export", agg, "--to", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     exported = pq.read_table(out)
     names = _value_names(state_reader.read_state(agg, exact_schema=True))

@@ -24,8 +24,9 @@ def _delta(checkpoints, name: str) -> bytes:
     return (Path(checkpoints(name)) / "state" / "0" / "0" / "1.delta").read_bytes()
 
 
-@pytest.mark.parametrize(("name", "codec"), [("agg_window", "lz4"), ("agg_zstd", "zstd"),
-                                             ("agg_snappy", "snappy"), ("agg_lzf", "lzf")])
+@pytest.mark.parametrize(
+    ("name", "codec"), [("agg_window", "lz4"), ("agg_zstd", "zstd"), ("agg_snappy", "snappy"), ("agg_lzf", "lzf")]
+)
 def test_codecs_decode_real_files(checkpoints, name, codec):
     raw = _delta(checkpoints, name)
     assert codecs.sniff(raw) == codec
@@ -44,7 +45,7 @@ def test_lz4_block_checksum_is_verified(checkpoints):
         codecs.decompress(bytes(raw), "lz4", "1.delta")
     clean = _delta(checkpoints, "agg_window")
     checksum_at = 17
-    bad = clean[:checksum_at] + bytes([clean[checksum_at] ^ 1]) + clean[checksum_at + 1:]
+    bad = clean[:checksum_at] + bytes([clean[checksum_at] ^ 1]) + clean[checksum_at + 1 :]
     with pytest.raises(errors.ChecksumMismatchError, match="checksum"):
         codecs.decompress(bad, "lz4", "1.delta")
 
@@ -77,16 +78,17 @@ def test_framing_errors():
 
 
 # The delta of spec §2.2 (a groupBy("grp") aggregation, state format 1), as Spark wrote it.
-SPEC_KEY = bytes.fromhex("0000000000000000" "0100000010000000" "6100000000000000")
-SPEC_VALUE = bytes.fromhex("0000000000000000" "0100000020000000" "0200000000000000"
-                           "0300000000000000" "6100000000000000")
+SPEC_KEY = bytes.fromhex("000000000000000001000000100000006100000000000000")
+SPEC_VALUE = bytes.fromhex("00000000000000000100000020000000020000000000000003000000000000006100000000000000")
 
 
 def test_unsaferow_spec_example():
     key_schema = parse_struct('{"type":"struct","fields":[{"name":"grp","type":"string","nullable":true}]}', "k")
     value_schema = parse_struct(
         '{"type":"struct","fields":[{"name":"grp","type":"string","nullable":true},'
-        '{"name":"count","type":"long","nullable":false},{"name":"sum","type":"long","nullable":true}]}', "v")
+        '{"name":"count","type":"long","nullable":false},{"name":"sum","type":"long","nullable":true}]}',
+        "v",
+    )
     keys = decode_rows(RowBuffer.from_rows([SPEC_KEY], "k"), key_schema)
     values = decode_rows(RowBuffer.from_rows([SPEC_VALUE], "v"), value_schema)
     assert keys.field(0).to_pylist() == ["a"]
@@ -95,10 +97,13 @@ def test_unsaferow_spec_example():
 
 def test_unsaferow_array_spec_example():
     # array(0, 1, null) of ints inside a one-field row
-    array = bytes.fromhex("0300000000000000" "0400000000000000" "0000000001000000" "0000000000000000")
+    array = bytes.fromhex("0300000000000000040000000000000000000000010000000000000000000000")
     row = bytes.fromhex("0000000000000000") + struct.pack("<II", len(array), 16) + array
-    schema = parse_struct('{"type":"struct","fields":[{"name":"a","type":{"type":"array",'
-                          '"elementType":"integer","containsNull":true},"nullable":true}]}', "s")
+    schema = parse_struct(
+        '{"type":"struct","fields":[{"name":"a","type":{"type":"array",'
+        '"elementType":"integer","containsNull":true},"nullable":true}]}',
+        "s",
+    )
     assert decode_rows(RowBuffer.from_rows([row], "r"), schema).field(0).to_pylist() == [[0, 1, None]]
 
 
@@ -109,8 +114,11 @@ def test_unsaferow_rejects_rows_that_do_not_fit():
         decode_rows(RowBuffer.from_rows([too_long], "bad.delta"), schema)
     with pytest.raises(errors.RowDecodeError, match="fixed bytes"):
         decode_rows(RowBuffer.from_rows([bytes(8)], "bad.delta"), schema)
-    array_schema = parse_struct('{"type":"struct","fields":[{"name":"a","type":{"type":"array",'
-                                '"elementType":"long","containsNull":true},"nullable":true}]}', "s")
+    array_schema = parse_struct(
+        '{"type":"struct","fields":[{"name":"a","type":{"type":"array",'
+        '"elementType":"long","containsNull":true},"nullable":true}]}',
+        "s",
+    )
     huge = bytes(8) + struct.pack("<II", 16, 16) + struct.pack("<q", 2**40) + bytes(8)
     with pytest.raises(errors.RowDecodeError, match="elements"):
         decode_rows(RowBuffer.from_rows([huge], "bad.delta"), array_schema)
@@ -126,8 +134,10 @@ def _typed_state(checkpoints) -> tuple[pa.StructArray, pa.StructArray]:
         state = HDFSStore(Storage(str(root)), f"state/0/{part}", "lz4").load(version)
         keys += list(state)
         values += list(state.values())
-    return (decode_rows(RowBuffer.from_rows(keys, "k"), key_schema),
-            decode_rows(RowBuffer.from_rows(values, "v"), value_schema))
+    return (
+        decode_rows(RowBuffer.from_rows(keys, "k"), key_schema),
+        decode_rows(RowBuffer.from_rows(values, "v"), value_schema),
+    )
 
 
 def _column(struct_array: pa.StructArray, name: str) -> list:

@@ -26,18 +26,26 @@ BATCHES = 10
 
 
 def _rows(keys_per_batch, event_time=lambda b, i: T0 + b * 10 + i):
-    return lambda: [[{"ts": event_time(b, i), "k": key, "v": b * 100 + i} for i, key in enumerate(keys_per_batch(b))]
-                    for b in range(BATCHES)]
+    return lambda: [
+        [{"ts": event_time(b, i), "k": key, "v": b * 100 + i} for i, key in enumerate(keys_per_batch(b))]
+        for b in range(BATCHES)
+    ]
 
 
 def _new_keys(b: int) -> list[str]:
     return [f"k{b}-{i}" for i in range(6)]
 
 
-def _run(spark, tmp_path: Path, name: str, build, *, output_mode: str = "update", confs: dict | None = None,
-         batches=None) -> str:
-    query = Query(build, output_mode=output_mode, confs={**HDFS, **(confs or {})}, schema=SCHEMA,
-                  batches=batches or _rows(_new_keys))
+def _run(
+    spark, tmp_path: Path, name: str, build, *, output_mode: str = "update", confs: dict | None = None, batches=None
+) -> str:
+    query = Query(
+        build,
+        output_mode=output_mode,
+        confs={**HDFS, **(confs or {})},
+        schema=SCHEMA,
+        batches=batches or _rows(_new_keys),
+    )
     return run_query(spark, query, tmp_path / name)
 
 
@@ -61,8 +69,13 @@ def test_expired_rows_complete_mode_against_update_mode(spark, tmp_path):
 
 def test_never_evicted_dedup_without_watermark(spark, tmp_path):
     problem = _run(spark, tmp_path, "no_watermark", lambda df: df.dropDuplicates(["k"]), output_mode="append")
-    healthy = _run(spark, tmp_path, "watermark",
-                   lambda df: df.withWatermark("ts", "5 seconds").dropDuplicates(["k", "ts"]), output_mode="append")
+    healthy = _run(
+        spark,
+        tmp_path,
+        "watermark",
+        lambda df: df.withWatermark("ts", "5 seconds").dropDuplicates(["k", "ts"]),
+        output_mode="append",
+    )
     found = [f for f in state_reader.diagnose(problem).findings if f.kind == "never-evicted"]
     assert found and found[0].evidence["rows_latest"] > found[0].evidence["rows_first"], found
     assert "watermark" in found[0].evidence["why"]
@@ -86,7 +99,7 @@ def test_skew_when_keys_land_in_one_partition(spark, tmp_path):
     confs = {"spark.sql.shuffle.partitions": "4"}
 
     def batches(keys):
-        return _rows(lambda b: keys[b * 150:(b + 1) * 150])
+        return _rows(lambda b: keys[b * 150 : (b + 1) * 150])
 
     dedup = lambda df: df.dropDuplicates(["k"])  # noqa: E731
     problem = _run(spark, tmp_path, "hot", dedup, output_mode="append", confs=confs, batches=batches(hot))
@@ -101,19 +114,24 @@ def test_skew_when_keys_land_in_one_partition(spark, tmp_path):
 
 
 def _stats_text(path: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "state_reader", "stats", path], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "state_reader", "stats", path],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
 
 def test_long_chain_when_snapshots_are_not_written(spark, tmp_path):
     agg = lambda df: df.groupBy("k").agg(F.sum("v").alias("total"))  # noqa: E731
-    problem = _run(spark, tmp_path, "no_snapshots", agg,
-                   confs={"spark.sql.streaming.stateStore.minDeltasForSnapshot": "1000"})
+    problem = _run(
+        spark, tmp_path, "no_snapshots", agg, confs={"spark.sql.streaming.stateStore.minDeltasForSnapshot": "1000"}
+    )
     healthy = _run(spark, tmp_path, "snapshots", agg)
-    found = [f for f in state_reader.diagnose(problem, thresholds={"long-chain": 8}).findings
-             if f.kind == "long-chain"]
+    found = [f for f in state_reader.diagnose(problem, thresholds={"long-chain": 8}).findings if f.kind == "long-chain"]
     assert found and found[0].evidence["chain"] >= BATCHES, found
     assert found[0].evidence["snapshot_version"] is None
     assert "no snapshot" in found[0].summary and "none" not in found[0].summary, found[0].summary
@@ -123,8 +141,9 @@ def test_long_chain_when_snapshots_are_not_written(spark, tmp_path):
 def test_large_rows_when_state_holds_a_big_payload(spark, tmp_path):
     def build(big: bool):
         size = 1_200_000 if big else 10
-        return lambda df: (df.withColumn("payload", F.repeat(F.lit("x"), size))
-                           .groupBy("k").agg(F.max("payload").alias("payload")))
+        return lambda df: (
+            df.withColumn("payload", F.repeat(F.lit("x"), size)).groupBy("k").agg(F.max("payload").alias("payload"))
+        )
 
     problem = _run(spark, tmp_path, "big", build(True), batches=_rows(lambda b: ["one"]))
     healthy = _run(spark, tmp_path, "small", build(False), batches=_rows(lambda b: ["one"]))
@@ -194,8 +213,9 @@ def test_cli_exit_codes_json_and_thresholds(spark, tmp_path):
     assert all(f["severity"] in ("error", "warning", "info") for f in report["findings"])
     proc = subprocess.run([*exe, "doctor", healthy], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "nothing found" in proc.stdout, proc.stdout + proc.stderr
-    proc = subprocess.run([*exe, "doctor", healthy, "--threshold", "skw=2"], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [*exe, "doctor", healthy, "--threshold", "skw=2"], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 1 and "skew" in proc.stderr  # names the threshold it may have meant
     table = state_reader.diagnose(problem).table()
     assert set(table.column_names) >= {"kind", "severity", "operator_id", "store_name", "evidence", "action"}
@@ -203,8 +223,15 @@ def test_cli_exit_codes_json_and_thresholds(spark, tmp_path):
 
 def test_doctor_on_every_fixture_operator_does_not_fail(checkpoints):
     """Every operator the tests write, both providers: doctor runs through and says what it checked."""
-    for name in ("agg_window", "rocksdb_cl_agg_window", "session_window", "join_inner", "rocksdb_cl_multi",
-                 "apply_in_pandas", "tws"):
+    for name in (
+        "agg_window",
+        "rocksdb_cl_agg_window",
+        "session_window",
+        "join_inner",
+        "rocksdb_cl_multi",
+        "apply_in_pandas",
+        "tws",
+    ):
         diagnosis = state_reader.diagnose(checkpoints(name))
         assert diagnosis.checked and not any("not read" in c for c in diagnosis.checked), (name, diagnosis.checked)
 
@@ -217,21 +244,34 @@ def test_bad_thresholds_are_refused(checkpoints, bad):
 
 # -- will a changed query restart? schema-diff against what Spark does ---------------------------------
 
+
 def _sum(alias: str):
     return lambda df: df.groupBy("k").agg(F.sum("v").alias(alias))
 
 
 SCHEMA_CASES = {
     # name: (original query, changed query, the error Spark raises on restart, or None)
-    "value-field-added": (_sum("total"), lambda df: df.groupBy("k").agg(F.sum("v").alias("total"), F.count("*")),
-                          "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"),
-    "key-field-added": (_sum("total"), lambda df: df.groupBy("k", "v").agg(F.sum("v").alias("total")),
-                        "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"),
-    "value-type-changed": (_sum("total"), lambda df: df.groupBy("k").agg(F.max("ts").alias("total")),
-                           "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"),
+    "value-field-added": (
+        _sum("total"),
+        lambda df: df.groupBy("k").agg(F.sum("v").alias("total"), F.count("*")),
+        "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+    ),
+    "key-field-added": (
+        _sum("total"),
+        lambda df: df.groupBy("k", "v").agg(F.sum("v").alias("total")),
+        "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+    ),
+    "value-type-changed": (
+        _sum("total"),
+        lambda df: df.groupBy("k").agg(F.max("ts").alias("total")),
+        "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+    ),
     "alias-renamed": (_sum("total"), _sum("renamed"), None),
-    "key-renamed": (_sum("total"), lambda df: df.groupBy(F.col("k").alias("user")).agg(F.sum("v").alias("total")),
-                    None),
+    "key-renamed": (
+        _sum("total"),
+        lambda df: df.groupBy(F.col("k").alias("user")).agg(F.sum("v").alias("total")),
+        None,
+    ),
 }
 
 
@@ -243,8 +283,14 @@ def _restart(spark, build, checkpoint: Path, input_dir: Path) -> Exception | Non
     for file in new.iterdir():
         file.rename(input_dir / f"new-{file.name}")
     stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(input_dir))
-    query = (build(stream).writeStream.format("noop").outputMode("update")
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query = (
+        build(stream)
+        .writeStream.format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         query.awaitTermination()
     except Exception as exc:  # the restart was refused
@@ -267,18 +313,30 @@ def test_schema_diff_agrees_with_spark(spark, tmp_path, case):
         return
     assert refused is not None and spark_error in str(refused), refused
     assert [v.error_class for v in verdicts if not v.compatible] == [spark_error], verdicts
-    proc = subprocess.run([sys.executable, "-m", "state_reader", "schema-diff", original, probe, "--json"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "state_reader", "schema-diff", original, probe, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 3 and json.loads(proc.stdout)["compatible"] is False
 
 
 def test_schema_prints_every_store(checkpoints):
-    proc = subprocess.run([sys.executable, "-m", "state_reader", "schema", checkpoints("join_inner"), "--json"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "state_reader", "schema", checkpoints("join_inner"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     stores = {s["store_name"] for s in json.loads(proc.stdout)["stores"]}
-    assert stores == {"left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues",
-                      "right-keyWithIndexToValue"}
+    assert stores == {
+        "left-keyToNumValues",
+        "left-keyWithIndexToValue",
+        "right-keyToNumValues",
+        "right-keyWithIndexToValue",
+    }
 
 
 WITHOUT_MAINTENANCE = """
@@ -302,12 +360,24 @@ def test_storage_waste_when_cleanup_does_not_run(spark, tmp_path):
     script.write_text(WITHOUT_MAINTENANCE)
     tests = Path(__file__).resolve().parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "stale")], capture_output=True, text=True,
-                          timeout=600, cwd=tests, env=env)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "stale")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tests,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     problem = done.stdout.strip().splitlines()[-1]
-    healthy = _run(spark, tmp_path, "cleaned", lambda df: df.dropDuplicates(["k"]), output_mode="append",
-                   confs={**ROCKSDB, "spark.sql.streaming.minBatchesToRetain": "2"})
+    healthy = _run(
+        spark,
+        tmp_path,
+        "cleaned",
+        lambda df: df.dropDuplicates(["k"]),
+        output_mode="append",
+        confs={**ROCKSDB, "spark.sql.streaming.minBatchesToRetain": "2"},
+    )
     found = [f for f in state_reader.diagnose(problem).findings if f.kind == "storage-waste"]
     assert found and found[0].evidence["files"] >= 10, found
     assert "storage-waste" not in _kinds(healthy)
@@ -317,6 +387,7 @@ def _timer_processor(offset_ms: int):
     """transformWithStateInPandas that counts rows per key and keeps a periodic processing-time timer per key,
     first set ``offset_ms`` from now and re-armed one minute after the time it fired for. A negative offset is
     the bug: re-armed from its own (past) time instead of from now, the timer is always already due."""
+
     def build(df):
         from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
@@ -352,8 +423,13 @@ def test_overdue_timers_set_in_the_past(spark, tmp_path):
     from streaming_queries import ROCKSDB_CHANGELOG
 
     def run(name: str, offset_ms: int) -> str:
-        query = Query(_timer_processor(offset_ms), confs=ROCKSDB_CHANGELOG, schema=SCHEMA, processing_time="1 second",
-                      batches=_rows(lambda b: [f"k{b}"]))
+        query = Query(
+            _timer_processor(offset_ms),
+            confs=ROCKSDB_CHANGELOG,
+            schema=SCHEMA,
+            processing_time="1 second",
+            batches=_rows(lambda b: [f"k{b}"]),
+        )
         return run_query(spark, query, tmp_path / name)
 
     problem = run("past", -3_600_000)
@@ -365,13 +441,17 @@ def test_overdue_timers_set_in_the_past(spark, tmp_path):
 
 def _count_processor(ttl_ms: int | None):
     """transformWithStateInPandas counting rows per key in a value state, with TTL or without."""
+
     def build(df):
         from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
         class Counter(StatefulProcessor):
             def init(self, handle) -> None:
-                self.count = (handle.getValueState("count", "n long", ttl_ms) if ttl_ms
-                              else handle.getValueState("count", "n long"))
+                self.count = (
+                    handle.getValueState("count", "n long", ttl_ms)
+                    if ttl_ms
+                    else handle.getValueState("count", "n long")
+                )
 
             def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803 - PySpark's names
                 import pandas as pd
@@ -393,8 +473,17 @@ def test_never_evicted_state_variable_without_ttl(spark, tmp_path):
     from streaming_queries import ROCKSDB_CHANGELOG
 
     def run(name: str, ttl_ms: int | None) -> str:
-        return run_query(spark, Query(_count_processor(ttl_ms), confs=ROCKSDB_CHANGELOG, schema=SCHEMA,
-                                      batches=_rows(_new_keys), processing_time="1 second"), tmp_path / name)
+        return run_query(
+            spark,
+            Query(
+                _count_processor(ttl_ms),
+                confs=ROCKSDB_CHANGELOG,
+                schema=SCHEMA,
+                batches=_rows(_new_keys),
+                processing_time="1 second",
+            ),
+            tmp_path / name,
+        )
 
     problem = run("no_ttl", None)
     healthy = run("ttl", 3_600_000)

@@ -92,8 +92,9 @@ def test_batch_planned_but_not_committed(checkpoints, tmp_path):
     cp = _copy(checkpoints, tmp_path)
     last = _latest_version(cp) - 1
     (cp / "commits" / str(last)).unlink()
-    with pytest.raises(errors.CommittedBatchUnavailableError,
-                       match=rf"batchId {last}.*committed batches: 0\.\.{last - 1}"):
+    with pytest.raises(
+        errors.CommittedBatchUnavailableError, match=rf"batchId {last}.*committed batches: 0\.\.{last - 1}"
+    ):
         state_reader.read_state(str(cp), batch_id=last)
     previous = arrow_rows(state_reader.read_state(str(cp), batch_id=last - 1))
     assert arrow_rows(state_reader.read_state(str(cp))) == previous
@@ -174,12 +175,15 @@ def test_missing_sidecars_are_fine(checkpoints, tmp_path):
     assert state_reader.read_metadata(str(cp)).num_rows >= 1
 
 
-@pytest.mark.parametrize(("sidecar", "expected"), [
-    (b"", "is not a Hadoop checksum file"),
-    (b"crc\x00\x00\x00\x00\x00", "malformed"),
-    (b"crc\x00\x00\x00\x02\x00\x01\x02\x03", "malformed"),
-    (b"CRC!\x00\x00\x02\x00\x00\x00\x00\x00", "is not a Hadoop checksum file"),
-])
+@pytest.mark.parametrize(
+    ("sidecar", "expected"),
+    [
+        (b"", "is not a Hadoop checksum file"),
+        (b"crc\x00\x00\x00\x00\x00", "malformed"),
+        (b"crc\x00\x00\x00\x02\x00\x01\x02\x03", "malformed"),
+        (b"CRC!\x00\x00\x02\x00\x00\x00\x00\x00", "is not a Hadoop checksum file"),
+    ],
+)
 def test_malformed_hadoop_sidecar(checkpoints, tmp_path, sidecar, expected):
     cp = _copy(checkpoints, tmp_path)
     delta = _delta_in_use(cp)
@@ -195,7 +199,7 @@ def test_hadoop_sidecars_of_real_files_verify(checkpoints):
     root = Path(checkpoints("agg_window"))
     checked = 0
     for sidecar in root.rglob(".*.crc"):
-        main = sidecar.with_name(sidecar.name[1:-len(".crc")])
+        main = sidecar.with_name(sidecar.name[1 : -len(".crc")])
         if not main.is_file():
             continue
         data = main.read_bytes()
@@ -225,7 +229,7 @@ def test_spark_sidecars_of_real_files_verify(v2_checkpoint):
     assert len(sidecars) >= 4
     for sidecar in sidecars:
         doc = json.loads(sidecar.read_text())
-        main = sidecar.with_name(sidecar.name[:-len(".crc")])
+        main = sidecar.with_name(sidecar.name[: -len(".crc")])
         data = main.read_bytes()
         assert doc["algorithm"] == "CRC32C" and doc["mainFileSize"] == len(data)
         assert integrity.crc32c(data) == doc["value"] & 0xFFFFFFFF
@@ -273,19 +277,26 @@ def test_crc32c_check_value():
 
 def _read_without(package: str, cp: Path) -> subprocess.CompletedProcess:
     """Read ``cp`` in a fresh interpreter where ``package`` cannot be imported."""
-    code = (f"import sys; sys.modules[{package!r}] = None\n"
-            "import state_reader\n"
-            "try:\n"
-            f"    state_reader.read_state({str(cp)!r})\n"
-            "except state_reader.StateReaderError as e:\n"
-            "    print(type(e).__name__, e)\n")
+    code = (
+        f"import sys; sys.modules[{package!r}] = None\n"
+        "import state_reader\n"
+        "try:\n"
+        f"    state_reader.read_state({str(cp)!r})\n"
+        "except state_reader.StateReaderError as e:\n"
+        "    print(type(e).__name__, e)\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
 
 
-@pytest.mark.parametrize(("query", "module", "package"), [
-    ("agg_zstd", "zstandard", "zstandard"), ("agg_window", "xxhash", "xxhash"), ("agg_snappy", "cramjam", "cramjam"),
-])
+@pytest.mark.parametrize(
+    ("query", "module", "package"),
+    [
+        ("agg_zstd", "zstandard", "zstandard"),
+        ("agg_window", "xxhash", "xxhash"),
+        ("agg_snappy", "cramjam", "cramjam"),
+    ],
+)
 def test_codec_package_missing_names_the_package(checkpoints, query, module, package):
     cp = Path(checkpoints(query))
     result = _read_without(module, cp)
@@ -311,25 +322,53 @@ def test_unknown_codec_names_itself_and_the_file(checkpoints, tmp_path):
 DEEP = "[" * 100_000 + "]" * 100_000
 
 
-@pytest.mark.parametrize(("rel", "content", "error", "expected"), [
-    ("offsets/{latest}", "v1\n" + DEEP, errors.OffsetMetadataUnavailableError, "holds no metadata line"),
-    ("offsets/{latest}", 'v1\n{"conf":[1,2]}', errors.OffsetMetadataUnavailableError, "holds no metadata line"),
-    ("state/0/_metadata/metadata", "v1\n" + DEEP, errors.OperatorMetadataReadError, "cannot be parsed"),
-    ("state/0/_metadata/metadata",
-     'v1\n{"operatorInfo":{"operatorId":1e999},"stateStoreInfo":[{"storeName":"default","numPartitions":2}]}',
-     errors.OperatorMetadataReadError, "cannot be parsed"),
-    ("state/0/_metadata/metadata", 'v1\n{"operatorInfo":"x","stateStoreInfo":{}}',
-     errors.OperatorMetadataReadError, "cannot be parsed"),
-    ("state/0/0/_metadata/schema", _utf("v1") + _utf(DEEP[:40_000]) + _utf("{}"), errors.SchemaReadError,
-     "cannot parse schema JSON"),
-    ("state/0/0/_metadata/schema",
-     _utf("v1") + _utf('{"type":"struct","fields":[{"name":"a","type":"decimal(99,2)","nullable":true}]}')
-     + _utf('{"type":"struct","fields":[]}'), errors.SchemaReadError, "precision must be 1..38"),
-    ("state/0/0/_metadata/schema", _utf("v1") + _utf('{"type":"struct","fields":{"a":1}}') + _utf("{}"),
-     errors.SchemaReadError, "cannot parse schema JSON"),
-    ("state/0/0/_metadata/schema", _utf("v9") + _utf("{}"), errors.SchemaReadError, "unsupported schema file version"),
-    ("state/0/0/_metadata/schema", b"", errors.SchemaReadError, "file ends at byte 0"),
-])
+@pytest.mark.parametrize(
+    ("rel", "content", "error", "expected"),
+    [
+        ("offsets/{latest}", "v1\n" + DEEP, errors.OffsetMetadataUnavailableError, "holds no metadata line"),
+        ("offsets/{latest}", 'v1\n{"conf":[1,2]}', errors.OffsetMetadataUnavailableError, "holds no metadata line"),
+        ("state/0/_metadata/metadata", "v1\n" + DEEP, errors.OperatorMetadataReadError, "cannot be parsed"),
+        (
+            "state/0/_metadata/metadata",
+            'v1\n{"operatorInfo":{"operatorId":1e999},"stateStoreInfo":[{"storeName":"default","numPartitions":2}]}',
+            errors.OperatorMetadataReadError,
+            "cannot be parsed",
+        ),
+        (
+            "state/0/_metadata/metadata",
+            'v1\n{"operatorInfo":"x","stateStoreInfo":{}}',
+            errors.OperatorMetadataReadError,
+            "cannot be parsed",
+        ),
+        (
+            "state/0/0/_metadata/schema",
+            _utf("v1") + _utf(DEEP[:40_000]) + _utf("{}"),
+            errors.SchemaReadError,
+            "cannot parse schema JSON",
+        ),
+        (
+            "state/0/0/_metadata/schema",
+            _utf("v1")
+            + _utf('{"type":"struct","fields":[{"name":"a","type":"decimal(99,2)","nullable":true}]}')
+            + _utf('{"type":"struct","fields":[]}'),
+            errors.SchemaReadError,
+            "precision must be 1..38",
+        ),
+        (
+            "state/0/0/_metadata/schema",
+            _utf("v1") + _utf('{"type":"struct","fields":{"a":1}}') + _utf("{}"),
+            errors.SchemaReadError,
+            "cannot parse schema JSON",
+        ),
+        (
+            "state/0/0/_metadata/schema",
+            _utf("v9") + _utf("{}"),
+            errors.SchemaReadError,
+            "unsupported schema file version",
+        ),
+        ("state/0/0/_metadata/schema", b"", errors.SchemaReadError, "file ends at byte 0"),
+    ],
+)
 def test_damaged_text_files(checkpoints, tmp_path, rel, content, error, expected):
     cp = _copy(checkpoints, tmp_path)
     path = cp / rel.format(latest=_latest_version(cp) - 1)
@@ -356,8 +395,12 @@ def test_rows_that_do_not_fit_the_schema(spark, checkpoints, tmp_path):
     cp = _copy(checkpoints, tmp_path, "agg_fmt2")
     schema = cp / "state" / "0" / "0" / "_metadata" / "schema"
     key = '{"type":"struct","fields":[{"name":"grp","type":"string","nullable":true}]}'
-    value = json.dumps({"type": "struct", "fields": [
-        {"name": f"f{i}", "type": "long", "nullable": True, "metadata": {}} for i in range(40)]})
+    value = json.dumps(
+        {
+            "type": "struct",
+            "fields": [{"name": f"f{i}", "type": "long", "nullable": True, "metadata": {}} for i in range(40)],
+        }
+    )
     schema.write_bytes(_utf("v1") + _utf(key) + _utf(value))
     with pytest.raises(errors.RowDecodeError) as caught:
         state_reader.read_state(str(cp), verify_checksums=False)
@@ -441,9 +484,13 @@ def test_invalid_utf8_in_a_string_is_not_returned_as_is(checkpoints, tmp_path):
         for delta in sorted(cp.glob(f"state/0/*/{version}.delta")):
             records = parse_frames(lz4_java_decode(delta.read_bytes()))
             # damage the text of a user name, not a byte of a number that happens to look like a letter
-            found = [(i, r, r.key.find(name)) for i, r in enumerate(records) if r.value is not None
-                     for name in (b"ann", b"bob", "héllo".encode(), "日本".encode(), "🙂".encode())
-                     if name in r.key]
+            found = [
+                (i, r, r.key.find(name))
+                for i, r in enumerate(records)
+                if r.value is not None
+                for name in (b"ann", b"bob", "héllo".encode(), "日本".encode(), "🙂".encode())
+                if name in r.key
+            ]
             if found:
                 break
         if found:
@@ -501,7 +548,7 @@ def _damage_zip_metadata_bytes(zip_path: Path) -> None:
     with zipfile.ZipFile(zip_path) as archive:
         info = archive.getinfo("metadata")
     raw = bytearray(zip_path.read_bytes())
-    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
+    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26 : info.header_offset + 30])
     start = info.header_offset + 30 + name_len + extra_len
     for i in range(start, start + info.compress_size):
         raw[i] ^= 0x5A
@@ -519,8 +566,13 @@ def test_damaged_snapshot_zip_gives_our_error_from_every_entry_point(checkpoints
     with pytest.raises(errors.CorruptFileError) as caught:
         state_reader.stats(str(cp), start_batch=version - 1, end_batch=version - 1)
     assert str(zip_path) in str(caught.value)
-    proc = subprocess.run([sys.executable, "-m", "state_reader", "verify", str(cp)], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "COLUMNS": "1000"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "state_reader", "verify", str(cp)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "1000"},
+    )
     assert proc.returncode != 0 and str(zip_path) in proc.stdout + proc.stderr, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr and "zlib" not in proc.stdout + proc.stderr
 
@@ -528,8 +580,9 @@ def test_damaged_snapshot_zip_gives_our_error_from_every_entry_point(checkpoints
 def test_every_error_a_user_can_see_is_importable_from_the_package():
     import inspect
 
-    raised = {name for name, obj in vars(errors).items()
-              if inspect.isclass(obj) and issubclass(obj, errors.StateReaderError)}
+    raised = {
+        name for name, obj in vars(errors).items() if inspect.isclass(obj) and issubclass(obj, errors.StateReaderError)
+    }
     assert raised - set(state_reader.__all__) == set()
     assert all(getattr(state_reader, name) is getattr(errors, name) for name in raised)
 
@@ -549,11 +602,15 @@ def test_read_metadata_refuses_what_is_not_a_checkpoint(tmp_path, checkpoints):
 
 # -- what Spark shows of our errors ---------------------------------------------------------------
 
-@pytest.mark.parametrize("options, words", [
-    ({"batchId": "-1"}, ["batchId"]),
-    ({"readChangeFeed": "true", "changeStartBatchId": "1"}, ["changelog", "changeFeedFromSnapshots"]),
-    ({"snapshotStartBatchId": "0", "snapshotPartitionId": "0"}, ["changelog", "snapshot"]),
-])
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"batchId": "-1"}, ["batchId"]),
+        ({"readChangeFeed": "true", "changeStartBatchId": "1"}, ["changelog", "changeFeedFromSnapshots"]),
+        ({"snapshotStartBatchId": "0", "snapshotPartitionId": "0"}, ["changelog", "snapshot"]),
+    ],
+)
 def test_data_source_errors_lead_with_our_message(spark, checkpoints, options, words):
     """Spark shows a Python worker's error as its traceback; ours come as the message alone, on the first
     line, as the built-in reader's do. A RocksDB store written without changelog checkpointing is refused
@@ -584,6 +641,7 @@ def test_spark_free_errors_keep_their_traceback_setting(checkpoints):
 
 # -- a change feed that starts at a batch the query has cleaned up, or after the latest ------------------
 
+
 def test_change_feed_start_cleaned_up_or_past_the_end_from_every_entry_point(spark, tmp_path):
     """With minBatchesToRetain=2 the query's own cleanup deletes the commit entries and state files of its
     early batches. A change feed from one of them is a batch that is no longer retained, as a read pinned
@@ -591,9 +649,12 @@ def test_change_feed_start_cleaned_up_or_past_the_end_from_every_entry_point(spa
     refused as the built-in reader refuses it, not answered with no changes."""
     from streaming_queries import HDFS, Query, run_query
 
-    query = Query(lambda df: df.groupBy("k").count(), schema="k string, v long",
-                  confs={**HDFS, "spark.sql.streaming.minBatchesToRetain": "2"},
-                  batches=lambda: [[{"k": f"k{(b * 3 + i) % 7}", "v": b} for i in range(3)] for b in range(12)])
+    query = Query(
+        lambda df: df.groupBy("k").count(),
+        schema="k string, v long",
+        confs={**HDFS, "spark.sql.streaming.minBatchesToRetain": "2"},
+        batches=lambda: [[{"k": f"k{(b * 3 + i) % 7}", "v": b} for i in range(3)] for b in range(12)],
+    )
     cp = run_query(spark, query, tmp_path / "cleaned")
     committed = sorted(int(p.name) for p in (Path(cp) / "commits").iterdir() if p.name.isdigit())
     latest = committed[-1]
@@ -601,9 +662,11 @@ def test_change_feed_start_cleaned_up_or_past_the_end_from_every_entry_point(spa
     assert not list((Path(cp) / "state" / "0").glob("*/1.delta"))  # ... and their state files
 
     gone = rf"batch 0 of .* is no longer retained.*Committed batches now: {committed[0]}\.\.{latest}"
-    for read in (lambda: state_reader.read_state(cp, read_change_feed=True, change_start_batch_id=0),
-                 lambda: state_reader.changes(cp, 0),
-                 lambda: state_reader.changes(cp, 0, latest)):
+    for read in (
+        lambda: state_reader.read_state(cp, read_change_feed=True, change_start_batch_id=0),
+        lambda: state_reader.changes(cp, 0),
+        lambda: state_reader.changes(cp, 0, latest),
+    ):
         with pytest.raises(errors.BatchNotRetainedError, match=gone):
             read()
     source = spark.read.format("state_reader.statestore").option("readChangeFeed", "true")
@@ -617,8 +680,9 @@ def test_change_feed_start_cleaned_up_or_past_the_end_from_every_entry_point(spa
         source.option("changeStartBatchId", str(latest + 30)).load(cp).collect()
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "state_reader", "changes", cp, *args], capture_output=True,
-                              text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "state_reader", "changes", cp, *args], capture_output=True, text=True, timeout=300
+        )
 
     proc = cli("--from", "0")
     assert proc.returncode == 1 and "no longer retained" in proc.stderr, proc.stderr
@@ -634,6 +698,7 @@ ABSURD_BATCH = 2**63 - 2  # the largest batch whose state version (batch + 1) is
 @contextlib.contextmanager
 def _answers_at_once(seconds: int = 60):
     """Fail instead of hanging: a loop bounded by a number read from a file would run for ages."""
+
     def stop(signum, frame):
         raise AssertionError(f"no answer within {seconds} s")
 

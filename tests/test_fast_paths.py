@@ -40,9 +40,11 @@ def _record(key: bytes, value: bytes | None) -> bytes:
 def _walks(data: bytes, allow_removes: bool = True, value_skip: int = 0) -> list[tuple]:
     buf = np.frombuffer(data, dtype=np.uint8)
     writable = np.frombuffer(bytearray(data), dtype=np.uint8)  # walked in place, swapped back
-    results = [kernels._walk_exact(buf, 0, len(buf), allow_removes, value_skip),
-               kernels._walk_python(buf, 0, len(buf), allow_removes, value_skip),
-               kernels._walk_python(writable, 0, len(buf), allow_removes, value_skip)]
+    results = [
+        kernels._walk_exact(buf, 0, len(buf), allow_removes, value_skip),
+        kernels._walk_python(buf, 0, len(buf), allow_removes, value_skip),
+        kernels._walk_python(writable, 0, len(buf), allow_removes, value_skip),
+    ]
     assert writable.tobytes() == data
     if HAVE_NUMBA:
         results.append(kernels.walk_records(buf, 0, len(buf), allow_removes, value_skip, use_numba=True))
@@ -66,12 +68,12 @@ def _streams(draw) -> bytes:
     data = b"".join(records) + END
     damage = draw(st.integers(0, 4))
     if damage == 1 and data:  # cut short
-        data = data[:draw(st.integers(0, len(data) - 1))]
+        data = data[: draw(st.integers(0, len(data) - 1))]
     elif damage == 2:  # trailing junk
         data += b"\x00" * draw(st.integers(1, 9))
     elif damage == 3 and len(data) > 4:  # one length overwritten
         at = draw(st.integers(0, len(data) - 4))
-        data = data[:at] + struct.pack(">i", draw(st.integers(-9, 1 << 20))) + data[at + 4:]
+        data = data[:at] + struct.pack(">i", draw(st.integers(-9, 1 << 20))) + data[at + 4 :]
     return data
 
 
@@ -115,7 +117,7 @@ def _lz4_java(data: bytes, block: int = 64, raw_every: int = 3) -> bytes:
 
     out = []
     for i, at in enumerate(range(0, len(data), block)):
-        chunk = data[at:at + block]
+        chunk = data[at : at + block]
         check = xxhash.xxh32_intdigest(chunk, seed=0x9747B28C) & 0x0FFFFFFF
         if i % raw_every == raw_every - 1:
             method, payload = 0x10, chunk
@@ -158,9 +160,9 @@ def test_lz4_checksums_name_the_first_bad_block(setting):
             codecs.decompress_lz4_into(bytes(bad), "f", out)
         # and a later block cut short: the checksum of the second block is still the first error
         with pytest.raises(errors.ChecksumMismatchError, match=f"at byte {second} fails"):
-            codecs.decompress_lz4_into(bytes(bad[:blocks[3][2] + 5]), "f", out)
+            codecs.decompress_lz4_into(bytes(bad[: blocks[3][2] + 5]), "f", out)
         with pytest.raises(errors.TruncatedFileError, match="f: lz4 block at byte"):
-            codecs.decompress_lz4_into(raw[:blocks[3][2] + 5], "f", out)
+            codecs.decompress_lz4_into(raw[: blocks[3][2] + 5], "f", out)
 
 
 # -- the merge of a delta chain ------------------------------------------------------
@@ -170,9 +172,13 @@ def _write_chain(root, files: list[tuple[str, list[tuple[bytes, bytes | None]]]]
     store = root / "state"
     store.mkdir()
     for name, records in files:
-        body = b"".join(_record((b"\x01\x02\x03\x04" + k) if (checksum and v is None) else k,
-                                None if v is None else ((b"\x09" * 4 if checksum else b"") + v))
-                        for k, v in records)
+        body = b"".join(
+            _record(
+                (b"\x01\x02\x03\x04" + k) if (checksum and v is None) else k,
+                None if v is None else ((b"\x09" * 4 if checksum else b"") + v),
+            )
+            for k, v in records
+        )
         (store / name).write_bytes(_lz4_java(body + END, block=256))
 
 
@@ -225,8 +231,11 @@ def test_chain_merge_equals_dict_replay(tmp_path_factory, data):
 
 
 def test_rows_decode_in_place_and_from_copies_alike():
-    schema = parse_struct('{"type":"struct","fields":[{"name":"s","type":"string","nullable":true},'
-                          '{"name":"n","type":"long","nullable":true}]}', "s")
+    schema = parse_struct(
+        '{"type":"struct","fields":[{"name":"s","type":"string","nullable":true},'
+        '{"name":"n","type":"long","nullable":true}]}',
+        "s",
+    )
 
     def row(text: bytes | None, n: int) -> bytes:
         null_bits = 1 if text is None else 0
@@ -284,7 +293,7 @@ def test_last_writes_agree(picks):
     starts = np.cumsum([4] + [len(k) + 4 for k in keys[:-1]]) if keys else np.zeros(0, dtype=np.int64)
     buf = np.frombuffer(blob, dtype=np.uint8)
     lengths = np.array([len(k) for k in keys], dtype=np.int64)
-    expected = [i for i, k in enumerate(keys) if k not in keys[i + 1:]]
+    expected = [i for i, k in enumerate(keys) if k not in keys[i + 1 :]]
     assert _last_writes(buf, np.asarray(starts, dtype=np.int64), lengths).tolist() == expected
 
 

@@ -27,7 +27,8 @@ import state_reader
 
 pytestmark = pytest.mark.skipif(
     not hasattr(__import__("pyspark.sql.datasource", fromlist=["x"]), "DataSourceStreamReader"),
-    reason="Python streaming data sources need pyspark 4.0+")
+    reason="Python streaming data sources need pyspark 4.0+",
+)
 
 FILES = 8
 FILE_EVERY_SECONDS = 0.3
@@ -43,8 +44,14 @@ def _committed(cp: Path) -> list[int]:
 
 def _rows(i: int) -> list[dict]:
     """Input file ``i``: keys that come back (updates), event times that advance (evictions)."""
-    return [{"k": f"k{(i * 5 + j) % 13}", "v": i * 100 + j,
-             "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(T0 + i * 4 + j))} for j in range(6)]
+    return [
+        {
+            "k": f"k{(i * 5 + j) % 13}",
+            "v": i * 100 + j,
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(T0 + i * 4 + j)),
+        }
+        for j in range(6)
+    ]
 
 
 def _feed(input_dir: Path, staging: Path, files: range) -> None:
@@ -73,17 +80,25 @@ class Producer:
         self.fed = 0
         self.feeder: threading.Thread | None = None
         with session_confs(spark, confs):
-            stream = build(spark.readStream.schema("k string, v long, ts timestamp")
-                           .option("maxFilesPerTrigger", 1).json(str(self.input)))
-            self.query = (stream.writeStream.format("noop").outputMode(mode)
-                          .option("checkpointLocation", str(self.cp))
-                          .trigger(processingTime="100 milliseconds").start())
+            stream = build(
+                spark.readStream.schema("k string, v long, ts timestamp")
+                .option("maxFilesPerTrigger", 1)
+                .json(str(self.input))
+            )
+            self.query = (
+                stream.writeStream.format("noop")
+                .outputMode(mode)
+                .option("checkpointLocation", str(self.cp))
+                .trigger(processingTime="100 milliseconds")
+                .start()
+            )
 
     def feed(self, files: int) -> None:
         """Write the next ``files`` input files, one every FILE_EVERY_SECONDS, in the background."""
         self.wait_fed()
-        self.feeder = threading.Thread(target=_feed, args=(self.input, self.staging,
-                                                           range(self.fed, self.fed + files)), daemon=True)
+        self.feeder = threading.Thread(
+            target=_feed, args=(self.input, self.staging, range(self.fed, self.fed + files)), daemon=True
+        )
         self.fed += files
         self.feeder.start()
 
@@ -108,8 +123,14 @@ def _reader(spark, producer_cp: Path, out: Path, own_cp: Path, trigger: dict, **
     reader = spark.readStream.format(SOURCE).option("readChangeFeed", "true")
     for key, value in options.items():
         reader = reader.option(key, value)
-    return (reader.load(str(producer_cp)).writeStream.format("parquet").option("path", str(out))
-            .option("checkpointLocation", str(own_cp)).trigger(**trigger).start())
+    return (
+        reader.load(str(producer_cp))
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(own_cp))
+        .trigger(**trigger)
+        .start()
+    )
 
 
 def _end_offset(query) -> int | None:
@@ -121,8 +142,12 @@ def _end_offset(query) -> int | None:
 
 
 def _builtin_changes(spark, cp, first: int, last: int, **options) -> list[str]:
-    reader = (spark.read.format("statestore").option("readChangeFeed", "true")
-              .option("changeStartBatchId", first).option("changeEndBatchId", last))
+    reader = (
+        spark.read.format("statestore")
+        .option("readChangeFeed", "true")
+        .option("changeStartBatchId", first)
+        .option("changeEndBatchId", last)
+    )
     for key, value in options.items():
         reader = reader.option(key, value)
     return spark_rows(reader.load(str(cp)))
@@ -189,8 +214,10 @@ def _read_limits() -> bool:
 
 @pytest.mark.parametrize("case", ["hdfs_aggregation", "rocksdb_changelog_dedup"])
 def test_a_stream_of_a_running_query_equals_the_builtin_change_feed(spark, tmp_path, case):
-    build, confs, mode = {"hdfs_aggregation": (_aggregate, HDFS, "update"),
-                          "rocksdb_changelog_dedup": (_dedup, ROCKSDB_CHANGELOG, "append")}[case]
+    build, confs, mode = {
+        "hdfs_aggregation": (_aggregate, HDFS, "update"),
+        "rocksdb_changelog_dedup": (_dedup, ROCKSDB_CHANGELOG, "append"),
+    }[case]
     cp, rows, last = _follow_live(spark, tmp_path, build, confs, mode)
     assert rows, "the stream wrote no changes"
     builtin = _builtin_changes(spark, cp, 0, last)
@@ -222,18 +249,24 @@ def _rows_of(items) -> list[str]:
     return arrow_rows(pa.concat_tables(tables)) if tables else []
 
 
-@pytest.mark.parametrize("name, options", [
-    ("tws", {"state_var_name": "profile"}),
-    ("join_inner", {"store_name": "left-keyToNumValues"}),
-    ("join_inner", {"store_name": "right-keyWithIndexToValue"}),
-])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("tws", {"state_var_name": "profile"}),
+        ("join_inner", {"store_name": "left-keyToNumValues"}),
+        ("join_inner", {"store_name": "right-keyWithIndexToValue"}),
+    ],
+)
 def test_follow_a_variable_and_a_join_store(spark, checkpoints, name, options):
     cp = checkpoints(name)
     last = _committed(Path(cp))[-1]
     items = _followed(cp, last, **options)
     assert [b for b, _ in items] == list(range(0, last + 1)), "every batch once, in order, empty ones too"
-    spark_options = {"stateVarName": options["state_var_name"]} if "state_var_name" in options else \
-        {"storeName": options["store_name"]}
+    spark_options = (
+        {"stateVarName": options["state_var_name"]}
+        if "state_var_name" in options
+        else {"storeName": options["store_name"]}
+    )
     builtin = _builtin_changes(spark, cp, 0, last, **spark_options)
     assert builtin and _rows_of(items) == builtin
 
@@ -244,8 +277,11 @@ def short_retention(spark, tmp_path_factory):
     from streaming_queries import Query
 
     query = QUERIES["agg_fmt2"]
-    cp = run_query(spark, Query(query.build, confs={**HDFS, "spark.sql.streaming.minBatchesToRetain": "2"}),
-                   tmp_path_factory.mktemp("retention"))
+    cp = run_query(
+        spark,
+        Query(query.build, confs={**HDFS, "spark.sql.streaming.minBatchesToRetain": "2"}),
+        tmp_path_factory.mktemp("retention"),
+    )
     for _ in range(50):  # maintenance deletes the old files in the background
         names = os.listdir(Path(cp) / "state" / "0" / "0")
         if not any(n.startswith("1.") for n in names):
@@ -277,15 +313,23 @@ def test_a_follower_behind_retention_skips_ahead_when_told(spark, short_retentio
     assert _rows_of(items) == _builtin_changes(spark, cp, first, committed[-1])
     # the streaming source: the same error, or the same rows
     with pytest.raises(Exception, match="STATE_READER_CHANGES_LOST"):
-        spark.readStream.format(SOURCE).option("readChangeFeed", "true").option("changeStartBatchId", 0) \
-            .load(cp).writeStream.format("noop").trigger(availableNow=True).start().awaitTermination(60)
+        spark.readStream.format(SOURCE).option("readChangeFeed", "true").option("changeStartBatchId", 0).load(
+            cp
+        ).writeStream.format("noop").trigger(availableNow=True).start().awaitTermination(60)
 
 
 def test_a_stream_that_skips_lost_batches(spark, short_retention, tmp_path):
     cp = short_retention
     committed = _committed(Path(cp))
-    query = _reader(spark, Path(cp), tmp_path / "out", tmp_path / "own", {"availableNow": True},
-                    changeStartBatchId="0", failOnDataLoss="false")
+    query = _reader(
+        spark,
+        Path(cp),
+        tmp_path / "out",
+        tmp_path / "own",
+        {"availableNow": True},
+        changeStartBatchId="0",
+        failOnDataLoss="false",
+    )
     query.awaitTermination(60)
     assert query.exception() is None
     rows = spark_rows(spark.read.parquet(str(tmp_path / "out")))
@@ -307,8 +351,9 @@ def test_a_history_starts_with_a_snapshot(spark, short_retention, tmp_path):
     last_state = spark_rows(spark.read.format("statestore").option("batchId", committed[-1]).load(cp))
     assert _replay(_rows_of(items)) == last_state
     # the streaming source writes the same history
-    query = _reader(spark, Path(cp), tmp_path / "out", tmp_path / "own", {"availableNow": True},
-                    startWithSnapshot="true")
+    query = _reader(
+        spark, Path(cp), tmp_path / "out", tmp_path / "own", {"availableNow": True}, startWithSnapshot="true"
+    )
     query.awaitTermination(60)
     assert query.exception() is None
     assert spark_rows(spark.read.parquet(str(tmp_path / "out"))) == _rows_of(items)
@@ -322,8 +367,13 @@ def test_the_diff_based_change_feed_equals_the_changelog(spark, checkpoints):
     assert _committed(Path(plain))[-1] == last
     builtin = _builtin_changes(spark, logged, 0, last)
     assert any('"change_type":"delete"' in r for r in builtin)
-    ours = spark_rows(spark.read.format(SOURCE).option("readChangeFeed", "true").option("changeStartBatchId", 0)
-                      .option("changeFeedFromSnapshots", "true").load(plain))
+    ours = spark_rows(
+        spark.read.format(SOURCE)
+        .option("readChangeFeed", "true")
+        .option("changeStartBatchId", 0)
+        .option("changeFeedFromSnapshots", "true")
+        .load(plain)
+    )
     assert ours == builtin
     assert _rows_of(_followed(plain, last, change_feed_from_snapshots=True)) == builtin
 
@@ -349,11 +399,13 @@ def test_a_follower_needs_a_checkpoint_a_first_commit_and_the_operator(spark, ch
     with pytest.raises(state_reader.SchemaReadError, match="operator 7"):
         state_reader.follow(checkpoints("agg_fmt2"), operator_id=7)
     with pytest.raises(Exception, match="readChangeFeed"):
-        spark.readStream.format(SOURCE).load(checkpoints("agg_fmt2")).writeStream.format("noop") \
-            .trigger(availableNow=True).start().awaitTermination(60)
+        spark.readStream.format(SOURCE).load(checkpoints("agg_fmt2")).writeStream.format("noop").trigger(
+            availableNow=True
+        ).start().awaitTermination(60)
     with pytest.raises(Exception, match="changeEndBatchId"):
-        spark.readStream.format(SOURCE).option("readChangeFeed", "true").option("changeEndBatchId", 3) \
-            .load(checkpoints("agg_fmt2"))
+        spark.readStream.format(SOURCE).option("readChangeFeed", "true").option("changeEndBatchId", 3).load(
+            checkpoints("agg_fmt2")
+        )
 
 
 def test_changes_follow_on_the_command_line(checkpoints):
@@ -362,12 +414,20 @@ def test_changes_follow_on_the_command_line(checkpoints):
 
     cp = checkpoints("agg_fmt2")
     last = _committed(Path(cp))[-1]
-    done = subprocess.run([sys.executable, "-m", "state_reader", "changes", cp, "--follow", "--json", "--to",
-                           str(last)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "state_reader", "changes", cp, "--follow", "--json", "--to", str(last)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     expected = state_reader.changes(cp, 0, last)
     assert sorted(canon(r) for r in rows) == sorted(canon(r) for r in expected.to_pylist())
-    text = subprocess.run([sys.executable, "-m", "state_reader", "changes", cp, "--follow", "--to", "1"],
-                          capture_output=True, text=True, timeout=120)
+    text = subprocess.run(
+        [sys.executable, "-m", "state_reader", "changes", cp, "--follow", "--to", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert text.returncode == 0 and "batch 0:" in text.stdout and "batch 1:" in text.stdout, text.stderr

@@ -38,8 +38,13 @@ from state_reader.io.storage import Storage
 
 EXAMPLES = int(os.environ.get("STATE_READER_FUZZ_EXAMPLES", "200"))
 READ_SECONDS = 20  # one read of these small checkpoints takes milliseconds
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 # files whose formats carry their own integrity checks (or strict framing)
 DATA_SUFFIXES = (".delta", ".snapshot", ".changelog", ".zip", ".sst")
@@ -49,6 +54,7 @@ FRAMED_SUFFIXES = (".delta", ".snapshot", ".changelog")
 @contextmanager
 def time_limit(seconds: int) -> Iterator[None]:
     """TimeoutError if the block runs longer than ``seconds`` (a hang is a failure)."""
+
     def expire(signum, frame):
         raise TimeoutError(f"read did not finish within {seconds}s")
 
@@ -108,8 +114,11 @@ def _build_case(checkpoint: str, workdir: Path) -> Case:
     shutil.copytree(checkpoint, root)
     batches = state_reader.read_metadata(str(root)).column("maxBatchId").to_pylist()
     latest = batches[0]
-    reads = [Read("latest", {}), Read("earlier", {"batch_id": latest // 2 + 1}),
-             Read("changes", {"read_change_feed": True, "change_start_batch_id": 0})]
+    reads = [
+        Read("latest", {}),
+        Read("earlier", {"batch_id": latest // 2 + 1}),
+        Read("changes", {"read_change_feed": True, "change_start_batch_id": 0}),
+    ]
     opened: list[str] = []
     original = Storage.read_bytes
 
@@ -132,8 +141,11 @@ def _build_case(checkpoint: str, workdir: Path) -> Case:
 def tried(request) -> Iterator[Counter]:
     counts: Counter = Counter()
     yield counts
-    line = (f"fuzz: {sum(counts.values())} mutated inputs tried ("
-            + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + ")")
+    line = (
+        f"fuzz: {sum(counts.values())} mutated inputs tried ("
+        + ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
+        + ")"
+    )
     plugins = request.config.pluginmanager
     reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
     if reporter is None or capture is None:
@@ -169,12 +181,17 @@ def test_cases_cover_every_kind_of_state_file(hdfs_case, rocksdb_case):
 # A damage recipe is drawn without looking at the files (so every example draws the same
 # shape of data, which keeps Hypothesis' replay and shrinking exact) and then applied to one.
 RAW_KINDS = ("flip", "flips", "truncate", "overwrite", "zeros", "insert", "delete", "append")
-raw_recipes = st.fixed_dictionaries({
-    "file": st.integers(0, 2**16), "kind": st.sampled_from(RAW_KINDS), "pos": st.integers(0, 2**31),
-    "bit": st.integers(0, 7), "flips": st.lists(st.tuples(st.integers(0, 2**31), st.integers(0, 7)),
-                                                min_size=2, max_size=8),
-    "chunk": st.binary(min_size=1, max_size=16), "length": st.integers(1, 64),
-})
+raw_recipes = st.fixed_dictionaries(
+    {
+        "file": st.integers(0, 2**16),
+        "kind": st.sampled_from(RAW_KINDS),
+        "pos": st.integers(0, 2**31),
+        "bit": st.integers(0, 7),
+        "flips": st.lists(st.tuples(st.integers(0, 2**31), st.integers(0, 7)), min_size=2, max_size=8),
+        "chunk": st.binary(min_size=1, max_size=16),
+        "length": st.integers(1, 64),
+    }
+)
 
 
 def apply_raw(originals: dict[str, bytes], recipe: dict) -> tuple[str, bytes]:
@@ -194,14 +211,14 @@ def apply_raw(originals: dict[str, bytes], recipe: dict) -> tuple[str, bytes]:
     elif kind == "truncate":
         out = data[:pos]
     elif kind == "overwrite":
-        out = data[:pos] + chunk + data[pos + len(chunk):]
+        out = data[:pos] + chunk + data[pos + len(chunk) :]
     elif kind == "zeros":
         length = min(n - pos, length)
-        out = data[:pos] + bytes(length) + data[pos + length:]
+        out = data[:pos] + bytes(length) + data[pos + length :]
     elif kind == "insert":
         out = data[:pos] + chunk + data[pos:]
     elif kind == "delete":
-        out = data[:pos] + data[pos + length:]
+        out = data[:pos] + data[pos + length :]
     else:
         out = data + chunk
     out = bytes(out)
@@ -247,11 +264,15 @@ def test_raw_damage_rocksdb(rocksdb_case, tried, recipe):
 SIZE_VALUES = [-(2**31), -2, -1, 0, 1, 3, 7, 2**16, 2**30, 2**31 - 1]
 
 
-record_recipes = st.fixed_dictionaries({
-    "file": st.integers(0, 2**16), "kind": st.sampled_from(("duplicate", "drop", "size")),
-    "record": st.integers(0, 2**16), "field": st.sampled_from(("key", "value")),
-    "size": st.sampled_from(SIZE_VALUES) | st.integers(-16, 16).filter(bool).map(lambda d: ("off by", d)),
-})
+record_recipes = st.fixed_dictionaries(
+    {
+        "file": st.integers(0, 2**16),
+        "kind": st.sampled_from(("duplicate", "drop", "size")),
+        "record": st.integers(0, 2**16),
+        "field": st.sampled_from(("key", "value")),
+        "size": st.sampled_from(SIZE_VALUES) | st.integers(-16, 16).filter(bool).map(lambda d: ("off by", d)),
+    }
+)
 
 
 def apply_records(originals: dict[str, bytes], recipe: dict) -> tuple[str, str, bytes]:
@@ -267,9 +288,9 @@ def apply_records(originals: dict[str, bytes], recipe: dict) -> tuple[str, str, 
     edits: dict[tuple[int, str], int] = {}
     i = recipe["record"] % len(records)
     if kind == "duplicate":
-        records = [*records[:i + 1], Record(records[i].key, records[i].value), *records[i + 1:]]
+        records = [*records[: i + 1], Record(records[i].key, records[i].value), *records[i + 1 :]]
     elif kind == "drop":
-        records = records[:i] + records[i + 1:]
+        records = records[:i] + records[i + 1 :]
     else:
         which = recipe["field"]
         actual = len(records[i].key) if which == "key" else len(records[i].value or b"")

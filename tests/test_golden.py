@@ -51,8 +51,7 @@ def test_golden_checkpoint_matches_builtin(spark, case, tmp_path):
     assert_same_as_builtin(spark, path, {}, fmt="state-metadata")
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c["writer_version"].startswith("3.")],
-                         ids=lambda c: c["name"])
+@pytest.mark.parametrize("case", [c for c in CASES if c["writer_version"].startswith("3.")], ids=lambda c: c["name"])
 def test_inferred_metadata_for_pre_4_checkpoints(case):
     path = str(GOLDEN / case["path"])
     assert state_reader.read_metadata(path).num_rows == 0  # as the built-in: no metadata, no rows

@@ -28,14 +28,26 @@ def test_struct_rows_with_nulls_at_every_level():
         None,
         None,
     ]
-    arr = pa.array(rows, pa.struct([("s", pa.string()), ("n", pa.int64()),
-                                    ("w", pa.struct([("start", pa.timestamp("us")), ("end", pa.timestamp("us"))]))]))
+    arr = pa.array(
+        rows,
+        pa.struct(
+            [
+                ("s", pa.string()),
+                ("n", pa.int64()),
+                ("w", pa.struct([("start", pa.timestamp("us")), ("end", pa.timestamp("us"))])),
+            ]
+        ),
+    )
     assert group_ids(arr).tolist() == _reference(rows)
 
 
 def test_types_that_arrow_cannot_dictionary_encode_fall_back_to_text():
-    rows = [{"l": [1, 2], "d": decimal.Decimal("1.50")}, {"l": [1], "d": decimal.Decimal("1.50")},
-            {"l": [1, 2], "d": decimal.Decimal("1.50")}, {"l": None, "d": None}]
+    rows = [
+        {"l": [1, 2], "d": decimal.Decimal("1.50")},
+        {"l": [1], "d": decimal.Decimal("1.50")},
+        {"l": [1, 2], "d": decimal.Decimal("1.50")},
+        {"l": None, "d": None},
+    ]
     arr = pa.array(rows, pa.struct([("l", pa.list_(pa.int32())), ("d", pa.decimal128(10, 2))]))
     assert group_ids(arr).tolist() == [0, 1, 0, 2]
 

@@ -27,14 +27,18 @@ from state_reader.core.key_filter import (
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
-KEY_TYPE = pa.struct([("user", pa.string()), ("n", pa.int32()),
-                      ("w", pa.struct([("start", pa.timestamp("us", tz="UTC"))]))])
-KEYS = pa.array([
-    {"user": "ann", "n": 1, "w": {"start": dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)}},
-    {"user": "bob", "n": 5, "w": None},
-    {"user": None, "n": 3, "w": {"start": dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc)}},
-    {"user": "ann", "n": None, "w": {"start": None}},
-], type=KEY_TYPE)
+KEY_TYPE = pa.struct(
+    [("user", pa.string()), ("n", pa.int32()), ("w", pa.struct([("start", pa.timestamp("us", tz="UTC"))]))]
+)
+KEYS = pa.array(
+    [
+        {"user": "ann", "n": 1, "w": {"start": dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)}},
+        {"user": "bob", "n": 5, "w": None},
+        {"user": None, "n": 3, "w": {"start": dt.datetime(2024, 1, 2, tzinfo=dt.timezone.utc)}},
+        {"user": "ann", "n": None, "w": {"start": None}},
+    ],
+    type=KEY_TYPE,
+)
 
 
 def keep(expr: str) -> list[int]:
@@ -44,21 +48,36 @@ def keep(expr: str) -> list[int]:
 
 def test_parse():
     assert parse_key_filter("user = 'ann'") == Comparison(("user",), "=", "ann")
-    assert parse_key_filter("key.user == \"a'b\" AND n <> 3") == And((
-        Comparison(("key", "user"), "=", "a'b"), Comparison(("n",), "!=", 3)))
-    assert parse_key_filter("not (n in (1, 2.5) or user is not null)") == Not(Or((
-        InList(("n",), (1, Decimal("2.5"))), NullCheck(("user",), negated=True))))
+    assert parse_key_filter('key.user == "a\'b" AND n <> 3') == And(
+        (Comparison(("key", "user"), "=", "a'b"), Comparison(("n",), "!=", 3))
+    )
+    assert parse_key_filter("not (n in (1, 2.5) or user is not null)") == Not(
+        Or((InList(("n",), (1, Decimal("2.5"))), NullCheck(("user",), negated=True)))
+    )
     assert parse_key_filter("`count(1)` >= -1e3") == Comparison(("count(1)",), ">=", Decimal("-1E+3"))
-    assert parse_key_filter("ok = true and x not in ('a')") == And((
-        Comparison(("ok",), "=", True), InList(("x",), ("a",), negated=True)))
+    assert parse_key_filter("ok = true and x not in ('a')") == And(
+        (Comparison(("ok",), "=", True), InList(("x",), ("a",), negated=True))
+    )
 
 
-@pytest.mark.parametrize("bad, message", [
-    ("", "empty"), ("user =", "expected a literal"), ("user = null", "is null"), ("(n = 1", "expected ')'"),
-    ("n = 1 n", "'and', 'or'"), ("user ~ 'a'", "unexpected"), ("nope = 1", "does not exist"),
-    ("value.count = 1", "not a key field"), ("n = 'x'", "cannot compare"), ("user = true", "cannot compare"),
-    ("w.start = 'yesterday'", "not a timestamp"), ("user.x = 1", "not a struct"), ("w = 1", "name a field inside"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("", "empty"),
+        ("user =", "expected a literal"),
+        ("user = null", "is null"),
+        ("(n = 1", "expected ')'"),
+        ("n = 1 n", "'and', 'or'"),
+        ("user ~ 'a'", "unexpected"),
+        ("nope = 1", "does not exist"),
+        ("value.count = 1", "not a key field"),
+        ("n = 'x'", "cannot compare"),
+        ("user = true", "cannot compare"),
+        ("w.start = 'yesterday'", "not a timestamp"),
+        ("user.x = 1", "not a struct"),
+        ("w = 1", "name a field inside"),
+    ],
+)
 def test_errors_name_the_problem(bad, message):
     with pytest.raises(state_reader.InvalidOptionError, match=re.escape(message)):
         KeyFilter(bad, KEY_TYPE)
@@ -131,18 +150,30 @@ def test_spark_filters_taken_only_when_exact():
 
     from state_reader.fronts.datasource import spark_filter_to_predicate
 
-    key = pa.struct([("user", pa.string()), ("n", pa.int32()), ("price", pa.float64()), ("d", pa.date32()),
-                     ("w", pa.struct([("start", pa.timestamp("us", tz="UTC"))]))])
-    assert spark_filter_to_predicate(EqualTo(("key", "user"), "ann"), key) == (
-        "key", Comparison(("user",), "=", "ann"))
+    key = pa.struct(
+        [
+            ("user", pa.string()),
+            ("n", pa.int32()),
+            ("price", pa.float64()),
+            ("d", pa.date32()),
+            ("w", pa.struct([("start", pa.timestamp("us", tz="UTC"))])),
+        ]
+    )
+    assert spark_filter_to_predicate(EqualTo(("key", "user"), "ann"), key) == ("key", Comparison(("user",), "=", "ann"))
     assert spark_filter_to_predicate(SparkNot(GreaterThan(("key", "n"), 3)), key) == (
-        "key", Not(Comparison(("n",), ">", 3)))
+        "key",
+        Not(Comparison(("n",), ">", 3)),
+    )
     assert spark_filter_to_predicate(In(("key", "n"), (1, 2)), key) == ("key", InList(("n",), (1, 2)))
     assert spark_filter_to_predicate(IsNotNull(("key", "w", "start")), key) == (
-        "key", NullCheck(("w", "start"), negated=True))
+        "key",
+        NullCheck(("w", "start"), negated=True),
+    )
     assert spark_filter_to_predicate(LessThanOrEqual(("key", "d"), dt.date(2024, 1, 1)), key)[0] == "key"
     assert spark_filter_to_predicate(EqualTo(("partition_id",), 1), key) == (
-        "partition", Comparison(("partition_id",), "=", 1))
+        "partition",
+        Comparison(("partition_id",), "=", 1),
+    )
     for refused in (
         EqualTo(("key", "price"), 1.5),  # floating point: NaN/-0.0 compare differently
         EqualTo(("key", "n"), 1 << 40),  # out of the field's range
@@ -166,8 +197,7 @@ def test_pushdown_into_spark(spark, checkpoints):
     user = next(u for u in in_p1.field("user").to_pylist() if u)
     first = pc.min(in_p1.field("window").field("start")).as_py()
     # a timestamp comparison is not taken (time zones), so Spark keeps applying that one
-    condition = ((F.col("key.user") == user) & (F.col("partition_id") == 1)
-                 & (F.col("key.window.start") >= F.lit(first)))
+    condition = (F.col("key.user") == user) & (F.col("partition_id") == 1) & (F.col("key.window.start") >= F.lit(first))
     plain = spark.read.format("state_reader.statestore").load(cp).where(condition)
     expected = sorted(map(str, plain.collect()))
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
@@ -193,7 +223,11 @@ def test_key_filter_on_golden_types():
     full = state_reader.read_state(cp)
     got = state_reader.read_state(cp, key_filter="k_int > 0 and k_date >= '2000-01-01' and k_dec10 < 100000000")
     k = full.column("key")
-    mask = pc.and_kleene(pc.and_kleene(pc.greater(pc.struct_field(k, [1]), 0),
-                                       pc.greater_equal(pc.struct_field(k, [10]), pa.scalar(dt.date(2000, 1, 1)))),
-                         pc.less(pc.struct_field(k, [8]), pa.scalar(Decimal("100000000"))))
+    mask = pc.and_kleene(
+        pc.and_kleene(
+            pc.greater(pc.struct_field(k, [1]), 0),
+            pc.greater_equal(pc.struct_field(k, [10]), pa.scalar(dt.date(2000, 1, 1))),
+        ),
+        pc.less(pc.struct_field(k, [8]), pa.scalar(Decimal("100000000"))),
+    )
     assert arrow_rows(got) == arrow_rows(full.filter(mask))

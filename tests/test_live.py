@@ -37,8 +37,9 @@ def _committed(cp: Path) -> list[int]:
         return []
 
 
-def _feed(input_dir: Path, staging: Path, stop: threading.Event, files: int = INPUT_FILES,
-          every: float = FILE_EVERY_SECONDS) -> None:
+def _feed(
+    input_dir: Path, staging: Path, stop: threading.Event, files: int = INPUT_FILES, every: float = FILE_EVERY_SECONDS
+) -> None:
     """Write the input files one by one, each atomically (a file source may list a file being written)."""
     for i in range(files):
         if stop.wait(every):
@@ -59,11 +60,20 @@ def _start_query(spark, tmp_path: Path, confs: dict[str, str]):
     for key, value in confs.items():
         spark.conf.set(key, value)
     try:
-        stream = (spark.readStream.schema("k string, v long, tag string").option("maxFilesPerTrigger", 1)
-                  .json(str(input_dir)).groupBy("k")
-                  .agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("total"), F.max("tag").alias("tag")))
-        query = (stream.writeStream.format("noop").outputMode("update").option("checkpointLocation", str(cp))
-                 .trigger(processingTime="100 milliseconds").start())
+        stream = (
+            spark.readStream.schema("k string, v long, tag string")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(input_dir))
+            .groupBy("k")
+            .agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("total"), F.max("tag").alias("tag"))
+        )
+        query = (
+            stream.writeStream.format("noop")
+            .outputMode("update")
+            .option("checkpointLocation", str(cp))
+            .trigger(processingTime="100 milliseconds")
+            .start()
+        )
     finally:
         for key, value in saved.items():
             spark.conf.unset(key) if value is None else spark.conf.set(key, value)
@@ -118,8 +128,9 @@ def test_reads_of_a_running_query(spark, tmp_path, confs):
     for batch, rows in via_spark:
         assert rows == builtin[batch], f"live data source read of batch {batch} differs from the built-in reader"
     for lo, hi, rows in latest:
-        assert any(builtin[b] == rows for b in range(lo, hi + 1)), \
+        assert any(builtin[b] == rows for b in range(lo, hi + 1)), (
             f"a default read during batches {lo}..{hi} returned the state of none of them"
+        )
     assert via_spark and len(pinned) >= 20, f"only {len(pinned)} live reads, {len(via_spark)} through Spark"
 
 
@@ -159,8 +170,9 @@ def _slow_filesystem() -> str:
 
         def _open(self, path, *args, **kwargs):
             state_file = str(path).endswith((".delta", ".snapshot", ".zip", ".changelog"))
-            return request(SLOW_STATE_FILE_SECONDS if state_file else SLOW_SECONDS, super()._open, path,
-                           *args, **kwargs)
+            return request(
+                SLOW_STATE_FILE_SECONDS if state_file else SLOW_SECONDS, super()._open, path, *args, **kwargs
+            )
 
         def ls(self, *args, **kwargs):
             return request(SLOW_SECONDS, super().ls, *args, **kwargs)
@@ -200,10 +212,10 @@ def test_latest_reads_of_a_query_that_cleans_up_never_fail(spark, tmp_path, conf
     schema metadata names; an explicit batch that is gone says which batches are retained."""
     scheme = _slow_filesystem()
     input_dir, staging, cp, query = _start_query(
-        spark, tmp_path, {**confs, "spark.sql.streaming.minBatchesToRetain": str(RETAIN)})
+        spark, tmp_path, {**confs, "spark.sql.streaming.minBatchesToRetain": str(RETAIN)}
+    )
     stop = threading.Event()
-    feeder = threading.Thread(target=_feed, args=(input_dir, staging, stop, CLEANUP_FILES, CLEANUP_EVERY),
-                              daemon=True)
+    feeder = threading.Thread(target=_feed, args=(input_dir, staging, stop, CLEANUP_FILES, CLEANUP_EVERY), daemon=True)
     feeder.start()
     results: list[tuple[int, list[tuple]]] = []
     stats_batches: list[list[int]] = []

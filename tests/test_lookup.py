@@ -32,6 +32,7 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 
 def _random_values(rnd: random.Random) -> dict[str, tuple[str, list]]:
     """Spark SQL type -> values of it, edge cases first, then random ones, with nulls."""
+
     def ints(bits: int) -> list:
         lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
         return [lo, hi, 0, -1, 1, None] + [rnd.randint(lo, hi) for _ in range(40)]
@@ -43,7 +44,7 @@ def _random_values(rnd: random.Random) -> dict[str, tuple[str, list]]:
         return "".join(rnd.choice("aZ0 é€😀\u0000ß") for _ in range(rnd.randrange(0, 14)))
 
     def decimal(precision: int, scale: int) -> list:
-        top = 10 ** precision - 1
+        top = 10**precision - 1
         exact = Context(prec=60)
         unscaled = [0, top, -top, -1, -128, 255, 1 << 63, -(1 << 63)] + [rnd.randint(-top, top) for _ in range(40)]
         return [Decimal(u).scaleb(-scale, exact) for u in unscaled if abs(u) <= top] + [None]
@@ -62,15 +63,26 @@ def _random_values(rnd: random.Random) -> dict[str, tuple[str, list]]:
         "decimal(19,4)": ("decimal(19,4)", decimal(19, 4)),
         "decimal(38,10)": ("decimal(38,10)", decimal(38, 10)),
         "string": ("string", ["", "a", "ab", "abc", "abcd", "abcde", None] + [text() for _ in range(60)]),
-        "binary": ("binary", [b"", b"\x80", b"\xff\xfe\xfd", b"\x00\x01\x02\x03\x04", None]
-                   + [rnd.randbytes(rnd.randrange(0, 12)) for _ in range(40)]),
-        "date": ("date", [dt.date(1970, 1, 1), dt.date(1, 1, 1), dt.date(9999, 12, 31), None]
-                 + [dt.date(1970, 1, 1) + dt.timedelta(days=rnd.randint(-700000, 700000)) for _ in range(30)]),
-        "timestamp": ("timestamp", [epoch, epoch - dt.timedelta(microseconds=1), None]
-                      + [epoch + dt.timedelta(microseconds=rnd.randint(-10**16, 10**16)) for _ in range(30)]),
-        "timestamp_ntz": ("timestamp_ntz", [dt.datetime(1970, 1, 1), None]
-                          + [dt.datetime(1970, 1, 1) + dt.timedelta(seconds=rnd.randint(-10**10, 10**10))
-                             for _ in range(30)]),
+        "binary": (
+            "binary",
+            [b"", b"\x80", b"\xff\xfe\xfd", b"\x00\x01\x02\x03\x04", None]
+            + [rnd.randbytes(rnd.randrange(0, 12)) for _ in range(40)],
+        ),
+        "date": (
+            "date",
+            [dt.date(1970, 1, 1), dt.date(1, 1, 1), dt.date(9999, 12, 31), None]
+            + [dt.date(1970, 1, 1) + dt.timedelta(days=rnd.randint(-700000, 700000)) for _ in range(30)],
+        ),
+        "timestamp": (
+            "timestamp",
+            [epoch, epoch - dt.timedelta(microseconds=1), None]
+            + [epoch + dt.timedelta(microseconds=rnd.randint(-(10**16), 10**16)) for _ in range(30)],
+        ),
+        "timestamp_ntz": (
+            "timestamp_ntz",
+            [dt.datetime(1970, 1, 1), None]
+            + [dt.datetime(1970, 1, 1) + dt.timedelta(seconds=rnd.randint(-(10**10), 10**10)) for _ in range(30)],
+        ),
     }
 
 
@@ -92,13 +104,21 @@ def test_murmur3_equals_spark_hash_for_nested_and_several_columns(spark):
     rnd = random.Random(11)
     rows = []
     for i in range(120):
-        inner = None if i % 9 == 0 else {"a": None if i % 4 == 0 else rnd.randint(-5, 5),
-                                         "b": {"c": rnd.choice(["x", "é€", None]), "d": rnd.random() - 0.5}}
+        inner = (
+            None
+            if i % 9 == 0
+            else {
+                "a": None if i % 4 == 0 else rnd.randint(-5, 5),
+                "b": {"c": rnd.choice(["x", "é€", None]), "d": rnd.random() - 0.5},
+            }
+        )
         arr = None if i % 7 == 0 else [rnd.choice([None, rnd.randint(-9, 9)]) for _ in range(rnd.randrange(0, 5))]
         sarr = None if i % 5 == 0 else [{"k": rnd.choice(["p", "q", None])} for _ in range(rnd.randrange(0, 3))]
         rows.append((rnd.randint(-100, 100), inner, arr, sarr, rnd.choice(["u", "vvvvv", None])))
-    schema = ("n int, st struct<a: int, b: struct<c: string, d: double>>, arr array<int>, "
-              "sarr array<struct<k: string>>, s string")
+    schema = (
+        "n int, st struct<a: int, b: struct<c: string, d: double>>, arr array<int>, "
+        "sarr array<struct<k: string>>, s string"
+    )
     df = spark.createDataFrame(rows, schema)
     table = df.toArrow()
     columns = [table.column(c).combine_chunks() for c in table.column_names]
@@ -126,21 +146,44 @@ def test_murmur3_of_maps_as_spark_hashes_them(spark):
 # --- lookups on real checkpoints --------------------------------------------------------------
 
 JOIN_STORES = [{"join_side": "left"}, {"join_side": "right"}] + [
-    {"store_name": f"{side}-{store}"} for side in ("left", "right") for store in ("keyToNumValues",
-                                                                                   "keyWithIndexToValue")]
+    {"store_name": f"{side}-{store}"}
+    for side in ("left", "right")
+    for store in ("keyToNumValues", "keyWithIndexToValue")
+]
 TWS_READS = [{"state_var_name": v} for v in ("profile", "events", "counters", "plain")] + [
-    {"state_var_name": "counters", "flatten_collection_types": False}, {"read_registered_timers": True}]
+    {"state_var_name": "counters", "flatten_collection_types": False},
+    {"read_registered_timers": True},
+]
 READS = {
-    "agg_window": [{}], "agg_fmt1": [{}], "rocksdb_cl_agg_window": [{}], "session_window": [{}],
-    "rocksdb_session_window": [{}], "dedup": [{}], "dedup_within": [{}],
+    "agg_window": [{}],
+    "agg_fmt1": [{}],
+    "rocksdb_cl_agg_window": [{}],
+    "session_window": [{}],
+    "rocksdb_session_window": [{}],
+    "dedup": [{}],
+    "dedup_within": [{}],
     "multi": [{"operator_id": 0, "batch_id": 4}, {"operator_id": 1, "batch_id": 4}],
-    "apply_in_pandas": [{}], "rocksdb_apply_in_pandas_fmt1": [{}], "join_inner": JOIN_STORES, "join_v3": JOIN_STORES,
-    "join_v4": [{"join_side": "left"}, {"join_side": "right"}, {"store_name": "left-keyWithTsToValues"},
-                {"store_name": "right-tsWithKey"}],
-    "tws": TWS_READS, "lookup_types": [{}], "rocksdb_lookup_types": [{}],
+    "apply_in_pandas": [{}],
+    "rocksdb_apply_in_pandas_fmt1": [{}],
+    "join_inner": JOIN_STORES,
+    "join_v3": JOIN_STORES,
+    "join_v4": [
+        {"join_side": "left"},
+        {"join_side": "right"},
+        {"store_name": "left-keyWithTsToValues"},
+        {"store_name": "right-tsWithKey"},
+    ],
+    "tws": TWS_READS,
+    "lookup_types": [{}],
+    "rocksdb_lookup_types": [{}],
 }
-GOLDEN_READS = {"agg_window_hdfs": [{}], "agg_window_rocksdb": [{}], "dedup_hdfs": [{}], "session_window_hdfs": [{}],
-                "join_inner_hdfs": JOIN_STORES}
+GOLDEN_READS = {
+    "agg_window_hdfs": [{}],
+    "agg_window_rocksdb": [{}],
+    "dedup_hdfs": [{}],
+    "session_window_hdfs": [{}],
+    "join_inner_hdfs": JOIN_STORES,
+}
 
 
 def _leaf_predicates(value: object, typ: pa.DataType, path: tuple[str, ...]) -> list[Predicate]:
@@ -183,8 +226,11 @@ def _check_lookups(cp: str, options: dict) -> int:
         predicates.append(Or(tuple(predicates[:2])))
     first_field = key_type.field(0)
     if not pa.types.is_struct(first_field.type) and fields == 1 and len(samples) >= 2:
-        predicates.append(InList((first_field.name,), tuple(s[first_field.name] for s in samples[:2]
-                                                             if s[first_field.name] is not None)))
+        predicates.append(
+            InList(
+                (first_field.name,), tuple(s[first_field.name] for s in samples[:2] if s[first_field.name] is not None)
+            )
+        )
     pruned = 0
     for predicate in predicates:
         if isinstance(predicate, InList) and not predicate.values:
@@ -232,8 +278,13 @@ def test_filters_that_do_not_pin_the_key_read_every_partition(checkpoints):
     cp = checkpoints("lookup_types")
     plan = plan_state_read(from_kwargs(cp, {}))
     key_type = plan.arrow_schema.field("key").type
-    for spec in ("s = 'ü€😀-1'", "s = 'ü€😀-1' or l > 0", "not (s = 'ü€😀-1')", "s in ('a', 'b') and l >= 3",
-                 lambda k: pc.equal(k.field("s"), "ü€😀-1")):
+    for spec in (
+        "s = 'ü€😀-1'",
+        "s = 'ü€😀-1' or l > 0",
+        "not (s = 'ü€😀-1')",
+        "s in ('a', 'b') and l >= 3",
+        lambda k: pc.equal(k.field("s"), "ü€😀-1"),
+    ):
         assert partitions_to_read(plan, KeyFilter(spec, key_type)) == plan.partitions
 
 
@@ -249,8 +300,10 @@ def _literal(value: object) -> str:
 
 def _expression(predicate: And) -> str:
     """The key filter expression of :func:`_key_predicate`'s predicate."""
-    return " and ".join(f"{'.'.join(p.path)} is null" if isinstance(p, NullCheck)
-                        else f"{'.'.join(p.path)} = {_literal(p.value)}" for p in predicate.parts)
+    return " and ".join(
+        f"{'.'.join(p.path)} is null" if isinstance(p, NullCheck) else f"{'.'.join(p.path)} = {_literal(p.value)}"
+        for p in predicate.parts
+    )
 
 
 def test_a_lookup_reads_only_its_partition(checkpoints, tmp_path):
@@ -273,8 +326,12 @@ def test_a_lookup_reads_only_its_partition(checkpoints, tmp_path):
         state_reader.read_state(str(copy))
     assert state_reader.read_state(str(copy), key_filter=expr).to_pylist() == [row]
     # the command line takes the same path, and says what it read
-    out = subprocess.run([sys.executable, "-m", "state_reader", "show", str(copy), "--key-filter", expr],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "state_reader", "show", str(copy), "--key-filter", expr],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert f"partitions {keep[0]} of 8" in " ".join(out.stdout.split()), out.stdout
 
@@ -285,8 +342,10 @@ def test_changes_lookup_equals_filtered_feed(checkpoints):
         feed = state_reader.changes(cp, 1, 3)
         users = [u for u in pc.unique(pc.struct_field(feed.column("key"), [1])).to_pylist() if u]
         window = feed.column("key").to_pylist()[0]["window"]
-        expr = (f"user = '{users[0]}' and window.start = '{window['start']:%Y-%m-%d %H:%M:%S}' "
-                f"and window.end = '{window['end']:%Y-%m-%d %H:%M:%S}'")
+        expr = (
+            f"user = '{users[0]}' and window.start = '{window['start']:%Y-%m-%d %H:%M:%S}' "
+            f"and window.end = '{window['end']:%Y-%m-%d %H:%M:%S}'"
+        )
         got = state_reader.changes(cp, 1, 3, key_filter=expr)
         flt = KeyFilter(expr, feed.schema.field("key").type)
         assert arrow_rows(got) == arrow_rows(feed.filter(flt.mask(feed.column("key"))))
@@ -303,10 +362,12 @@ def test_spark_pushdown_reads_only_the_keys_partitions(spark, checkpoints):
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     try:
         state_reader.register(spark)
-        for label, cond in (("one", F.col("key.grp") == users[0]), ("in", F.col("key.grp").isin(users[:2])),
-                            ("all", F.col("key.grp") >= users[0])):
-            df = (spark.read.format("state_reader.statestore").option("partitionsPerTask", 1).load(cp)
-                  .where(cond))
+        for label, cond in (
+            ("one", F.col("key.grp") == users[0]),
+            ("in", F.col("key.grp").isin(users[:2])),
+            ("all", F.col("key.grp") >= users[0]),
+        ):
+            df = spark.read.format("state_reader.statestore").option("partitionsPerTask", 1).load(cp).where(cond)
             reads[label] = (df.rdd.getNumPartitions(), sorted(map(str, df.collect())))
     finally:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")

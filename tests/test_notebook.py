@@ -13,8 +13,17 @@ import pytest
 
 import state_reader
 
-QUERIES = ["agg_window", "rocksdb_cl_agg_window", "dedup", "session_window", "join_inner", "rocksdb_cl_multi",
-           "apply_in_pandas", "limit", "tws"]
+QUERIES = [
+    "agg_window",
+    "rocksdb_cl_agg_window",
+    "dedup",
+    "session_window",
+    "join_inner",
+    "rocksdb_cl_multi",
+    "apply_in_pandas",
+    "limit",
+    "tws",
+]
 
 
 def _text(markup: str) -> str:
@@ -65,6 +74,7 @@ def test_reads_are_the_public_functions(checkpoints):
     path = checkpoints("agg_window")
     cp = state_reader.open(path)
     assert cp.batches == sorted(cp.batches) and len(cp.batches) >= 5
+
     def same(a, b) -> bool:  # NaN in the state: compare what the rows print as
         return a.schema == b.schema and repr(a.to_pylist()) == repr(b.to_pylist())
 
@@ -128,8 +138,10 @@ def test_sparkline_over_retained_batches(checkpoints):
     assert "<polyline" in cp._repr_html_()
 
 
-_BAR = re.compile(r'<td class="sr-p">(\d+)</td><td class="sr-b"><div class="sr-track"><div class="sr-bar" '
-                  r'style="width:(\d+)px"></div></div></td><td class="sr-n">([^<]*)</td>')
+_BAR = re.compile(
+    r'<td class="sr-p">(\d+)</td><td class="sr-b"><div class="sr-track"><div class="sr-bar" '
+    r'style="width:(\d+)px"></div></div></td><td class="sr-n">([^<]*)</td>'
+)
 
 
 def _bars(page: str) -> list[tuple[int, int, str]]:
@@ -139,19 +151,27 @@ def _bars(page: str) -> list[tuple[int, int, str]]:
 
 def _lines(page: str) -> list[list[float]]:
     """The y of each point of each sparkline (SVG: y grows downwards)."""
-    return [[float(xy.split(",")[1]) for xy in points.split()]
-            for points in re.findall(r'<polyline[^>]* points="([^"]*)"', page)]
+    return [
+        [float(xy.split(",")[1]) for xy in points.split()]
+        for points in re.findall(r'<polyline[^>]* points="([^"]*)"', page)
+    ]
 
 
 def test_display_shows_transform_with_state_variables(checkpoints):
     from state_reader.inspect.overview import describe_checkpoint
 
     path = checkpoints("tws")
-    declared = {"counters": "MapState, TTL", "profile": "ValueState, TTL", "plain": "ValueState, no TTL",
-                "events": "ListState, no TTL"}
+    declared = {
+        "counters": "MapState, TTL",
+        "profile": "ValueState, TTL",
+        "plain": "ValueState, no TTL",
+        "events": "ListState, no TTL",
+    }
     (op,) = describe_checkpoint(path)["operators"]
     assert {v["name"]: v["described"] for v in op["state_variables"]} == {
-        **declared, "$procTimers_keyToTimestamp": "timers (ProcessingTime)"}
+        **declared,
+        "$procTimers_keyToTimestamp": "timers (ProcessingTime)",
+    }
     cp = state_reader.open(path)
     shown = _text(cp._repr_html_())
     assert "4 state variables and timers in 1 store" in shown
@@ -177,11 +197,18 @@ def test_metadata_command_lists_state_variables(checkpoints):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "state_reader", "metadata", checkpoints("tws")],
-                         capture_output=True, text=True, env={**os.environ, "COLUMNS": "400"}, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "state_reader", "metadata", checkpoints("tws")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "400"},
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
-    assert ("operator 0 state variables: counters: MapState, TTL; profile: ValueState, TTL; plain: ValueState, "
-            "no TTL; events: ListState, no TTL; $procTimers_keyToTimestamp: timers (ProcessingTime)") in out.stdout
+    assert (
+        "operator 0 state variables: counters: MapState, TTL; profile: ValueState, TTL; plain: ValueState, "
+        "no TTL; events: ListState, no TTL; $procTimers_keyToTimestamp: timers (ProcessingTime)"
+    ) in out.stdout
 
 
 def test_size_over_batches_is_the_state_not_its_files(checkpoints):
@@ -243,8 +270,9 @@ def exported_notebook(tmp_path_factory) -> Path:
     nbclient = pytest.importorskip("nbclient")
     nbconvert = pytest.importorskip("nbconvert")
     notebook = nbformat.read(EXAMPLES / "debugging.ipynb", as_version=4)
-    nbclient.NotebookClient(notebook, timeout=900, kernel_name="python3",
-                            resources={"metadata": {"path": str(EXAMPLES)}}).execute()
+    nbclient.NotebookClient(
+        notebook, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(EXAMPLES)}}
+    ).execute()
     errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors, errors
     page, _ = nbconvert.HTMLExporter().from_notebook_node(notebook)
@@ -255,8 +283,15 @@ def exported_notebook(tmp_path_factory) -> Path:
 
 def test_example_notebook_runs_and_shows_every_checkpoint(exported_notebook):
     shown = _text(exported_notebook.read_text(encoding="utf-8"))
-    for expected in ("state_reader.Checkpoint", "stateStoreSave", "symmetricHashJoin",
-                     "transformWithStateInPandasExec", "doctor:", "rows ×", "never-evicted"):
+    for expected in (
+        "state_reader.Checkpoint",
+        "stateStoreSave",
+        "symmetricHashJoin",
+        "transformWithStateInPandasExec",
+        "doctor:",
+        "rows ×",
+        "never-evicted",
+    ):
         assert expected in shown, expected
 
 
@@ -269,9 +304,16 @@ def _browser():
         pytest.skip("no Chromium and chromedriver on the PATH (make test-browser installs them)")
     options = webdriver.ChromeOptions()
     options.binary_location = binary
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update", "--no-first-run",
-                 "--window-size=1200,1600"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        "--window-size=1200,1600",
+    ):
         options.add_argument(flag)
     from selenium.webdriver.chrome.service import Service
 
@@ -301,8 +343,11 @@ def test_browser_shows_operators_partitions_and_findings(exported_notebook, tmp_
         assert any("variable visits · ValueState, no TTL · 2 partitions" in s for s in summaries), summaries
         # the README's picture: the transformWithState display after doctor(), every section opened
         driver.execute_script("document.querySelectorAll('details').forEach(d => d.open = true)")
-        shown = next(d for d in driver.find_elements(By.CSS_SELECTOR, "div.sr-cp")
-                     if "transformWithStateInPandasExec" in d.text and "never-evicted" in d.text)
+        shown = next(
+            d
+            for d in driver.find_elements(By.CSS_SELECTOR, "div.sr-cp")
+            if "transformWithStateInPandasExec" in d.text and "never-evicted" in d.text
+        )
         driver.execute_script("arguments[0].scrollIntoView()", shown)
         shot = Path(os.environ.get("STATE_READER_SCREENSHOT") or tmp_path / "notebook.png")
         shown.screenshot(str(shot))
@@ -319,8 +364,10 @@ def test_browser_keeps_a_script_key_as_text(checkpoints, tmp_path):
     shutil.copytree(checkpoints("dedup"), hostile)
     cp = state_reader.open(str(hostile))
     page = tmp_path / "page.html"
-    page.write_text(f"<html><head><title>safe</title></head><body>{cp._repr_html_()}"
-                    f"{cp.state()._repr_html_()}</body></html>", encoding="utf-8")
+    page.write_text(
+        f"<html><head><title>safe</title></head><body>{cp._repr_html_()}{cp.state()._repr_html_()}</body></html>",
+        encoding="utf-8",
+    )
     driver = _browser()
     try:
         driver.get(page.as_uri())

@@ -140,8 +140,18 @@ def test_stale_checksum_sidecar_is_reported(checkpoints, tmp_path):
 def test_snake_case_options_map_mechanically():
     from state_reader.core.options import camel_case, snake_case
 
-    for camel in ("batchId", "operatorId", "storeName", "joinSide", "readChangeFeed", "changeStartBatchId",
-                  "snapshotStartBatchId", "stateVarName", "readRegisteredTimers", "flattenCollectionTypes"):
+    for camel in (
+        "batchId",
+        "operatorId",
+        "storeName",
+        "joinSide",
+        "readChangeFeed",
+        "changeStartBatchId",
+        "snapshotStartBatchId",
+        "stateVarName",
+        "readRegisteredTimers",
+        "flattenCollectionTypes",
+    ):
         assert camel_case(snake_case(camel)) == camel
 
 
@@ -161,5 +171,11 @@ def test_misspelled_options_name_the_closest_valid_one(spark, checkpoints):
     with pytest.raises(Exception, match=misspelled):
         spark.read.format("state_reader.state-metadata").option("inferMissingMetadta", "true").load(path).collect()
     # storage.<name> options and the data source's own partitionsPerTask stay accepted
-    assert spark.read.format("state_reader.statestore").option("storage.anon", "false") \
-        .option("PartitionsPerTask", "1").load(path).count() > 0
+    assert (
+        spark.read.format("state_reader.statestore")
+        .option("storage.anon", "false")
+        .option("PartitionsPerTask", "1")
+        .load(path)
+        .count()
+        > 0
+    )

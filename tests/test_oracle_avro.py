@@ -39,8 +39,12 @@ def test_every_variable_matches_builtin(spark, avro_tws, var):
 def test_earlier_batch_and_change_feed_match_builtin(spark, avro_tws):
     for var in AVRO_TWS_VARIABLES:
         assert assert_same_as_builtin(spark, avro_tws, {"stateVarName": var, "batchId": "1"}) > 0
-        assert assert_same_as_builtin(spark, avro_tws, {"stateVarName": var, "readChangeFeed": "true",
-                                                        "changeStartBatchId": "0"}) > 0
+        assert (
+            assert_same_as_builtin(
+                spark, avro_tws, {"stateVarName": var, "readChangeFeed": "true", "changeStartBatchId": "0"}
+            )
+            > 0
+        )
 
 
 def test_timers_match_builtin(spark, avro_tws):
@@ -53,7 +57,7 @@ def test_values_hold_what_was_written(avro_tws):
     bigs = {v["big"] for v in scalars if v["big"] is not None}
     assert bigs and all(abs(b) > decimal.Decimal(10) ** 27 and b.as_tuple().exponent == -10 for b in bigs)
     assert any(b % 1 != 0 for b in bigs)  # all 38 digits, not rounded to 28
-    assert {v["i"] for v in scalars} <= {-(2 ** 31), 2 ** 31 - 1}
+    assert {v["i"] for v in scalars} <= {-(2**31), 2**31 - 1}
     nested = state_reader.read_state(avro_tws, state_var_name="nested").column("value").to_pylist()
     for row in nested:
         value = row["value"]
@@ -76,8 +80,11 @@ def _avro(spark, ddl: str):
 
 def test_schema_nullability_is_by_position(spark):
     """Record fields, nested records, arrays and maps may be null; atomic items and map values may not."""
-    record = _avro(spark, "a int not null, xs array<int>, m map<string, array<bigint>>, "
-                         "s struct<b string, d decimal(38,10)>, ys array<struct<c int>>")
+    record = _avro(
+        spark,
+        "a int not null, xs array<int>, m map<string, array<bigint>>, "
+        "s struct<b string, d decimal(38,10)>, ys array<struct<c int>>",
+    )
     fields = {f["name"]: f["type"] for f in record["fields"]}
     assert record["type"] == "record"
     assert fields["f0"] == ["null", "int"]
@@ -122,7 +129,7 @@ def _family_entries(checkpoint: str):
 
 
 def _rows(buffer) -> list[bytes]:
-    return [bytes(buffer.buf[s:s + n]) for s, n in zip(buffer.starts.tolist(), buffer.lengths.tolist(), strict=True)]
+    return [bytes(buffer.buf[s : s + n]) for s, n in zip(buffer.starts.tolist(), buffer.lengths.tolist(), strict=True)]
 
 
 def test_range_scan_keys_and_records_encode_back_to_sparks_bytes(avro_tws):
@@ -160,15 +167,30 @@ def test_a_damaged_avro_range_scan_key_names_the_file():
     from state_reader.formats.rocksdb_encoding import RANGE_SCAN, KeyEncoderSpec, decode_keys, encode_range_scan_keys
     from state_reader.formats.unsaferow import RowBuffer
 
-    schema = from_json_value({"type": "struct", "fields": [
-        {"name": "expirationMs", "type": "long", "nullable": True, "metadata": {}},
-        {"name": "elementKey", "type": {"type": "struct", "fields": [
-            {"name": "grp", "type": "string", "nullable": True, "metadata": {}}]}, "nullable": True, "metadata": {}}]})
+    schema = from_json_value(
+        {
+            "type": "struct",
+            "fields": [
+                {"name": "expirationMs", "type": "long", "nullable": True, "metadata": {}},
+                {
+                    "name": "elementKey",
+                    "type": {
+                        "type": "struct",
+                        "fields": [{"name": "grp", "type": "string", "nullable": True, "metadata": {}}],
+                    },
+                    "nullable": True,
+                    "metadata": {},
+                },
+            ],
+        }
+    )
     spec = KeyEncoderSpec(RANGE_SCAN, ordering_ordinals=(0,))
     import pyarrow as pa
 
-    keys = pa.array([{"expirationMs": -5, "elementKey": {"grp": "a"}}, {"expirationMs": None, "elementKey": None}],
-                    schema.to_arrow())
+    keys = pa.array(
+        [{"expirationMs": -5, "elementKey": {"grp": "a"}}, {"expirationMs": None, "elementKey": None}],
+        schema.to_arrow(),
+    )
     good = _rows(encode_range_scan_keys(keys, schema, (0,), avro=True, schema_id=3))
     # negative: marker 0x00; null: marker 0x02 and eight zero bytes; the remainder carries schema id 3
     assert good[0][:21] == bytes.fromhex("0e000000 00 020200 0210 fffffffffffffffb 00 0300".replace(" ", ""))

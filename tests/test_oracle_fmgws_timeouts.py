@@ -61,8 +61,10 @@ def test_change_feed_as_long_keeps_the_whole_timeout(spark, checkpoints, name):
     path = checkpoints(name)
     options = {"readChangeFeed": "true", "changeStartBatchId": "0"}
     builtin = [json.loads(r) for r in spark_rows(spark.read.format("statestore").options(**options).load(path))]
-    ours = [json.loads(r) for r in spark_rows(
-        spark.read.format("state_reader.statestore").options(**options, **AS_LONG).load(path))]
+    ours = [
+        json.loads(r)
+        for r in spark_rows(spark.read.format("state_reader.statestore").options(**options, **AS_LONG).load(path))
+    ]
     assert len(ours) == len(builtin) > 0
     for row in ours:
         if row["value"] is not None:

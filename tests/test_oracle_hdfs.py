@@ -11,12 +11,15 @@ from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
 
 # HDFS single-source queries; exotic_types holds intervals PySpark cannot collect (see test_decoders)
-QUERY_NAMES = sorted(n for n, q in QUERIES.items()
-                     if "RocksDB" not in q.confs.get("spark.sql.streaming.stateStore.providerClass", "")
-                     and q.sources == 1 and n != "exotic_types")
+QUERY_NAMES = sorted(
+    n
+    for n, q in QUERIES.items()
+    if "RocksDB" not in q.confs.get("spark.sql.streaming.stateStore.providerClass", "")
+    and q.sources == 1
+    and n != "exotic_types"
+)
 JOIN_QUERIES = ["join_inner", "join_left_outer", "join_right_outer"]
-JOIN_STORES = ["left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues",
-               "right-keyWithIndexToValue"]
+JOIN_STORES = ["left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue"]
 
 
 def _batches(path: str) -> list[int]:
@@ -73,8 +76,16 @@ def test_change_feed_matches_builtin(spark, checkpoints, name):
     store = {"storeName": "left-keyWithIndexToValue"} if name.startswith("join") else {}
     rows = assert_same_as_builtin(spark, path, {"readChangeFeed": "true", "changeStartBatchId": "0", **store})
     assert rows > 0
-    assert_same_as_builtin(spark, path, {"readChangeFeed": "true", "changeStartBatchId": str(batches[1]),
-                                         "changeEndBatchId": str(batches[-2]), **store})
+    assert_same_as_builtin(
+        spark,
+        path,
+        {
+            "readChangeFeed": "true",
+            "changeStartBatchId": str(batches[1]),
+            "changeEndBatchId": str(batches[-2]),
+            **store,
+        },
+    )
 
 
 def _snapshot_batches(path: str, partition: int, store: str = "") -> list[int]:
@@ -98,5 +109,6 @@ def test_snapshot_replay_matches_builtin(spark, checkpoints, name):
     import state_reader
 
     with pytest.raises(state_reader.MissingStateFileError, match="snapshot"):
-        state_reader.read_state(path, snapshot_start_batch_id=missing, snapshot_partition_id=0, **(
-            {"join_side": "left"} if join else {}))
+        state_reader.read_state(
+            path, snapshot_start_batch_id=missing, snapshot_partition_id=0, **({"join_side": "left"} if join else {})
+        )

@@ -23,8 +23,12 @@ def test_join_v3_sides_stores_and_changes(spark, checkpoints):
         for store in STORES:
             total += assert_same_as_builtin(spark, path, {"storeName": store, **at})
     assert total > 0
-    assert assert_same_as_builtin(spark, path, {"storeName": "left-keyWithIndexToValue", "readChangeFeed": "true",
-                                                "changeStartBatchId": "0"}) > 0
+    assert (
+        assert_same_as_builtin(
+            spark, path, {"storeName": "left-keyWithIndexToValue", "readChangeFeed": "true", "changeStartBatchId": "0"}
+        )
+        > 0
+    )
     assert_same_as_builtin(spark, path, {}, fmt="state-metadata")
 
 
@@ -36,5 +40,6 @@ def test_join_side_from_a_snapshot_on_rocksdb_with_changelogs(spark, checkpoints
     zips = sorted(int(p.stem) for p in store.glob("*.zip"))
     assert zips, "no snapshot to start from"
     for side in ("left", "right"):
-        assert_same_as_builtin(spark, path, {"joinSide": side, "snapshotStartBatchId": str(zips[0] - 1),
-                                             "snapshotPartitionId": "0"})
+        assert_same_as_builtin(
+            spark, path, {"joinSide": side, "snapshotStartBatchId": str(zips[0] - 1), "snapshotPartitionId": "0"}
+        )

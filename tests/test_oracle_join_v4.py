@@ -31,11 +31,16 @@ def test_join_v4_stores_and_changes(spark, checkpoints):
             total += assert_same_as_builtin(spark, path, {"storeName": store, **at})
     assert total > 0
     for store in JOIN_V4_STORES:
-        assert assert_same_as_builtin(spark, path, {"storeName": store, "readChangeFeed": "true",
-                                                    "changeStartBatchId": "0"}) > 0
+        assert (
+            assert_same_as_builtin(
+                spark, path, {"storeName": store, "readChangeFeed": "true", "changeStartBatchId": "0"}
+            )
+            > 0
+        )
         # replay partition 0 from the snapshot of batch 0 on (every changelog after it applied)
-        assert_same_as_builtin(spark, path, {"storeName": store, "snapshotStartBatchId": "0",
-                                             "snapshotPartitionId": "0"})
+        assert_same_as_builtin(
+            spark, path, {"storeName": store, "snapshotStartBatchId": "0", "snapshotPartitionId": "0"}
+        )
     assert_same_as_builtin(spark, path, {}, fmt="state-metadata")
 
 
@@ -59,8 +64,10 @@ def test_join_v4_sides_hold_the_buffered_input_rows(spark, checkpoints):
     # the query's two sides: left keeps n % 3 != 1 (lid, amount, price), right keeps even n (rid, tag)
     left_input = {(r["n"], r["grp"], r["ts"]) for r in written if r["n"] % 3 != 1}
     right_input = {(r["n"], r["grp"], r["ts"]) for r in written if r["n"] % 2 == 0}
-    for side, time_col, grp_col, id_col, inputs in (("left", "lts", "lgrp", "lid", left_input),
-                                                   ("right", "rts", "rgrp", "rid", right_input)):
+    for side, time_col, grp_col, id_col, inputs in (
+        ("left", "lts", "lgrp", "lid", left_input),
+        ("right", "rts", "rgrp", "rid", right_input),
+    ):
         builtin = spark.read.format("statestore").option("joinSide", side).load(path)
         ours = spark.read.format("state_reader.statestore").option("joinSide", side).load(path)
         assert ours.schema.json() == builtin.schema.json()

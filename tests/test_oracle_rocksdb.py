@@ -177,8 +177,9 @@ def test_reading_leaves_checkpoint_unchanged(spark, checkpoints, v2_checkpoints,
     assert _fingerprint(path) == before
 
 
-@pytest.mark.parametrize("name", ["rocksdb_cl_agg_window", "rocksdb_cl_session_window",
-                                  "rocksdb_cl_checksum_agg_window"])
+@pytest.mark.parametrize(
+    "name", ["rocksdb_cl_agg_window", "rocksdb_cl_session_window", "rocksdb_cl_checksum_agg_window"]
+)
 def test_change_feed_and_snapshot_replay_match_builtin(spark, checkpoints, name):
     """The provider's changelog records and replay from a chosen zip, through the readers' options."""
     path = checkpoints(name)
@@ -188,8 +189,7 @@ def test_change_feed_and_snapshot_replay_match_builtin(spark, checkpoints, name)
     assert zips
     for version in zips:
         if version - 1 in batches:
-            assert_same_as_builtin(spark, path, {"snapshotStartBatchId": str(version - 1),
-                                                 "snapshotPartitionId": "0"})
+            assert_same_as_builtin(spark, path, {"snapshotStartBatchId": str(version - 1), "snapshotPartitionId": "0"})
 
 
 def test_change_feed_needs_changelogs(checkpoints):
@@ -206,7 +206,12 @@ def test_checkpoint_v2_change_feed_and_snapshot_replay(spark, v2_checkpoints):
     assert zip_batches
     with _conf_set(spark, CHECKPOINT_V2):
         for op in ("0", "1"):
-            assert assert_same_as_builtin(
-                spark, path, {"operatorId": op, "readChangeFeed": "true", "changeStartBatchId": "0"}) > 0
-            assert_same_as_builtin(spark, path, {"operatorId": op, "snapshotStartBatchId": str(zip_batches[0]),
-                                                 "snapshotPartitionId": "0"})
+            assert (
+                assert_same_as_builtin(
+                    spark, path, {"operatorId": op, "readChangeFeed": "true", "changeStartBatchId": "0"}
+                )
+                > 0
+            )
+            assert_same_as_builtin(
+                spark, path, {"operatorId": op, "snapshotStartBatchId": str(zip_batches[0]), "snapshotPartitionId": "0"}
+            )

@@ -15,9 +15,13 @@ from oracle import assert_same_as_builtin
 
 import state_reader
 
-READS = [{}, {"batchId": "0"}, {"batchId": "1"},
-         {"readChangeFeed": "true", "changeStartBatchId": "0"},
-         {"readChangeFeed": "true", "changeStartBatchId": "1", "changeEndBatchId": "2"}]
+READS = [
+    {},
+    {"batchId": "0"},
+    {"batchId": "1"},
+    {"readChangeFeed": "true", "changeStartBatchId": "0"},
+    {"readChangeFeed": "true", "changeStartBatchId": "1", "changeEndBatchId": "2"},
+]
 
 
 def _snapshot_reads(path: str) -> list[dict[str, str]]:
@@ -42,12 +46,20 @@ def test_format_1_timeout_is_the_declared_int(spark, scala_checkpoints):
     table = state_reader.read_state(path)
     value = table.schema.field("value").type
     assert [value.field(i).name for i in range(value.num_fields)] == [
-        "readings", "label", "count", "lastSeen", "peak", "alarm", "timeoutTimestamp"]
+        "readings",
+        "label",
+        "count",
+        "lastSeen",
+        "peak",
+        "alarm",
+        "timeoutTimestamp",
+    ]
     assert str(value.field("timeoutTimestamp").type) == "int32"
     by_sensor = {r["key"]["value"]: r["value"] for r in table.to_pylist()}
     # the timeout is 8 s after each remaining sensor's newest reading
     assert {k: v["timeoutTimestamp"] for k, v in by_sensor.items()} == {
-        k: int(v["lastSeen"].timestamp() * 1000) + 8000 for k, v in by_sensor.items()}
+        k: int(v["lastSeen"].timestamp() * 1000) + 8000 for k, v in by_sensor.items()
+    }
     wide = state_reader.read_state(path, timeout_timestamp_as_long=True)
     assert str(wide.schema.field("value").type.field("timeoutTimestamp").type) == "int64"
     assert wide.column("value").to_pylist() == table.column("value").to_pylist()

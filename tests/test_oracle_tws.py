@@ -27,7 +27,8 @@ def test_every_variable_matches_builtin(spark, tws):
         for at in ({}, {"batchId": str(batches[2])}):
             for flatten in ("true", "false"):
                 total += assert_same_as_builtin(
-                    spark, tws, {"stateVarName": var, "flattenCollectionTypes": flatten, **at})
+                    spark, tws, {"stateVarName": var, "flattenCollectionTypes": flatten, **at}
+                )
     assert total > 0
 
 
@@ -38,8 +39,10 @@ def test_timers_and_metadata_match_builtin(spark, tws):
 
 @pytest.mark.parametrize("var", VARIABLES)
 def test_change_feed_matches_builtin(spark, tws, var):
-    assert assert_same_as_builtin(spark, tws, {"stateVarName": var, "readChangeFeed": "true",
-                                               "changeStartBatchId": "0"}) > 0
+    assert (
+        assert_same_as_builtin(spark, tws, {"stateVarName": var, "readChangeFeed": "true", "changeStartBatchId": "0"})
+        > 0
+    )
 
 
 def test_snapshot_replay_matches_builtin(spark, tws):
@@ -47,8 +50,9 @@ def test_snapshot_replay_matches_builtin(spark, tws):
     starts = sorted(int(n.split(".")[0].split("_")[0]) - 1 for n in names if n.endswith(".zip"))
     assert starts
     for var in ("events", "counters"):
-        assert_same_as_builtin(spark, tws, {"stateVarName": var, "snapshotStartBatchId": str(starts[0]),
-                                            "snapshotPartitionId": "0"})
+        assert_same_as_builtin(
+            spark, tws, {"stateVarName": var, "snapshotStartBatchId": str(starts[0]), "snapshotPartitionId": "0"}
+        )
 
 
 def test_variable_errors(tws):
@@ -99,8 +103,9 @@ def test_verify_checks_every_column_family(tws, tmp_path):
     checked = {s["store_name"] for s in report.stores}
     assert set(VARIABLES) <= checked
     assert "$procTimers_keyToTimestamp" in checked and "$ttl_profile" in checked
-    proc = subprocess.run([sys.executable, "-m", "state_reader", "verify", tws, "--json"], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "state_reader", "verify", tws, "--json"], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0 and json.loads(proc.stdout)["versions_checked"] > len(VARIABLES), proc.stderr
 
     damaged = tmp_path / "tws"
@@ -109,8 +114,9 @@ def test_verify_checks_every_column_family(tws, tmp_path):
     changelog.write_bytes(changelog.read_bytes()[:-7])
     for crc in changelog.parent.glob(f".{changelog.name}.crc"):
         crc.unlink()
-    proc = subprocess.run([sys.executable, "-m", "state_reader", "verify", str(damaged)], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "state_reader", "verify", str(damaged)], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode != 0 and "DAMAGED" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -122,8 +128,13 @@ def test_every_command_line_command_handles_every_variable(tws, tmp_path):
     import sys
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "state_reader", *map(str, args)], capture_output=True,
-                              text=True, timeout=300, env={**__import__("os").environ, "COLUMNS": "300"})
+        return subprocess.run(
+            [sys.executable, "-m", "state_reader", *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**__import__("os").environ, "COLUMNS": "300"},
+        )
 
     proc = run("show", tws)
     assert proc.returncode == 1 and "--state-var" in proc.stderr

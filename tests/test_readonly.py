@@ -19,8 +19,7 @@ JOIN_STORE = "left-keyWithIndexToValue"
 def _snapshot_batch(cp: Path, store: str = "") -> int:
     """A batch whose state partition 0 has a snapshot (HDFS) or zip (RocksDB) of."""
     part = cp / "state" / "0" / "0" / store
-    versions = sorted(int(p.stem) for p in part.iterdir()
-                      if p.suffix in (".snapshot", ".zip") and p.stem.isdigit())
+    versions = sorted(int(p.stem) for p in part.iterdir() if p.suffix in (".snapshot", ".zip") and p.stem.isdigit())
     assert versions, f"no snapshot in {part}: snapshot replay would not be exercised"
     return versions[0] - 1
 
@@ -29,10 +28,13 @@ def _reads(cp: Path, join: bool) -> list[tuple[str, dict[str, str]]]:
     """(format, options) of every kind of read, as data source options."""
     batches = sorted(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
     if join:
-        return [("statestore", {"joinSide": "left"}), ("statestore", {"joinSide": "right"}),
-                ("statestore", {"storeName": JOIN_STORE, "batchId": str(batches[1])}),
-                ("statestore", {"readChangeFeed": "true", "changeStartBatchId": "0", "storeName": JOIN_STORE}),
-                ("state-metadata", {})]
+        return [
+            ("statestore", {"joinSide": "left"}),
+            ("statestore", {"joinSide": "right"}),
+            ("statestore", {"storeName": JOIN_STORE, "batchId": str(batches[1])}),
+            ("statestore", {"readChangeFeed": "true", "changeStartBatchId": "0", "storeName": JOIN_STORE}),
+            ("state-metadata", {}),
+        ]
     return [
         ("statestore", {}),
         ("statestore", {"batchId": str(batches[1])}),
@@ -44,8 +46,10 @@ def _reads(cp: Path, join: bool) -> list[tuple[str, dict[str, str]]]:
 
 
 def _spark_free(cp: Path, fmt: str, options: dict[str, str]) -> int:
-    kwargs = {snake_case(k): (int(v) if v.isdigit() else v == "true" if v in ("true", "false") else v)
-              for k, v in options.items()}
+    kwargs = {
+        snake_case(k): (int(v) if v.isdigit() else v == "true" if v in ("true", "false") else v)
+        for k, v in options.items()
+    }
     read = state_reader.read_state if fmt == "statestore" else state_reader.read_metadata
     return read(str(cp), **kwargs).num_rows
 
@@ -57,8 +61,10 @@ def rocksdb_join(spark, tmp_path_factory) -> str:
     return run_query(spark, query, tmp_path_factory.mktemp("readonly_join") / "q")
 
 
-@pytest.mark.parametrize(("name", "join"), [("agg_window", False), ("join_inner", True),
-                                            ("rocksdb_cl_agg_window", False), ("rocksdb_join", True)])
+@pytest.mark.parametrize(
+    ("name", "join"),
+    [("agg_window", False), ("join_inner", True), ("rocksdb_cl_agg_window", False), ("rocksdb_join", True)],
+)
 def test_reads_change_nothing(spark, checkpoints, request, tmp_path, name, join):
     source = request.getfixturevalue("rocksdb_join") if name == "rocksdb_join" else checkpoints(name)
     cp = tmp_path / "checkpoint"

@@ -26,8 +26,10 @@ def _new_batches(query: Query) -> list[list[dict]]:
     """Two more batches: the last batch of the query's input again (the keys and windows the state
     holds now), then the first one later in event time (watermarks move on, state is evicted)."""
     old = query.batches()
-    return [[dict(r) for r in old[-1]],
-            [{**r, "ts": r["ts"] + SHIFT} if isinstance(r.get("ts"), (int, float)) else dict(r) for r in old[0]]]
+    return [
+        [dict(r) for r in old[-1]],
+        [{**r, "ts": r["ts"] + SHIFT} if isinstance(r.get("ts"), (int, float)) else dict(r) for r in old[0]],
+    ]
 
 
 def _add_input(directory: Path, batches: list[list[dict]]) -> None:
@@ -50,10 +52,21 @@ def resume(spark, query: Query, checkpoint: str, input_dir: Path) -> dict[int, l
         collected[batch_id] = sorted(repr(tuple(r)) for r in df.collect())
 
     with session_confs(spark, query.confs):
-        sources = [spark.readStream.schema(query.schema).option("maxFilesPerTrigger", 1)
-                   .option("allowNonNumericNumbers", "true").json(str(input_dir)) for _ in range(query.sources)]
-        handle = (query.build(*sources).writeStream.foreachBatch(sink).outputMode(query.output_mode)
-                  .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        sources = [
+            spark.readStream.schema(query.schema)
+            .option("maxFilesPerTrigger", 1)
+            .option("allowNonNumericNumbers", "true")
+            .json(str(input_dir))
+            for _ in range(query.sources)
+        ]
+        handle = (
+            query.build(*sources)
+            .writeStream.foreachBatch(sink)
+            .outputMode(query.output_mode)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
         handle.awaitTermination()
     return collected
 
@@ -70,10 +83,20 @@ def resume_with_timers(spark, query: Query, checkpoint: str, input_dir: Path, ba
             collected[batch_id] = rows
 
     with session_confs(spark, query.confs):
-        source = (spark.readStream.schema(query.schema).option("maxFilesPerTrigger", 1)
-                  .option("allowNonNumericNumbers", "true").json(str(input_dir)))
-        handle = (query.build(source).writeStream.foreachBatch(sink).outputMode(query.output_mode)
-                  .option("checkpointLocation", checkpoint).trigger(processingTime="1 second").start())
+        source = (
+            spark.readStream.schema(query.schema)
+            .option("maxFilesPerTrigger", 1)
+            .option("allowNonNumericNumbers", "true")
+            .json(str(input_dir))
+        )
+        handle = (
+            query.build(source)
+            .writeStream.foreachBatch(sink)
+            .outputMode(query.output_mode)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="1 second")
+            .start()
+        )
         try:
             deadline = time.monotonic() + 180
             while len(collected) < batches and time.monotonic() < deadline:
@@ -91,8 +114,11 @@ def resume_with_timers(spark, query: Query, checkpoint: str, input_dir: Path, ba
 
 
 def _digest(directory: str) -> dict[str, str]:
-    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(Path(directory).rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(Path(directory).rglob("*"))
+        if p.is_file()
+    }
 
 
 def _state_rows(spark, checkpoint: str, **options) -> list[str]:
@@ -118,9 +144,10 @@ def assert_builtin_sees_same_state(spark, src: str, dst: str, num_partitions: in
         if plan.partitions == [0] and num_partitions != 1:
             continue  # a single-partition operator (global limit)
         df = spark.read.format("statestore").option("operatorId", op).option("storeName", store).load(dst)
-        names = df.schema["key"].dataType.names[:plan.partition_key_fields]
-        wrong = df.where(F.col("partition_id") != F.pmod(F.hash(*[F.col("key")[n] for n in names]),
-                                                        F.lit(num_partitions))).count()
+        names = df.schema["key"].dataType.names[: plan.partition_key_fields]
+        wrong = df.where(
+            F.col("partition_id") != F.pmod(F.hash(*[F.col("key")[n] for n in names]), F.lit(num_partitions))
+        ).count()
         assert wrong == 0, (op, store)
         assert {r.partition_id for r in df.select("partition_id").distinct().collect()} <= set(range(num_partitions))
 
@@ -128,11 +155,30 @@ def assert_builtin_sees_same_state(spark, src: str, dst: str, num_partitions: in
 # every operator the HDFS-backed provider runs, and every codec; RocksDB (checkpoint format 1) without and
 # with changelog checkpointing, for the operators without column families
 # with checkpoint format 2 (files named by unique ids in the commit log)
-CASES = ["agg_window", "agg_fmt1", "dedup", "dedup_within", "session_window", "apply_in_pandas", "join_inner",
-         "multi", "limit", "agg_zstd", "agg_snappy", "agg_lzf",
-         "rocksdb_agg_window", "rocksdb_cl_agg_window", "rocksdb_dedup", "rocksdb_cl_session_window",
-         "rocksdb_apply_in_pandas", "rocksdb_cl_multi", "join_left_outer_rocksdb_cl",
-         "rocksdb_v2_agg_window", "rocksdb_v2_session_window", "rocksdb_v2_multi"]
+CASES = [
+    "agg_window",
+    "agg_fmt1",
+    "dedup",
+    "dedup_within",
+    "session_window",
+    "apply_in_pandas",
+    "join_inner",
+    "multi",
+    "limit",
+    "agg_zstd",
+    "agg_snappy",
+    "agg_lzf",
+    "rocksdb_agg_window",
+    "rocksdb_cl_agg_window",
+    "rocksdb_dedup",
+    "rocksdb_cl_session_window",
+    "rocksdb_apply_in_pandas",
+    "rocksdb_cl_multi",
+    "join_left_outer_rocksdb_cl",
+    "rocksdb_v2_agg_window",
+    "rocksdb_v2_session_window",
+    "rocksdb_v2_multi",
+]
 ALL_QUERIES = {**QUERIES, **CHECKPOINT_V2_QUERIES}
 
 
@@ -188,9 +234,22 @@ def _many_keys(df):
 
 
 def _many_key_batches() -> list[list[dict]]:
-    return [[{"ts": 1_700_000_000 + b, "user": f"user-{i:06d}-{'x' * 24}", "grp": "a", "n": i, "amount": i * b,
-              "price": 1.0, "ok": True, "tag": f"t{b}"} for i in range(b * 3000, b * 3000 + 12000)]
-            for b in range(2)]
+    return [
+        [
+            {
+                "ts": 1_700_000_000 + b,
+                "user": f"user-{i:06d}-{'x' * 24}",
+                "grp": "a",
+                "n": i,
+                "amount": i * b,
+                "price": 1.0,
+                "ok": True,
+                "tag": f"t{b}",
+            }
+            for i in range(b * 3000, b * 3000 + 12000)
+        ]
+        for b in range(2)
+    ]
 
 
 def test_snapshot_built_through_small_memtables_resumes(spark, tmp_path, monkeypatch):
@@ -255,8 +314,9 @@ def _without_clock(value):
     return value
 
 
-def _family_rows(spark, checkpoint: str, options: dict[str, str], clock: bool = True,
-                 partition: bool = False) -> list[str]:
+def _family_rows(
+    spark, checkpoint: str, options: dict[str, str], clock: bool = True, partition: bool = False
+) -> list[str]:
     df = spark.read.format("statestore").options(**options).load(checkpoint)
     rows = (df if partition else df.drop("partition_id")).collect()
     return sorted(repr(r.asDict(recursive=True) if clock else _without_clock(r)) for r in rows)
@@ -331,8 +391,9 @@ def _range_scan_timers(checkpoint: str) -> list[tuple]:
         keys, _ = state.row_buffers(directory)
         ids = column_family_ids(keys) if len(keys.starts) else []
         cf_id = rocksdb.store_column_families(plan, directory, state)[family]
-        for row in decode_keys(strip_column_family(select(keys, ids == cf_id)), schema.key_schema, spec,
-                               True).to_pylist():
+        for row in decode_keys(
+            strip_column_family(select(keys, ids == cf_id)), schema.key_schema, spec, True
+        ).to_pylist():
             out.append((pid, row["key"], row["expiryTimestampMs"]))
     return sorted(out, key=repr)
 
@@ -389,8 +450,9 @@ def test_drop_keys_removes_them_from_every_store(spark, tmp_path):
     for _, store in _stores(src):
         before = state_reader.read_state(src, store_name=store)
         after = state_reader.read_state(str(tmp_path / "dst"), store_name=store)
-        assert after.num_rows == before.num_rows - state_reader.read_state(src, store_name=store,
-                                                                            key_filter=expr).num_rows
+        assert (
+            after.num_rows == before.num_rows - state_reader.read_state(src, store_name=store, key_filter=expr).num_rows
+        )
         assert state_reader.read_state(str(tmp_path / "dst"), store_name=store, key_filter=expr).num_rows == 0
 
 
@@ -438,10 +500,16 @@ def test_spark_refuses_an_incomplete_rewrite(spark, checkpoints, tmp_path):
 
 # checkpoints written by older Spark versions (tests/golden), restarted by this one
 # (a join written by 3.5 does not restart on 4.3 at all: its value schema's nullability changed)
-GOLDEN_CASES = [("spark-3.5.8", "agg_window_hdfs"), ("spark-3.5.8", "dedup_hdfs"), ("spark-4.0.5", "join_inner_hdfs"),
-                ("spark-3.5.8", "session_window_hdfs"),
-                ("spark-4.0.5", "agg_window_hdfs"), ("spark-4.0.5", "multi_op_hdfs"),
-                ("spark-3.4.4", "agg_snappy_hdfs"), ("spark-3.5.8", "agg_window_rocksdb")]
+GOLDEN_CASES = [
+    ("spark-3.5.8", "agg_window_hdfs"),
+    ("spark-3.5.8", "dedup_hdfs"),
+    ("spark-4.0.5", "join_inner_hdfs"),
+    ("spark-3.5.8", "session_window_hdfs"),
+    ("spark-4.0.5", "agg_window_hdfs"),
+    ("spark-4.0.5", "multi_op_hdfs"),
+    ("spark-3.4.4", "agg_snappy_hdfs"),
+    ("spark-3.5.8", "agg_window_rocksdb"),
+]
 
 
 def _golden_spec(name: str):
@@ -460,11 +528,18 @@ def _resume_golden(spark, golden, spec, checkpoint: str, input_root: Path) -> di
         collected[batch_id] = sorted(repr(tuple(r)) for r in df.collect())
 
     streams = spec.data(spec.name)
-    src = {n: spark.readStream.schema(s.schema).option("maxFilesPerTrigger", 1).json(str(input_root / n))
-           for n, s in streams.items()}
+    src = {
+        n: spark.readStream.schema(s.schema).option("maxFilesPerTrigger", 1).json(str(input_root / n))
+        for n, s in streams.items()
+    }
     df, mode = spec.build(spark, src)
-    handle = (df.writeStream.foreachBatch(sink).outputMode(mode).option("checkpointLocation", checkpoint)
-              .trigger(availableNow=True).start())
+    handle = (
+        df.writeStream.foreachBatch(sink)
+        .outputMode(mode)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     handle.awaitTermination()
     return collected
 
@@ -519,8 +594,9 @@ def test_equals_sparks_own_repartition(spark, checkpoints, tmp_path, name):
     state_reader.repartition(str(src), ours, 5)
     reads = _family_reads(ours) if name != "rocksdb_agg_window" else [{}]
     for options in reads:
-        assert _family_rows(spark, ours, options, partition=True) == \
-            _family_rows(spark, str(theirs), options, partition=True), options
+        assert _family_rows(spark, ours, options, partition=True) == _family_rows(
+            spark, str(theirs), options, partition=True
+        ), options
 
 
 def test_schema_evolution_example_runs():
@@ -530,13 +606,15 @@ def test_schema_evolution_example_runs():
     import sys
 
     root = Path(__file__).resolve().parent.parent
-    out = subprocess.run([sys.executable, "examples/schema_evolution.py"], cwd=root, capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run(
+        [sys.executable, "examples/schema_evolution.py"], cwd=root, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "refused (STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE)" in out.stdout, out.stdout
     # c<i> bought for i, i+1, i+2 before the change and 100+i after it
     assert [line.strip() for line in out.stdout.splitlines() if line.startswith("  c")] == [
-        f"c{i}: 4 purchases, {4 * i + 103} spent, largest since the change {100 + i}" for i in range(5)]
+        f"c{i}: 4 purchases, {4 * i + 103} spent, largest since the change {100 + i}" for i in range(5)
+    ]
 
 
 def test_transform_refusals(checkpoints, tmp_path):
@@ -557,8 +635,9 @@ def test_transform_refusals(checkpoints, tmp_path):
     state_reader.rewrite(src, str(tmp_path / "d"), transform=same)
     schema = Path("state/0/0/_metadata/schema")
     assert (tmp_path / "d" / schema).read_bytes() == (Path(src) / schema).read_bytes()
-    assert sorted(map(str, state_reader.read_state(str(tmp_path / "d")).drop(["partition_id"]).to_pylist())) == \
-        sorted(map(str, state_reader.read_state(src).drop(["partition_id"]).to_pylist()))
+    assert sorted(map(str, state_reader.read_state(str(tmp_path / "d")).drop(["partition_id"]).to_pylist())) == sorted(
+        map(str, state_reader.read_state(src).drop(["partition_id"]).to_pylist())
+    )
 
 
 @pytest.mark.parametrize("name", ["agg_window", "rocksdb_cl_agg_window"])
@@ -573,8 +652,10 @@ def test_stats_and_the_rewrite_report_give_one_size(checkpoints, name):
     by_partition = sorted((r["partition_id"], r["rows"], r["state_bytes"]) for r in measured)
     report = state_reader.rewrite(src, dry_run=True)
     today = report.summary()["current"]
-    assert list(zip(range(today["partitions"]), today["rows_per_partition"], today["bytes_per_partition"],
-                    strict=True)) == by_partition
+    assert (
+        list(zip(range(today["partitions"]), today["rows_per_partition"], today["bytes_per_partition"], strict=True))
+        == by_partition
+    )
     assert f"{today['rows']:,} rows, {today['bytes']:,} bytes" in str(report)
 
     def noted(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -613,8 +694,11 @@ def test_a_killed_rewrite_is_recognised_and_replaced_by_running_it_again(spark, 
     _kill_part_way(src, dst, 5)
     assert (dst / "metadata").read_bytes().startswith(b"state_reader: incomplete rewrite of ")
     # the reader names what it is, with when it started
-    with pytest.raises(state_reader.IncompleteRewriteError, match=r"an incomplete rewrite from \d{4}-\d\d-\d\d "
-                                                               r"\d\d:\d\d:\d\d UTC, not a checkpoint"):
+    with pytest.raises(
+        state_reader.IncompleteRewriteError,
+        match=r"an incomplete rewrite from \d{4}-\d\d-\d\d "
+        r"\d\d:\d\d:\d\d UTC, not a checkpoint",
+    ):
         state_reader.read_state(str(dst))
     # running the same rewrite again replaces the incomplete attempt
     (dst / "state" / "0" / "leftover-of-the-killed-run").parent.mkdir(parents=True, exist_ok=True)
@@ -659,7 +743,8 @@ def test_a_moved_transform_with_state_checkpoint_is_rewritten_to_point_at_its_ow
     for options in reads:  # Spark's reader follows the recorded paths
         ours = spark.read.format("state_reader.statestore").options(**options).load(str(moved))
         assert _family_rows(spark, str(dst), options) == sorted(
-            repr(r.asDict(recursive=True)) for r in ours.drop("partition_id").collect()), options
+            repr(r.asDict(recursive=True)) for r in ours.drop("partition_id").collect()
+        ), options
     # restarted from the rewrite, the query does what it does restarted where it was written
     os.rename(away, written)
     input_dir = tmp_path / "run" / "input"

@@ -54,8 +54,11 @@ def _timers(df):
         def close(self):
             pass
 
-    return (df.withWatermark("ts", "5 seconds").groupBy("grp")
-            .transformWithStateInPandas(Timers(), "grp string, cnt long", "Update", "EventTime"))
+    return (
+        df.withWatermark("ts", "5 seconds")
+        .groupBy("grp")
+        .transformWithStateInPandas(Timers(), "grp string, cnt long", "Update", "EventTime")
+    )
 
 
 @pytest.fixture(scope="module")
@@ -91,12 +94,14 @@ def _decode_family(path: str, family, codec: str | None) -> list[tuple]:
 
 def test_column_families_decode_like_spark(spark, timers_checkpoint):
     path = timers_checkpoint
-    codec = codec_name(CheckpointDir(Storage(path)).latest_conf().get(
-        "spark.sql.streaming.stateStore.compression.codec"))
+    codec = codec_name(
+        CheckpointDir(Storage(path)).latest_conf().get("spark.sql.streaming.stateStore.compression.codec")
+    )
     families = _families(path)
     builtin_timers = Counter(
         (r.partition_id, r.key.grp, r.expiration_timestamp_ms)
-        for r in spark.read.format("statestore").option("readRegisteredTimers", "true").load(path).collect())
+        for r in spark.read.format("statestore").option("readRegisteredTimers", "true").load(path).collect()
+    )
     assert len(builtin_timers) >= 3
 
     by_key = families["$eventTimers_keyToTimestamp"]
@@ -111,6 +116,7 @@ def test_column_families_decode_like_spark(spark, timers_checkpoint):
 
     builtin_counts = Counter(
         (r.partition_id, r.key.grp, r.value.c)
-        for r in spark.read.format("statestore").option("stateVarName", "count").load(path).collect())
+        for r in spark.read.format("statestore").option("stateVarName", "count").load(path).collect()
+    )
     ours = Counter((p, k["grp"], v["c"]) for p, k, v in _decode_family(path, families["count"], codec))
     assert ours == builtin_counts and ours

@@ -29,8 +29,7 @@ def _latest_version(path: Path) -> int:
     return CheckpointDir(Storage(str(path))).committed_batches[-1] + 1
 
 
-def _rewrite_zip(zip_path: Path, extra: list[tuple[zipfile.ZipInfo, bytes]],
-                 metadata: dict | None = None) -> None:
+def _rewrite_zip(zip_path: Path, extra: list[tuple[zipfile.ZipInfo, bytes]], metadata: dict | None = None) -> None:
     """Rewrite a snapshot zip with extra entries and/or other Spark metadata."""
     with zipfile.ZipFile(zip_path) as src:
         entries = [(info, src.read(info)) for info in src.infolist()]
@@ -125,8 +124,12 @@ def _versions(directory: Path, suffix: str) -> list[int]:
 def test_missing_changelog_is_named(checkpoints, tmp_path):
     copy = _copy(checkpoints("rocksdb_cl_agg_window"), tmp_path / "checkpoint")
     # a version that only a changelog holds, so reading it needs that changelog
-    part, version = next((part, v) for part in _partitions(copy)
-                         for v in _versions(part, ".changelog") if v not in _versions(part, ".zip"))
+    part, version = next(
+        (part, v)
+        for part in _partitions(copy)
+        for v in _versions(part, ".changelog")
+        if v not in _versions(part, ".zip")
+    )
     victim = part / f"{version}.changelog"
     victim.unlink()
     with pytest.raises(MissingStateFileError) as info:

@@ -60,8 +60,13 @@ def _start() -> Server:
     port = free_port()
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", aws_access_key_id="testing",
-                          aws_secret_access_key="testing", region_name="us-east-1")
+    client = boto3.client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    )
     client.create_bucket(Bucket=BUCKET)
     return Server(server, port)
 
@@ -102,7 +107,8 @@ def test_data_source_reads_s3_with_storage_options(spark, s3, checkpoints):
     for key, value in s3.options().items():
         by_name = by_name.option(f"storage.{key}", value if isinstance(value, str) else json.dumps(value))
     assert spark_rows(by_name.option("batchId", 3).load(url)) == arrow_rows(
-        state_reader.read_state(local, batch_id=3, exact_schema=True))
+        state_reader.read_state(local, batch_id=3, exact_schema=True)
+    )
     meta = spark.read.format("state_reader.state-metadata").option("storageOptions", json.dumps(s3.options()))
     assert spark_rows(meta.load(url)) == arrow_rows(state_reader.read_metadata(local))
 
@@ -202,4 +208,5 @@ def test_rewrite_through_spark_on_s3(spark, s3, checkpoints, tmp_path):
     assert got.stores == want.stores
     assert (got.files, got.bytes) == (want.files, want.bytes)
     assert arrow_rows(state_reader.read_state(dst, storage_options=s3.options())) == arrow_rows(
-        state_reader.read_state(free))
+        state_reader.read_state(free)
+    )

@@ -16,9 +16,17 @@ from oracle import arrow_rows
 import state_reader
 
 
-@pytest.mark.parametrize(("name", "options"), [
-    ("agg_window", {}), ("rocksdb_cl_agg_window", {}), ("join_inner", {"join_side": "left"}),
-    ("tws", {"state_var_name": "events"}), ("lookup_types", {}), ("rocksdb_lookup_types", {})])
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("agg_window", {}),
+        ("rocksdb_cl_agg_window", {}),
+        ("join_inner", {"join_side": "left"}),
+        ("tws", {"state_var_name": "events"}),
+        ("lookup_types", {}),
+        ("rocksdb_lookup_types", {}),
+    ],
+)
 def test_scan_equals_read(checkpoints, name, options):
     cp = checkpoints(name)
     table = state_reader.read_state(cp, **options)
@@ -36,8 +44,12 @@ def test_scan_equals_read(checkpoints, name, options):
 
 def test_scan_takes_the_same_options(checkpoints):
     cp = checkpoints("agg_window")
-    for options in ({"batch_id": 1}, {"key_filter": "user >= 'b'"}, {"exact_schema": True},
-                    {"read_change_feed": True, "change_start_batch_id": 0}):
+    for options in (
+        {"batch_id": 1},
+        {"key_filter": "user >= 'b'"},
+        {"exact_schema": True},
+        {"read_change_feed": True, "change_start_batch_id": 0},
+    ):
         want = state_reader.read_state(cp, **options)
         got = state_reader.scan_state(cp, **options).read_all()
         assert got.schema == want.schema and arrow_rows(got) == arrow_rows(want), options
@@ -69,8 +81,10 @@ def test_scan_lookup_reads_one_partition(checkpoints):
     cp = checkpoints("agg_window")
     row = state_reader.read_state(cp).to_pylist()[0]
     window = row["key"]["window"]
-    expr = (f"user = '{row['key']['user']}' and window.start = '{window['start']:%Y-%m-%d %H:%M:%S}' "
-            f"and window.end = '{window['end']:%Y-%m-%d %H:%M:%S}'")
+    expr = (
+        f"user = '{row['key']['user']}' and window.start = '{window['start']:%Y-%m-%d %H:%M:%S}' "
+        f"and window.end = '{window['end']:%Y-%m-%d %H:%M:%S}'"
+    )
     batches = list(state_reader.scan_state(cp, key_filter=expr))
     assert [b.num_rows for b in batches] == [1]  # the one partition the key hashes to, nothing else
     assert batches[0].to_pylist() == [row]
@@ -80,8 +94,10 @@ def test_duckdb_queries_the_reader(checkpoints):
     cp = checkpoints("agg_window")
     table = state_reader.read_state(cp)
     reader = state_reader.scan_state(cp)  # noqa: F841 - DuckDB finds it by its name
-    got = duckdb.sql('select key."user" as u, sum(value."count") as n, count(*) as rows '
-                     "from reader group by all order by u nulls last").fetchall()
+    got = duckdb.sql(
+        'select key."user" as u, sum(value."count") as n, count(*) as rows '
+        "from reader group by all order by u nulls last"
+    ).fetchall()
     expected: dict[str, list[int]] = {}
     for row in table.to_pylist():
         n = expected.setdefault(row["key"]["user"], [0, 0])
@@ -96,10 +112,12 @@ def test_duckdb_queries_the_reader(checkpoints):
 def test_duckdb_example_runs():
     """examples/query_state_with_duckdb.py: its own streaming query, SQL over the state, one key."""
     root = Path(__file__).resolve().parent.parent
-    out = subprocess.run([sys.executable, "examples/query_state_with_duckdb.py"], cwd=root,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "examples/query_state_with_duckdb.py"], cwd=root, capture_output=True, text=True, timeout=600
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     # 500 customers, 100 per country; c7 bought in all three batches: 49 + 50 + 51
-    assert [line.split(":")[1].split(",")[0].strip() for line in out.stdout.splitlines()
-            if line.startswith("  country-")] == ["100 customers"] * 5
+    assert [
+        line.split(":")[1].split(",")[0].strip() for line in out.stdout.splitlines() if line.startswith("  country-")
+    ] == ["100 customers"] * 5
     assert "customer c7: 3 purchases, 150 spent, in state partition" in out.stdout

@@ -49,10 +49,18 @@ def test_golden_schema_files_round_trip():
     assert {_assert_round_trip(p) for p in files} == {"v2"}
 
 
-@pytest.mark.parametrize(("name", "versions"), [
-    ("types", {"v2"}), ("exotic_types", {"v2"}), ("session_window", {"v2"}), ("join_inner", {"v2"}),
-    ("rocksdb_cl_agg_window", {"v2"}), ("tws", {"v3"}), ("join_v3", {"v3"}),
-])
+@pytest.mark.parametrize(
+    ("name", "versions"),
+    [
+        ("types", {"v2"}),
+        ("exotic_types", {"v2"}),
+        ("session_window", {"v2"}),
+        ("join_inner", {"v2"}),
+        ("rocksdb_cl_agg_window", {"v2"}),
+        ("tws", {"v3"}),
+        ("join_v3", {"v3"}),
+    ],
+)
 def test_spark_schema_files_round_trip(checkpoints, name, versions):
     root = Path(checkpoints(name))
     files = _v2_files(root) + _v3_files(root)
@@ -65,19 +73,31 @@ def test_v3_column_families_in_order_with_ids():
     key = StructType([StructField("grp", from_json_value("string"))])
     value = StructType([StructField("n", from_json_value("long"), nullable=False)])
     families = [
-        ColumnFamilySchema("$procTimers_keyToTimestamp", key, value,
-                           {"keyStateEncoderType": "PrefixKeyScanStateEncoderSpec", "numColsPrefixKey": 1}, None),
-        ColumnFamilySchema("mapState", key, value, {"keyStateEncoderType": "NoPrefixKeyStateEncoderSpec"},
-                           StructType([StructField("mk", from_json_value("string"))]), key_schema_id=1,
-                           value_schema_id=2),
+        ColumnFamilySchema(
+            "$procTimers_keyToTimestamp",
+            key,
+            value,
+            {"keyStateEncoderType": "PrefixKeyScanStateEncoderSpec", "numColsPrefixKey": 1},
+            None,
+        ),
+        ColumnFamilySchema(
+            "mapState",
+            key,
+            value,
+            {"keyStateEncoderType": "NoPrefixKeyStateEncoderSpec"},
+            StructType([StructField("mk", from_json_value("string"))]),
+            key_schema_id=1,
+            value_schema_id=2,
+        ),
     ]
     data = write_schema_v3(families)
     assert data.startswith(b"\x00\x02v3\x00\x00\x00\x02\x00\x1a$procTimers_keyToTimestamp\x00\x00\x00\x00\x00\x01")
-    assert b'\x00\x00\x00\x01\x00\x06{    }' in data
+    assert b"\x00\x00\x00\x01\x00\x06{    }" in data
     assert read_schema_v3(data, "x") == families
     old = write_schema_v3(families, with_ids=False)
-    assert read_schema_v3(old, "x") == [ColumnFamilySchema(f.name, f.key_schema, f.value_schema, f.key_encoder,
-                                                           f.user_key_schema) for f in families]
+    assert read_schema_v3(old, "x") == [
+        ColumnFamilySchema(f.name, f.key_schema, f.value_schema, f.key_encoder, f.user_key_schema) for f in families
+    ]
 
 
 def test_long_json_is_chunked_as_java_does():
@@ -93,7 +113,7 @@ def test_long_json_is_chunked_as_java_does():
     assert first == 65535
     (second,) = struct.unpack_from(">H", data, 10 + first)
     assert second == len(schema.json()) - 65535 + 5 + 1  # the emoji takes 6 bytes, é 2
-    assert data[12 + first:12 + first + 8] == b"\xed\xa0\xbd\xed\xb8\x80\xc3\xa9"
+    assert data[12 + first : 12 + first + 8] == b"\xed\xa0\xbd\xed\xb8\x80\xc3\xa9"
     assert read_schema_v1v2(data, "x") == (schema, schema)
     assert encode_modified_utf8("x\x00😀") == b"x\xc0\x80\xed\xa0\xbd\xed\xb8\x80"
     assert decode_modified_utf8(encode_modified_utf8("x\x00😀é")) == "x\x00😀é"
@@ -106,21 +126,41 @@ def test_a_chunk_over_65535_bytes_is_refused_like_java():
 
 
 def test_json_as_jackson_writes_it():
-    metadata = {"spark.watermarkDelayMs": 5000, "ratio": 0.25, "big": 1e21, "small": 1e-5, "flag": True,
-                "__COLLATIONS": {"c": "spark.UTF8_LCASE"}, "none": None, "list": [1, "x"]}
+    metadata = {
+        "spark.watermarkDelayMs": 5000,
+        "ratio": 0.25,
+        "big": 1e21,
+        "small": 1e-5,
+        "flag": True,
+        "__COLLATIONS": {"c": "spark.UTF8_LCASE"},
+        "none": None,
+        "list": [1, "x"],
+    }
     schema = StructType([StructField('q"uo\\te\n\t\x01é', from_json_value("decimal(38,10)"), True, metadata)])
     assert schema.json() == (
         '{"type":"struct","fields":[{"name":"q\\"uo\\\\te\\n\\t\\u0001é","type":"decimal(38,10)",'
         '"nullable":true,"metadata":{"spark.watermarkDelayMs":5000,"ratio":0.25,"big":1.0E21,"small":1.0E-5,'
-        '"flag":true,"__COLLATIONS":{"c":"spark.UTF8_LCASE"},"none":null,"list":[1,"x"]}}]}')
+        '"flag":true,"__COLLATIONS":{"c":"spark.UTF8_LCASE"},"none":null,"list":[1,"x"]}}]}'
+    )
     assert parse_struct(schema.json(), "x") == schema
-    assert [spark_json(v) for v in (1.0, 100.0, 1e7, 9999999.5, 0.001, 0.0001, -0.0, 123456789.0)] == \
-        ["1.0", "100.0", "1.0E7", "9999999.5", "0.001", "1.0E-4", "-0.0", "1.23456789E8"]
+    assert [spark_json(v) for v in (1.0, 100.0, 1e7, 9999999.5, 0.001, 0.0001, -0.0, 123456789.0)] == [
+        "1.0",
+        "100.0",
+        "1.0E7",
+        "9999999.5",
+        "0.001",
+        "1.0E-4",
+        "-0.0",
+        "1.23456789E8",
+    ]
 
 
 def test_user_defined_types_keep_their_key_order():
-    udt = {"type": "udt", "class": "org.example.PointUDT", "pyClass": "example.PointUDT",
-           "sqlType": {"type": "struct", "fields": [{"name": "x", "type": "double", "nullable": False,
-                                                     "metadata": {}}]}}
+    udt = {
+        "type": "udt",
+        "class": "org.example.PointUDT",
+        "pyClass": "example.PointUDT",
+        "sqlType": {"type": "struct", "fields": [{"name": "x", "type": "double", "nullable": False, "metadata": {}}]},
+    }
     text = spark_json({"type": "struct", "fields": [{"name": "p", "type": udt, "nullable": True, "metadata": {}}]})
     assert parse_struct(text, "x").json() == text

@@ -31,9 +31,20 @@ def test_verdict_threshold_is_the_doctors_default():
 
 
 def test_batch_summary_takes_the_one_formula():
-    parts = [{"operator_id": 0, "store_name": "default", "batch_id": 1, "partition_id": p, "rows": n,
-              "state_bytes": 10 * n, "bytes_on_disk": 0, "files": 1, "delta_chain": 0}
-             for p, n in enumerate([0, 0, 0, 1500])]
+    parts = [
+        {
+            "operator_id": 0,
+            "store_name": "default",
+            "batch_id": 1,
+            "partition_id": p,
+            "rows": n,
+            "state_bytes": 10 * n,
+            "bytes_on_disk": 0,
+            "files": 1,
+            "delta_chain": 0,
+        }
+        for p, n in enumerate([0, 0, 0, 1500])
+    ]
     parts += [{**r, "batch_id": 2, "rows": 0, "state_bytes": 0} for r in parts]
     summary = batch_summary(pa.Table.from_pylist(parts)).to_pylist()
     assert summary[0]["rows_skew"] is None and summary[0]["bytes_skew"] is None  # infinite: null in the table

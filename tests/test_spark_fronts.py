@@ -54,8 +54,7 @@ def _assert_fronts_match(spark, path: str, options: dict[str, str]) -> int:
         builtin = spark.read.format("statestore").options(**options).load(path)
         expected, expected_schema = spark_rows(builtin), builtin.schema.json()
     else:
-        kwargs = {snake_case(k): (int(v) if v.isdigit() else v) for k, v in options.items()
-                  if k != "partitionsPerTask"}
+        kwargs = {snake_case(k): (int(v) if v.isdigit() else v) for k, v in options.items() if k != "partitionsPerTask"}
         expected = arrow_rows(state_reader.read_state(path, **kwargs, exact_schema=True))
         # the schema the data source declares (equal to the built-in's where there is one)
         plan = plan_state_read({"path": path, **options})

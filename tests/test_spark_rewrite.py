@@ -103,8 +103,14 @@ def test_through_spark_on_local_cluster(spark, tmp_path):
     dst = str(tmp_path / "dst")
     env = dict(os.environ, SPARK_LOCAL_DIRS=str(tmp_path / "local"))
     # the cluster starts in its own process (one SparkContext per process) while this one prepares the oracle
-    with subprocess.Popen([sys.executable, str(HERE / "cluster_rewrite.py"), src, dst, json.dumps(options)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=HERE) as proc:
+    with subprocess.Popen(
+        [sys.executable, str(HERE / "cluster_rewrite.py"), src, dst, json.dumps(options)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=HERE,
+    ) as proc:
         free = str(tmp_path / "free")
         want = state_reader.rewrite(src, free, **options)
         _add_input(input_dir, _new_batches(query))
@@ -169,9 +175,10 @@ def _flag_transform():
     def with_flag(batch: pa.RecordBatch) -> pa.RecordBatch:
         value = batch.column("value")
         fields = [value.type.field(i) for i in range(value.type.num_fields)]
-        new_value = pa.StructArray.from_arrays([*(value.field(i) for i in range(len(fields))),
-                                                pa.array([True] * len(value), pa.bool_())],
-                                               fields=[*fields, pa.field("flag", pa.bool_())])
+        new_value = pa.StructArray.from_arrays(
+            [*(value.field(i) for i in range(len(fields))), pa.array([True] * len(value), pa.bool_())],
+            fields=[*fields, pa.field("flag", pa.bool_())],
+        )
         return pa.RecordBatch.from_arrays([batch.column("key"), new_value], names=["key", "value"])
 
     return with_flag

@@ -29,8 +29,9 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 GOLDEN_ROCKSDB = sorted(p for p in GOLDEN.glob("spark-*/*rocksdb*") if p.is_dir())
 
 
-def _write_db(path: Path, compression: str = "lz4", checksum: str = "xxh3", format_version: int = 5,
-              seed: int = 0) -> dict[bytes, bytes]:
+def _write_db(
+    path: Path, compression: str = "lz4", checksum: str = "xxh3", format_version: int = 5, seed: int = 0
+) -> dict[bytes, bytes]:
     """A DB of three flushed SST files with overwrites and deletions; returns what it holds."""
     rng = random.Random(seed)
     options = rocksdict.Options(raw_mode=True)
@@ -67,8 +68,8 @@ def _write_db(path: Path, compression: str = "lz4", checksum: str = "xxh3", form
 def _rows(keys, values) -> dict[bytes, bytes]:
     out = {}
     for rows, target in ((keys, "k"), (values, "v")):
-        data = rows.buf[:rows.size].tobytes()
-        out[target] = [data[s:s + n] for s, n in zip(rows.starts.tolist(), rows.lengths.tolist(), strict=True)]
+        data = rows.buf[: rows.size].tobytes()
+        out[target] = [data[s : s + n] for s, n in zip(rows.starts.tolist(), rows.lengths.tolist(), strict=True)]
     assert len(set(out["k"])) == len(out["k"]), "each key once"
     return dict(zip(out["k"], out["v"], strict=True))
 
@@ -79,10 +80,16 @@ def _ssts(path: Path) -> list[tuple[bytes, str]]:
     return [(f.read_bytes(), str(f)) for f in files]
 
 
-@pytest.mark.parametrize(("compression", "checksum", "format_version"), [
-    ("lz4", "xxh3", 5), ("snappy", "crc32c", 5), ("zstd", "xxhash", 4), ("none", "xxhash64", 3),
-    ("lz4", "crc32c", 2),
-])
+@pytest.mark.parametrize(
+    ("compression", "checksum", "format_version"),
+    [
+        ("lz4", "xxh3", 5),
+        ("snappy", "crc32c", 5),
+        ("zstd", "xxhash", 4),
+        ("none", "xxhash64", 3),
+        ("lz4", "crc32c", 2),
+    ],
+)
 def test_sst_files_read_like_rocksdb(tmp_path, compression, checksum, format_version):
     expected = _write_db(tmp_path / "db", compression, checksum, format_version)
     keys, values = read_sst_rows(_ssts(tmp_path / "db"), "test")
@@ -93,14 +100,12 @@ def test_kernels_run_as_plain_python(tmp_path, monkeypatch):
     """The kernels are plain Python too: uncompiled they give what the compiled code gives."""
     expected = _write_db(tmp_path / "db", seed=1)
     compiled = _rows(*read_sst_rows(_ssts(tmp_path / "db"), "test"))
-    plain = {"_k_varint": sst._read_varint,
-             "_k_le32": sst._le32, "_k_compare": sst._compare,
-             "_k_emit": sst._emit}
+    plain = {"_k_varint": sst._read_varint, "_k_le32": sst._le32, "_k_compare": sst._compare, "_k_emit": sst._emit}
     for name, fn in plain.items():
         monkeypatch.setattr(sst, name, fn)
-    monkeypatch.setattr(sst, "_sst_kernels", sst._Kernels(
-        sst._index_handles, sst._block_sizes, sst._sst_walk,
-        sst._sst_merge))
+    monkeypatch.setattr(
+        sst, "_sst_kernels", sst._Kernels(sst._index_handles, sst._block_sizes, sst._sst_walk, sst._sst_merge)
+    )
     assert _rows(*read_sst_rows(_ssts(tmp_path / "db"), "test")) == compiled == expected
 
 
@@ -198,7 +203,7 @@ def test_damage_past_the_checksums_gives_our_errors(tmp_path, monkeypatch):
             at = rng.randrange(len(data))
             data[at] = rng.randrange(256)
         if rng.random() < 0.1:
-            data = data[:rng.randrange(len(data))]
+            data = data[: rng.randrange(len(data))]
         files = [(bytes(data) if i == target else d, f"file {i}") for i, d in enumerate(datas)]
         try:
             read_sst_rows(files, "fuzz")

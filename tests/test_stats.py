@@ -64,8 +64,7 @@ def test_batch_summary_totals_and_skew(agg):
         assert s["median_partition_rows"] == statistics.median(counts)
         median = statistics.median(counts)
         # every partition empty: even; only the median one: infinitely skewed, null in the table
-        assert s["rows_skew"] == (pytest.approx(max(counts) / median) if median else
-                                  1.0 if max(counts) == 0 else None)
+        assert s["rows_skew"] == (pytest.approx(max(counts) / median) if median else 1.0 if max(counts) == 0 else None)
         assert s["bytes_on_disk"] == sum(r["bytes_on_disk"] for r in parts)
 
 
@@ -129,9 +128,23 @@ def test_plot_many_partitions_shows_band_and_top():
 
     from state_reader.fronts.plotting import figure_from_stats
 
-    rows = [{"operator_id": 0, "store_name": "default", "batch_id": b, "version": b + 1, "partition_id": p,
-             "rows": b * (50 if p == 7 else 1), "state_bytes": 100 * b, "files": 1, "bytes_on_disk": 10,
-             "delta_chain": 1, "snapshot_version": None} for b in range(4) for p in range(20)]
+    rows = [
+        {
+            "operator_id": 0,
+            "store_name": "default",
+            "batch_id": b,
+            "version": b + 1,
+            "partition_id": p,
+            "rows": b * (50 if p == 7 else 1),
+            "state_bytes": 100 * b,
+            "files": 1,
+            "bytes_on_disk": 10,
+            "delta_chain": 1,
+            "snapshot_version": None,
+        }
+        for b in range(4)
+        for p in range(20)
+    ]
     fig = figure_from_stats(pa.Table.from_pylist(rows, schema=STATS_SCHEMA))
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
     assert labels[0] == "median partition" and "partition 7" in labels and len(labels) == 4
@@ -156,8 +169,11 @@ def test_logs_metadata_and_schemas_are_read_once_per_call(checkpoints, monkeypat
     for call in (lambda: state_reader.stats(path), lambda: verify_checkpoint(path)):
         reads.clear()
         call()
-        logs = {rel: n for rel, n in reads.items()
-                if rel.startswith(("commits/", "offsets/")) or "/_metadata/" in rel or "_stateSchema" in rel}
+        logs = {
+            rel: n
+            for rel, n in reads.items()
+            if rel.startswith(("commits/", "offsets/")) or "/_metadata/" in rel or "_stateSchema" in rel
+        }
         assert logs, reads
         assert {rel: n for rel, n in logs.items() if n > 1} == {}
 
@@ -178,8 +194,12 @@ def test_a_batch_range_wider_than_the_checkpoint_is_clamped_and_said(checkpoints
     import sys
 
     path = checkpoints("agg_window")
-    proc = subprocess.run([sys.executable, "-m", "state_reader", "stats", path, "--batches", "0..99", "--json"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "state_reader", "stats", path, "--batches", "0..99", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["batches"] and doc["batches"][-1] < 99

@@ -23,9 +23,30 @@ from state_reader.providers.hdfs import HDFSStore
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
-ATOMIC = ["boolean", "byte", "short", "integer", "long", "float", "double", "decimal(10,2)", "decimal(18,0)",
-          "decimal(19,0)", "decimal(38,10)", "string", "binary", "date", "timestamp", "timestamp_ntz",
-          "interval day to second", "interval year to month", "interval", "time(6)", "void", "variant"]
+ATOMIC = [
+    "boolean",
+    "byte",
+    "short",
+    "integer",
+    "long",
+    "float",
+    "double",
+    "decimal(10,2)",
+    "decimal(18,0)",
+    "decimal(19,0)",
+    "decimal(38,10)",
+    "string",
+    "binary",
+    "date",
+    "timestamp",
+    "timestamp_ntz",
+    "interval day to second",
+    "interval year to month",
+    "interval",
+    "time(6)",
+    "void",
+    "variant",
+]
 
 
 def _t(spec) -> DataType:
@@ -33,8 +54,9 @@ def _t(spec) -> DataType:
 
 
 def _struct(*fields: tuple[str, object]) -> StructType:
-    return StructType([StructField(name, _t(spec) if not isinstance(spec, DataType) else spec)
-                       for name, spec in fields])
+    return StructType(
+        [StructField(name, _t(spec) if not isinstance(spec, DataType) else spec) for name, spec in fields]
+    )
 
 
 def _arr(element, contains_null: bool = True) -> ArrayType:
@@ -52,9 +74,16 @@ _EDGE_UNSCALED = [0, 1, -1, 127, -128, 128, -129, 255, 256, -256, 2**63 - 1, -(2
 
 
 def _decimal(rng: random.Random, precision: int, scale: int) -> decimal.Decimal:
-    limit = 10 ** precision - 1
-    unscaled = rng.choice([*(u for u in _EDGE_UNSCALED if abs(u) <= limit), limit, -limit,
-                           rng.randint(-limit, limit), rng.randint(-(10 ** rng.randint(0, precision)), 10 ** 6)])
+    limit = 10**precision - 1
+    unscaled = rng.choice(
+        [
+            *(u for u in _EDGE_UNSCALED if abs(u) <= limit),
+            limit,
+            -limit,
+            rng.randint(-limit, limit),
+            rng.randint(-(10 ** rng.randint(0, precision)), 10**6),
+        ]
+    )
     unscaled = max(-limit, min(limit, unscaled))
     return decimal.Decimal(f"{unscaled}E-{scale}")
 
@@ -65,8 +94,9 @@ def _leaf(kind: DataType, rng: random.Random):
         return rng.random() < 0.5
     if k in ("byte", "short", "integer", "long"):
         bits = {"byte": 8, "short": 16, "integer": 32, "long": 64}[k]
-        return rng.choice([-(2 ** (bits - 1)), 2 ** (bits - 1) - 1, 0, -1, rng.randint(-(2 ** (bits - 1)),
-                                                                                       2 ** (bits - 1) - 1)])
+        return rng.choice(
+            [-(2 ** (bits - 1)), 2 ** (bits - 1) - 1, 0, -1, rng.randint(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)]
+        )
     if k in ("float", "double"):
         return rng.choice([0.0, -0.0, 1.5, -2.25, float("inf"), float("-inf"), rng.uniform(-1e6, 1e6)])
     if k == "decimal":
@@ -84,11 +114,9 @@ def _leaf(kind: DataType, rng: random.Random):
     if k == "year_month_interval":
         return (rng.randint(-(2**31), 2**31 - 1), 0, 0)
     if k == "interval":
-        return (rng.randint(-(2**31), 2**31 - 1), rng.randint(-(2**31), 2**31 - 1),
-                rng.randint(-(2**53), 2**53) * 1000)
+        return (rng.randint(-(2**31), 2**31 - 1), rng.randint(-(2**31), 2**31 - 1), rng.randint(-(2**53), 2**53) * 1000)
     if k == "variant":
-        return {"value": bytes(rng.randrange(256) for _ in range(rng.randint(1, 9))),
-                "metadata": bytes([1, 0, 0])}
+        return {"value": bytes(rng.randrange(256) for _ in range(rng.randint(1, 9))), "metadata": bytes([1, 0, 0])}
     raise AssertionError(k)
 
 
@@ -116,8 +144,9 @@ def _column(dt: DataType, n: int, rng: random.Random, null_rate: float = 0.2) ->
 
 def _rows(schema: StructType, n: int, seed: int) -> pa.StructArray:
     rng = random.Random(seed)
-    return pa.StructArray.from_arrays([_column(f.data_type, n, rng) for f in schema.fields],
-                                      fields=list(schema.to_arrow()))
+    return pa.StructArray.from_arrays(
+        [_column(f.data_type, n, rng) for f in schema.fields], fields=list(schema.to_arrow())
+    )
 
 
 def _round_trip(values: pa.StructArray, schema: StructType) -> RowBuffer:
@@ -140,20 +169,41 @@ def _first_difference(a: pa.Array, b: pa.Array) -> str:
 
 
 def _row_bytes(rows: RowBuffer) -> list[bytes]:
-    return [bytes(rows.buf[s:s + n]) for s, n in zip(rows.starts.tolist(), rows.lengths.tolist(), strict=True)]
+    return [bytes(rows.buf[s : s + n]) for s, n in zip(rows.starts.tolist(), rows.lengths.tolist(), strict=True)]
 
 
 NESTED = _struct(
-    ("deep", _struct(("items", _arr(_struct(("x", "integer"), ("tags", _arr("string")),
-                                            ("m", _map("string", "decimal(38,10)")),
-                                            ("inner", _struct(("when", "interval"), ("b", "binary")))))),
-                     ("c", _struct(("d", _struct(("e", "double"), ("f", _arr("decimal(20,0)")))))))),
+    (
+        "deep",
+        _struct(
+            (
+                "items",
+                _arr(
+                    _struct(
+                        ("x", "integer"),
+                        ("tags", _arr("string")),
+                        ("m", _map("string", "decimal(38,10)")),
+                        ("inner", _struct(("when", "interval"), ("b", "binary"))),
+                    )
+                ),
+            ),
+            ("c", _struct(("d", _struct(("e", "double"), ("f", _arr("decimal(20,0)")))))),
+        ),
+    ),
     ("grid", _arr(_arr("decimal(38,2)"))),
     ("by_id", _map("integer", _arr(_struct(("p", "string"), ("q", "long"))))),
-    ("flags", _arr("boolean")), ("tiny", _arr("byte")), ("small", _arr("short")), ("ints", _arr("integer")),
-    ("floats", _arr("float")), ("months", _arr("interval year to month")), ("days", _arr("date")),
-    ("nothing", _arr("void")), ("spans", _arr("interval")), ("dec", _arr("decimal(9,3)")),
-    ("maps", _arr(_map("string", _map("long", "string")))), ("variants", _arr("variant")),
+    ("flags", _arr("boolean")),
+    ("tiny", _arr("byte")),
+    ("small", _arr("short")),
+    ("ints", _arr("integer")),
+    ("floats", _arr("float")),
+    ("months", _arr("interval year to month")),
+    ("days", _arr("date")),
+    ("nothing", _arr("void")),
+    ("spans", _arr("interval")),
+    ("dec", _arr("decimal(9,3)")),
+    ("maps", _arr(_map("string", _map("long", "string")))),
+    ("variants", _arr("variant")),
     ("strict", _arr("long", contains_null=False)),
 )
 
@@ -186,16 +236,20 @@ def test_round_trip_wide_rows(width):
 
 def test_round_trip_edge_shapes():
     schema = _struct(("s", "string"), ("a", _arr("string")), ("m", _map("string", "string")))
-    values = pa.StructArray.from_arrays([
-        pa.array(["", None, "é", "12345678"]),
-        pa.array([[], None, [None, ""], [""] * 70], _arr("string").to_arrow()),
-        pa.array([[], None, [("", None)], [("k", "")]], _map("string", "string").to_arrow()),
-    ], fields=list(schema.to_arrow()))
+    values = pa.StructArray.from_arrays(
+        [
+            pa.array(["", None, "é", "12345678"]),
+            pa.array([[], None, [None, ""], [""] * 70], _arr("string").to_arrow()),
+            pa.array([[], None, [("", None)], [("k", "")]], _map("string", "string").to_arrow()),
+        ],
+        fields=list(schema.to_arrow()),
+    )
     _round_trip(values, schema)
     _round_trip(values.slice(1, 2), schema)  # an array with an offset
     _round_trip(values.slice(0, 0), schema)
-    assert _row_bytes(encode_rows(pa.RecordBatch.from_struct_array(values), schema)) == \
-        _row_bytes(encode_rows(values, schema))
+    assert _row_bytes(encode_rows(pa.RecordBatch.from_struct_array(values), schema)) == _row_bytes(
+        encode_rows(values, schema)
+    )
     empty = StructType([])
     assert _row_bytes(encode_rows(pa.array([{}, {}], pa.struct([])), empty)) == [b"", b""]
 
@@ -204,20 +258,26 @@ def test_round_trip_preserves_float_bits_and_normalizes_on_request():
     schema = _struct(("f", "float"), ("d", "double"))
     f_bits = [0x80000000, 0x7FC00000, 0x7FC00001, 0xFFC00000, 0x3F800000]
     d_bits = [0x8000000000000000, 0x7FF8000000000000, 0x7FF8000000000001, 0xFFF8000000000000, 0x3FF0000000000000]
-    values = pa.StructArray.from_arrays([
-        pa.Array.from_buffers(pa.float32(), 5, [None, pa.py_buffer(np.array(f_bits, "<u4"))]),
-        pa.Array.from_buffers(pa.float64(), 5, [None, pa.py_buffer(np.array(d_bits, "<u8"))]),
-    ], fields=list(schema.to_arrow()))
+    values = pa.StructArray.from_arrays(
+        [
+            pa.Array.from_buffers(pa.float32(), 5, [None, pa.py_buffer(np.array(f_bits, "<u4"))]),
+            pa.Array.from_buffers(pa.float64(), 5, [None, pa.py_buffer(np.array(d_bits, "<u8"))]),
+        ],
+        fields=list(schema.to_arrow()),
+    )
     rows = encode_rows(values, schema)
     slots = np.array([struct.unpack_from("<QQ", r, 8) for r in _row_bytes(rows)], dtype=np.uint64)
     assert slots[:, 0].tolist() == f_bits and slots[:, 1].tolist() == d_bits
-    normal = np.array([struct.unpack_from("<QQ", r, 8) for r in _row_bytes(
-        encode_rows(values, schema, normalize_floats=True))], dtype=np.uint64)
+    normal = np.array(
+        [struct.unpack_from("<QQ", r, 8) for r in _row_bytes(encode_rows(values, schema, normalize_floats=True))],
+        dtype=np.uint64,
+    )
     assert normal[:, 0].tolist() == [0, 0x7FC00000, 0x7FC00000, 0x7FC00000, 0x3F800000]
     assert normal[:, 1].tolist() == [0, *[0x7FF8000000000000] * 3, 0x3FF0000000000000]
 
 
 # --- the layout, as documented ------------------------------------------------------------
+
 
 def test_bytes_of_documented_examples():
     # a key of one string "a" (state-formats §2.2), an int array with a null (§4.3)
@@ -225,13 +285,12 @@ def test_bytes_of_documented_examples():
     assert _row_bytes(key) == [bytes(8) + bytes.fromhex("0100000010000000") + b"a" + bytes(7)]
     schema = _struct(("a", _arr("integer")))
     row = _row_bytes(encode_rows(pa.array([{"a": [0, 1, None]}], schema.to_arrow()), schema))[0]
-    assert row[16:] == bytes.fromhex("0300000000000000" "0400000000000000" "00000000010000000000000000000000")
+    assert row[16:] == bytes.fromhex("0300000000000000040000000000000000000000010000000000000000000000")
     assert row[8:16] == struct.pack("<Q", 16 << 32 | 32)
 
 
 def test_offsets_of_empty_and_null_values():
-    schema = _struct(("a", "string"), ("b", "string"), ("big", "decimal(38,10)"), ("cal", "interval"),
-                     ("c", "binary"))
+    schema = _struct(("a", "string"), ("b", "string"), ("big", "decimal(38,10)"), ("cal", "interval"), ("c", "binary"))
     values = pa.array([{"a": "", "b": None, "big": None, "cal": None, "c": b"xyz"}], schema.to_arrow())
     row = _row_bytes(encode_rows(values, schema))[0]
     slots = struct.unpack_from("<QQQQQQ", row, 0)
@@ -246,17 +305,27 @@ def test_offsets_of_empty_and_null_values():
 
 def test_wide_decimals_as_java_biginteger_bytes():
     schema = _struct(("d", "decimal(38,0)"))
-    cases = {0: "00", -1: "ff", 127: "7f", 128: "0080", -128: "80", -129: "ff7f", 255: "00ff",
-             10**38 - 1: "4b3b4ca85a86c47a098a223fffffffff", -(10**38 - 1): "b4c4b357a5793b85f675ddc000000001"}
+    cases = {
+        0: "00",
+        -1: "ff",
+        127: "7f",
+        128: "0080",
+        -128: "80",
+        -129: "ff7f",
+        255: "00ff",
+        10**38 - 1: "4b3b4ca85a86c47a098a223fffffffff",
+        -(10**38 - 1): "b4c4b357a5793b85f675ddc000000001",
+    }
     values = pa.array([{"d": decimal.Decimal(v)} for v in cases], schema.to_arrow())
     for row, expected in zip(_row_bytes(encode_rows(values, schema)), cases.values(), strict=True):
         (slot,) = struct.unpack_from("<Q", row, 8)
         size = slot & 0xFFFFFFFF
-        assert row[16:16 + size].hex() == expected
+        assert row[16 : 16 + size].hex() == expected
         assert len(row) == 32  # 16 bytes reserved whatever the size
 
 
 # --- values that cannot be encoded -------------------------------------------------------
+
 
 def test_refuses_values_that_do_not_fit_naming_the_field():
     schema = _struct(("outer", _struct(("d", "decimal(5,2)"))))
@@ -272,8 +341,11 @@ def test_refuses_values_that_do_not_fit_naming_the_field():
     with pytest.raises(errors.RowEncodeError, match="field n"):
         encode_rows(pa.array([{"n": "seven"}]), _struct(("n", "integer")), "x")
     with pytest.raises(errors.RowEncodeError, match=r"year-month interval .*field ym"):
-        encode_rows(pa.array([{"ym": pa.MonthDayNano([1, 2, 0])}], pa.struct([("ym", pa.month_day_nano_interval())])),
-                    _struct(("ym", "interval year to month")), "x")
+        encode_rows(
+            pa.array([{"ym": pa.MonthDayNano([1, 2, 0])}], pa.struct([("ym", pa.month_day_nano_interval())])),
+            _struct(("ym", "interval year to month")),
+            "x",
+        )
     with pytest.raises(errors.RowEncodeError, match="null; a state row"):
         encode_rows(pa.array([{"n": 1}, None], pa.struct([("n", pa.int32())])), _struct(("n", "integer")), "x")
 
@@ -287,13 +359,19 @@ def test_null_in_a_non_nullable_field_is_written_as_null():
 def test_other_arrow_types_are_cast():
     schema = _struct(("s", "string"), ("i", "integer"), ("t", "timestamp"))
     values = pa.StructArray.from_arrays(
-        [pa.array(["a", "bc"], pa.large_string()), pa.array([1, 2], pa.int64()),
-         pa.array([1_000_000_000, 2_000_000_000], pa.timestamp("ns"))], names=["s", "i", "t"])
+        [
+            pa.array(["a", "bc"], pa.large_string()),
+            pa.array([1, 2], pa.int64()),
+            pa.array([1_000_000_000, 2_000_000_000], pa.timestamp("ns")),
+        ],
+        names=["s", "i", "t"],
+    )
     back = decode_rows(encode_rows(values, schema), schema)
     assert back.to_pylist() == values.cast(schema.to_arrow()).to_pylist()
 
 
 # --- the bytes Spark wrote ---------------------------------------------------------------
+
 
 def _assert_hdfs_checkpoint_bytes(path: str) -> int:
     """Decode and re-encode every key and value of every HDFS store at the last batch: Spark's bytes again."""
@@ -304,19 +382,21 @@ def _assert_hdfs_checkpoint_bytes(path: str) -> int:
             plan = plan_state_read(from_kwargs(path, {"operator_id": op, "store_name": store}), cp)
             for pid in plan.partitions:
                 directory = plan.checkpoint.store_dir(op, pid, store)
-                keys, values = HDFSStore(plan.storage, directory, plan.codec,
-                                         plan.store_conf.row_checksum).load_rows(plan.version)
+                keys, values = HDFSStore(plan.storage, directory, plan.codec, plan.store_conf.row_checksum).load_rows(
+                    plan.version
+                )
                 for rows, schema, what in ((keys, plan.key_schema, "key"), (values, plan.value_schema, "value")):
                     spark = _row_bytes(rows)
                     ours = _row_bytes(encode_rows(decode_rows(rows, schema), schema, rows.source))
                     for i, (theirs, mine) in enumerate(zip(spark, ours, strict=True)):
-                        assert theirs == mine, (f"{directory} {what} {i}:\n spark {theirs.hex()}\n ours  {mine.hex()}")
+                        assert theirs == mine, f"{directory} {what} {i}:\n spark {theirs.hex()}\n ours  {mine.hex()}"
                     compared += len(spark)
     return compared
 
 
-_GOLDEN_HDFS = sorted(str(p.relative_to(GOLDEN)) for p in GOLDEN.glob("spark-*/*_hdfs")
-                      if "fmgws_timeout" not in p.name)
+_GOLDEN_HDFS = sorted(
+    str(p.relative_to(GOLDEN)) for p in GOLDEN.glob("spark-*/*_hdfs") if "fmgws_timeout" not in p.name
+)
 
 
 @pytest.mark.parametrize("name", _GOLDEN_HDFS)
@@ -349,8 +429,9 @@ def test_normalized_keys_match_sparks(checkpoints):
         special = {"nan" for x in column[~null] if x != x} | {"zero" for x in column[~null] if x == 0}
         found |= special
         changed = pa.StructArray.from_arrays(
-            [decoded.field(i) if i != d else pa.array(odd, pa.float64(), mask=null)
-             for i in range(len(schema.fields))], fields=list(schema.to_arrow()))
+            [decoded.field(i) if i != d else pa.array(odd, pa.float64(), mask=null) for i in range(len(schema.fields))],
+            fields=list(schema.to_arrow()),
+        )
         # written as they are, -0.0 and the other NaN differ from Spark's keys; normalized, they are Spark's
         assert (_row_bytes(encode_rows(changed, schema)) != _row_bytes(keys)) == bool(special)
         assert _row_bytes(encode_rows(changed, schema, normalize_floats=True)) == _row_bytes(keys)
@@ -364,7 +445,8 @@ def test_spark_rows_encode_in_a_batch_of_all_partitions(checkpoints):
     spark, decoded = [], []
     for pid in plan.partitions:
         keys, _ = HDFSStore(plan.storage, plan.checkpoint.store_dir(0, pid, "default"), plan.codec).load_rows(
-            plan.version)
+            plan.version
+        )
         spark += _row_bytes(keys)
         decoded.append(decode_rows(keys, plan.key_schema))
     combined = pa.concat_arrays(decoded)

@@ -73,9 +73,10 @@ def test_hadoop_verify_names_the_damaged_chunk(size):
 def test_snapshot_framing_reads_back(tmp_path, row_checksum):
     rng = np.random.default_rng(3)
     skip = 4 if row_checksum else 0
-    records = {bytes(rng.integers(0, 256, 8 * k, dtype=np.uint8)): bytes(rng.integers(0, 256, 8 * v + skip,
-                                                                                    dtype=np.uint8))
-               for k, v in zip(rng.integers(1, 5, 300), rng.integers(0, 6, 300), strict=True)}
+    records = {
+        bytes(rng.integers(0, 256, 8 * k, dtype=np.uint8)): bytes(rng.integers(0, 256, 8 * v + skip, dtype=np.uint8))
+        for k, v in zip(rng.integers(1, 5, 300), rng.integers(0, 6, 300), strict=True)
+    }
     stream = b"".join(struct.pack(">i", len(k)) + k + struct.pack(">i", len(v)) + v for k, v in records.items())
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "1.snapshot").write_bytes(codecs.compress(stream + END_OF_FILE, "lz4"))
@@ -95,8 +96,9 @@ def test_snapshot_framing_reads_back(tmp_path, row_checksum):
         assert again == {k: v[skip:] for k, v in records.items()}
     # and the framed records read back as rows, as a rewrite reads its routed rows
     back_keys, back_values = framed_rows(framed.tobytes(), "routed")
-    assert [bytes(back_keys.buf[s:s + n]) for s, n in zip(back_keys.starts, back_keys.lengths, strict=True)] == \
-        [bytes(keys.buf[s:s + n]) for s, n in zip(keys.starts[order], keys.lengths[order], strict=True)]
+    assert [bytes(back_keys.buf[s : s + n]) for s, n in zip(back_keys.starts, back_keys.lengths, strict=True)] == [
+        bytes(keys.buf[s : s + n]) for s, n in zip(keys.starts[order], keys.lengths[order], strict=True)
+    ]
     assert int(back_values.lengths.sum()) == int(values.lengths.sum())
 
 
@@ -107,8 +109,10 @@ def test_destination_writes_only_into_an_empty_directory(tmp_path):
     assert (tmp_path / "new" / "state" / "0" / "1" / "2.snapshot").read_bytes() == b"abc"
     sidecar = (tmp_path / "new" / "state" / "0" / "1" / ".2.snapshot.crc").read_bytes()
     verify_hadoop(b"abc", sidecar, "f", "s")
-    assert sorted(p.name for p in (tmp_path / "new" / "state" / "0" / "1").iterdir()) == [".2.snapshot.crc",
-                                                                                        "2.snapshot"]
+    assert sorted(p.name for p in (tmp_path / "new" / "state" / "0" / "1").iterdir()) == [
+        ".2.snapshot.crc",
+        "2.snapshot",
+    ]
     with pytest.raises(DestinationNotEmptyError, match="not empty"):
         Destination(str(tmp_path / "new")).require_empty()
     (tmp_path / "file").write_text("x")

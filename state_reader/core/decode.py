@@ -35,7 +35,8 @@ def _provider(plan: StateReadPlan, directory: str) -> ModuleType:
         return PROVIDERS[plan.provider]
     except KeyError:
         raise UnsupportedOptionError(
-            f"state store provider {plan.provider} is not supported", path=plan.storage.display(directory)) from None
+            f"state store provider {plan.provider} is not supported", path=plan.storage.display(directory)
+        ) from None
 
 
 def _constant_int32(n: int, value: int) -> pa.Array:
@@ -78,8 +79,9 @@ def measure_partition(plan: StateReadPlan, partition_id: int) -> StateSize:
     return size
 
 
-def decode_changes(plan: StateReadPlan, partition_id: int,
-                   version: int) -> tuple[list[str], pa.StructArray, pa.StructArray]:
+def decode_changes(
+    plan: StateReadPlan, partition_id: int, version: int
+) -> tuple[list[str], pa.StructArray, pa.StructArray]:
     """(change types, keys, values) that ``version`` made in one partition."""
     directory = plan.store_dir(partition_id)
     return _provider(plan, directory).read_changes(plan, directory, partition_id, version)
@@ -103,19 +105,23 @@ def read_partition(plan: StateReadPlan, partition_id: int) -> Iterator[pa.Record
             rows = len(kinds)
             for lo in range(0, rows, BATCH_ROWS):
                 n = min(BATCH_ROWS, rows - lo)
-                yield pa.RecordBatch.from_arrays([
-                    _constant_int64(n, batch_id),
-                    pa.array(kinds[lo:lo + n], pa.string()),
-                    *(c.slice(lo, n) for c in columns),
-                    _constant_int32(n, partition_id),
-                ], schema=schema)
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        _constant_int64(n, batch_id),
+                        pa.array(kinds[lo : lo + n], pa.string()),
+                        *(c.slice(lo, n) for c in columns),
+                        _constant_int32(n, partition_id),
+                    ],
+                    schema=schema,
+                )
         return
     columns = decode_columns(plan, partition_id)
     rows = len(columns[0])
     for lo in range(0, rows, BATCH_ROWS):
         n = min(BATCH_ROWS, rows - lo)
-        yield pa.RecordBatch.from_arrays([c.slice(lo, n) for c in columns] + [_constant_int32(n, partition_id)],
-                                         schema=schema)
+        yield pa.RecordBatch.from_arrays(
+            [c.slice(lo, n) for c in columns] + [_constant_int32(n, partition_id)], schema=schema
+        )
 
 
 def _join_store_plan(plan: StateReadPlan, join: JoinSidePlan, index: int) -> StateReadPlan:
@@ -123,31 +129,31 @@ def _join_store_plan(plan: StateReadPlan, join: JoinSidePlan, index: int) -> Sta
     key_schema = (join.count_key_schema, join.row_key_schema)[index]
     value_schema = (join.count_value_schema, join.row_value_schema)[index]
     if join.families is not None:
-        return replace(plan, join=None, variable=join.families[index], key_schema=key_schema,
-                       value_schema=value_schema)
-    return replace(plan, join=None, store_name=join.store_name(index), key_schema=key_schema,
-                   value_schema=value_schema)
+        return replace(plan, join=None, variable=join.families[index], key_schema=key_schema, value_schema=value_schema)
+    return replace(plan, join=None, store_name=join.store_name(index), key_schema=key_schema, value_schema=value_schema)
 
 
-def _decode_join_side(plan: StateReadPlan, join: JoinSidePlan,
-                      partition_id: int) -> tuple[pa.StructArray, pa.StructArray]:
+def _decode_join_side(
+    plan: StateReadPlan, join: JoinSidePlan, partition_id: int
+) -> tuple[pa.StructArray, pa.StructArray]:
     """The live buffered rows of one join side: each row whose index is below its join key's count."""
     count_keys, count_values = decode_columns(_join_store_plan(plan, join, 0), partition_id)
     row_keys, row_values = decode_columns(_join_store_plan(plan, join, 1), partition_id)
     n_key = len(join.count_key_schema.fields)
-    join_keys = [pa.StructArray.from_arrays([keys.field(i) for i in range(n_key)],
-                                            fields=list(join.count_key_schema.to_arrow()))
-                 for keys in (count_keys, row_keys)]
+    join_keys = [
+        pa.StructArray.from_arrays([keys.field(i) for i in range(n_key)], fields=list(join.count_key_schema.to_arrow()))
+        for keys in (count_keys, row_keys)
+    ]
     ids = group_ids(pa.concat_arrays(join_keys))
-    count_ids, row_ids = ids[:len(count_keys)], ids[len(count_keys):]
+    count_ids, row_ids = ids[: len(count_keys)], ids[len(count_keys) :]
     count_of = np.zeros(int(ids.max(initial=-1)) + 1, dtype=np.int64)
     count_of[count_ids] = count_values.field(0).fill_null(0).to_numpy(zero_copy_only=False)
     index = row_keys.field(n_key).fill_null(-1).to_numpy(zero_copy_only=False)
     live = (index >= 0) & (index < count_of[row_ids])
-    keys = pa.StructArray.from_arrays([row_keys.field(i) for i in range(n_key)],
-                                      fields=list(plan.key_schema.to_arrow()))
+    keys = pa.StructArray.from_arrays(
+        [row_keys.field(i) for i in range(n_key)], fields=list(plan.key_schema.to_arrow())
+    )
     shown = [i for i, f in enumerate(join.row_value_schema.fields) if f.name != "matched"]
-    values = pa.StructArray.from_arrays([row_values.field(i) for i in shown],
-                                        fields=list(plan.value_schema.to_arrow()))
+    values = pa.StructArray.from_arrays([row_values.field(i) for i in shown], fields=list(plan.value_schema.to_arrow()))
     mask = pa.array(live)
     return keys.filter(mask), values.filter(mask)

@@ -108,12 +108,14 @@ class Follow:
         if max_batches is not None and max_batches < 1:
             raise InvalidOptionError(
                 f"Invalid value for option '{MAX_BATCHES_PER_TRIGGER}': at least 1 producer batch per "
-                f"micro-batch (got {max_batches})")
+                f"micro-batch (got {max_batches})"
+            )
         lowered = {str(k).lower(): k for k in rest}
         if CHANGE_END_BATCH_ID.lower() in lowered:
             raise InvalidOptionError(
                 f"Invalid value for option '{CHANGE_END_BATCH_ID}': a stream of changes follows the query as it "
-                "commits and has no last batch; read a closed range with spark.read (a batch query)")
+                "commits and has no last batch; read a closed range with spark.read (a batch query)"
+            )
         start_key = lowered.get(CHANGE_START_BATCH_ID.lower())
         start = rest.pop(start_key) if start_key is not None else None
         if start is not None:
@@ -121,14 +123,16 @@ class Follow:
                 start = int(str(start).strip())
             except ValueError:
                 raise InvalidOptionError(
-                    f"Invalid value for option '{CHANGE_START_BATCH_ID}': {start!r} is not an integer") from None
+                    f"Invalid value for option '{CHANGE_START_BATCH_ID}': {start!r} is not an integer"
+                ) from None
             if start < 0:
                 raise NegativeOptionError(f"'{CHANGE_START_BATCH_ID}' cannot be negative (got {start}).")
         rest = {k: v for k, v in rest.items() if str(k).lower() != READ_CHANGE_FEED.lower()}
         # validate the rest now, as a change feed from batch 0, so a typo fails before anything is read
         StateStoreOptions.parse({**rest, READ_CHANGE_FEED: "true", CHANGE_START_BATCH_ID: 0})
-        return cls(rest, start, max_batches, mine.boolean(FAIL_ON_DATA_LOSS, True),
-                   mine.boolean(START_WITH_SNAPSHOT, False))
+        return cls(
+            rest, start, max_batches, mine.boolean(FAIL_ON_DATA_LOSS, True), mine.boolean(START_WITH_SNAPSHOT, False)
+        )
 
     # -- the producer's checkpoint ----------------------------------------------
 
@@ -156,7 +160,8 @@ class Follow:
             if self.start > committed[-1] + 1:
                 raise InvalidOptionError(
                     f"Invalid value for option '{CHANGE_START_BATCH_ID}': batch {self.start} is more than one "
-                    f"batch after the latest committed batch of {self.storage().display('')} ({committed[-1]})")
+                    f"batch after the latest committed batch of {self.storage().display('')} ({committed[-1]})"
+                )
             return self.start - 1
         return committed[0] if self.start_with_snapshot else committed[0] - 1
 
@@ -198,9 +203,14 @@ class Follow:
                 oldest = _oldest_servable(committed, first)
                 if self.fail_on_data_loss:
                     raise self.lost(first, min(oldest, end + 1) - 1, exc) from exc
-                log.warning("skipping batches %d..%d of %s: the query cleaned up their state files before they "
-                            "were read (%s sets how many batches it retains)", first, min(oldest, end + 1) - 1,
-                            self.storage().display(""), live.RETENTION_CONF)
+                log.warning(
+                    "skipping batches %d..%d of %s: the query cleaned up their state files before they "
+                    "were read (%s sets how many batches it retains)",
+                    first,
+                    min(oldest, end + 1) - 1,
+                    self.storage().display(""),
+                    live.RETENTION_CONF,
+                )
                 first = oldest
         raise self.lost(start + 1, first - 1, None)
 
@@ -215,7 +225,9 @@ class Follow:
             f"they were read (committed batches now: {span}). Raise {live.RETENTION_CONF} on the query so it "
             f"retains more batches, read more often (or more batches at a time, {MAX_BATCHES_PER_TRIGGER}), or "
             f"set {FAIL_ON_DATA_LOSS}=false to skip ahead to the oldest retained batch"
-            + (f" ({exc.message})" if isinstance(exc, BatchNotRetainedError) else ""), path=where)
+            + (f" ({exc.message})" if isinstance(exc, BatchNotRetainedError) else ""),
+            path=where,
+        )
 
     def plan_snapshot(self, batch: int) -> StateReadPlan | None:
         """The state at ``batch`` that a history starts from (None before batch 0: nothing yet)."""
@@ -241,14 +253,14 @@ def change_schema(plan: StateReadPlan) -> pa.Schema:
     return replace(plan, change_start_batch_id=plan.batch_id).arrow_schema
 
 
-def snapshot_batches(plan: StateReadPlan, partitions: list[int] | None = None, *,
-                     threads: int | None = None) -> Iterator[pa.RecordBatch]:
+def snapshot_batches(
+    plan: StateReadPlan, partitions: list[int] | None = None, *, threads: int | None = None
+) -> Iterator[pa.RecordBatch]:
     """The state of ``plan``'s batch as change feed rows: ``batch_id`` = that batch, ``change_type`` = 'snapshot'."""
     schema = change_schema(plan)
     for batch in iter_batches(plan, partitions=partitions, show_progress=False, threads=threads):
         n = batch.num_rows
-        columns = [pa.array([plan.batch_id] * n, pa.int64()), pa.array([SNAPSHOT] * n, pa.string()),
-                   *batch.columns]
+        columns = [pa.array([plan.batch_id] * n, pa.int64()), pa.array([SNAPSHOT] * n, pa.string()), *batch.columns]
         yield pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
@@ -285,17 +297,29 @@ def _sorted(table: pa.Table) -> pa.Table:
 
     if table.num_rows == 0:
         return table
-    order = pc.sort_indices(pa.table({"b": table.column("batch_id"), "s": pc.not_equal(table.column("change_type"),
-                                                                                       SNAPSHOT),
-                                      "p": table.column("partition_id"), "i": pa.array(range(table.num_rows))}),
-                            sort_keys=[("b", "ascending"), ("s", "ascending"), ("p", "ascending"),
-                                       ("i", "ascending")])
+    order = pc.sort_indices(
+        pa.table(
+            {
+                "b": table.column("batch_id"),
+                "s": pc.not_equal(table.column("change_type"), SNAPSHOT),
+                "p": table.column("partition_id"),
+                "i": pa.array(range(table.num_rows)),
+            }
+        ),
+        sort_keys=[("b", "ascending"), ("s", "ascending"), ("p", "ascending"), ("i", "ascending")],
+    )
     return table.take(order)
 
 
-def follow_batches(follow: Follow, *, poll_seconds: float = 1.0, max_poll_seconds: float = 30.0,
-                   stop: Callable[[], bool] | None = None, batches_per_read: int = 10,
-                   sleep: Callable[[float], None] = time.sleep) -> Iterator[tuple[int, pa.Table]]:
+def follow_batches(
+    follow: Follow,
+    *,
+    poll_seconds: float = 1.0,
+    max_poll_seconds: float = 30.0,
+    stop: Callable[[], bool] | None = None,
+    batches_per_read: int = 10,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[tuple[int, pa.Table]]:
     """``(batch_id, changes)`` for every producer batch as it commits, in order, empty tables included.
 
     Polls the commit log, waiting ``poll_seconds`` after a poll that found nothing new and doubling the

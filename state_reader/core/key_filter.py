@@ -57,8 +57,14 @@ OPTION = "key_filter"
 # Spark executors and compare equal in tests.
 
 Path = tuple[str, ...]
-COMPARISONS = {"=": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
-               ">": pc.greater, ">=": pc.greater_equal}
+COMPARISONS = {
+    "=": pc.equal,
+    "!=": pc.not_equal,
+    "<": pc.less,
+    "<=": pc.less_equal,
+    ">": pc.greater,
+    ">=": pc.greater_equal,
+}
 
 
 @dataclass(frozen=True)
@@ -113,7 +119,8 @@ def _error(message: str) -> InvalidOptionError:
 # ---------------------------------------------------------------------------
 # Parser
 
-_TOKEN = re.compile(r"""
+_TOKEN = re.compile(
+    r"""
     \s*(?:
       (?P<string>'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*")
     | (?P<number>-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
@@ -121,7 +128,9 @@ _TOKEN = re.compile(r"""
     | (?P<op><=|>=|!=|<>|==|=|<|>)
     | (?P<punct>[(),.])
     | (?P<word>[A-Za-z_][A-Za-z0-9_$]*)
-    )""", re.VERBOSE)
+    )""",
+    re.VERBOSE,
+)
 _KEYWORDS = {"and", "or", "not", "in", "is", "null", "true", "false"}
 
 
@@ -149,7 +158,7 @@ def _tokens(text: str) -> list[_Token]:
             break
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise _error(f"unexpected {text[pos:pos + 10]!r} at character {pos + 1} of {text!r}")
+            raise _error(f"unexpected {text[pos : pos + 10]!r} at character {pos + 1} of {text!r}")
         kind = m.lastgroup or ""
         raw = m.group(kind)
         start = m.start(kind)
@@ -251,8 +260,7 @@ class _Parser:
             self.i += 1
             return t.value == "true"
         if t.kind == "keyword" and t.value == "null":
-            raise _error(f"compare with null using 'is null' or 'is not null' (character {t.pos + 1} "
-                         f"of {self.text!r})")
+            raise _error(f"compare with null using 'is null' or 'is not null' (character {t.pos + 1} of {self.text!r})")
         raise self.fail("a literal ('text', a number, true or false)")
 
     def predicate(self) -> Predicate:
@@ -310,8 +318,10 @@ def resolve_field(path: Path, key_type: pa.StructType) -> tuple[tuple[int, ...],
     if len(names) > 1 and names[0].lower() == "key" and "key" not in lowered:
         names = names[1:]
     elif len(names) > 1 and names[0].lower() in ("value", "partition_id") and names[0].lower() not in lowered:
-        raise _error(f"{'.'.join(path)} is not a key field; key filters see only the key "
-                     f"(fields: {', '.join(_leaf_names(key_type))})")
+        raise _error(
+            f"{'.'.join(path)} is not a key field; key filters see only the key "
+            f"(fields: {', '.join(_leaf_names(key_type))})"
+        )
     indices: list[int] = []
     typ: pa.DataType = key_type
     for depth, name in enumerate(names):
@@ -322,8 +332,9 @@ def resolve_field(path: Path, key_type: pa.StructType) -> tuple[tuple[int, ...],
             exact = [i for i, f in enumerate(typ) if f.name.lower() == name.lower()]
         if len(exact) != 1:
             why = "is ambiguous" if exact else "does not exist"
-            raise _error(f"key field {'.'.join(names[:depth + 1])} {why} "
-                         f"(key fields: {', '.join(_leaf_names(key_type))})")
+            raise _error(
+                f"key field {'.'.join(names[: depth + 1])} {why} (key fields: {', '.join(_leaf_names(key_type))})"
+            )
         indices.append(exact[0])
         typ = typ.field(exact[0]).type
     return tuple(indices), typ
@@ -336,8 +347,9 @@ def _is_numeric(typ: pa.DataType) -> bool:
 def literal_scalar(value: Any, typ: pa.DataType, where: str) -> pa.Scalar:
     """``value`` as a scalar of the field's type ``typ`` (or one Arrow compares with it)."""
     if pa.types.is_nested(typ):
-        raise _error(f"{where} is a {typ}; key filters compare fields that hold one value "
-                     f"(name a field inside a struct)")
+        raise _error(
+            f"{where} is a {typ}; key filters compare fields that hold one value (name a field inside a struct)"
+        )
     if isinstance(value, bool) != pa.types.is_boolean(typ):
         raise _error(f"cannot compare {where} ({typ}) with {value!r}")
     if pa.types.is_timestamp(typ) and isinstance(value, str) and typ.tz is not None:
@@ -439,8 +451,9 @@ class KeyFilter:
         except InvalidOptionError as exc:
             if self.option == OPTION:
                 raise
-            raise InvalidOptionError(exc.message.replace(f"option '{OPTION}'", f"option '{self.option}'", 1),
-                                     path=exc.path) from None
+            raise InvalidOptionError(
+                exc.message.replace(f"option '{OPTION}'", f"option '{self.option}'", 1), path=exc.path
+            ) from None
 
     def __repr__(self) -> str:
         return f"KeyFilter({self.spec!r})"
@@ -470,8 +483,7 @@ def _as_mask(result: Any, length: int) -> pa.BooleanArray:
         try:
             result = pa.array(result, type=pa.bool_())
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
-            raise _error(f"the key filter callable must return booleans, got {type(result).__name__}: "
-                         f"{exc}") from None
+            raise _error(f"the key filter callable must return booleans, got {type(result).__name__}: {exc}") from None
     if not pa.types.is_boolean(result.type):
         raise _error(f"the key filter callable returned {result.type} values; booleans are needed")
     if len(result) != length:
@@ -479,8 +491,9 @@ def _as_mask(result: Any, length: int) -> pa.BooleanArray:
     return result
 
 
-def as_key_filter(spec: KeyFilterSpec | KeyFilter | None, key_type: pa.StructType | None = None,
-                  option: str = OPTION) -> KeyFilter | None:
+def as_key_filter(
+    spec: KeyFilterSpec | KeyFilter | None, key_type: pa.StructType | None = None, option: str = OPTION
+) -> KeyFilter | None:
     """``spec`` as a :class:`KeyFilter` checked against ``key_type``; None stays None.
 
     ``option``: the argument ``spec`` came as, which its errors name.
@@ -491,7 +504,16 @@ def as_key_filter(spec: KeyFilterSpec | KeyFilter | None, key_type: pa.StructTyp
 
 
 __all__ = [
-    "And", "Comparison", "InList", "KeyFilter", "Not", "NullCheck", "Or", "Predicate",
-    "as_key_filter", "evaluate", "parse_key_filter", "resolve_field",
+    "And",
+    "Comparison",
+    "InList",
+    "KeyFilter",
+    "Not",
+    "NullCheck",
+    "Or",
+    "Predicate",
+    "as_key_filter",
+    "evaluate",
+    "parse_key_filter",
+    "resolve_field",
 ]
-

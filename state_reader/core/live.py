@@ -44,8 +44,14 @@ def _span(batches: list[int]) -> str:
     return f"{batches[0]}..{batches[-1]}" if batches else "none"
 
 
-def read_consistently(options: Mapping[str, Any] | StateStoreOptions, read: Callable[[StateReadPlan], T], *,
-                      attempts: int = ATTEMPTS, seconds: float = SECONDS, checkpoint: CheckpointDir | None = None) -> T:
+def read_consistently(
+    options: Mapping[str, Any] | StateStoreOptions,
+    read: Callable[[StateReadPlan], T],
+    *,
+    attempts: int = ATTEMPTS,
+    seconds: float = SECONDS,
+    checkpoint: CheckpointDir | None = None,
+) -> T:
     """``read(plan)`` of one planned batch, planned again while a running query cleans up under it.
 
     ``checkpoint`` (a caller's, with what it has already read of the logs) plans the first attempt;
@@ -85,7 +91,9 @@ def read_consistently(options: Mapping[str, Any] | StateStoreOptions, read: Call
                     f"the query writing {now} commits and cleans up faster than its latest batch can be read: "
                     f"{len(planned)} attempts (batches {', '.join(map(str, planned))}) each lost files to "
                     f"cleanup. Pass batch_id of a retained batch (now {_span(committed)}), raise {RETENTION_CONF}, "
-                    "or read a copy of the checkpoint.", path=now) from exc
+                    "or read a copy of the checkpoint.",
+                    path=now,
+                ) from exc
 
 
 def not_retained(location: str, batch: int, exc: BaseException, committed: list[int]) -> BatchNotRetainedError:
@@ -94,7 +102,8 @@ def not_retained(location: str, batch: int, exc: BaseException, committed: list[
     return BatchNotRetainedError(
         f"batch {batch} of {location} is no longer retained: the query has cleaned up what it needs ({why}). "
         f"Committed batches now: {_span(committed)}; {RETENTION_CONF} sets how many the query keeps.",
-        path=location)
+        path=location,
+    )
 
 
 def cleaned_up_during_read(plan: StateReadPlan, exc: BaseException) -> BatchNotRetainedError | None:

@@ -25,12 +25,17 @@ from state_reader.model.conf import shuffle_partitions
 
 HIDDEN_COLUMN = "_numColsPrefixKey"
 
-METADATA_SCHEMA = StructType([
-    StructField("operatorId", LONG), StructField("operatorName", STRING),
-    StructField("stateStoreName", STRING), StructField("numPartitions", INTEGER),
-    StructField("minBatchId", LONG), StructField("maxBatchId", LONG),
-    StructField("operatorProperties", STRING),
-])
+METADATA_SCHEMA = StructType(
+    [
+        StructField("operatorId", LONG),
+        StructField("operatorName", STRING),
+        StructField("stateStoreName", STRING),
+        StructField("numPartitions", INTEGER),
+        StructField("minBatchId", LONG),
+        StructField("maxBatchId", LONG),
+        StructField("operatorProperties", STRING),
+    ]
+)
 METADATA_SCHEMA_WITH_HIDDEN = StructType([*METADATA_SCHEMA.fields, StructField(HIDDEN_COLUMN, INTEGER)])
 
 
@@ -48,16 +53,21 @@ def infer_operator_metadata(cp: CheckpointDir, operator_id: int) -> OperatorMeta
     schemas: dict[str, tuple[StructType | None, StructType | None]] = {}
     for store in stores:
         try:
-            schemas[store] = read_schema_v1v2(cp.read_once(cp.schema_file(operator_id, store)),
-                                              cp.schema_file(operator_id, store))
+            schemas[store] = read_schema_v1v2(
+                cp.read_once(cp.schema_file(operator_id, store)), cp.schema_file(operator_id, store)
+            )
         except (FileNotFoundError, SchemaReadError):
             schemas[store] = (None, None)
     first = schemas.get(stores[0], (None, None)) if stores else (None, None)
     name = operators.infer_operator_name(stores, first[1])
     return OperatorMetadata(
-        version=0, operator_id=operator_id, operator_name=name,
-        stores=tuple(StoreInfo(s, operators.infer_num_cols_prefix_key(name, schemas[s][0]), num_partitions)
-                     for s in stores))
+        version=0,
+        operator_id=operator_id,
+        operator_name=name,
+        stores=tuple(
+            StoreInfo(s, operators.infer_num_cols_prefix_key(name, schemas[s][0]), num_partitions) for s in stores
+        ),
+    )
 
 
 def read_metadata_table(options: Mapping[str, Any] | StateMetadataOptions) -> pa.Table:
@@ -67,8 +77,9 @@ def read_metadata_table(options: Mapping[str, Any] | StateMetadataOptions) -> pa
     return pa.Table.from_pylist([{k: r[k] for k in schema.names} for r in metadata_rows(opts)], schema=schema)
 
 
-def metadata_rows(options: Mapping[str, Any] | StateMetadataOptions,
-                  checkpoint: CheckpointDir | None = None) -> list[dict[str, Any]]:
+def metadata_rows(
+    options: Mapping[str, Any] | StateMetadataOptions, checkpoint: CheckpointDir | None = None
+) -> list[dict[str, Any]]:
     """The ``state-metadata`` rows of a checkpoint as dicts, hidden column included.
 
     ``checkpoint``: an open view of the checkpoint the options name, shared by a caller that
@@ -93,14 +104,16 @@ def metadata_rows(options: Mapping[str, Any] | StateMetadataOptions,
         if meta is None:
             continue
         for store in meta.stores:
-            rows.append({
-                "operatorId": op,
-                "operatorName": meta.operator_name,
-                "stateStoreName": store.name,
-                "numPartitions": store.num_partitions,
-                "minBatchId": min_batch,
-                "maxBatchId": max_batch,
-                "operatorProperties": meta.properties_json if meta.version == 2 else None,
-                HIDDEN_COLUMN: -1 if meta.version == 2 else store.num_cols_prefix_key,
-            })
+            rows.append(
+                {
+                    "operatorId": op,
+                    "operatorName": meta.operator_name,
+                    "stateStoreName": store.name,
+                    "numPartitions": store.num_partitions,
+                    "minBatchId": min_batch,
+                    "maxBatchId": max_batch,
+                    "operatorProperties": meta.properties_json if meta.version == 2 else None,
+                    HIDDEN_COLUMN: -1 if meta.version == 2 else store.num_cols_prefix_key,
+                }
+            )
     return rows

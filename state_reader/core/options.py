@@ -94,64 +94,130 @@ class ReaderOption:
 _BOTH = (STATESTORE, STATE_METADATA)
 OPTIONS: tuple[ReaderOption, ...] = (
     ReaderOption(PATH, "—", "the checkpoint: `load(path)`, the first argument of the Python functions", _BOTH),
-    ReaderOption(BATCH_ID, "latest committed batch",
-                 "the state after this batch (state store version `batchId + 1`)", _BOTH),
+    ReaderOption(
+        BATCH_ID, "latest committed batch", "the state after this batch (state store version `batchId + 1`)", _BOTH
+    ),
     ReaderOption(OPERATOR_ID, "0", "stateful operator, in plan order", (STATESTORE, STREAM)),
-    ReaderOption(STORE_NAME, "`default`",
-                 "store of the operator; stream-stream joins have four (`left-keyToNumValues`, "
-                 "`left-keyWithIndexToValue`, `right-…`; join state format 4: `left-keyWithTsToValues`, "
-                 "`left-tsWithKey`, `right-…`)", (STATESTORE, STREAM)),
-    ReaderOption(JOIN_SIDE, "`none`",
-                 "`left`/`right`: the buffered input rows of that side of a stream-stream join (format 4: the key "
-                 "also holds `__event_time`, µs); not served by a stream (follow a side's stores with `storeName`)"),
-    ReaderOption(SNAPSHOT_START_BATCH_ID, "—",
-                 "with `snapshotPartitionId`: rebuild one partition from the snapshot written at that batch"),
+    ReaderOption(
+        STORE_NAME,
+        "`default`",
+        "store of the operator; stream-stream joins have four (`left-keyToNumValues`, "
+        "`left-keyWithIndexToValue`, `right-…`; join state format 4: `left-keyWithTsToValues`, "
+        "`left-tsWithKey`, `right-…`)",
+        (STATESTORE, STREAM),
+    ),
+    ReaderOption(
+        JOIN_SIDE,
+        "`none`",
+        "`left`/`right`: the buffered input rows of that side of a stream-stream join (format 4: the key "
+        "also holds `__event_time`, µs); not served by a stream (follow a side's stores with `storeName`)",
+    ),
+    ReaderOption(
+        SNAPSHOT_START_BATCH_ID,
+        "—",
+        "with `snapshotPartitionId`: rebuild one partition from the snapshot written at that batch",
+    ),
     ReaderOption(SNAPSHOT_PARTITION_ID, "—", "the partition `snapshotStartBatchId` rebuilds"),
-    ReaderOption(READ_CHANGE_FEED, "false",
-                 "one row per change (`batch_id`, `change_type` = `update`/`delete`/`append`, `key`, `value`, "
-                 "`partition_id`)", (STATESTORE, STREAM)),
-    ReaderOption(CHANGE_START_BATCH_ID, "— (a stream: the oldest batch the checkpoint still serves)",
-                 "first batch of the change feed (required in a batch read)", (STATESTORE, STREAM)),
+    ReaderOption(
+        READ_CHANGE_FEED,
+        "false",
+        "one row per change (`batch_id`, `change_type` = `update`/`delete`/`append`, `key`, `value`, `partition_id`)",
+        (STATESTORE, STREAM),
+    ),
+    ReaderOption(
+        CHANGE_START_BATCH_ID,
+        "— (a stream: the oldest batch the checkpoint still serves)",
+        "first batch of the change feed (required in a batch read)",
+        (STATESTORE, STREAM),
+    ),
     ReaderOption(CHANGE_END_BATCH_ID, "latest", "last batch of the change feed (a stream has none)"),
-    ReaderOption(STATE_VAR_NAME, "—", "transformWithState: the state variable to read (required there)",
-                 (STATESTORE, STREAM)),
+    ReaderOption(
+        STATE_VAR_NAME, "—", "transformWithState: the state variable to read (required there)", (STATESTORE, STREAM)
+    ),
     ReaderOption(READ_REGISTERED_TIMERS, "false", "transformWithState: the registered timers"),
-    ReaderOption(FLATTEN_COLLECTION_TYPES, "true",
-                 "transformWithState list/map state: a row per element, or one array/map per key"),
-    ReaderOption(CHANGE_FEED_FROM_SNAPSHOTS, "false",
-                 "a change feed for RocksDB checkpoints written without changelog checkpointing (which Spark "
-                 "refuses), computed by comparing consecutive snapshots; it shows each key's net change per batch",
-                 (STATESTORE, STREAM), spark_builtin=False),
-    ReaderOption(TIMEOUT_TIMESTAMP_AS_LONG, "false",
-                 "flatMapGroupsWithState state format 1 declares `timeoutTimestamp` an `int` (as Spark's reader shows "
-                 "it) but writes a long into its slot; a timeout beyond the int range raises a clear error, and this "
-                 "option shows the whole long as `bigint` instead", spark_builtin=False),
-    ReaderOption(INFER_MISSING_METADATA, "false",
-                 "describe checkpoints written before Spark 4.0, which have no operator metadata, from their files",
-                 (STATE_METADATA,), spark_builtin=False),
-    ReaderOption(INCLUDE_HIDDEN_COLUMNS, "false",
-                 "add the built-in's hidden `_numColsPrefixKey` column (a Python data source cannot declare hidden "
-                 "columns)", (STATE_METADATA,), spark_builtin=False),
-    ReaderOption(STORAGE_OPTIONS, "—",
-                 "fsspec options (credentials, endpoint): a JSON object, or one `storage.<name>` option each",
-                 (*_BOTH, STREAM), spark_builtin=False),
-    ReaderOption(VERIFY_CHECKSUMS, "true",
-                 "check files against Hadoop `.crc` sidecars and Spark's checksum files where present",
-                 _BOTH, spark_builtin=False),
-    ReaderOption(PARTITIONS_PER_TASK, "`auto`",
-                 "state partitions one Spark task reads. `auto`: as many tasks as Spark had cores when "
-                 "`state_reader.register(spark)` ran, each reading an even, contiguous share (a Python data source "
-                 "pays a worker round trip per task); `1`: one task per state partition, like the built-in reader. "
-                 "Rows and `partition_id` are the same either way", python=None, spark_builtin=False),
-    ReaderOption(MAX_BATCHES_PER_TRIGGER, "all committed",
-                 "producer batches per micro-batch, also under `Trigger.AvailableNow` (Spark 4.2+ only: Spark 4.0 "
-                 "and 4.1 give Python streaming sources no read limits)", (STREAM,), python="max_batches",
-                 spark_builtin=False),
-    ReaderOption(FAIL_ON_DATA_LOSS, "true",
-                 "when the producer's cleanup deleted batches not yet read, `ChangesLostError` names them; false "
-                 "skips to the oldest retained batch and logs which were skipped", (STREAM,), spark_builtin=False),
-    ReaderOption(START_WITH_SNAPSHOT, "false",
-                 "first the whole state (`change_type` `snapshot`), then the changes", (STREAM,), spark_builtin=False),
+    ReaderOption(
+        FLATTEN_COLLECTION_TYPES,
+        "true",
+        "transformWithState list/map state: a row per element, or one array/map per key",
+    ),
+    ReaderOption(
+        CHANGE_FEED_FROM_SNAPSHOTS,
+        "false",
+        "a change feed for RocksDB checkpoints written without changelog checkpointing (which Spark "
+        "refuses), computed by comparing consecutive snapshots; it shows each key's net change per batch",
+        (STATESTORE, STREAM),
+        spark_builtin=False,
+    ),
+    ReaderOption(
+        TIMEOUT_TIMESTAMP_AS_LONG,
+        "false",
+        "flatMapGroupsWithState state format 1 declares `timeoutTimestamp` an `int` (as Spark's reader shows "
+        "it) but writes a long into its slot; a timeout beyond the int range raises a clear error, and this "
+        "option shows the whole long as `bigint` instead",
+        spark_builtin=False,
+    ),
+    ReaderOption(
+        INFER_MISSING_METADATA,
+        "false",
+        "describe checkpoints written before Spark 4.0, which have no operator metadata, from their files",
+        (STATE_METADATA,),
+        spark_builtin=False,
+    ),
+    ReaderOption(
+        INCLUDE_HIDDEN_COLUMNS,
+        "false",
+        "add the built-in's hidden `_numColsPrefixKey` column (a Python data source cannot declare hidden columns)",
+        (STATE_METADATA,),
+        spark_builtin=False,
+    ),
+    ReaderOption(
+        STORAGE_OPTIONS,
+        "—",
+        "fsspec options (credentials, endpoint): a JSON object, or one `storage.<name>` option each",
+        (*_BOTH, STREAM),
+        spark_builtin=False,
+    ),
+    ReaderOption(
+        VERIFY_CHECKSUMS,
+        "true",
+        "check files against Hadoop `.crc` sidecars and Spark's checksum files where present",
+        _BOTH,
+        spark_builtin=False,
+    ),
+    ReaderOption(
+        PARTITIONS_PER_TASK,
+        "`auto`",
+        "state partitions one Spark task reads. `auto`: as many tasks as Spark had cores when "
+        "`state_reader.register(spark)` ran, each reading an even, contiguous share (a Python data source "
+        "pays a worker round trip per task); `1`: one task per state partition, like the built-in reader. "
+        "Rows and `partition_id` are the same either way",
+        python=None,
+        spark_builtin=False,
+    ),
+    ReaderOption(
+        MAX_BATCHES_PER_TRIGGER,
+        "all committed",
+        "producer batches per micro-batch, also under `Trigger.AvailableNow` (Spark 4.2+ only: Spark 4.0 "
+        "and 4.1 give Python streaming sources no read limits)",
+        (STREAM,),
+        python="max_batches",
+        spark_builtin=False,
+    ),
+    ReaderOption(
+        FAIL_ON_DATA_LOSS,
+        "true",
+        "when the producer's cleanup deleted batches not yet read, `ChangesLostError` names them; false "
+        "skips to the oldest retained batch and logs which were skipped",
+        (STREAM,),
+        spark_builtin=False,
+    ),
+    ReaderOption(
+        START_WITH_SNAPSHOT,
+        "false",
+        "first the whole state (`change_type` `snapshot`), then the changes",
+        (STREAM,),
+        spark_builtin=False,
+    ),
 )
 
 
@@ -189,7 +255,8 @@ class _Options:
             hint = f"; did you mean '{guess}'?" if guess else ""
             raise InvalidOptionError(
                 f"Unknown option '{name}'{hint} (options: {', '.join(k for k in known if k != PATH)}, "
-                f"{STORAGE_PREFIX}<name>)")
+                f"{STORAGE_PREFIX}<name>)"
+            )
 
     def get(self, name: str) -> str | None:
         value = self._map.get(name.lower())
@@ -227,7 +294,8 @@ class _Options:
             if not isinstance(raw, (str, bytes)):
                 raise InvalidOptionError(
                     f"Invalid value for option '{STORAGE_OPTIONS}': a mapping or a JSON object is expected, "
-                    f"got {type(raw).__name__}")
+                    f"got {type(raw).__name__}"
+                )
             try:
                 parsed = json.loads(raw)
             except ValueError as exc:
@@ -237,7 +305,7 @@ class _Options:
             out.update(parsed)
         for key, value in self._map.items():
             if key.startswith(STORAGE_PREFIX):
-                out[key[len(STORAGE_PREFIX):]] = _loose_json(value)
+                out[key[len(STORAGE_PREFIX) :]] = _loose_json(value)
         return out
 
 
@@ -296,16 +364,19 @@ class StateStoreOptions:
         read_timers = opts.boolean(READ_REGISTERED_TIMERS, False)
         if read_timers and state_var_name is not None:
             raise ConflictingOptionsError(
-                f"Options '{READ_REGISTERED_TIMERS}' and '{STATE_VAR_NAME}' cannot be specified together.")
+                f"Options '{READ_REGISTERED_TIMERS}' and '{STATE_VAR_NAME}' cannot be specified together."
+            )
         flatten = opts.boolean(FLATTEN_COLLECTION_TYPES, True)
         join_side = opts.get(JOIN_SIDE) or "none"
         if join_side not in JOIN_SIDES:
             raise InvalidOptionError(
-                f"Invalid value for option '{JOIN_SIDE}': {join_side!r}. Valid values are {','.join(JOIN_SIDES)}")
+                f"Invalid value for option '{JOIN_SIDE}': {join_side!r}. Valid values are {','.join(JOIN_SIDES)}"
+            )
         if join_side != "none" and store_name != "default":
             raise ConflictingOptionsError(
                 f"Options '{JOIN_SIDE}' and '{STORE_NAME}' cannot be specified together "
-                f"(joinSide={join_side}, storeName={store_name}).")
+                f"(joinSide={join_side}, storeName={store_name})."
+            )
         batch_id = opts.long(BATCH_ID)
         snap_start = opts.long(SNAPSHOT_START_BATCH_ID)
         snap_part = opts.long(SNAPSHOT_PARTITION_ID)
@@ -313,12 +384,16 @@ class StateStoreOptions:
         change_start = opts.long(CHANGE_START_BATCH_ID)
         change_end = opts.long(CHANGE_END_BATCH_ID)
         if read_change_feed:
-            for name, given in ((JOIN_SIDE, join_side != "none"), (BATCH_ID, batch_id is not None),
-                                (SNAPSHOT_START_BATCH_ID, snap_start is not None),
-                                (SNAPSHOT_PARTITION_ID, snap_part is not None)):
+            for name, given in (
+                (JOIN_SIDE, join_side != "none"),
+                (BATCH_ID, batch_id is not None),
+                (SNAPSHOT_START_BATCH_ID, snap_start is not None),
+                (SNAPSHOT_PARTITION_ID, snap_part is not None),
+            ):
                 if given:
                     raise ConflictingOptionsError(
-                        f"Options '{name}' and '{READ_CHANGE_FEED}' cannot be specified together.")
+                        f"Options '{name}' and '{READ_CHANGE_FEED}' cannot be specified together."
+                    )
             if change_start is None:
                 raise RequiredOptionError(f"'{CHANGE_START_BATCH_ID}' must be specified with {READ_CHANGE_FEED}.")
             if change_start < 0:
@@ -326,13 +401,15 @@ class StateStoreOptions:
             if change_end is not None and change_end < change_start:
                 raise InvalidOptionError(
                     f"Invalid value for option '{CHANGE_END_BATCH_ID}': {CHANGE_END_BATCH_ID} cannot be "
-                    f"smaller than {CHANGE_START_BATCH_ID} ({change_end} < {change_start}).")
+                    f"smaller than {CHANGE_START_BATCH_ID} ({change_end} < {change_start})."
+                )
         else:
             for name, value in ((CHANGE_START_BATCH_ID, change_start), (CHANGE_END_BATCH_ID, change_end)):
                 if value is not None:
                     raise InvalidOptionError(
                         f"Invalid value for option '{name}': Only specify this option when "
-                        f"{READ_CHANGE_FEED} is set to true.")
+                        f"{READ_CHANGE_FEED} is set to true."
+                    )
             if batch_id is not None and batch_id < 0:
                 raise NegativeOptionError(f"'{BATCH_ID}' cannot be negative (got {batch_id}).")
             if snap_start is not None and snap_start < 0:
@@ -340,21 +417,32 @@ class StateStoreOptions:
             if snap_start is not None and batch_id is not None and snap_start > batch_id:
                 raise InvalidOptionError(
                     f"Invalid value for option '{SNAPSHOT_START_BATCH_ID}': value should be less than "
-                    f"or equal to {batch_id}")
+                    f"or equal to {batch_id}"
+                )
             if snap_part is not None and snap_part < 0:
                 raise NegativeOptionError(f"'{SNAPSHOT_PARTITION_ID}' cannot be negative (got {snap_part}).")
             if snap_part is not None and snap_start is None:
                 raise RequiredOptionError(
-                    f"'{SNAPSHOT_START_BATCH_ID}' must be specified with {SNAPSHOT_PARTITION_ID}.")
+                    f"'{SNAPSHOT_START_BATCH_ID}' must be specified with {SNAPSHOT_PARTITION_ID}."
+                )
             if snap_part is None and snap_start is not None:
                 raise RequiredOptionError(
-                    f"'{SNAPSHOT_PARTITION_ID}' must be specified with {SNAPSHOT_START_BATCH_ID}.")
+                    f"'{SNAPSHOT_PARTITION_ID}' must be specified with {SNAPSHOT_START_BATCH_ID}."
+                )
         return cls(
-            path=path, batch_id=batch_id, operator_id=operator_id, store_name=store_name,
-            join_side=join_side, snapshot_start_batch_id=snap_start, snapshot_partition_id=snap_part,
-            read_change_feed=read_change_feed, change_start_batch_id=change_start,
-            change_end_batch_id=change_end, state_var_name=state_var_name,
-            read_registered_timers=read_timers, flatten_collection_types=flatten,
+            path=path,
+            batch_id=batch_id,
+            operator_id=operator_id,
+            store_name=store_name,
+            join_side=join_side,
+            snapshot_start_batch_id=snap_start,
+            snapshot_partition_id=snap_part,
+            read_change_feed=read_change_feed,
+            change_start_batch_id=change_start,
+            change_end_batch_id=change_end,
+            state_var_name=state_var_name,
+            read_registered_timers=read_timers,
+            flatten_collection_types=flatten,
             change_feed_from_snapshots=opts.boolean(CHANGE_FEED_FROM_SNAPSHOTS, False),
             timeout_timestamp_as_long=opts.boolean(TIMEOUT_TIMESTAMP_AS_LONG, False),
             storage_options=opts.storage_options(),
@@ -383,11 +471,14 @@ class StateMetadataOptions:
         batch_id = opts.long(BATCH_ID)
         if batch_id is not None and batch_id < 0:
             raise NegativeOptionError(f"'{BATCH_ID}' cannot be negative (got {batch_id}).")
-        return cls(path=path, batch_id=batch_id,
-                   infer_missing_metadata=opts.boolean(INFER_MISSING_METADATA, False),
-                   include_hidden_columns=opts.boolean(INCLUDE_HIDDEN_COLUMNS, False),
-                   storage_options=opts.storage_options(),
-                   verify_checksums=opts.boolean(VERIFY_CHECKSUMS, True))
+        return cls(
+            path=path,
+            batch_id=batch_id,
+            infer_missing_metadata=opts.boolean(INFER_MISSING_METADATA, False),
+            include_hidden_columns=opts.boolean(INCLUDE_HIDDEN_COLUMNS, False),
+            storage_options=opts.storage_options(),
+            verify_checksums=opts.boolean(VERIFY_CHECKSUMS, True),
+        )
 
 
 def from_kwargs(path: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -73,14 +73,17 @@ def store_schema(cp: CheckpointDir, operator_id: int, store_name: str) -> tuple[
             raise SchemaReadError(
                 f"Failed to read the state schema of operator {operator_id}, store '{store_name}': "
                 f"the checkpoint {cp.location} has no state for operator {operator_id} "
-                f"(operators: {known})", path=shown) from None
+                f"(operators: {known})",
+                path=shown,
+            ) from None
         stores = store_names_on_disk(cp, operator_id)
         join = any(s in JOIN_STORES for s in stores)
         hint = "; read one with storeName, or the buffered rows of a side with joinSide=left|right" if join else ""
         raise SchemaReadError(
             f"Failed to read the state schema of operator {operator_id}, store '{store_name}': "
             f"{shown} does not exist (stores of this operator: {', '.join(stores) or 'none'}){hint}",
-            path=shown) from None
+            path=shown,
+        ) from None
     return read_schema_v1v2(data, shown)
 
 
@@ -92,12 +95,21 @@ def store_names_on_disk(cp: CheckpointDir, operator_id: int) -> list[str]:
     return stores
 
 
-def store_read_options(operator_id: int, store_name: str, batch_id: int | None,
-                       storage_options: dict[str, Any] | None, operator_name: str | None) -> dict[str, Any]:
+def store_read_options(
+    operator_id: int,
+    store_name: str,
+    batch_id: int | None,
+    storage_options: dict[str, Any] | None,
+    operator_name: str | None,
+) -> dict[str, Any]:
     """The read options (snake_case) of one store; for transformWithState, of one of its variables or,
     for its timer family's name (``$...``), its timers."""
-    options: dict[str, Any] = {"operator_id": operator_id, "store_name": store_name, "batch_id": batch_id,
-                               "storage_options": storage_options}
+    options: dict[str, Any] = {
+        "operator_id": operator_id,
+        "store_name": store_name,
+        "batch_id": batch_id,
+        "storage_options": storage_options,
+    }
     if operators.is_transform_with_state(operator_name):
         options.pop("store_name")
         if store_name.startswith("$"):  # the timer family
@@ -107,17 +119,26 @@ def store_read_options(operator_id: int, store_name: str, batch_id: int | None,
     return options
 
 
-def plan_store_read(cp: CheckpointDir, operator_id: int, store_name: str, batch_id: int | None = None,
-                    operator_name: str | None = None, **options: Any) -> StateReadPlan:
+def plan_store_read(
+    cp: CheckpointDir,
+    operator_id: int,
+    store_name: str,
+    batch_id: int | None = None,
+    operator_name: str | None = None,
+    **options: Any,
+) -> StateReadPlan:
     """The plan of one store of an open checkpoint at ``batch_id`` (default: the latest committed), as
     :func:`store_read_options` names it; ``options``: more read options (snake_case), which win."""
-    kwargs = {**store_read_options(operator_id, store_name, batch_id, cp.storage.storage_options, operator_name),
-              **options}
+    kwargs = {
+        **store_read_options(operator_id, store_name, batch_id, cp.storage.storage_options, operator_name),
+        **options,
+    }
     return plan_state_read(from_kwargs(cp.storage.url, kwargs), cp)
 
 
-def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
-                    checkpoint: CheckpointDir | None = None) -> StateReadPlan:
+def plan_state_read(
+    options: Mapping[str, Any] | StateStoreOptions, checkpoint: CheckpointDir | None = None
+) -> StateReadPlan:
     """Validate ``statestore`` options against a checkpoint and plan the read.
 
     ``checkpoint``: an open view of the checkpoint the options name, shared by a
@@ -142,10 +163,12 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
         raise InvalidOptionError(
             f"Invalid value for option 'changeStartBatchId': batch {opts.change_start_batch_id} is after the "
             f"latest committed batch of {cp.location} ({batch_id}), where the change feed ends unless "
-            f"changeEndBatchId says otherwise (committed batches: {have[0]}..{have[-1]})")
+            f"changeEndBatchId says otherwise (committed batches: {have[0]}..{have[-1]})"
+        )
     if opts.snapshot_start_batch_id is not None and opts.snapshot_start_batch_id > batch_id:
         raise InvalidOptionError(
-            f"Invalid value for option 'snapshotStartBatchId': value should be less than or equal to {batch_id}")
+            f"Invalid value for option 'snapshotStartBatchId': value should be less than or equal to {batch_id}"
+        )
 
     metadata = cp.operator_metadata(opts.operator_id, batch_id)
     store_meta = metadata.store(opts.store_name) if metadata else None
@@ -155,19 +178,22 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
             raise InvalidOptionError(
                 "Invalid value for option 'stateVarName': Providing state variable names is only supported "
                 f"with the transformWithState operator. Found operator={operator_name} "
-                f"(operator {opts.operator_id} of {cp.location}).")
+                f"(operator {opts.operator_id} of {cp.location})."
+            )
     elif metadata is not None and operators.is_transform_with_state(operator_name):
         raise RequiredOptionError(
             f"'stateVarName' must be specified to read operator {opts.operator_id} ({operator_name}) "
-            f"of {cp.location}: {variables_described(metadata)}.")
+            f"of {cp.location}: {variables_described(metadata)}."
+        )
 
     join = None
     variable = None
     join_families = _join_families(cp, metadata)
     store_name = opts.store_name
     if operators.is_transform_with_state(operator_name) and metadata is not None and store_meta is not None:
-        variable = plan_variable(cp, metadata, store_meta, opts.state_var_name, opts.read_registered_timers,
-                                 opts.flatten_collection_types)
+        variable = plan_variable(
+            cp, metadata, store_meta, opts.state_var_name, opts.read_registered_timers, opts.flatten_collection_types
+        )
         key_schema, value_schema = variable.grouping_key, variable.family.value_schema
     elif join_families is not None:
         # join formats 3 and 4: the stores are column families of the default store
@@ -178,8 +204,14 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
             key_schema, value_schema = variable.grouping_key, variable.shown_value_schema
         elif opts.join_side != "none":
             count, rows = (join_families(f"{opts.join_side}-{s}") for s in ("keyToNumValues", "keyWithIndexToValue"))
-            join = JoinSidePlan(opts.join_side, count.family.key_schema, count.family.value_schema,
-                                rows.family.key_schema, rows.family.value_schema, (count, rows))
+            join = JoinSidePlan(
+                opts.join_side,
+                count.family.key_schema,
+                count.family.value_schema,
+                rows.family.key_schema,
+                rows.family.value_schema,
+                (count, rows),
+            )
             key_schema, value_schema = join.count_key_schema, join.shown_value_schema
         else:
             variable = join_families(opts.store_name)
@@ -206,29 +238,36 @@ def plan_state_read(options: Mapping[str, Any] | StateStoreOptions,
     if not partitions:
         raise NoPartitionError(
             f"No partition directory found under {storage.display(f'state/{opts.operator_id}')}",
-            path=storage.display(f"state/{opts.operator_id}"))
+            path=storage.display(f"state/{opts.operator_id}"),
+        )
     snapshot_start_version = None
     if opts.snapshot_start_batch_id is not None:
         if opts.snapshot_partition_id not in partitions:
             raise InvalidOptionError(
                 f"Invalid value for option 'snapshotPartitionId': partition {opts.snapshot_partition_id} "
                 f"does not exist under {storage.display(f'state/{opts.operator_id}')} "
-                f"(partitions: {', '.join(map(str, partitions))})")
+                f"(partitions: {', '.join(map(str, partitions))})"
+            )
         partitions = [opts.snapshot_partition_id]
         snapshot_start_version = opts.snapshot_start_batch_id + 1
     provider = detect_provider(cp, store_conf.provider, opts.operator_id)
     if opts.change_start_batch_id is not None:  # a change feed
-        _require_change_start(cp, opts.change_start_batch_id, [cp.store_dir(opts.operator_id, p, store_name)
-                                                                for p in partitions])
+        _require_change_start(
+            cp, opts.change_start_batch_id, [cp.store_dir(opts.operator_id, p, store_name) for p in partitions]
+        )
     if provider == ROCKSDB_PROVIDER:
         replays = snapshot_start_version is not None and snapshot_start_version < batch_id + 1
         if (opts.read_change_feed and not opts.change_feed_from_snapshots) or replays:
             # a join side of formats 1 and 2 reads its side's stores; the first tells for both
             checked = join.store_name(0) if join is not None and join.families is None else store_name
-            _require_changelogs(cp, cp.store_dir(opts.operator_id, partitions[0], checked), conf,
-                                "a change feed" if opts.read_change_feed else
-                                f"rebuilding version {batch_id + 1} from the snapshot of version "
-                                f"{snapshot_start_version}")
+            _require_changelogs(
+                cp,
+                cp.store_dir(opts.operator_id, partitions[0], checked),
+                conf,
+                "a change feed"
+                if opts.read_change_feed
+                else f"rebuilding version {batch_id + 1} from the snapshot of version {snapshot_start_version}",
+            )
     return StateReadPlan(
         checkpoint=cp,
         operator_id=opts.operator_id,
@@ -263,12 +302,16 @@ def _require_changelogs(cp: CheckpointDir, store_dir: str, conf: Mapping[str, st
     names = cp.storage.list_sizes(store_dir) or {}
     if any(name.endswith(".changelog") for name in names):
         return
-    remedy = ("the option changeFeedFromSnapshots=true computes one by comparing consecutive snapshots"
-              if what == "a change feed" else "read the batch without snapshotStartBatchId")
+    remedy = (
+        "the option changeFeedFromSnapshots=true computes one by comparing consecutive snapshots"
+        if what == "a change feed"
+        else "read the batch without snapshotStartBatchId"
+    )
     raise MissingStateFileError(
         f"{what} needs changelog files, and {cp.storage.display(store_dir)} has none: the query ran without "
         f"changelog checkpointing ({CONF_CHANGELOG}), so its RocksDB store keeps snapshots only; {remedy}",
-        path=cp.storage.display(store_dir))
+        path=cp.storage.display(store_dir),
+    )
 
 
 def _require_change_start(cp: CheckpointDir, start: int, store_dirs: list[str]) -> None:
@@ -293,7 +336,9 @@ def _require_change_start(cp: CheckpointDir, start: int, store_dirs: list[str]) 
                 f"starts with the changes of version {start + 1}, and {shown} keeps versions from "
                 f"{min(versions)} on (the query's cleanup deleted the older ones). Committed batches now: "
                 f"{committed[0]}..{committed[-1]}; start the change feed at a batch in that range, or raise "
-                f"spark.sql.streaming.minBatchesToRetain on the query.", path=shown)
+                f"spark.sql.streaming.minBatchesToRetain on the query.",
+                path=shown,
+            )
 
 
 @dataclass
@@ -312,7 +357,8 @@ class _JoinFamilies:
             raise SchemaReadError(
                 f"Failed to read the state schema of store '{name}': join operator {self.operator_id} keeps "
                 f"its state in column families {', '.join(self.names)}; read one with storeName, or use joinSide",
-                path=f"state/{self.operator_id}/_stateSchema")
+                path=f"state/{self.operator_id}/_stateSchema",
+            )
         # format 4 values are lists of rows (several input rows can share a key and event time)
         kind = MULTI_VALUE if name in JOIN_V4_STORES else VALUE
         return StateVariable(name, kind, True, self.schemas[name])
@@ -341,7 +387,8 @@ def _join_side_plan(cp: CheckpointDir, operator_id: int, side: str) -> JoinSideP
         raise SchemaReadError(
             f"Failed to read the state schema for joinSide={side}: operator {operator_id} of "
             f"{cp.location} holds no stream-stream join state ({cp.storage.display(rel)} does not exist)",
-            path=cp.storage.display(rel))
+            path=cp.storage.display(rel),
+        )
     count_key, count_value = store_schema(cp, operator_id, count_store)
     row_key, row_value = store_schema(cp, operator_id, row_store)
     return JoinSidePlan(side, count_key, count_value, row_key, row_value)

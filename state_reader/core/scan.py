@@ -18,7 +18,6 @@ flight at once, in partition order, bounded by bytes held
 costs a handful of round trips and memory stays bounded.
 """
 
-
 from __future__ import annotations
 
 import os
@@ -57,8 +56,9 @@ def key_arrow_type(plan: StateReadPlan) -> pa.StructType:
     return plan.arrow_schema.field("key").type
 
 
-def bind_key_filter(plan: StateReadPlan, spec: KeyFilterSpec | KeyFilter | None,
-                    option: str = KEY_FILTER_OPTION) -> KeyFilter | None:
+def bind_key_filter(
+    plan: StateReadPlan, spec: KeyFilterSpec | KeyFilter | None, option: str = KEY_FILTER_OPTION
+) -> KeyFilter | None:
     """``spec`` checked against the plan's key (unknown fields fail before any file is read).
 
     ``option``: the argument ``spec`` came as (``drop_keys`` for a rewrite), which its errors name.
@@ -76,12 +76,15 @@ def select_partitions(plan: StateReadPlan, partitions: Sequence[int] | None) -> 
         have = ", ".join(map(str, plan.partitions)) or "none"
         raise InvalidOptionError(
             f"partition {', '.join(map(str, missing))} of operator {plan.operator_id} does not exist "
-            f"under {where} (partitions: {have})", path=where)
+            f"under {where} (partitions: {have})",
+            path=where,
+        )
     return list(dict.fromkeys(partitions))
 
 
-def partitions_to_read(plan: StateReadPlan, key_filter: KeyFilter | None,
-                       partitions: Sequence[int] | None = None) -> list[int]:
+def partitions_to_read(
+    plan: StateReadPlan, key_filter: KeyFilter | None, partitions: Sequence[int] | None = None
+) -> list[int]:
     """The partitions a read decodes: those asked for (default: all) that the key filter can match.
 
     A filter that pins the partition key to a few values reads only the
@@ -116,11 +119,14 @@ def require_files(plan: StateReadPlan, partitions: Sequence[int]) -> None:
             raise MissingStateFileError(
                 f"partition {pid} of operator {plan.operator_id} cannot be read at batch {plan.batch_id}: "
                 f"{shown} lacks {', '.join(missing[:3])} (version {plan.version} is rebuilt from "
-                f"{', '.join(needed.files[:6]) or 'files that are not there'})", path=shown)
+                f"{', '.join(needed.files[:6]) or 'files that are not there'})",
+                path=shown,
+            )
 
 
-def partition_batches(plan: StateReadPlan, partition_id: int,
-                      key_filter: KeyFilter | None = None) -> list[pa.RecordBatch]:
+def partition_batches(
+    plan: StateReadPlan, partition_id: int, key_filter: KeyFilter | None = None
+) -> list[pa.RecordBatch]:
     """The record batches of one partition, filtered, empty ones dropped."""
     out = []
     for batch in read_partition(plan, partition_id):
@@ -175,8 +181,9 @@ class _Prefetch:
             pass
         with self._cond:
             while not self._closed and not (
-                    self._serving == index
-                    and (not self._held or (self._used + nbytes <= self.budget and len(self._held) < self.ahead))):
+                self._serving == index
+                and (not self._held or (self._used + nbytes <= self.budget and len(self._held) < self.ahead))
+            ):
                 self._cond.wait()
             self._serving = max(self._serving, index + 1)
             self._cond.notify_all()
@@ -215,8 +222,9 @@ class _Prefetch:
             self.plan.storage.discard(rels)
 
 
-def _prefetched_batches(plan: StateReadPlan, pid: int, flt: KeyFilter | None,
-                        prefetch: _Prefetch | None) -> list[pa.RecordBatch]:
+def _prefetched_batches(
+    plan: StateReadPlan, pid: int, flt: KeyFilter | None, prefetch: _Prefetch | None
+) -> list[pa.RecordBatch]:
     if prefetch is None:
         return partition_batches(plan, pid, flt)
     prefetch.wait(pid)
@@ -247,8 +255,9 @@ def fetched_ahead(plan: StateReadPlan, partitions: Sequence[int]) -> Iterator[in
             prefetch.close()
 
 
-def _decoded_in_order(plan: StateReadPlan, chosen: list[int], flt: KeyFilter | None,
-                      threads: int) -> Iterator[list[pa.RecordBatch]]:
+def _decoded_in_order(
+    plan: StateReadPlan, chosen: list[int], flt: KeyFilter | None, threads: int
+) -> Iterator[list[pa.RecordBatch]]:
     """Each chosen partition's batches, in order, decoded up to ``threads`` partitions ahead."""
     # a local disk answers at once; elsewhere the files of the partitions ahead are fetched meanwhile
     # (a change feed or a replay reads other versions, as it goes)
@@ -261,8 +270,9 @@ def _decoded_in_order(plan: StateReadPlan, chosen: list[int], flt: KeyFilter | N
             prefetch.close()
 
 
-def _decoded(plan: StateReadPlan, chosen: list[int], flt: KeyFilter | None, threads: int,
-             prefetch: _Prefetch | None) -> Iterator[list[pa.RecordBatch]]:
+def _decoded(
+    plan: StateReadPlan, chosen: list[int], flt: KeyFilter | None, threads: int, prefetch: _Prefetch | None
+) -> Iterator[list[pa.RecordBatch]]:
     if threads <= 1 or len(chosen) <= 1:
         for pid in chosen:
             yield _prefetched_batches(plan, pid, flt, prefetch)
@@ -286,10 +296,16 @@ def _decoded(plan: StateReadPlan, chosen: list[int], flt: KeyFilter | None, thre
                 future.cancel()
 
 
-def iter_batches(plan: StateReadPlan, *, key_filter: KeyFilterSpec | KeyFilter | None = None,
-                 partitions: Sequence[int] | None = None, limit: int | None = None,
-                 show_progress: bool | None = None, label: str | None = None,
-                 threads: int | None = None) -> Iterator[pa.RecordBatch]:
+def iter_batches(
+    plan: StateReadPlan,
+    *,
+    key_filter: KeyFilterSpec | KeyFilter | None = None,
+    partitions: Sequence[int] | None = None,
+    limit: int | None = None,
+    show_progress: bool | None = None,
+    label: str | None = None,
+    threads: int | None = None,
+) -> Iterator[pa.RecordBatch]:
     """Record batches of the planned read, filtered, at most ``limit`` rows in all.
 
     Partitions come in ascending order. Reading stops as soon as ``limit`` rows
@@ -315,8 +331,11 @@ def iter_batches(plan: StateReadPlan, *, key_filter: KeyFilterSpec | KeyFilter |
 
 def result_metadata(plan: StateReadPlan) -> dict[str, str]:
     """What a result was read at, for its Arrow schema metadata (``state_reader.batch_id`` and so on)."""
-    meta = {"state_reader.batch_id": str(plan.batch_id), "state_reader.operator_id": str(plan.operator_id),
-            "state_reader.store_name": plan.store_name}
+    meta = {
+        "state_reader.batch_id": str(plan.batch_id),
+        "state_reader.operator_id": str(plan.operator_id),
+        "state_reader.store_name": plan.store_name,
+    }
     if plan.variable is not None:
         meta["state_reader.column_family"] = plan.variable.name
     if plan.change_start_batch_id is not None:

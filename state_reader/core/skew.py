@@ -38,7 +38,8 @@ def partition_skew(values: Sequence[float]) -> float:
     return skew(float(max(values)), float(statistics.median(values)))
 
 
-def is_skewed(largest: float, median: float, threshold: float = SKEW_THRESHOLD,
-              min_rows: float = SKEW_MIN_ROWS) -> bool:
+def is_skewed(
+    largest: float, median: float, threshold: float = SKEW_THRESHOLD, min_rows: float = SKEW_MIN_ROWS
+) -> bool:
     """The verdict: the largest partition holds at least ``min_rows`` rows and ``threshold`` times the median's."""
     return largest >= min_rows and skew(largest, median) >= threshold

@@ -18,21 +18,32 @@ import numpy as np
 @numba.njit(cache=True, nogil=True)
 def _be32(buf: np.ndarray, at: int) -> int:  # pragma: no cover - compiled
     u = np.uint64(at)
-    return np.int32((np.uint32(buf[u]) << np.uint32(24)) | (np.uint32(buf[u + np.uint64(1)]) << np.uint32(16))
-                    | (np.uint32(buf[u + np.uint64(2)]) << np.uint32(8)) | np.uint32(buf[u + np.uint64(3)]))
+    return np.int32(
+        (np.uint32(buf[u]) << np.uint32(24))
+        | (np.uint32(buf[u + np.uint64(1)]) << np.uint32(16))
+        | (np.uint32(buf[u + np.uint64(2)]) << np.uint32(8))
+        | np.uint32(buf[u + np.uint64(3)])
+    )
 
 
 @numba.njit(cache=True, nogil=True)
 def _le64(buf: np.ndarray, u: np.uint64) -> np.uint64:  # pragma: no cover - compiled
-    return (np.uint64(buf[u]) | (np.uint64(buf[u + np.uint64(1)]) << np.uint64(8))
-            | (np.uint64(buf[u + np.uint64(2)]) << np.uint64(16)) | (np.uint64(buf[u + np.uint64(3)]) << np.uint64(24))
-            | (np.uint64(buf[u + np.uint64(4)]) << np.uint64(32)) | (np.uint64(buf[u + np.uint64(5)]) << np.uint64(40))
-            | (np.uint64(buf[u + np.uint64(6)]) << np.uint64(48)) | (np.uint64(buf[u + np.uint64(7)]) << np.uint64(56)))
+    return (
+        np.uint64(buf[u])
+        | (np.uint64(buf[u + np.uint64(1)]) << np.uint64(8))
+        | (np.uint64(buf[u + np.uint64(2)]) << np.uint64(16))
+        | (np.uint64(buf[u + np.uint64(3)]) << np.uint64(24))
+        | (np.uint64(buf[u + np.uint64(4)]) << np.uint64(32))
+        | (np.uint64(buf[u + np.uint64(5)]) << np.uint64(40))
+        | (np.uint64(buf[u + np.uint64(6)]) << np.uint64(48))
+        | (np.uint64(buf[u + np.uint64(7)]) << np.uint64(56))
+    )
 
 
 @numba.njit(cache=True, nogil=True)
-def walk(buf: np.ndarray, start: int, end: int, allow_removes: bool, value_skip: int,
-         out: np.ndarray) -> tuple[int, int, int, int]:  # pragma: no cover - compiled
+def walk(
+    buf: np.ndarray, start: int, end: int, allow_removes: bool, value_skip: int, out: np.ndarray
+) -> tuple[int, int, int, int]:  # pragma: no cover - compiled
     pos = start
     n = 0
     while True:
@@ -117,8 +128,9 @@ def _identity(buf: np.ndarray, pos: int, row_checksum: bool) -> tuple[int, int]:
 
 
 @numba.njit(cache=True, nogil=True)
-def live_records(buf: np.ndarray, positions: np.ndarray, value_skip: int,
-                 row_checksum: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
+def live_records(
+    buf: np.ndarray, positions: np.ndarray, value_skip: int, row_checksum: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover
     """Spans (key start, key length, value start, value length) of the records at ``positions``
     (walked, so in bounds, in file order) that are the last write of their key and not a removal.
 
@@ -197,8 +209,12 @@ def _rotl32(x: np.uint64, r: int) -> np.uint64:  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _le32(buf: np.ndarray, u: np.uint64) -> np.uint64:  # pragma: no cover - compiled
-    return (np.uint64(buf[u]) | (np.uint64(buf[u + np.uint64(1)]) << np.uint64(8))
-            | (np.uint64(buf[u + np.uint64(2)]) << np.uint64(16)) | (np.uint64(buf[u + np.uint64(3)]) << np.uint64(24)))
+    return (
+        np.uint64(buf[u])
+        | (np.uint64(buf[u + np.uint64(1)]) << np.uint64(8))
+        | (np.uint64(buf[u + np.uint64(2)]) << np.uint64(16))
+        | (np.uint64(buf[u + np.uint64(3)]) << np.uint64(24))
+    )
 
 
 @numba.njit(cache=True, nogil=True)
@@ -238,16 +254,18 @@ def _xxh32(buf: np.ndarray, start: int, length: int, seed: int) -> np.uint64:  #
 
 
 @numba.njit(cache=True, nogil=True)
-def xxh32_spans(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seed: int,
-                out: np.ndarray) -> None:  # pragma: no cover - compiled
+def xxh32_spans(
+    buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seed: int, out: np.ndarray
+) -> None:  # pragma: no cover - compiled
     """``out[i]`` = XXH32 of ``buf[starts[i]:starts[i]+lengths[i]]`` with ``seed``."""
     for i in range(len(starts)):
         out[i] = _xxh32(buf, starts[i], lengths[i], seed)
 
 
 @numba.njit(cache=True, nogil=True)
-def gather_spans(buf: np.ndarray, start: np.ndarray, size: np.ndarray, valid: np.ndarray,
-                 offsets: np.ndarray) -> tuple[np.ndarray, bool]:  # pragma: no cover - compiled
+def gather_spans(
+    buf: np.ndarray, start: np.ndarray, size: np.ndarray, valid: np.ndarray, offsets: np.ndarray
+) -> tuple[np.ndarray, bool]:  # pragma: no cover - compiled
     """The bytes of each valid span ``buf[start[i]:start[i]+size[i]]`` one after another, with
     their ``offsets`` (n + 1, filled here); an invalid span is empty. Also whether every byte
     is ASCII (then the bytes are valid UTF-8 as they are)."""
@@ -266,7 +284,7 @@ def gather_spans(buf: np.ndarray, start: np.ndarray, size: np.ndarray, valid: np
         end = np.uint64(offsets[i + 1])
         src = np.uint64(start[i])
         if end - at >= np.uint64(64):
-            data[at:end] = buf[src:src + (end - at)]
+            data[at:end] = buf[src : src + (end - at)]
             continue
         while at < end:
             data[at] = buf[src]

@@ -43,16 +43,26 @@ SCHEMA_ID_BYTES = 2
 _EXACT = decimal.Context(prec=40)
 
 _PRIMITIVES = {
-    "boolean": "boolean", "byte": "int", "short": "int", "integer": "int", "date": "int",
-    "long": "long", "timestamp": "long", "timestamp_ntz": "long",
-    "float": "float", "double": "double", "string": "string", "binary": "bytes", "void": "null",
+    "boolean": "boolean",
+    "byte": "int",
+    "short": "int",
+    "integer": "int",
+    "date": "int",
+    "long": "long",
+    "timestamp": "long",
+    "timestamp_ntz": "long",
+    "float": "float",
+    "double": "double",
+    "string": "string",
+    "binary": "bytes",
+    "void": "null",
 }
 
 
 def _min_bytes(precision: int) -> int:
     """Bytes of the smallest two's-complement integer that holds 10**precision - 1."""
     n = 1
-    while 2 ** (8 * n - 1) < 10 ** precision:
+    while 2 ** (8 * n - 1) < 10**precision:
         n += 1
     return n
 
@@ -67,8 +77,9 @@ def avro_schema(schema: StructType) -> dict[str, Any]:
             for i, f in enumerate(dt.fields):
                 inner = convert(f.data_type, True)
                 # a field already a union (record, array, map) or of the null type is not wrapped again
-                fields.append({"name": f"f{i}", "type": inner if isinstance(inner, list) or inner == "null"
-                               else ["null", inner]})
+                fields.append(
+                    {"name": f"f{i}", "type": inner if isinstance(inner, list) or inner == "null" else ["null", inner]}
+                )
             record = {"type": "record", "name": f"r{next(names)}", "fields": fields}
             return ["null", record] if nested else record
         if isinstance(dt, ArrayType):
@@ -118,10 +129,10 @@ def decode_avro(payloads: Sequence[bytes | None], schema: StructType, source: st
         import fastavro
     except ImportError as exc:
         raise CodecUnavailableError(
-            f"{source} holds Avro-encoded state; install the 'fastavro' package to read it", path=source) from exc
+            f"{source} holds Avro-encoded state; install the 'fastavro' package to read it", path=source
+        ) from exc
     if _has_repeated_names(schema):
-        raise UnsupportedTypeError(f"{source}: Avro state with repeated field names cannot be decoded",
-                                   path=source)
+        raise UnsupportedTypeError(f"{source}: Avro state with repeated field names cannot be decoded", path=source)
     try:
         derived = avro_schema(schema)
     except UnsupportedTypeError as exc:
@@ -136,11 +147,13 @@ def decode_avro(payloads: Sequence[bytes | None], schema: StructType, source: st
         try:
             record = fastavro.schemaless_reader(stream, parsed, None)
         except Exception as exc:
-            raise RowDecodeError(f"{source}: row {i} is not an Avro record of its schema: {exc!r}",
-                                 path=source) from exc
+            raise RowDecodeError(
+                f"{source}: row {i} is not an Avro record of its schema: {exc!r}", path=source
+            ) from exc
         if stream.tell() != len(payload):
-            raise RowDecodeError(f"{source}: row {i} has {len(payload) - stream.tell()} bytes after its Avro "
-                                 "record", path=source)
+            raise RowDecodeError(
+                f"{source}: row {i} has {len(payload) - stream.tell()} bytes after its Avro record", path=source
+            )
         rows.append(_to_arrow_value(schema, record))
     return pa.array(rows, type=schema.to_arrow())
 
@@ -178,7 +191,8 @@ def encode_avro(values: pa.StructArray, schema: StructType, source: str = "") ->
         import fastavro
     except ImportError as exc:
         raise CodecUnavailableError(
-            f"{source}: writing Avro-encoded state needs the 'fastavro' package", path=source) from exc
+            f"{source}: writing Avro-encoded state needs the 'fastavro' package", path=source
+        ) from exc
     if _has_repeated_names(schema):
         raise UnsupportedTypeError(f"{source}: Avro state with repeated field names cannot be encoded", path=source)
     parsed = fastavro.parse_schema(avro_schema(schema))
@@ -190,7 +204,8 @@ def encode_avro(values: pa.StructArray, schema: StructType, source: str = "") ->
         try:
             fastavro.schemaless_writer(stream, parsed, _to_avro_value(schema, row))
         except (ValueError, TypeError, OverflowError) as exc:
-            raise RowEncodeError(f"{source}: row {i} cannot be written as an Avro record of its schema: {exc!r}",
-                                 path=source) from exc
+            raise RowEncodeError(
+                f"{source}: row {i} cannot be written as an Avro record of its schema: {exc!r}", path=source
+            ) from exc
         out.append(stream.getvalue())
     return out

@@ -74,7 +74,7 @@ def _header(data: bytes) -> tuple[int, int]:
     (n,) = _USHORT.unpack_from(data, 0)
     if n < 2 or 2 + n > len(data):
         return 1, 0
-    text = data[2:2 + n]
+    text = data[2 : 2 + n]
     if text[:1] != b"v" or not text[1:].isdigit():
         return 1, 0
     return int(text[1:]), 2 + n
@@ -87,13 +87,15 @@ def _lineage(data: bytes, pos: int, path: str) -> tuple[list[LineageItem], int]:
     start = pos + 2
     if start + n > len(data):
         raise TruncatedFileError(
-            f"{path}: lineage of {n} bytes at byte {start} runs past the end ({len(data)} bytes)", path=path)
+            f"{path}: lineage of {n} bytes at byte {start} runs past the end ({len(data)} bytes)", path=path
+        )
     try:
-        items = json.loads(decode_modified_utf8(data[start:start + n]))
+        items = json.loads(decode_modified_utf8(data[start : start + n]))
         lineage = [LineageItem(int(i["version"]), str(i["checkpointUniqueId"])) for i in items]
     except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
-        raise CorruptFileError(f"{path}: the lineage at byte {start} is not a valid JSON list: {exc}",
-                               path=path) from exc
+        raise CorruptFileError(
+            f"{path}: the lineage at byte {start} is not a valid JSON list: {exc}", path=path
+        ) from exc
     return lineage, start + n
 
 
@@ -116,8 +118,12 @@ def _records(data: bytes, pos: int, path: str, typed: bool) -> list[Record]:
             if kind not in RECORD_TYPE_NAMES:
                 raise CorruptFileError(f"{path}: unknown record type 0x{kind:02x} at byte {start}", path=path)
         if pos + 4 > n:
-            raise TruncatedFileError(f"{path}: ends at byte {n} without the {end}" if not typed
-                                     else f"{path}: record at byte {start} is cut off", path=path)
+            raise TruncatedFileError(
+                f"{path}: ends at byte {n} without the {end}"
+                if not typed
+                else f"{path}: record at byte {start} is cut off",
+                path=path,
+            )
         (key_len,) = unpack(data, pos)
         pos += 4
         if key_len == -1 and not typed:
@@ -126,8 +132,9 @@ def _records(data: bytes, pos: int, path: str, typed: bool) -> list[Record]:
             raise CorruptFileError(f"{path}: negative key size {key_len} at byte {pos - 4}", path=path)
         if pos + key_len + 4 > n:
             raise TruncatedFileError(
-                f"{path}: key of {key_len} bytes at byte {pos} runs past the end ({n} bytes)", path=path)
-        key = data[pos:pos + key_len]
+                f"{path}: key of {key_len} bytes at byte {pos} runs past the end ({n} bytes)", path=path
+            )
+        key = data[pos : pos + key_len]
         pos += key_len
         (value_len,) = unpack(data, pos)
         pos += 4
@@ -135,14 +142,15 @@ def _records(data: bytes, pos: int, path: str, typed: bool) -> list[Record]:
         if kind == DELETE or (not typed and value_len < 0):
             if typed and value_len != -1:
                 raise CorruptFileError(
-                    f"{path}: delete record at byte {start} has value size {value_len}, expected -1", path=path)
+                    f"{path}: delete record at byte {start} has value size {value_len}, expected -1", path=path
+                )
             out.append((DELETE, key, None))
             continue
         if value_len < 0 or pos + value_len > n:
             raise TruncatedFileError(
-                f"{path}: value of {value_len} bytes at byte {pos} does not fit in the file ({n} bytes)",
-                path=path)
-        out.append((kind, key, data[pos:pos + value_len]))
+                f"{path}: value of {value_len} bytes at byte {pos} does not fit in the file ({n} bytes)", path=path
+            )
+        out.append((kind, key, data[pos : pos + value_len]))
         pos += value_len
     if pos != n:
         raise CorruptFileError(f"{path}: {n - pos} bytes follow the {end}", path=path)
@@ -153,8 +161,7 @@ def read_lineage(data: bytes, path: str) -> tuple[int, list[LineageItem]]:
     """(format version, lineage) of a decompressed changelog, without parsing its records."""
     version, pos = _header(data)
     if version not in SUPPORTED_VERSIONS:
-        raise CorruptFileError(
-            f"{path}: changelog format version {version} is not supported (known: 1-4)", path=path)
+        raise CorruptFileError(f"{path}: changelog format version {version} is not supported (known: 1-4)", path=path)
     if version >= 3:
         return version, _lineage(data, pos, path)[0]
     return version, []
@@ -164,8 +171,7 @@ def parse_changelog(data: bytes, path: str) -> Changelog:
     """Parse a decompressed changelog of any format version (1-4)."""
     version, pos = _header(data)
     if version not in SUPPORTED_VERSIONS:
-        raise CorruptFileError(
-            f"{path}: changelog format version {version} is not supported (known: 1-4)", path=path)
+        raise CorruptFileError(f"{path}: changelog format version {version} is not supported (known: 1-4)", path=path)
     lineage: list[LineageItem] = []
     if version >= 3:
         lineage, pos = _lineage(data, pos, path)

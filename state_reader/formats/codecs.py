@@ -54,32 +54,33 @@ def _lz4_blocks(data: bytes, path: str) -> Iterator[tuple[int, int, int, int, in
     while pos < n:
         if n - pos < _LZ4_HEADER.size:
             raise TruncatedFileError(
-                f"{path}: lz4 block header at byte {pos} is cut off ({n - pos} of "
-                f"{_LZ4_HEADER.size} bytes)", path=path)
+                f"{path}: lz4 block header at byte {pos} is cut off ({n - pos} of {_LZ4_HEADER.size} bytes)", path=path
+            )
         magic, token, clen, dlen, checksum = _LZ4_HEADER.unpack_from(data, pos)
         if magic != _LZ4_MAGIC:
             raise CorruptFileError(
-                f"{path}: expected lz4 block magic 'LZ4Block' at byte {pos}, found {magic!r}",
-                path=path)
+                f"{path}: expected lz4 block magic 'LZ4Block' at byte {pos}, found {magic!r}", path=path
+            )
         method = token & 0xF0
         if clen < 0 or dlen < 0 or dlen > _LZ4_MAX_BLOCK or clen > _LZ4_MAX_BLOCK:
             raise CorruptFileError(
-                f"{path}: lz4 block at byte {pos} has impossible lengths "
-                f"(compressed {clen}, decompressed {dlen})", path=path)
+                f"{path}: lz4 block at byte {pos} has impossible lengths (compressed {clen}, decompressed {dlen})",
+                path=path,
+            )
         start = pos + _LZ4_HEADER.size
         end = start + clen
         if end > n:
             raise TruncatedFileError(
-                f"{path}: lz4 block at byte {pos} needs {clen} payload bytes, file has {n - start}",
-                path=path)
+                f"{path}: lz4 block at byte {pos} needs {clen} payload bytes, file has {n - start}", path=path
+            )
         if dlen:  # a zero-length block ends a stream; concatenated streams may follow
             if method == _LZ4_METHOD_RAW:
                 if clen != dlen:
                     raise CorruptFileError(
-                        f"{path}: raw lz4 block at byte {pos} has lengths {clen} != {dlen}", path=path)
+                        f"{path}: raw lz4 block at byte {pos} has lengths {clen} != {dlen}", path=path
+                    )
             elif method != _LZ4_METHOD_LZ4:
-                raise CorruptFileError(
-                    f"{path}: lz4 block at byte {pos} has unknown method 0x{token:02x}", path=path)
+                raise CorruptFileError(f"{path}: lz4 block at byte {pos} has unknown method 0x{token:02x}", path=path)
             yield pos, method, start, clen, dlen, checksum & 0xFFFFFFFF
         pos = end
 
@@ -88,14 +89,16 @@ def _lz4_check(xxhash: Any, chunk: Any, pos: int, checksum: int, path: str) -> N
     actual = xxhash.xxh32_intdigest(chunk, seed=_LZ4_XXHASH_SEED) & 0x0FFFFFFF
     if actual != checksum:
         raise ChecksumMismatchError(
-            f"{path}: lz4 block at byte {pos} fails its checksum "
-            f"(stored 0x{checksum:08x}, computed 0x{actual:08x})", path=path)
+            f"{path}: lz4 block at byte {pos} fails its checksum (stored 0x{checksum:08x}, computed 0x{actual:08x})",
+            path=path,
+        )
 
 
 def _lz4_length_check(written: int, dlen: int, pos: int, path: str) -> None:
     if written != dlen:
         raise CorruptFileError(
-            f"{path}: lz4 block at byte {pos} decompressed to {written} bytes, header says {dlen}", path=path)
+            f"{path}: lz4 block at byte {pos} decompressed to {written} bytes, header says {dlen}", path=path
+        )
 
 
 def _lz4_failed(pos: int, path: str, exc: Exception) -> CorruptFileError:
@@ -108,7 +111,7 @@ def decompress_lz4(data: bytes, path: str) -> bytes:
     xxhash = _need("xxhash", "xxhash", "lz4", path)
     out = []
     for pos, method, start, clen, dlen, checksum in _lz4_blocks(data, path):
-        payload = data[start:start + clen]
+        payload = data[start : start + clen]
         if method == _LZ4_METHOD_RAW:
             chunk = payload
         else:
@@ -129,8 +132,9 @@ def lz4_blocks(data: bytes, path: str) -> list[tuple[int, int, int, int, int, in
     return list(_lz4_blocks(data, path))
 
 
-def decompress_lz4_into(data: bytes, path: str, out: np.ndarray,
-                        blocks: list[tuple[int, int, int, int, int, int]] | None = None) -> int:
+def decompress_lz4_into(
+    data: bytes, path: str, out: np.ndarray, blocks: list[tuple[int, int, int, int, int, int]] | None = None
+) -> int:
     """Decode an lz4-java stream straight into ``out`` (uint8, at least the decompressed size).
 
     Same checks and errors as :func:`decompress_lz4`, without assembling the
@@ -152,19 +156,19 @@ def decompress_lz4_into(data: bytes, path: str, out: np.ndarray,
     done: list[tuple[int, int, int, int, int, int]] = []
     at = 0
     try:
-        for pos, method, start, clen, dlen, checksum in (blocks if blocks is not None else _lz4_blocks(data, path)):
-            target = target_view[at:at + dlen]
+        for pos, method, start, clen, dlen, checksum in blocks if blocks is not None else _lz4_blocks(data, path):
+            target = target_view[at : at + dlen]
             if method == _LZ4_METHOD_RAW:
-                target[:] = view[start:start + clen]
+                target[:] = view[start : start + clen]
             elif into is not None:
                 try:
-                    written = into(view[start:start + clen], target, output_len=dlen)
+                    written = into(view[start : start + clen], target, output_len=dlen)
                 except Exception as exc:
                     raise _lz4_failed(pos, path, exc) from exc
                 _lz4_length_check(written, dlen, pos, path)
             else:
                 try:
-                    chunk = block.decompress(view[start:start + clen], uncompressed_size=dlen)
+                    chunk = block.decompress(view[start : start + clen], uncompressed_size=dlen)
                 except Exception as exc:
                     raise _lz4_failed(pos, path, exc) from exc
                 _lz4_length_check(len(chunk), dlen, pos, path)
@@ -181,8 +185,9 @@ def decompress_lz4_into(data: bytes, path: str, out: np.ndarray,
     return at
 
 
-def _check_lz4_blocks(xxhash: Any, out: np.ndarray, blocks: list[tuple[int, int, int, int, int, int]],
-                      path: str) -> None:
+def _check_lz4_blocks(
+    xxhash: Any, out: np.ndarray, blocks: list[tuple[int, int, int, int, int, int]], path: str
+) -> None:
     """Every block's checksum against the bytes decoded into ``out``, in one compiled call."""
     if not blocks:
         return
@@ -192,8 +197,9 @@ def _check_lz4_blocks(xxhash: Any, out: np.ndarray, blocks: list[tuple[int, int,
     computed = kernels.xxh32_spans(out, starts, lengths, _LZ4_XXHASH_SEED)
     # each mismatch is checked again by xxhash itself, which raises on the first bad block
     for i in np.flatnonzero((computed.astype(np.int64) & 0x0FFFFFFF) != table[:, 5]).tolist():
-        _lz4_check(xxhash, out.data[int(starts[i]):int(starts[i] + lengths[i])], int(table[i, 0]),
-                   int(table[i, 5]), path)
+        _lz4_check(
+            xxhash, out.data[int(starts[i]) : int(starts[i] + lengths[i])], int(table[i, 0]), int(table[i, 5]), path
+        )
 
 
 def _lz4_block_into() -> Callable[..., int] | None:
@@ -236,10 +242,10 @@ def decompress_snappy(data: bytes, path: str) -> bytes:
         pos += 4
         if clen < 0 or pos + clen > n:
             raise TruncatedFileError(
-                f"{path}: snappy chunk at byte {pos - 4} claims {clen} bytes, file has {n - pos}",
-                path=path)
+                f"{path}: snappy chunk at byte {pos - 4} claims {clen} bytes, file has {n - pos}", path=path
+            )
         try:
-            out.append(bytes(cramjam.snappy.decompress_raw(data[pos:pos + clen])))
+            out.append(bytes(cramjam.snappy.decompress_raw(data[pos : pos + clen])))
         except Exception as exc:
             raise CorruptFileError(
                 f"{path}: snappy chunk at byte {pos - 4} does not decompress: {exc}", path=path
@@ -260,7 +266,7 @@ def _lzf_chunk(src: bytes, out_len: int, path: str) -> bytes:
                 run = ctrl + 1
                 if i + run > n:
                     raise IndexError
-                out += src[i:i + run]
+                out += src[i : i + run]
                 i += run
             else:
                 length = ctrl >> 5
@@ -277,8 +283,7 @@ def _lzf_chunk(src: bytes, out_len: int, path: str) -> bytes:
     except IndexError:
         raise CorruptFileError(f"{path}: lzf chunk is malformed", path=path) from None
     if len(out) != out_len:
-        raise CorruptFileError(
-            f"{path}: lzf chunk decompressed to {len(out)} bytes, header says {out_len}", path=path)
+        raise CorruptFileError(f"{path}: lzf chunk decompressed to {len(out)} bytes, header says {out_len}", path=path)
     return bytes(out)
 
 
@@ -287,7 +292,7 @@ def decompress_lzf(data: bytes, path: str) -> bytes:
     out = []
     pos, n = 0, len(data)
     while pos < n:
-        if n - pos < 5 or data[pos:pos + 2] != _LZF_MAGIC:
+        if n - pos < 5 or data[pos : pos + 2] != _LZF_MAGIC:
             raise CorruptFileError(f"{path}: expected an lzf chunk header at byte {pos}", path=path)
         kind = data[pos + 2]
         if kind == 0:
@@ -295,7 +300,7 @@ def decompress_lzf(data: bytes, path: str) -> bytes:
             start = pos + 5
             if start + length > n:
                 raise TruncatedFileError(f"{path}: lzf chunk at byte {pos} is cut off", path=path)
-            out.append(data[start:start + length])
+            out.append(data[start : start + length])
             pos = start + length
         elif kind == 1:
             if n - pos < 7:
@@ -304,7 +309,7 @@ def decompress_lzf(data: bytes, path: str) -> bytes:
             start = pos + 7
             if start + clen > n:
                 raise TruncatedFileError(f"{path}: lzf chunk at byte {pos} is cut off", path=path)
-            out.append(_lzf_chunk(data[start:start + clen], ulen, path))
+            out.append(_lzf_chunk(data[start : start + clen], ulen, path))
             pos = start + clen
         else:
             raise CorruptFileError(f"{path}: lzf chunk at byte {pos} has unknown type {kind}", path=path)
@@ -373,7 +378,9 @@ def decompress(data: bytes, codec: str | None, path: str) -> bytes:
     if decoder is None:
         raise CodecUnavailableError(
             f"{path} uses compression codec {codec!r}, which state_reader cannot decode "
-            f"(known: {', '.join(sorted(_DECODERS))})", path=path)
+            f"(known: {', '.join(sorted(_DECODERS))})",
+            path=path,
+        )
     if not data:
         raise TruncatedFileError(f"{path} is empty; a {name} stream was expected", path=path)
     return decoder(data, path)
@@ -406,7 +413,7 @@ def _blocks(chunks: Chunks, size: int) -> Iterator[memoryview]:
             pending.clear()
         whole = len(view) - len(view) % size
         for at in range(0, whole, size):
-            yield view[at:at + size]
+            yield view[at : at + size]
         pending += view[whole:]
     if pending:
         yield memoryview(bytes(pending))
@@ -468,7 +475,8 @@ def compress_stream(chunks: Chunks, codec: str | None) -> Iterator[bytes]:
     encoder = _ENCODERS.get(name)
     if encoder is None:
         raise CodecUnavailableError(
-            f"cannot write state files with compression codec {codec!r} (known: {', '.join(sorted(_ENCODERS))})")
+            f"cannot write state files with compression codec {codec!r} (known: {', '.join(sorted(_ENCODERS))})"
+        )
     return encoder(chunks)
 
 

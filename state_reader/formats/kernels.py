@@ -36,13 +36,13 @@ import numpy as np
 
 # Status codes of a walk; hdfs_provider turns them into exceptions.
 OK = 0
-NO_END_MARKER = 1      # the stream ends before the -1 marker
-NEGATIVE_KEY = 2       # key length < -1
-KEY_PAST_END = 3       # key (or the value length after it) runs past the end
+NO_END_MARKER = 1  # the stream ends before the -1 marker
+NEGATIVE_KEY = 2  # key length < -1
+KEY_PAST_END = 3  # key (or the value length after it) runs past the end
 REMOVE_IN_SNAPSHOT = 4  # a removal where removals are not allowed
-NEGATIVE_VALUE = 5     # value length < -1
-VALUE_PAST_END = 6     # value runs past the end, or is shorter than its checksum
-TRAILING_BYTES = 7     # bytes after the end marker
+NEGATIVE_VALUE = 5  # value length < -1
+VALUE_PAST_END = 6  # value runs past the end, or is shorter than its checksum
+TRAILING_BYTES = 7  # bytes after the end marker
 
 # Records walked by one read below which a process that has not loaded numba yet
 # stays with the Python path: importing numba and loading its cached code (~0.2 s)
@@ -125,12 +125,15 @@ def describe() -> str:
 
     if setting == "on":
         return f"record walk: numba {version('numba')} (forced on)"
-    return (f"record walk: numba {version('numba')} for reads of about {NUMBA_MIN_RECORDS:,} records "
-            "or more, or once loaded; Python loop otherwise")
+    return (
+        f"record walk: numba {version('numba')} for reads of about {NUMBA_MIN_RECORDS:,} records "
+        "or more, or once loaded; Python loop otherwise"
+    )
 
 
-def walk_records(buf: np.ndarray, start: int, end: int, allow_removes: bool, value_skip: int,
-                 use_numba: bool = False) -> WalkResult:
+def walk_records(
+    buf: np.ndarray, start: int, end: int, allow_removes: bool, value_skip: int, use_numba: bool = False
+) -> WalkResult:
     """Start of every record in ``buf[start:end]``, then (status, byte position, length) of the walk.
 
     Positions are absolute in ``buf``; on an error they cover the records before it.
@@ -262,8 +265,9 @@ def _walk_exact(buf: Any, pos: int, end: int, allow_removes: bool, value_skip: i
     return np.array(found, dtype=np.int64), status, pos, 0
 
 
-def live_records_numba(buf: np.ndarray, positions: np.ndarray, value_skip: int,
-                       row_checksum: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def live_records_numba(
+    buf: np.ndarray, positions: np.ndarray, value_skip: int, row_checksum: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(key start, key length, value start, value length) of the records walked at ``positions``
     that are the last write of their key (exact byte comparison) and not a removal, in file
     order; numba only."""
@@ -289,22 +293,28 @@ def xxh32_spans(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seed: 
     if _numba_xxh32_spans is None:
         raise RuntimeError("the compiled kernels are not loaded")
     out = np.empty(len(starts), dtype=np.uint32)
-    _numba_xxh32_spans(buf, np.ascontiguousarray(starts, dtype=np.int64),
-                       np.ascontiguousarray(lengths, dtype=np.int64), seed, out)
+    _numba_xxh32_spans(
+        buf, np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(lengths, dtype=np.int64), seed, out
+    )
     return out
 
 
-def gather_spans(buf: np.ndarray, start: np.ndarray, size: np.ndarray,
-                 valid: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool] | None:
+def gather_spans(
+    buf: np.ndarray, start: np.ndarray, size: np.ndarray, valid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, bool] | None:
     """(offsets as int64, n + 1; bytes; whether every byte is ASCII) of the valid spans
     ``buf[start:start+size]`` one after another (an invalid span is empty), compiled; None
     unless :func:`compiled_loaded`."""
     if not compiled_loaded() or _numba_gather_spans is None:
         return None
     offsets = np.empty(len(start) + 1, dtype=np.int64)
-    data, ascii_only = _numba_gather_spans(buf, np.ascontiguousarray(start, dtype=np.int64),
-                                           np.ascontiguousarray(size, dtype=np.int64),
-                                           np.ascontiguousarray(valid), offsets)
+    data, ascii_only = _numba_gather_spans(
+        buf,
+        np.ascontiguousarray(start, dtype=np.int64),
+        np.ascontiguousarray(size, dtype=np.int64),
+        np.ascontiguousarray(valid),
+        offsets,
+    )
     return offsets, data, bool(ascii_only)
 
 

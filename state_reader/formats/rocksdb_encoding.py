@@ -76,9 +76,15 @@ _SIGN_BIT = np.uint64(1 << 63)
 
 # Range-scan ordering columns: kind -> (big-endian numpy dtype of the value, is floating point)
 _ORDERING_TYPES = {
-    "byte": (">i1", False), "short": (">i2", False), "integer": (">i4", False), "long": (">i8", False),
-    "date": (">i4", False), "timestamp": (">i8", False), "timestamp_ntz": (">i8", False),
-    "float": (">u4", True), "double": (">u8", True),
+    "byte": (">i1", False),
+    "short": (">i2", False),
+    "integer": (">i4", False),
+    "long": (">i8", False),
+    "date": (">i4", False),
+    "timestamp": (">i8", False),
+    "timestamp_ntz": (">i8", False),
+    "float": (">u4", True),
+    "double": (">u8", True),
 }
 _NEGATIVE, _POSITIVE, _NULL = 0x00, 0x01, 0x02
 # an Avro range-scan ordering column: union branch, zig-zag length 1, marker; union branch, zig-zag length, value
@@ -96,7 +102,8 @@ def merge_operator_version(conf_value: str | None) -> int:
         return int(text)
     raise UnsupportedOptionError(
         f"spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion={conf_value} is not known "
-        f"(known: {', '.join(map(str, MERGE_DELIMITERS))})")
+        f"(known: {', '.join(map(str, MERGE_DELIMITERS))})"
+    )
 
 
 def merge(existing: bytes | None, operand: bytes, delimiter: bytes) -> bytes:
@@ -175,8 +182,11 @@ def _strip_version(rows: RowBuffer, what: str, valid: np.ndarray | None = None) 
     version = rows.buf[rows.starts]
     bad = checked & (version != STATE_ENCODING_VERSION)
     if bad.any():
-        raise _fail(rows, bad, f"encoded {what} has encoding version {int(version[np.argmax(bad)])}, "
-                               f"expected {STATE_ENCODING_VERSION}")
+        raise _fail(
+            rows,
+            bad,
+            f"encoded {what} has encoding version {int(version[np.argmax(bad)])}, expected {STATE_ENCODING_VERSION}",
+        )
     return byte_view(rows, np.where(checked, rows.starts + 1, 0), np.where(checked, rows.lengths - 1, 0))
 
 
@@ -184,8 +194,7 @@ def _length_prefixed(rows: RowBuffer, what: str) -> tuple[RowBuffer, RowBuffer]:
     """``int32 L | L bytes | rest`` -> (the L-byte parts, the rests)."""
     _require(rows, rows.lengths < LENGTH_BYTES, f"{what} is shorter than its int32 length")
     size = _int32(rows, rows.starts)
-    _require(rows, (size < 0) | (LENGTH_BYTES + size > rows.lengths),
-             f"{what} length does not fit in the key")
+    _require(rows, (size < 0) | (LENGTH_BYTES + size > rows.lengths), f"{what} length does not fit in the key")
     head = byte_view(rows, rows.starts + LENGTH_BYTES, size)
     rest = byte_view(rows, rows.starts + LENGTH_BYTES + size, rows.lengths - LENGTH_BYTES - size)
     return head, rest
@@ -219,8 +228,9 @@ def _children(arr: pa.StructArray) -> list[pa.Array]:
     return [arr.field(i) for i in range(arr.type.num_fields)]
 
 
-def _decode_payload(rows: RowBuffer, schema: StructType, what: str, avro: bool, schema_id: bool = True,
-                    valid: np.ndarray | None = None) -> pa.StructArray:
+def _decode_payload(
+    rows: RowBuffer, schema: StructType, what: str, avro: bool, schema_id: bool = True, valid: np.ndarray | None = None
+) -> pa.StructArray:
     """Version byte, then an UnsafeRow or (Avro encoding) an optional schema id and an Avro record."""
     stripped = _strip_version(rows, what, valid)
     if not avro:
@@ -231,8 +241,10 @@ def _decode_payload(rows: RowBuffer, schema: StructType, what: str, avro: bool, 
     checked = np.ones(len(rows.starts), dtype=bool) if valid is None else valid
     _require(stripped, checked & (stripped.lengths < skip), f"an Avro {what} is shorter than its schema id")
     raw = stripped.buf
-    payloads = [raw[start + skip:start + length].tobytes() if ok else None
-                for start, length, ok in zip(stripped.starts, stripped.lengths, checked, strict=True)]
+    payloads = [
+        raw[start + skip : start + length].tobytes() if ok else None
+        for start, length, ok in zip(stripped.starts, stripped.lengths, checked, strict=True)
+    ]
     return decode_avro(payloads, schema, rows.source)
 
 
@@ -246,7 +258,9 @@ def decode_keys(keys: RowBuffer, schema: StructType, spec: KeyEncoderSpec, avro:
         if not 0 < n <= len(fields):
             raise CorruptFileError(
                 f"{keys.source}: prefix-scan encoder with {n} prefix columns does not fit a key of "
-                f"{len(fields)} columns", path=keys.source)
+                f"{len(fields)} columns",
+                path=keys.source,
+            )
         head, rest = _length_prefixed(keys, "prefix-scan key")
         prefix = _decode_payload(head, StructType(fields[:n]), "key prefix", avro, schema_id=False)
         remaining = _decode_payload(rest, StructType(fields[n:]), "key remainder", avro)
@@ -262,11 +276,13 @@ def _check_ordinals(schema: StructType, ordinals: tuple[int, ...], source: str) 
     n = len(schema.fields)
     if not ordinals or any(not 0 <= o < n for o in ordinals) or len(set(ordinals)) != len(ordinals):
         raise CorruptFileError(
-            f"{source}: range-scan ordering ordinals {list(ordinals)} do not fit a key of {n} columns", path=source)
+            f"{source}: range-scan ordering ordinals {list(ordinals)} do not fit a key of {n} columns", path=source
+        )
 
 
-def _decode_range_scan(keys: RowBuffer, schema: StructType, ordinals: tuple[int, ...],
-                       avro: bool = False) -> pa.StructArray:
+def _decode_range_scan(
+    keys: RowBuffer, schema: StructType, ordinals: tuple[int, ...], avro: bool = False
+) -> pa.StructArray:
     fields = schema.fields
     _check_ordinals(schema, ordinals, keys.source)
     head, rest = _length_prefixed(keys, "range-scan key")
@@ -276,8 +292,10 @@ def _decode_range_scan(keys: RowBuffer, schema: StructType, ordinals: tuple[int,
     else:
         binaries = StructType([StructField(f"_{i}", _BINARY, False) for i in range(len(ordinals))])
         ordered = decode_rows(prefix, binaries)
-        decoded = {o: _ordering_column(ordered.field(i), fields[o].data_type, keys.source, fields[o].name)
-                   for i, o in enumerate(ordinals)}
+        decoded = {
+            o: _ordering_column(ordered.field(i), fields[o].data_type, keys.source, fields[o].name)
+            for i, o in enumerate(ordinals)
+        }
     others = [i for i in range(len(fields)) if i not in decoded]
     if others:
         remaining = _decode_payload(rest, StructType([fields[i] for i in others]), "range-scan remainder", avro)
@@ -286,8 +304,11 @@ def _decode_range_scan(keys: RowBuffer, schema: StructType, ordinals: tuple[int,
         from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES
 
         # Spark writes the (empty) remainder record anyway: its version byte and schema id
-        _require(rest, (rest.lengths != 0) & (rest.lengths != 1 + SCHEMA_ID_BYTES),
-                 "range-scan key has bytes after its ordering columns")
+        _require(
+            rest,
+            (rest.lengths != 0) & (rest.lengths != 1 + SCHEMA_ID_BYTES),
+            "range-scan key has bytes after its ordering columns",
+        )
     else:
         _require(rest, rest.lengths != 0, "range-scan key has bytes after its ordering columns")
     return _assemble(schema, [decoded[i] for i in range(len(fields))])
@@ -300,7 +321,8 @@ def _ordering_widths(schema: StructType, ordinals: tuple[int, ...], source: str)
         f = schema.fields[o]
         if f.data_type.kind not in _ORDERING_TYPES:
             raise UnsupportedOptionError(
-                f"{source}: range-scan ordering column {f.name!r} of type {f.data_type.json_name} cannot be decoded")
+                f"{source}: range-scan ordering column {f.name!r} of type {f.data_type.json_name} cannot be decoded"
+            )
         widths.append(np.dtype(_ORDERING_TYPES[f.data_type.kind][0]).itemsize)
     return widths
 
@@ -315,16 +337,22 @@ def _avro_ordering_columns(prefix: RowBuffer, schema: StructType, ordinals: tupl
     """
     source = prefix.source
     widths = _ordering_widths(schema, ordinals, source)
-    _require(prefix, prefix.lengths != sum(_AVRO_FIELD_BYTES + w for w in widths),
-             f"Avro range-scan prefix is not the {len(ordinals)} marker and value fields of its ordering columns")
+    _require(
+        prefix,
+        prefix.lengths != sum(_AVRO_FIELD_BYTES + w for w in widths),
+        f"Avro range-scan prefix is not the {len(ordinals)} marker and value fields of its ordering columns",
+    )
     out: dict[int, pa.Array] = {}
     at = 0
     for o, width in zip(ordinals, widths, strict=True):
         header = np.array([_AVRO_PRESENT, 2, _AVRO_PRESENT, 2 * width], dtype=np.uint8)  # zig-zag lengths 1, width
         raw = prefix.buf[prefix.starts[:, None] + at + np.arange(_AVRO_FIELD_BYTES + width, dtype=np.int64)]
-        _require(prefix, (raw[:, [0, 1, 3, 4]] != header).any(axis=1),
-                 f"Avro range-scan field of ordering column {schema.fields[o].name!r} is not a non-null "
-                 f"1-byte marker and {width}-byte value")
+        _require(
+            prefix,
+            (raw[:, [0, 1, 3, 4]] != header).any(axis=1),
+            f"Avro range-scan field of ordering column {schema.fields[o].name!r} is not a non-null "
+            f"1-byte marker and {width}-byte value",
+        )
         f = schema.fields[o]
         out[o] = _ordering_values(raw[:, 2], raw[:, _AVRO_FIELD_BYTES:], f.data_type, source, f.name)
         at += _AVRO_FIELD_BYTES + width
@@ -336,7 +364,9 @@ def _decode_timestamp_key(keys: RowBuffer, schema: StructType, prefix: bool, avr
     if not fields or fields[-1].data_type.kind != "long":
         raise CorruptFileError(
             f"{keys.source}: a timestamp key encoder needs a long as the last key column, the key schema is "
-            f"{schema.json()}", path=keys.source)
+            f"{schema.json()}",
+            path=keys.source,
+        )
     _require(keys, keys.lengths < TIMESTAMP_BYTES + 1, "timestamp-encoded key is shorter than its timestamp")
     at = keys.starts if prefix else keys.starts + keys.lengths - TIMESTAMP_BYTES
     raw = keys.buf[at[:, None] + np.arange(TIMESTAMP_BYTES, dtype=np.int64)]
@@ -352,24 +382,25 @@ def _ordering_column(arr: pa.BinaryArray, dt: DataType, source: str, name: str) 
     """Range-scan ``marker | big-endian value`` binaries -> values of type ``dt``."""
     if dt.kind not in _ORDERING_TYPES:
         raise UnsupportedOptionError(
-            f"{source}: range-scan ordering column {name!r} of type {dt.json_name} cannot be decoded")
+            f"{source}: range-scan ordering column {name!r} of type {dt.json_name} cannot be decoded"
+        )
     width = np.dtype(_ORDERING_TYPES[dt.kind][0]).itemsize
     n = len(arr)
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset:arr.offset + n + 1].astype(np.int64)
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + n + 1].astype(np.int64)
     data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if n else np.zeros(0, np.uint8)
     sizes = np.diff(offsets)
     if (sizes != width + 1).any():
         i = int(np.argmax(sizes != width + 1))
         raise RowDecodeError(
             f"{source}: range-scan column {name!r} of row {i} has {int(sizes[i])} bytes, expected {width + 1}",
-            path=source)
+            path=source,
+        )
     start = offsets[:-1]
     marker = data[start] if n else np.zeros(0, np.uint8)
     return _ordering_values(marker, data[start[:, None] + 1 + np.arange(width)], dt, source, name)
 
 
-def _ordering_values(marker: np.ndarray, value_bytes: np.ndarray, dt: DataType, source: str,
-                     name: str) -> pa.Array:
+def _ordering_values(marker: np.ndarray, value_bytes: np.ndarray, dt: DataType, source: str, name: str) -> pa.Array:
     """Range-scan markers and big-endian value bytes (one row of ``width`` bytes each) -> values of ``dt``."""
     big_endian, floating = _ORDERING_TYPES[dt.kind]
     width = np.dtype(big_endian).itemsize
@@ -385,9 +416,9 @@ def _ordering_values(marker: np.ndarray, value_bytes: np.ndarray, dt: DataType, 
     valid = marker != _NULL
     nulls = int(n - np.count_nonzero(valid))
     validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
-    return pa.Array.from_buffers(dt.to_arrow(), n, [validity, pa.py_buffer(np.ascontiguousarray(values))],
-                                 null_count=nulls)
-
+    return pa.Array.from_buffers(
+        dt.to_arrow(), n, [validity, pa.py_buffer(np.ascontiguousarray(values))], null_count=nulls
+    )
 
 
 def _ordering_bytes(arr: pa.Array, dt: DataType, source: str, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -395,14 +426,18 @@ def _ordering_bytes(arr: pa.Array, dt: DataType, source: str, name: str) -> tupl
     inverse of :func:`_ordering_values` (a null is marker 0x02 and zero bytes)."""
     if dt.kind not in _ORDERING_TYPES:
         raise UnsupportedOptionError(
-            f"{source}: range-scan ordering column {name!r} of type {dt.json_name} cannot be encoded")
+            f"{source}: range-scan ordering column {name!r} of type {dt.json_name} cannot be encoded"
+        )
     big_endian, floating = _ORDERING_TYPES[dt.kind]
     width = np.dtype(big_endian).itemsize
     arr = arr.cast(dt.to_arrow()) if arr.type != dt.to_arrow() else arr
     valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     little = np.dtype(big_endian).newbyteorder("<")
-    bits = np.frombuffer(arr.buffers()[1], dtype=little)[arr.offset:arr.offset + len(arr)] if len(arr) else \
-        np.zeros(0, little)
+    bits = (
+        np.frombuffer(arr.buffers()[1], dtype=little)[arr.offset : arr.offset + len(arr)]
+        if len(arr)
+        else np.zeros(0, little)
+    )
     bits = np.where(valid, bits, 0).astype(little)
     if floating:  # the sign bit decides, so -0.0 and negative NaNs are negative; their bits are flipped
         negative = (bits >> (8 * width - 1)).astype(bool)
@@ -414,8 +449,14 @@ def _ordering_bytes(arr: pa.Array, dt: DataType, source: str, name: str) -> tupl
     return marker, value
 
 
-def encode_range_scan_keys(keys: pa.StructArray, schema: StructType, ordinals: tuple[int, ...],
-                           avro: bool = False, schema_id: int = 0, source: str = "") -> RowBuffer:
+def encode_range_scan_keys(
+    keys: pa.StructArray,
+    schema: StructType,
+    ordinals: tuple[int, ...],
+    avro: bool = False,
+    schema_id: int = 0,
+    source: str = "",
+) -> RowBuffer:
     """Keys of ``schema`` as Spark's range-scan key encoder writes them (no column family id):
     the inverse of :func:`decode_keys` for :data:`RANGE_SCAN`, UnsafeRow or Avro (whose
     remainder carries ``schema_id``), byte for byte."""
@@ -431,15 +472,26 @@ def encode_range_scan_keys(keys: pa.StructArray, schema: StructType, ordinals: t
         prefix = _fixed_rows(np.hstack(parts) if n else np.zeros((0, 0), np.uint8), source)
     else:
         binaries = StructType([StructField(f"_{i}", _BINARY, False) for i in range(len(ordinals))])
-        packed = [pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(
-            (np.arange(n + 1) * (value.shape[1] + 1)).astype(np.int32)),
-            pa.py_buffer(np.ascontiguousarray(np.hstack([marker[:, None], value])))])
-            for marker, value in columns]
+        packed = [
+            pa.Array.from_buffers(
+                pa.binary(),
+                n,
+                [
+                    None,
+                    pa.py_buffer((np.arange(n + 1) * (value.shape[1] + 1)).astype(np.int32)),
+                    pa.py_buffer(np.ascontiguousarray(np.hstack([marker[:, None], value]))),
+                ],
+            )
+            for marker, value in columns
+        ]
         prefix = encode_rows(pa.StructArray.from_arrays(packed, names=binaries.names), binaries, source)
     others = [i for i in range(len(fields)) if i not in ordinals]
     rest_schema = StructType([fields[i] for i in others])
-    rest_values = pa.StructArray.from_arrays([keys.field(i) for i in others], fields=list(rest_schema.to_arrow())) \
-        if others else None
+    rest_values = (
+        pa.StructArray.from_arrays([keys.field(i) for i in others], fields=list(rest_schema.to_arrow()))
+        if others
+        else None
+    )
     header = 1
     rest: RowBuffer | None
     if avro:
@@ -455,8 +507,9 @@ def encode_range_scan_keys(keys: pa.StructArray, schema: StructType, ordinals: t
     out.buf[out.starts[:, None] + np.arange(LENGTH_BYTES, dtype=np.int64)] = length
     if avro and schema_id:
         at = out.starts + LENGTH_BYTES + 1 + prefix.lengths + 1
-        out.buf[at[:, None] + np.arange(2, dtype=np.int64)] = \
+        out.buf[at[:, None] + np.arange(2, dtype=np.int64)] = (
             np.full(n, schema_id, dtype="<i2").view(np.uint8).reshape(-1, 2)
+        )
     return out
 
 
@@ -464,15 +517,16 @@ def _fixed_rows(matrix: np.ndarray, source: str) -> RowBuffer:
     """One row per line of a byte matrix."""
     n, width = matrix.shape
     buf = np.zeros(n * width + PAD, dtype=np.uint8)
-    buf[:n * width] = matrix.reshape(-1)
+    buf[: n * width] = matrix.reshape(-1)
     return RowBuffer.wrap(buf, n * width, np.arange(n, dtype=np.int64) * width, np.full(n, width, np.int64), source)
 
 
 # -- values ---------------------------------------------------------------------
 
 
-def decode_values(values: RowBuffer, schema: StructType, row_checksum: bool,
-                  valid: np.ndarray | None = None, avro: bool = False) -> pa.StructArray:
+def decode_values(
+    values: RowBuffer, schema: StructType, row_checksum: bool, valid: np.ndarray | None = None, avro: bool = False
+) -> pa.StructArray:
     """Decode single encoded values (optionally framed with a row checksum) into a StructArray.
 
     Rows where ``valid`` is False (the missing value of a delete) come back null unread.
@@ -482,14 +536,18 @@ def decode_values(values: RowBuffer, schema: StructType, row_checksum: bool,
         header = CHECKSUM_BYTES + LENGTH_BYTES
         _require(values, checked & (values.lengths < header), "value is shorter than its checksum and length")
         size = np.where(checked, _int32(values, values.starts + CHECKSUM_BYTES), 0)
-        _require(values, checked & (size != values.lengths - header),
-                 "value length after the row checksum does not match the value")
+        _require(
+            values,
+            checked & (size != values.lengths - header),
+            "value length after the row checksum does not match the value",
+        )
         values = byte_view(values, np.where(checked, values.starts + header, 0), size)
     return _decode_payload(values, schema, "value", avro, valid=checked)
 
 
-def split_multi_value(value: bytes, merge_operator_version: int, row_checksum: bool,
-                      source: str) -> list[tuple[int, int]]:
+def split_multi_value(
+    value: bytes, merge_operator_version: int, row_checksum: bool, source: str
+) -> list[tuple[int, int]]:
     """(start, length) of each encoded element (version byte + UnsafeRow) of a multi value.
 
     Elements are found by their lengths; a ',' between two elements is skipped when
@@ -503,7 +561,7 @@ def split_multi_value(value: bytes, merge_operator_version: int, row_checksum: b
         """Length of a plausible element at ``pos``, else None."""
         if pos + header > n:
             return None
-        size = int.from_bytes(value[pos + header - LENGTH_BYTES:pos + header], "little", signed=True)
+        size = int.from_bytes(value[pos + header - LENGTH_BYTES : pos + header], "little", signed=True)
         if size < 1 or pos + header + size > n or value[pos + header] != STATE_ENCODING_VERSION:
             return None
         return size
@@ -513,8 +571,7 @@ def split_multi_value(value: bytes, merge_operator_version: int, row_checksum: b
     while pos < n:
         size = element_at(pos)
         if size is None:
-            raise CorruptFileError(f"{source}: no valid list element at byte {pos} of a {n}-byte value",
-                                   path=source)
+            raise CorruptFileError(f"{source}: no valid list element at byte {pos} of a {n}-byte value", path=source)
         out.append((pos + header, size))
         pos += header + size
         if pos < n and value[pos] == _COMMA and (merge_operator_version == 1 or element_at(pos + 1) is not None):
@@ -531,9 +588,11 @@ CONVERTIBLE_KEY_ENCODERS = (NO_PREFIX, PREFIX_SCAN)
 
 def _require_convertible(spec: KeyEncoderSpec, source: str) -> None:
     if spec.kind not in CONVERTIBLE_KEY_ENCODERS:
-        raise UnsupportedOptionError(f"{source}: keys of the RocksDB key encoder {spec.kind} cannot be converted "
-                                     "to or from the HDFS-backed provider (Spark runs them on RocksDB only)",
-                                     path=source)
+        raise UnsupportedOptionError(
+            f"{source}: keys of the RocksDB key encoder {spec.kind} cannot be converted "
+            "to or from the HDFS-backed provider (Spark runs them on RocksDB only)",
+            path=source,
+        )
 
 
 def encode_keys(rows: RowBuffer, schema: StructType, spec: KeyEncoderSpec) -> RowBuffer:
@@ -557,9 +616,13 @@ def unsafe_keys(keys: RowBuffer, schema: StructType, spec: KeyEncoderSpec) -> Ro
         return _strip_version(keys, "key")
     n, fields = spec.num_prefix_cols, schema.fields
     head, rest = _length_prefixed(keys, "prefix-scan key")
-    return splice_rows([(_strip_version(head, "key prefix"), StructType(fields[:n]), 0, n),
-                        (_strip_version(rest, "key remainder"), StructType(fields[n:]), 0, len(fields) - n)],
-                       keys.source)
+    return splice_rows(
+        [
+            (_strip_version(head, "key prefix"), StructType(fields[:n]), 0, n),
+            (_strip_version(rest, "key remainder"), StructType(fields[n:]), 0, len(fields) - n),
+        ],
+        keys.source,
+    )
 
 
 def encode_values(rows: RowBuffer) -> RowBuffer:
@@ -577,5 +640,7 @@ def rejoin_multi_value(value: bytes, merge_operator_version: int, row_checksum: 
     values RocksDB combined at read time have ',' between elements, which version 2 does not write."""
     header = (CHECKSUM_BYTES if row_checksum else 0) + LENGTH_BYTES
     delimiter = MERGE_DELIMITERS[merge_operator_version]
-    return delimiter.join(value[start - header:start + size]
-                          for start, size in split_multi_value(value, merge_operator_version, row_checksum, source))
+    return delimiter.join(
+        value[start - header : start + size]
+        for start, size in split_multi_value(value, merge_operator_version, row_checksum, source)
+    )

@@ -21,7 +21,8 @@ def read_db(directory: str, zip_shown: str) -> tuple[list[bytes], list[bytes]]:
         from rocksdict import AccessType, Options, Rdict
     except ImportError as exc:
         raise CodecUnavailableError(
-            f"{zip_shown} is a RocksDB snapshot; install the 'rocksdict' package to read it", path=zip_shown) from exc
+            f"{zip_shown} is a RocksDB snapshot; install the 'rocksdict' package to read it", path=zip_shown
+        ) from exc
 
     try:
         db = Rdict(directory, options=Options(raw_mode=True), access_type=AccessType.read_only())

@@ -38,9 +38,10 @@ class _JavaReader:
     def _take(self, n: int, what: str) -> bytes:
         if self.pos + n > len(self.data):
             raise SchemaReadError(
-                f"{self.path}: file ends at byte {len(self.data)} while reading {what} "
-                f"({n} bytes at byte {self.pos})", path=self.path)
-        out = self.data[self.pos:self.pos + n]
+                f"{self.path}: file ends at byte {len(self.data)} while reading {what} ({n} bytes at byte {self.pos})",
+                path=self.path,
+            )
+        out = self.data[self.pos : self.pos + n]
         self.pos += n
         return out
 
@@ -119,11 +120,15 @@ def _read_v3(data: bytes, path: str, with_ids: bool) -> list[ColumnFamilySchema]
         except ValueError as exc:
             raise SchemaReadError(f"{path}: key encoder spec of {name} is not JSON", path=path) from exc
         user_key_schema = None if user_key.strip() in (_EMPTY_USER_KEY, "{}", "") else parse_struct(user_key, path)
-        families.append(ColumnFamilySchema(name, parse_struct(key, path), parse_struct(value, path),
-                                           spec, user_key_schema, key_id, value_id))
+        families.append(
+            ColumnFamilySchema(
+                name, parse_struct(key, path), parse_struct(value, path), spec, user_key_schema, key_id, value_id
+            )
+        )
     if not reader.at_end():
-        raise SchemaReadError(f"{path}: {len(data) - reader.pos} unexpected bytes after the last column family",
-                              path=path)
+        raise SchemaReadError(
+            f"{path}: {len(data) - reader.pos} unexpected bytes after the last column family", path=path
+        )
     return families
 
 
@@ -161,7 +166,7 @@ def _utf16_units(text: str) -> str:
     if all(ord(ch) < 0x10000 for ch in text):
         return text
     units = text.encode("utf-16-le", "surrogatepass")
-    return "".join(chr(int.from_bytes(units[i:i + 2], "little")) for i in range(0, len(units), 2))
+    return "".join(chr(int.from_bytes(units[i : i + 2], "little")) for i in range(0, len(units), 2))
 
 
 class _JavaWriter:
@@ -187,7 +192,7 @@ class _JavaWriter:
         count = (len(units) - 1) // _CHUNK + 1 if units else 1  # Java's division: one empty chunk
         self.int32(count)
         for i in range(count):
-            self.utf(units[i * _CHUNK:(i + 1) * _CHUNK], what)
+            self.utf(units[i * _CHUNK : (i + 1) * _CHUNK], what)
 
     def bytes(self) -> bytes:
         return b"".join(self.parts)

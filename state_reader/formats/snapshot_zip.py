@@ -36,8 +36,15 @@ MAX_ZIP_ENTRIES = 10_000
 MAX_ZIP_BYTES = 1 << 30
 
 # what zipfile raises on damaged archives
-_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error,
-               ValueError)
+_ZIP_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    NotImplementedError,
+    RuntimeError,
+    EOFError,
+    zlib.error,
+    ValueError,
+)
 
 
 @dataclass(frozen=True)
@@ -61,8 +68,7 @@ class SnapshotMetadata:
 
 def _plain_name(name: Any) -> bool:
     """A single path component: no separators, not '.' or '..', no NUL."""
-    return (isinstance(name, str) and name not in ("", ".", "..")
-            and not any(c in name for c in ("/", "\\", "\x00")))
+    return isinstance(name, str) and name not in ("", ".", "..") and not any(c in name for c in ("/", "\\", "\x00"))
 
 
 def _check_entry(info: zipfile.ZipInfo, zip_shown: str) -> list[str]:
@@ -101,14 +107,16 @@ def _checked_entries(archive: zipfile.ZipFile, zip_shown: str) -> list[tuple[zip
     infos = archive.infolist()
     if len(infos) > MAX_ZIP_ENTRIES:
         raise UnsafeArchiveError(
-            f"{zip_shown}: {len(infos)} entries, more than the {MAX_ZIP_ENTRIES} a snapshot may have",
-            path=zip_shown)
+            f"{zip_shown}: {len(infos)} entries, more than the {MAX_ZIP_ENTRIES} a snapshot may have", path=zip_shown
+        )
     checked = [(info, _check_entry(info, zip_shown)) for info in infos]
     total = sum(info.file_size for info in infos)
     if total > MAX_ZIP_BYTES:
         raise UnsafeArchiveError(
             f"{zip_shown}: entries unpack to {total} bytes, more than the {MAX_ZIP_BYTES} allowed "
-            f"(largest: {max(infos, key=lambda i: i.file_size).filename!r})", path=zip_shown)
+            f"(largest: {max(infos, key=lambda i: i.file_size).filename!r})",
+            path=zip_shown,
+        )
     return checked
 
 
@@ -146,7 +154,8 @@ def extract(raw: bytes, target: str, zip_shown: str) -> bytes:
                 if os.path.commonpath([root, os.path.realpath(dest)]) != root:
                     raise UnsafeArchiveError(
                         f"{zip_shown}: entry {info.filename!r} resolves outside the extraction directory",
-                        path=zip_shown)
+                        path=zip_shown,
+                    )
                 if info.is_dir():
                     os.makedirs(dest, exist_ok=True)
                     continue
@@ -169,12 +178,17 @@ def parse_metadata(raw: bytes, zip_shown: str) -> SnapshotMetadata:
         header, _, body = raw.decode("utf-8").partition("\n")
         if header.strip() != ZIP_METADATA_VERSION:
             raise CorruptFileError(
-                f"{where}: version line {header.strip()!r}, expected {ZIP_METADATA_VERSION!r}", path=zip_shown)
+                f"{where}: version line {header.strip()!r}, expected {ZIP_METADATA_VERSION!r}", path=zip_shown
+            )
         doc = json.loads(body)
-        sst_files = [DataFile(f["localFileName"], f["dfsSstFileName"], int(f.get("sizeBytes", -1)))
-                     for f in doc.get("sstFiles") or []]
-        log_files = [DataFile(f["localFileName"], f["dfsLogFileName"], int(f.get("sizeBytes", -1)))
-                     for f in doc.get("logFiles") or []]
+        sst_files = [
+            DataFile(f["localFileName"], f["dfsSstFileName"], int(f.get("sizeBytes", -1)))
+            for f in doc.get("sstFiles") or []
+        ]
+        log_files = [
+            DataFile(f["localFileName"], f["dfsLogFileName"], int(f.get("sizeBytes", -1)))
+            for f in doc.get("logFiles") or []
+        ]
         column_families = {}
         for name, info in (doc.get("columnFamilyMapping") or {}).items():
             # released 4.x writers store the id; some versions a {cfId, isInternal} object
@@ -182,21 +196,23 @@ def parse_metadata(raw: bytes, zip_shown: str) -> SnapshotMetadata:
         num_keys = int(doc.get("numKeys", -1))
     except CorruptFileError:
         raise
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError, OverflowError,
-            RecursionError) as exc:
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
         raise CorruptFileError(f"{where} cannot be parsed: {exc!r}", path=zip_shown) from exc
     for f in sst_files:
         if not (_plain_name(f.local_name) and _plain_name(f.dfs_name)):
             raise UnsafeArchiveError(
-                f"{where}: SST entry {f.local_name!r} -> {f.dfs_name!r} is not a plain file name", path=zip_shown)
+                f"{where}: SST entry {f.local_name!r} -> {f.dfs_name!r} is not a plain file name", path=zip_shown
+            )
     for f in log_files:
         local = f.local_name
         if local.startswith(LOG_ARCHIVE_DIR + "/"):
-            local = local[len(LOG_ARCHIVE_DIR) + 1:]
+            local = local[len(LOG_ARCHIVE_DIR) + 1 :]
         if not (_plain_name(local) and _plain_name(f.dfs_name)):
             raise UnsafeArchiveError(
                 f"{where}: log entry {f.local_name!r} -> {f.dfs_name!r} is not a plain file name "
-                f"(or {LOG_ARCHIVE_DIR}/<name>)", path=zip_shown)
+                f"(or {LOG_ARCHIVE_DIR}/<name>)",
+                path=zip_shown,
+            )
     return SnapshotMetadata(sst_files, log_files, num_keys, column_families)
 
 
@@ -206,8 +222,9 @@ def read_column_families(raw: bytes, zip_shown: str) -> dict[str, int]:
     return parse_metadata(metadata, zip_shown).column_families
 
 
-def metadata_entry(sst_files: list[DataFile], num_keys: int, num_internal_keys: int | None = None,
-                   extra: dict[str, Any] | None = None) -> bytes:
+def metadata_entry(
+    sst_files: list[DataFile], num_keys: int, num_internal_keys: int | None = None, extra: dict[str, Any] | None = None
+) -> bytes:
     """Spark's ``metadata`` entry for a snapshot of ``sst_files`` holding ``num_keys`` keys (and
     ``num_internal_keys`` in Spark's internal column families, when it keeps them apart).
 
@@ -215,8 +232,9 @@ def metadata_entry(sst_files: list[DataFile], num_keys: int, num_internal_keys: 
     as the source checkpoint recorded them.
     """
     doc: dict[str, Any] = {
-        "sstFiles": [{"localFileName": f.local_name, "dfsSstFileName": f.dfs_name, "sizeBytes": f.size}
-                     for f in sst_files],
+        "sstFiles": [
+            {"localFileName": f.local_name, "dfsSstFileName": f.dfs_name, "sizeBytes": f.size} for f in sst_files
+        ],
         "numKeys": num_keys,
         **(extra or {}),
     }

@@ -91,8 +91,12 @@ def hash_bytes(data: np.ndarray, offsets: np.ndarray, seed: np.ndarray) -> np.nd
     for j in range(int(words.max(initial=0))):
         rows = np.flatnonzero(words > j)
         at = starts[rows] + 4 * j
-        word = (data[at].astype(np.uint32) | (data[at + 1].astype(np.uint32) << np.uint32(8))
-                | (data[at + 2].astype(np.uint32) << np.uint32(16)) | (data[at + 3].astype(np.uint32) << np.uint32(24)))
+        word = (
+            data[at].astype(np.uint32)
+            | (data[at + 1].astype(np.uint32) << np.uint32(8))
+            | (data[at + 2].astype(np.uint32) << np.uint32(16))
+            | (data[at + 3].astype(np.uint32) << np.uint32(24))
+        )
         h1[rows] = _mix_h1(h1[rows], _mix_k1(word))
     tails = lengths - 4 * words
     for t in range(3):
@@ -108,7 +112,7 @@ def _binary_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     large = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)
     offset_type = np.int64 if large else np.int32
     buffers = arr.buffers()
-    offsets = np.frombuffer(buffers[1], dtype=offset_type)[arr.offset:arr.offset + len(arr) + 1]
+    offsets = np.frombuffer(buffers[1], dtype=offset_type)[arr.offset : arr.offset + len(arr) + 1]
     data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, np.uint8)
     return data, offsets
 
@@ -121,8 +125,8 @@ def _java_bytes(unscaled: int) -> bytes:
 
 def _hash_wide_decimals(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
     # decimals wider than 18 digits are rare in keys: their bytes are built in Python, then hashed as above
-    raw = arr.buffers()[1].to_pybytes()[16 * arr.offset:16 * (arr.offset + len(arr))]
-    blobs = [_java_bytes(int.from_bytes(raw[16 * i:16 * i + 16], "little", signed=True)) for i in range(len(arr))]
+    raw = arr.buffers()[1].to_pybytes()[16 * arr.offset : 16 * (arr.offset + len(arr))]
+    blobs = [_java_bytes(int.from_bytes(raw[16 * i : 16 * i + 16], "little", signed=True)) for i in range(len(arr))]
     lengths = np.fromiter((len(b) for b in blobs), dtype=np.int64, count=len(blobs))
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     data = np.frombuffer(b"".join(blobs), dtype=np.uint8)
@@ -171,9 +175,13 @@ def _hash_column(arr: pa.Array, seed: np.ndarray) -> np.ndarray:
             out = _hash_wide_decimals(arr, seed)
         else:  # the unscaled value fits the low 64 bits of each 16-byte little-endian value
             raw = np.frombuffer(arr.buffers()[1], dtype=np.uint64)
-            out = hash_long(raw[2 * arr.offset:2 * (arr.offset + len(arr)):2], seed)
-    elif (pa.types.is_string(typ) or pa.types.is_binary(typ) or pa.types.is_large_string(typ)
-          or pa.types.is_large_binary(typ)):
+            out = hash_long(raw[2 * arr.offset : 2 * (arr.offset + len(arr)) : 2], seed)
+    elif (
+        pa.types.is_string(typ)
+        or pa.types.is_binary(typ)
+        or pa.types.is_large_string(typ)
+        or pa.types.is_large_binary(typ)
+    ):
         data, offsets = _binary_buffers(arr)
         out = hash_bytes(data, offsets, seed)
     elif pa.types.is_struct(typ):

@@ -43,10 +43,15 @@ _ATOMIC: dict[str, tuple[int | None, pa.DataType]] = {
     "year_month_interval": (4, pa.month_day_nano_interval()),
     "day_time_interval": (8, pa.duration("us")),
     "time": (8, pa.time64("ns")),
-    "variant": (None, pa.struct([
-        pa.field("value", pa.binary(), nullable=False),
-        pa.field("metadata", pa.binary(), nullable=False, metadata={b"variant": b"true"}),
-    ])),
+    "variant": (
+        None,
+        pa.struct(
+            [
+                pa.field("value", pa.binary(), nullable=False),
+                pa.field("metadata", pa.binary(), nullable=False, metadata={b"variant": b"true"}),
+            ]
+        ),
+    ),
 }
 
 _YM_UNITS = ("year", "month")
@@ -94,8 +99,12 @@ class StructField:
         return pa.field(self.name, self.data_type.to_arrow(), nullable=self.nullable, metadata=md)
 
     def to_json(self) -> dict:
-        return {"name": self.name, "type": self.data_type.to_json(),
-                "nullable": self.nullable, "metadata": self.metadata}
+        return {
+            "name": self.name,
+            "type": self.data_type.to_json(),
+            "nullable": self.nullable,
+            "metadata": self.metadata,
+        }
 
 
 @dataclass(frozen=True)
@@ -181,15 +190,21 @@ class MapType(DataType):
         return None
 
     def to_arrow(self) -> pa.DataType:
-        return pa.map_(pa.field("key", self.key.to_arrow(), nullable=False),
-                       pa.field("value", self.value.to_arrow(), nullable=self.value_contains_null))
+        return pa.map_(
+            pa.field("key", self.key.to_arrow(), nullable=False),
+            pa.field("value", self.value.to_arrow(), nullable=self.value_contains_null),
+        )
 
     def kinds(self) -> list[str]:
         return ["map", *self.key.kinds(), *self.value.kinds()]
 
     def to_json(self) -> dict:
-        return {"type": "map", "keyType": self.key.to_json(), "valueType": self.value.to_json(),
-                "valueContainsNull": self.value_contains_null}
+        return {
+            "type": "map",
+            "keyType": self.key.to_json(),
+            "valueType": self.value.to_json(),
+            "valueContainsNull": self.value_contains_null,
+        }
 
 
 @dataclass(frozen=True)
@@ -244,8 +259,8 @@ def _java_double(value: float) -> str:
     if 1e-3 <= abs(value) < 1e7:
         if exponent < 0:
             return f"{sign}0.{'0' * (-exponent - 1)}{digits}"
-        whole = digits[:exponent + 1].ljust(exponent + 1, "0")
-        return f"{sign}{whole}.{digits[exponent + 1:] or '0'}"
+        whole = digits[: exponent + 1].ljust(exponent + 1, "0")
+        return f"{sign}{whole}.{digits[exponent + 1 :] or '0'}"
     return f"{sign}{digits[0]}.{digits[1:] or '0'}E{exponent}"
 
 
@@ -256,8 +271,9 @@ def spark_json(value: Any) -> str:
     characters get Jackson's escapes, and floats Java's ``Double.toString`` form.
     """
     if isinstance(value, str):
-        return '"' + _JSON_ESCAPE_RE.sub(lambda m: _JSON_ESCAPES.get(m.group(), f"\\u{ord(m.group()):04X}"),
-                                         value) + '"'
+        return (
+            '"' + _JSON_ESCAPE_RE.sub(lambda m: _JSON_ESCAPES.get(m.group(), f"\\u{ord(m.group()):04X}"), value) + '"'
+        )
     if value is True:
         return "true"
     if value is False:
@@ -315,16 +331,20 @@ def from_json_value(obj: Any) -> DataType:
         raise ValueError(f"not a Spark data type: {obj!r}")
     kind = obj["type"]
     if kind == "struct":
-        return StructType([
-            StructField(f["name"], from_json_value(f["type"]), bool(f.get("nullable", True)),
-                        dict(f.get("metadata") or {}))
-            for f in obj.get("fields", [])
-        ])
+        return StructType(
+            [
+                StructField(
+                    f["name"], from_json_value(f["type"]), bool(f.get("nullable", True)), dict(f.get("metadata") or {})
+                )
+                for f in obj.get("fields", [])
+            ]
+        )
     if kind == "array":
         return ArrayType(from_json_value(obj["elementType"]), bool(obj.get("containsNull", True)))
     if kind == "map":
-        return MapType(from_json_value(obj["keyType"]), from_json_value(obj["valueType"]),
-                       bool(obj.get("valueContainsNull", True)))
+        return MapType(
+            from_json_value(obj["keyType"]), from_json_value(obj["valueType"]), bool(obj.get("valueContainsNull", True))
+        )
     if kind == "udt":
         return UserDefinedType(from_json_value(obj["sqlType"]), obj)
     raise ValueError(f"unknown Spark data type {kind!r}")
@@ -348,9 +368,21 @@ STRING = DataType("string", json_name="string")
 
 # Arrow types -> the Spark type whose Arrow form they are (the inverse of ``to_arrow``, widened:
 # any timestamp unit, large strings and binaries)
-_FROM_ARROW_NAMES = {"boolean": "boolean", "byte": "byte", "short": "short", "integer": "integer", "long": "long",
-                     "float": "float", "double": "double", "date": "date", "string": "string", "binary": "binary",
-                     "void": "void", "day_time_interval": "interval day to second", "time": "time(6)"}
+_FROM_ARROW_NAMES = {
+    "boolean": "boolean",
+    "byte": "byte",
+    "short": "short",
+    "integer": "integer",
+    "long": "long",
+    "float": "float",
+    "double": "double",
+    "date": "date",
+    "string": "string",
+    "binary": "binary",
+    "void": "void",
+    "day_time_interval": "interval day to second",
+    "time": "time(6)",
+}
 
 
 def from_arrow(arrow_type: pa.DataType, path: str = "") -> DataType:
@@ -359,11 +391,18 @@ def from_arrow(arrow_type: pa.DataType, path: str = "") -> DataType:
     Spark has no counterpart of."""
     t = arrow_type
     if pa.types.is_struct(t):
-        return StructType([StructField(t.field(i).name, from_arrow(t.field(i).type, f"{path}.{t.field(i).name}"),
-                                       t.field(i).nullable) for i in range(t.num_fields)])
+        return StructType(
+            [
+                StructField(
+                    t.field(i).name, from_arrow(t.field(i).type, f"{path}.{t.field(i).name}"), t.field(i).nullable
+                )
+                for i in range(t.num_fields)
+            ]
+        )
     if pa.types.is_map(t):
-        return MapType(from_arrow(t.key_type, path + ".key"), from_arrow(t.item_type, path + ".value"),
-                       t.item_field.nullable)
+        return MapType(
+            from_arrow(t.key_type, path + ".key"), from_arrow(t.item_type, path + ".value"), t.item_field.nullable
+        )
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return ArrayType(from_arrow(t.value_type, path + ".element"), t.value_field.nullable)
     if pa.types.is_decimal(t):

@@ -85,9 +85,9 @@ def _block_entries(block: bytes) -> list[tuple[bytes, bytes]]:
         length, pos = _varint(block, pos, limit)
         if shared > len(key) or pos + unshared + length > limit:
             raise ValueError(f"entry at byte {pos} runs past its block")
-        key = key[:shared] + block[pos:pos + unshared]
+        key = key[:shared] + block[pos : pos + unshared]
         pos += unshared
-        out.append((key, block[pos:pos + length]))
+        out.append((key, block[pos : pos + length]))
         pos += length
     if pos != limit:
         raise ValueError("entries overrun the restart offsets")
@@ -104,7 +104,8 @@ def _xxh3_block_checksum(contents_hash: Any, type_byte: Any) -> Any:
     contents with its compression-type byte mixed in (scalars or numpy arrays alike)."""
     mask = np.uint64(_MASK32)
     return (np.asarray(contents_hash, dtype=np.uint64) & mask) ^ (
-        (np.asarray(type_byte, dtype=np.uint64) * np.uint64(0x6B9083D9)) & mask)
+        (np.asarray(type_byte, dtype=np.uint64) * np.uint64(0x6B9083D9)) & mask
+    )
 
 
 class _SstFile:
@@ -152,11 +153,13 @@ class _SstFile:
         blocks = self.prop_int(b"rocksdb.num.data.blocks")
         self.offsets = np.empty(blocks, dtype=np.int64)
         self.sizes = np.empty(blocks, dtype=np.int64)
-        found, status = _compiled().index_handles(index, self.prop_int(b"rocksdb.index.value.is.delta.encoded", 0) == 1,
-                                       self.offsets, self.sizes)
+        found, status = _compiled().index_handles(
+            index, self.prop_int(b"rocksdb.index.value.is.delta.encoded", 0) == 1, self.offsets, self.sizes
+        )
         if status != _SST_OK or found != blocks:
-            raise self.corrupt(f"unreadable index block (it lists {found} data blocks or more, the properties "
-                               f"record {blocks})")
+            raise self.corrupt(
+                f"unreadable index block (it lists {found} data blocks or more, the properties record {blocks})"
+            )
 
     def corrupt(self, why: str) -> CorruptFileError:
         return CorruptFileError(f"{self.shown}: {why}", path=self.shown)
@@ -192,20 +195,25 @@ class _SstFile:
         kind = self.checksum_type
         if kind == _CHECKSUM_NONE:
             return
-        stored = int.from_bytes(self.data[offset + size + 1:offset + size + _TRAILER_SIZE], "little")
+        stored = int.from_bytes(self.data[offset + size + 1 : offset + size + _TRAILER_SIZE], "little")
         if kind == _CHECKSUM_XXH3:
-            actual = int(_xxh3_block_checksum(xxhash.xxh3_64_intdigest(self.view[offset:offset + size]),
-                                              self.data[offset + size]))
+            actual = int(
+                _xxh3_block_checksum(
+                    xxhash.xxh3_64_intdigest(self.view[offset : offset + size]), self.data[offset + size]
+                )
+            )
         elif kind == _CHECKSUM_CRC32C:  # masked, over the contents and the type byte
-            crc = crc32c(self.view[offset:offset + size + 1])
+            crc = crc32c(self.view[offset : offset + size + 1])
             actual = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & _MASK32
         elif kind == _CHECKSUM_XXHASH:
-            actual = xxhash.xxh32_intdigest(self.view[offset:offset + size + 1])
+            actual = xxhash.xxh32_intdigest(self.view[offset : offset + size + 1])
         else:
-            actual = xxhash.xxh64_intdigest(self.view[offset:offset + size + 1]) & _MASK32
+            actual = xxhash.xxh64_intdigest(self.view[offset : offset + size + 1]) & _MASK32
         if actual != stored:
-            raise self.corrupt(f"block checksum mismatch in the {what} block at byte {offset} "
-                               f"(stored {stored:#010x}, computed {actual:#010x})")
+            raise self.corrupt(
+                f"block checksum mismatch in the {what} block at byte {offset} "
+                f"(stored {stored:#010x}, computed {actual:#010x})"
+            )
 
     def verify_data_blocks(self) -> None:
         """:meth:`verify` of every data block; XXH3 checksums (RocksDB's default) with the
@@ -221,7 +229,7 @@ class _SstFile:
         stored = byte_view(raw, "<u4")[trailer + 1]
         digest, view = xxhash.xxh3_64_intdigest, self.view
         spans = zip(self.offsets.tolist(), self.sizes.tolist(), strict=True)
-        hashes = np.fromiter((digest(view[o:o + n]) for o, n in spans), dtype=np.uint64, count=len(self.offsets))
+        hashes = np.fromiter((digest(view[o : o + n]) for o, n in spans), dtype=np.uint64, count=len(self.offsets))
         bad = np.flatnonzero(_xxh3_block_checksum(hashes, raw[trailer]) != stored)
         if len(bad):
             self.verify(int(self.offsets[bad[0]]), int(self.sizes[bad[0]]), "data")
@@ -235,7 +243,7 @@ class _SstFile:
         self._check_handle(offset, size, what)
         self.verify(offset, size, what)
         kind = self.data[offset + size]
-        raw = self.view[offset:offset + size]
+        raw = self.view[offset : offset + size]
         if kind == _NO_COMPRESSION:
             return bytes(raw)
         if kind not in _COMPRESSIONS:
@@ -245,7 +253,7 @@ class _SstFile:
         except ValueError:
             raise self.corrupt(f"the {what} block at byte {offset} has no readable decompressed size") from None
         out = bytearray(length)
-        self.decompress(kind, raw[0 if kind == _SNAPPY else start:], memoryview(out), offset)
+        self.decompress(kind, raw[0 if kind == _SNAPPY else start :], memoryview(out), offset)
         return bytes(out)
 
     def decompress(self, kind: int, raw: memoryview, target: memoryview, offset: int) -> None:
@@ -265,8 +273,9 @@ class _SstFile:
         Bounds and types are checked here; checksums as the blocks are decompressed.
         """
         offsets, sizes = self.offsets, self.sizes
-        bad = np.flatnonzero((offsets < 0) | (sizes < 0)
-                             | (offsets + sizes + _TRAILER_SIZE > len(self.data) - _FOOTER_SIZE))
+        bad = np.flatnonzero(
+            (offsets < 0) | (sizes < 0) | (offsets + sizes + _TRAILER_SIZE > len(self.data) - _FOOTER_SIZE)
+        )
         if len(bad):
             self._check_handle(int(offsets[bad[0]]), int(sizes[bad[0]]), "data")
         kinds = np.frombuffer(self.data, dtype=np.uint8)[offsets + sizes]
@@ -293,8 +302,7 @@ def _decompressors() -> dict[int, Any]:
     def lz4(raw: memoryview, target: memoryview) -> int:
         return cramjam.lz4.decompress_block_into(raw, target, output_len=len(target))
 
-    return {_SNAPPY: cramjam.snappy.decompress_raw_into, _LZ4: lz4, _LZ4HC: lz4,
-            _ZSTD: cramjam.zstd.decompress_into}
+    return {_SNAPPY: cramjam.snappy.decompress_raw_into, _LZ4: lz4, _LZ4HC: lz4, _ZSTD: cramjam.zstd.decompress_into}
 
 
 _DECOMPRESS_INTO: dict[int, Any] = {}
@@ -319,12 +327,14 @@ def _read_varint(buf: np.ndarray, pos: int, limit: int, max_shift: int) -> tuple
 
 
 def _le32(buf: np.ndarray, at: int) -> int:  # pragma: no cover - compiled
-    return (np.int64(buf[at]) | (np.int64(buf[at + 1]) << 8) | (np.int64(buf[at + 2]) << 16)
-            | (np.int64(buf[at + 3]) << 24))
+    return (
+        np.int64(buf[at]) | (np.int64(buf[at + 1]) << 8) | (np.int64(buf[at + 2]) << 16) | (np.int64(buf[at + 3]) << 24)
+    )
 
 
-def _index_handles(block: np.ndarray, delta: bool, offsets: np.ndarray,
-                   sizes: np.ndarray) -> tuple[int, int]:  # pragma: no cover - compiled
+def _index_handles(
+    block: np.ndarray, delta: bool, offsets: np.ndarray, sizes: np.ndarray
+) -> tuple[int, int]:  # pragma: no cover - compiled
     """Data block handles of an index block (keys skipped) into ``offsets``/``sizes`` (compiled).
 
     ``delta``: values are delta-encoded (format version 4 and later: no value length,
@@ -377,8 +387,9 @@ def _index_handles(block: np.ndarray, delta: bool, offsets: np.ndarray,
     return n, _SST_OK if pos == limit else _SST_CORRUPT
 
 
-def _block_sizes(data: np.ndarray, kinds: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
-                 out: np.ndarray) -> int:  # pragma: no cover - compiled
+def _block_sizes(
+    data: np.ndarray, kinds: np.ndarray, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray
+) -> int:  # pragma: no cover - compiled
     """Each compressed block's decompressed size (a varint32 first) to ``out``.
 
     lz4 and zstd blocks start after it (RocksDB's prefix), snappy blocks at it (the
@@ -397,10 +408,21 @@ def _block_sizes(data: np.ndarray, kinds: np.ndarray, starts: np.ndarray, length
     return -1
 
 
-def _sst_walk(buf: np.ndarray, block_start: np.ndarray, block_end: np.ndarray, block_file: np.ndarray,
-              key_out: np.ndarray, key_limit: int, rec_key: np.ndarray, rec_len: np.ndarray, rec_value: np.ndarray,
-              rec_value_len: np.ndarray, rec_seq: np.ndarray, rec_type: np.ndarray,
-              block_count: np.ndarray) -> tuple[int, int, int, int]:  # pragma: no cover - compiled
+def _sst_walk(
+    buf: np.ndarray,
+    block_start: np.ndarray,
+    block_end: np.ndarray,
+    block_file: np.ndarray,
+    key_out: np.ndarray,
+    key_limit: int,
+    rec_key: np.ndarray,
+    rec_len: np.ndarray,
+    rec_value: np.ndarray,
+    rec_value_len: np.ndarray,
+    rec_seq: np.ndarray,
+    rec_type: np.ndarray,
+    block_count: np.ndarray,
+) -> tuple[int, int, int, int]:  # pragma: no cover - compiled
     """Walk the entries of the data blocks ``buf[block_start[b]:block_end[b]]`` (compiled by numba).
 
     Rebuilds each internal key into ``key_out[:key_limit]`` (``rec_key``/``rec_len``:
@@ -442,8 +464,8 @@ def _sst_walk(buf: np.ndarray, block_start: np.ndarray, block_end: np.ndarray, b
                 return n, kpos, _SST_FULL, b
             # slices rather than byte loops: numba checks a signed index for wrap-around at
             # every byte, a slice's bounds once
-            key_out[kpos:kpos + shared] = key_out[prev:prev + shared]
-            key_out[kpos + shared:kpos + length] = buf[pos:pos + unshared]
+            key_out[kpos : kpos + shared] = key_out[prev : prev + shared]
+            key_out[kpos + shared : kpos + length] = buf[pos : pos + unshared]
             pos += unshared
             at = np.uint64(kpos + length - 8)
             trailer = np.int64(0)
@@ -496,9 +518,16 @@ def _emit(rec_type: np.ndarray, lo: int, hi: int, keep: np.ndarray, m: int) -> t
     return m, -1
 
 
-def _sst_merge(key_out: np.ndarray, rec_key: np.ndarray, rec_len: np.ndarray, rec_seq: np.ndarray,
-               rec_type: np.ndarray, file_lo: np.ndarray, file_hi: np.ndarray,
-               keep: np.ndarray) -> tuple[int, int, int]:  # pragma: no cover - compiled
+def _sst_merge(
+    key_out: np.ndarray,
+    rec_key: np.ndarray,
+    rec_len: np.ndarray,
+    rec_seq: np.ndarray,
+    rec_type: np.ndarray,
+    file_lo: np.ndarray,
+    file_hi: np.ndarray,
+    keep: np.ndarray,
+) -> tuple[int, int, int]:  # pragma: no cover - compiled
     """Merge the files' entries (each file's user keys ascending) into the live keys, in key order (compiled).
 
     Of all entries of one user key the one with the highest sequence number
@@ -541,8 +570,7 @@ def _sst_merge(key_out: np.ndarray, rec_key: np.ndarray, rec_len: np.ndarray, re
                 return m, _SST_UNSUPPORTED, bad
             for f in range(files):
                 i = cur[f]
-                if i < file_hi[f] and _k_compare(key_out, rec_key[i], rec_len[i], rec_key[best], rec_len[best],
-                                                 0) == 0:
+                if i < file_hi[f] and _k_compare(key_out, rec_key[i], rec_len[i], rec_key[best], rec_len[best], 0) == 0:
                     i += 1
                     while i < file_hi[f] and rec_type[i] == _SHADOWED:
                         i += 1
@@ -553,8 +581,10 @@ def _sst_merge(key_out: np.ndarray, rec_key: np.ndarray, rec_len: np.ndarray, re
             # gallop: the owner's entries before the bound are best..end-1
             lo = best
             step = 1
-            while lo + step < hi and _k_compare(key_out, rec_key[lo + step], rec_len[lo + step], rec_key[bound],
-                                                rec_len[bound], 0) < 0:
+            while (
+                lo + step < hi
+                and _k_compare(key_out, rec_key[lo + step], rec_len[lo + step], rec_key[bound], rec_len[bound], 0) < 0
+            ):
                 lo += step
                 step *= 2
             end = min(lo + step, hi)
@@ -575,6 +605,8 @@ _k_varint: Any = _read_varint
 _k_le32: Any = _le32
 _k_compare: Any = _compare
 _k_emit: Any = _emit
+
+
 class _Kernels(NamedTuple):
     index_handles: Any
     block_sizes: Any
@@ -627,19 +659,20 @@ def read_sst_rows(files: Iterable[tuple[bytes, str]], source: str) -> tuple[RowB
         table.verify_data_blocks()
         decompress, view, target = table.decompress, table.view, buf.data
         lz4 = _cramjam_lz4_into()
-        for offset, start, length, kind, n_out in zip(table.offsets.tolist(), starts.tolist(), lengths.tolist(),
-                                                      kinds.tolist(), out.tolist(), strict=True):
+        for offset, start, length, kind, n_out in zip(
+            table.offsets.tolist(), starts.tolist(), lengths.tolist(), kinds.tolist(), out.tolist(), strict=True
+        ):
             if kind == _NO_COMPRESSION:
-                target[at:at + n_out] = view[start:start + length]
+                target[at : at + n_out] = view[start : start + length]
             elif kind == _LZ4:  # the common case, without the generic call's overhead
                 try:
-                    written = lz4(view[start:start + length], target[at:at + n_out], output_len=n_out)
+                    written = lz4(view[start : start + length], target[at : at + n_out], output_len=n_out)
                 except Exception:  # cramjam raises plain exceptions
                     written = -1
                 if written != n_out:
-                    decompress(kind, view[start:start + length], target[at:at + n_out], offset)
+                    decompress(kind, view[start : start + length], target[at : at + n_out], offset)
             else:
-                decompress(kind, view[start:start + length], target[at:at + n_out], offset)
+                decompress(kind, view[start : start + length], target[at : at + n_out], offset)
             at += n_out
         del view
         table.data, table.view = b"", memoryview(b"")  # what is left to read of the file was read when it was opened
@@ -654,14 +687,30 @@ def read_sst_rows(files: Iterable[tuple[bytes, str]], source: str) -> tuple[RowB
     rec_key, rec_len, rec_value, rec_value_len, rec_seq = (np.empty(sum(entries), dtype=np.int64) for _ in range(5))
     rec_type = np.empty(sum(entries), dtype=np.uint8)
     block_count = np.zeros(len(block_start), dtype=np.int64)
-    n, used, status, bad = compiled.walk(buf, block_start, block_end, block_owner, key_out, key_bytes, rec_key, rec_len,
-                                rec_value, rec_value_len, rec_seq, rec_type, block_count)
+    n, used, status, bad = compiled.walk(
+        buf,
+        block_start,
+        block_end,
+        block_owner,
+        key_out,
+        key_bytes,
+        rec_key,
+        rec_len,
+        rec_value,
+        rec_value_len,
+        rec_seq,
+        rec_type,
+        block_count,
+    )
     if status == _SST_UNSUPPORTED:
         raise SstNotSupportedError("a data block hash index")
     if status != _SST_OK:
         table = tables[block_owner[bad]]
-        why = ("holds more entries or key bytes than its properties record" if status == _SST_FULL
-               else "is damaged (an entry runs past its end, or its keys are out of order)")
+        why = (
+            "holds more entries or key bytes than its properties record"
+            if status == _SST_FULL
+            else "is damaged (an entry runs past its end, or its keys are out of order)"
+        )
         raise table.corrupt(f"data block {bad - int(np.searchsorted(block_owner, block_owner[bad]))} {why}")
     counts = np.bincount(block_owner, weights=block_count, minlength=len(tables)).astype(np.int64)
     for table, expected, got in zip(tables, entries, counts.tolist(), strict=True):

@@ -33,9 +33,17 @@ _MAX_ELEMENTS = 1 << 31
 _ROW_WORDS = 16
 
 _NUMPY_DTYPES = {
-    "byte": "<i1", "short": "<i2", "integer": "<i4", "long": "<i8",
-    "float": "<f4", "double": "<f8", "date": "<i4", "timestamp": "<i8",
-    "timestamp_ntz": "<i8", "day_time_interval": "<i8", "time": "<i8",
+    "byte": "<i1",
+    "short": "<i2",
+    "integer": "<i4",
+    "long": "<i8",
+    "float": "<f4",
+    "double": "<f8",
+    "date": "<i4",
+    "timestamp": "<i8",
+    "timestamp_ntz": "<i8",
+    "day_time_interval": "<i8",
+    "time": "<i8",
     "year_month_interval": "<i4",
 }
 _MONTH_DAY_NANO = np.dtype([("months", "<i4"), ("days", "<i4"), ("nanos", "<i8")])
@@ -48,19 +56,19 @@ class RowBuffer:
     decoders can read whole words near the end without checking.
     """
 
-    def __init__(self, data: bytes | bytearray | memoryview, starts: np.ndarray,
-                 lengths: np.ndarray, source: str) -> None:
+    def __init__(
+        self, data: bytes | bytearray | memoryview, starts: np.ndarray, lengths: np.ndarray, source: str
+    ) -> None:
         raw = np.frombuffer(data, dtype=np.uint8)
         self.buf = np.zeros(len(raw) + PAD, dtype=np.uint8)
-        self.buf[:len(raw)] = raw
+        self.buf[: len(raw)] = raw
         self.size = len(raw)
         self.starts = np.asarray(starts, dtype=np.int64)
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.source = source
 
     @classmethod
-    def wrap(cls, buf: np.ndarray, size: int, starts: np.ndarray, lengths: np.ndarray,
-             source: str) -> RowBuffer:
+    def wrap(cls, buf: np.ndarray, size: int, starts: np.ndarray, lengths: np.ndarray, source: str) -> RowBuffer:
         """Rows inside ``buf[:size]``, which already has ``PAD`` spare bytes after ``size`` (no copy)."""
         if buf.dtype != np.uint8 or buf.ndim != 1 or len(buf) < size + PAD:
             raise ValueError(f"RowBuffer.wrap needs a flat uint8 buffer with {PAD} spare bytes")
@@ -157,24 +165,34 @@ class _Decoder:
     def fail(self, what: str, path: str) -> RowDecodeError:
         return RowDecodeError(f"{self.source}: {what} (field {path or '<row>'})", path=self.source)
 
-    def check_span(self, start: np.ndarray, size: np.ndarray, limit: np.ndarray,
-                   valid: np.ndarray, path: str, what: str) -> None:
+    def check_span(
+        self, start: np.ndarray, size: np.ndarray, limit: np.ndarray, valid: np.ndarray, path: str, what: str
+    ) -> None:
         bad = valid & ((size < 0) | (start + size > limit))
         if bad.any():
             i = int(np.argmax(bad))
             raise self.fail(
                 f"{what} of {int(size[i])} bytes at byte {int(start[i])} runs past its "
-                f"enclosing data, which ends at byte {int(limit[i])}", path)
+                f"enclosing data, which ends at byte {int(limit[i])}",
+                path,
+            )
 
     # -- structs ------------------------------------------------------------
 
-    def struct(self, st: StructType, base: np.ndarray, limit: np.ndarray,
-               valid: np.ndarray, path: str) -> pa.StructArray:
+    def struct(
+        self, st: StructType, base: np.ndarray, limit: np.ndarray, valid: np.ndarray, path: str
+    ) -> pa.StructArray:
         """Decode rows of ``st`` whose UnsafeRows start at ``base`` (valid rows only)."""
         n_fields = len(st.fields)
         fixed = (n_fields + 63) // 64 * 8 + 8 * n_fields
-        self.check_span(base, np.full(len(base), fixed, dtype=np.int64), limit, valid, path,
-                        f"a row of {n_fields} fields needs {fixed} fixed bytes; the row")
+        self.check_span(
+            base,
+            np.full(len(base), fixed, dtype=np.int64),
+            limit,
+            valid,
+            path,
+            f"a row of {n_fields} fields needs {fixed} fixed bytes; the row",
+        )
         children = []
         n_bits = (n_fields + 63) // 64
         # Narrow rows: every word of the fixed region (null bitset, then one slot per
@@ -182,8 +200,11 @@ class _Decoder:
         # bitset words here and each slot when its field is decoded.
         n_words = n_bits + n_fields
         words = self._row_words(base, n_words) if n_words <= _ROW_WORDS and len(self.buf) >= 8 * n_words else None
-        bitset = ([words[:, w] for w in range(n_bits)] if words is not None else
-                  [_read(self.buf, base + 8 * w, "<u8") for w in range(n_bits)])
+        bitset = (
+            [words[:, w] for w in range(n_bits)]
+            if words is not None
+            else [_read(self.buf, base + 8 * w, "<u8") for w in range(n_bits)]
+        )
         # no null field in any row (the common case): every field is valid where the row is
         no_nulls = not any(bits.any() for bits in bitset)
         for i, f in enumerate(st.fields):
@@ -199,8 +220,7 @@ class _Decoder:
             children.append(self.value(f.data_type, slot, base, limit, child_valid, child_path, word))
         arrow_type = st.to_arrow()
         validity, nulls = _validity(valid)
-        return pa.StructArray.from_buffers(arrow_type, len(base), [validity], null_count=nulls,
-                                           children=children)
+        return pa.StructArray.from_buffers(arrow_type, len(base), [validity], null_count=nulls, children=children)
 
     def _row_words(self, base: np.ndarray, n_words: int) -> np.ndarray:
         """(len(base), n_words) little-endian words from each address (null rows read at 0)."""
@@ -209,8 +229,16 @@ class _Decoder:
 
     # -- one value per slot -------------------------------------------------
 
-    def value(self, dt: DataType, slot: np.ndarray, container: np.ndarray, limit: np.ndarray,
-              valid: np.ndarray, path: str, word: np.ndarray | None = None) -> pa.Array:
+    def value(
+        self,
+        dt: DataType,
+        slot: np.ndarray,
+        container: np.ndarray,
+        limit: np.ndarray,
+        valid: np.ndarray,
+        path: str,
+        word: np.ndarray | None = None,
+    ) -> pa.Array:
         """Decode values of ``dt`` whose slot (or packed element) is at ``slot``.
 
         ``container`` is the start of the row or array that variable-length
@@ -278,8 +306,9 @@ class _Decoder:
     @staticmethod
     def _from_buffers(arrow_type: pa.DataType, n: int, valid: np.ndarray, data: np.ndarray) -> pa.Array:
         validity, nulls = _validity(valid)
-        return pa.Array.from_buffers(arrow_type, n, [validity, pa.py_buffer(np.ascontiguousarray(data))],
-                                     null_count=nulls)
+        return pa.Array.from_buffers(
+            arrow_type, n, [validity, pa.py_buffer(np.ascontiguousarray(data))], null_count=nulls
+        )
 
     def _concat(self, start: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Offsets (n+1) and the concatenated bytes of spans start[i]:start[i]+size[i]."""
@@ -291,8 +320,7 @@ class _Decoder:
         idx = np.arange(total, dtype=np.int64) - np.repeat(offsets[:-1] - start, size)
         return offsets, self.buf[idx]
 
-    def var_bytes(self, arrow_type: pa.DataType, start: np.ndarray, size: np.ndarray,
-                  valid: np.ndarray) -> pa.Array:
+    def var_bytes(self, arrow_type: pa.DataType, start: np.ndarray, size: np.ndarray, valid: np.ndarray) -> pa.Array:
         validity, nulls = _validity(valid)
         n = len(start)
         compiled = kernels.gather_spans(self.buf, start, size, valid)
@@ -314,8 +342,7 @@ class _Decoder:
         return out
 
     @staticmethod
-    def _ordered_spans(start: np.ndarray, size: np.ndarray,
-                       valid: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    def _ordered_spans(start: np.ndarray, size: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """(starts, ends) with null values as empty spans, when the spans follow each other
         through the buffer without overlapping (rows in buffer order); else None."""
         begin = np.where(valid, start, 0)
@@ -348,20 +375,22 @@ class _Decoder:
         large = len(self.buf) >= 2**31
         if not large:
             bounds = bounds.astype(np.int32)
-        both = pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), 2 * n - 1,
-                                     [None, pa.py_buffer(bounds), pa.py_buffer(self.buf)])
+        both = pa.Array.from_buffers(
+            pa.large_binary() if large else pa.binary(), 2 * n - 1, [None, pa.py_buffer(bounds), pa.py_buffer(self.buf)]
+        )
         import pyarrow.compute as pc  # here: importing it costs ~40 ms of a command that decodes nothing
 
-        taken = pc.take(both, int_array(np.arange(0, 2 * n, 2, dtype=np.int64), pa.int64()),
-                        memory_pool=pa.system_memory_pool())
+        taken = pc.take(
+            both, int_array(np.arange(0, 2 * n, 2, dtype=np.int64), pa.int64()), memory_pool=pa.system_memory_pool()
+        )
         _, offsets, data = taken.buffers()
         if large:
-            offsets = pa.py_buffer(np.frombuffer(offsets, dtype=np.int64, count=n + 1,
-                                                 offset=taken.offset * 8).astype(np.int32))
+            offsets = pa.py_buffer(
+                np.frombuffer(offsets, dtype=np.int64, count=n + 1, offset=taken.offset * 8).astype(np.int32)
+            )
         return offsets, data
 
-    def big_decimal(self, dt: DataType, start: np.ndarray, size: np.ndarray, valid: np.ndarray,
-                    path: str) -> pa.Array:
+    def big_decimal(self, dt: DataType, start: np.ndarray, size: np.ndarray, valid: np.ndarray, path: str) -> pa.Array:
         """precision > 18: minimal big-endian two's-complement bytes -> 16-byte little-endian."""
         n = len(start)
         bad = valid & ((size < 1) | (size > 16))
@@ -387,8 +416,7 @@ class _Decoder:
         out["nanos"] = _read(self.buf, start + 8, "<i8") * 1000
         return self._from_buffers(pa.month_day_nano_interval(), n, valid, out)
 
-    def variant(self, dt: DataType, start: np.ndarray, size: np.ndarray, valid: np.ndarray,
-                path: str) -> pa.Array:
+    def variant(self, dt: DataType, start: np.ndarray, size: np.ndarray, valid: np.ndarray, path: str) -> pa.Array:
         value_len = np.where(valid, _read(self.buf, start, "<i4").astype(np.int64), 0)
         bad = valid & ((size < 4) | (value_len < 0) | (value_len > size - 4))
         if bad.any():
@@ -399,22 +427,24 @@ class _Decoder:
         value = pa.array(value.fill_null(b""), pa.binary())
         meta = pa.array(meta.fill_null(b""), pa.binary())
         validity, nulls = _validity(valid)
-        return pa.StructArray.from_buffers(dt.to_arrow(), len(start), [validity], null_count=nulls,
-                                           children=[value, meta])
+        return pa.StructArray.from_buffers(
+            dt.to_arrow(), len(start), [validity], null_count=nulls, children=[value, meta]
+        )
 
     # -- arrays and maps ----------------------------------------------------
 
-    def _elements(self, element: DataType, base: np.ndarray, limit: np.ndarray, valid: np.ndarray,
-                  path: str) -> tuple[np.ndarray, pa.Array]:
+    def _elements(
+        self, element: DataType, base: np.ndarray, limit: np.ndarray, valid: np.ndarray, path: str
+    ) -> tuple[np.ndarray, pa.Array]:
         """List offsets and the flattened elements of the UnsafeArrayData at ``base``."""
         size = limit - base
-        self.check_span(base, np.full(len(base), 8, dtype=np.int64), limit, valid, path,
-                        "an array header of 8 bytes; the array")
+        self.check_span(
+            base, np.full(len(base), 8, dtype=np.int64), limit, valid, path, "an array header of 8 bytes; the array"
+        )
         count = np.where(valid, _read(self.buf, base, "<i8"), 0)
         width = element.fixed_width or 8
         bitset = (count + 63) // 64 * 8
-        bad = valid & ((count < 0) | (count >= _MAX_ELEMENTS) |
-                       (8 + bitset + count * width > size))
+        bad = valid & ((count < 0) | (count >= _MAX_ELEMENTS) | (8 + bitset + count * width > size))
         if bad.any():
             i = int(np.argmax(bad))
             raise self.fail(f"array claims {int(count[i])} elements but has {int(size[i])} bytes", path)
@@ -431,17 +461,21 @@ class _Decoder:
         values = self.value(element, addr, base[owner], limit[owner], elem_valid, path + "[]")
         return offsets, values
 
-    def array(self, at: ArrayType, base: np.ndarray, limit: np.ndarray, valid: np.ndarray,
-              path: str) -> pa.Array:
+    def array(self, at: ArrayType, base: np.ndarray, limit: np.ndarray, valid: np.ndarray, path: str) -> pa.Array:
         offsets, values = self._elements(at.element, base, limit, valid, path)
         validity, nulls = _validity(valid)
-        return pa.Array.from_buffers(at.to_arrow(), len(base), [validity, pa.py_buffer(offsets.astype(np.int32))],
-                                     null_count=nulls, children=[values])
+        return pa.Array.from_buffers(
+            at.to_arrow(),
+            len(base),
+            [validity, pa.py_buffer(offsets.astype(np.int32))],
+            null_count=nulls,
+            children=[values],
+        )
 
-    def map(self, mt: MapType, base: np.ndarray, limit: np.ndarray, valid: np.ndarray,
-            path: str) -> pa.Array:
-        self.check_span(base, np.full(len(base), 8, dtype=np.int64), limit, valid, path,
-                        "a map header of 8 bytes; the map")
+    def map(self, mt: MapType, base: np.ndarray, limit: np.ndarray, valid: np.ndarray, path: str) -> pa.Array:
+        self.check_span(
+            base, np.full(len(base), 8, dtype=np.int64), limit, valid, path, "a map header of 8 bytes; the map"
+        )
         key_bytes = np.where(valid, _read(self.buf, base, "<i8"), 0)
         bad = valid & ((key_bytes < 0) | (base + 8 + key_bytes > limit))
         if bad.any():
@@ -457,12 +491,12 @@ class _Decoder:
         validity, nulls = _validity(valid)
         offsets = pa.py_buffer(key_offsets.astype(np.int32))
         entries = pa.StructArray.from_arrays([keys, values], fields=[mt.to_arrow().key_field, mt.to_arrow().item_field])
-        return pa.Array.from_buffers(mt.to_arrow(), len(base), [validity, offsets], null_count=nulls,
-                                     children=[entries])
+        return pa.Array.from_buffers(
+            mt.to_arrow(), len(base), [validity, offsets], null_count=nulls, children=[entries]
+        )
 
 
-def decode_rows(rows: RowBuffer, schema: StructType, what: str = "",
-                valid: np.ndarray | None = None) -> pa.StructArray:
+def decode_rows(rows: RowBuffer, schema: StructType, what: str = "", valid: np.ndarray | None = None) -> pa.StructArray:
     """Decode every row of ``rows`` as an UnsafeRow of ``schema`` into one StructArray.
 
     Rows where ``valid`` is False come back null without being read (e.g. the
@@ -479,8 +513,9 @@ def decode_rows(rows: RowBuffer, schema: StructType, what: str = "",
     return decoder.struct(schema, starts, limit, valid, what)
 
 
-def narrow_long_slots(values: pa.StructArray, declared: StructType, names: tuple[str, ...],
-                      source: str) -> pa.StructArray:
+def narrow_long_slots(
+    values: pa.StructArray, declared: StructType, names: tuple[str, ...], source: str
+) -> pa.StructArray:
     """``values`` decoded with the fields ``names`` read as the longs their slots hold, typed as
     ``declared`` says (``int``): the low four bytes Spark's reader shows, which is the whole
     value whenever it fits. A value beyond the int range raises instead of wrapping silently."""
@@ -491,7 +526,7 @@ def narrow_long_slots(values: pa.StructArray, declared: StructType, names: tuple
         child = values.field(i)
         if field.name in names and field.data_type.kind == "integer" and pa.types.is_int64(child.type):
             wide = child.fill_null(0).to_numpy(zero_copy_only=False)
-            bad = (wide < -(2 ** 31)) | (wide >= 2 ** 31)
+            bad = (wide < -(2**31)) | (wide >= 2**31)
             if values.null_count:
                 bad &= values.is_valid().to_numpy(zero_copy_only=False)
             if bad.any():
@@ -500,15 +535,19 @@ def narrow_long_slots(values: pa.StructArray, declared: StructType, names: tuple
                     f"{source}: {int(bad.sum())} rows hold a {field.name} beyond the int range its schema "
                     f"declares (e.g. {example}); the long written into that int slot cannot be shown as the "
                     f"int Spark's reader types it, and Spark itself cannot reload such state. The option "
-                    f"timeoutTimestampAsLong=true reads the whole value as bigint", path=source)
+                    f"timeoutTimestampAsLong=true reads the whole value as bigint",
+                    path=source,
+                )
             nulls = child.is_null().to_numpy(zero_copy_only=False) if child.null_count else None
             child = pa.array(wide.astype(np.int32), pa.int32(), mask=nulls)
         children.append(child)
-    return pa.StructArray.from_arrays(children, fields=list(declared.to_arrow()),
-                                      mask=values.is_null() if values.null_count else None)
+    return pa.StructArray.from_arrays(
+        children, fields=list(declared.to_arrow()), mask=values.is_null() if values.null_count else None
+    )
 
 
 # --- writing: moving rows and fields ------------------------------------------------
+
 
 # bytes copied per step of copy_spans: bounds its index arrays (three int64 per byte copied, 12 MiB a step)
 def row_runs(sizes: np.ndarray, max_bytes: int, max_rows: int | None = None) -> Iterator[tuple[int, int]]:
@@ -527,8 +566,9 @@ def row_runs(sizes: np.ndarray, max_bytes: int, max_rows: int | None = None) -> 
 _COPY_BYTES = 1 << 15  # its index arrays take ~32 bytes per byte copied: about a MiB at most
 
 
-def copy_spans(dst: np.ndarray, dst_starts: np.ndarray, src: np.ndarray, src_starts: np.ndarray,
-               lengths: np.ndarray) -> None:
+def copy_spans(
+    dst: np.ndarray, dst_starts: np.ndarray, src: np.ndarray, src_starts: np.ndarray, lengths: np.ndarray
+) -> None:
     """``dst[dst_starts[i]:+lengths[i]] = src[src_starts[i]:+lengths[i]]`` for every i, vectorised."""
     lengths = np.asarray(lengths, dtype=np.int64)
     n = len(lengths)
@@ -606,15 +646,21 @@ def splice_rows(parts: list[tuple[RowBuffer, StructType, int, int]], source: str
     for field_at, _, _, size, null in moves:
         # a null keeps a zero slot; an empty value still records where it would start, as Spark's writer does
         header[:, n_bits + field_at] = np.where(
-            null, 0, (lengths.astype(np.uint64) << np.uint64(32)) | size.astype(np.uint64))
+            null, 0, (lengths.astype(np.uint64) << np.uint64(32)) | size.astype(np.uint64)
+        )
         placed.append(lengths.copy())
         lengths += (size + 7) // 8 * 8
     starts = np.cumsum(lengths) - lengths
     total = int(lengths.sum())
     out = np.zeros(total + PAD, dtype=np.uint8)
     head_bytes = 8 * (n_bits + width)
-    copy_spans(out, starts, header.view(np.uint8).reshape(-1), np.arange(n, dtype=np.int64) * head_bytes,
-               np.full(n, head_bytes, dtype=np.int64))
+    copy_spans(
+        out,
+        starts,
+        header.view(np.uint8).reshape(-1),
+        np.arange(n, dtype=np.int64) * head_bytes,
+        np.full(n, head_bytes, dtype=np.int64),
+    )
     for (_, rows, src_start, size, _), at in zip(moves, placed, strict=True):
         copy_spans(out, starts + at, rows.buf, src_start, size)
     return RowBuffer.wrap(out, total, starts, lengths, source)

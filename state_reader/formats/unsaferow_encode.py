@@ -45,9 +45,17 @@ _MONTH_DAY_NANO = np.dtype([("months", "<i4"), ("days", "<i4"), ("nanos", "<i8")
 _UNSIGNED = {1: "<u1", 2: "<u2", 4: "<u4", 8: "<u8"}
 # numpy dtype of the Arrow data buffer of each fixed-width kind (decimals and intervals apart)
 _RAW = {
-    "byte": "<i1", "short": "<i2", "integer": "<i4", "long": "<i8",
-    "float": "<f4", "double": "<f8", "date": "<i4", "timestamp": "<i8", "timestamp_ntz": "<i8",
-    "day_time_interval": "<i8", "time": "<i8",
+    "byte": "<i1",
+    "short": "<i2",
+    "integer": "<i4",
+    "long": "<i8",
+    "float": "<f4",
+    "double": "<f8",
+    "date": "<i4",
+    "timestamp": "<i8",
+    "timestamp_ntz": "<i8",
+    "day_time_interval": "<i8",
+    "time": "<i8",
 }
 _CANONICAL_NAN = {"float": np.uint64(0x7FC00000), "double": np.uint64(0x7FF8000000000000)}
 _U32 = np.uint64(32)
@@ -97,7 +105,7 @@ def _validity(arr: pa.Array) -> np.ndarray:
     if arr.null_count == n or arr.buffers()[0] is None:
         return np.zeros(n, dtype=bool)
     bits = np.unpackbits(np.frombuffer(arr.buffers()[0], dtype=np.uint8), bitorder="little")
-    return bits[arr.offset:arr.offset + n].astype(bool)
+    return bits[arr.offset : arr.offset + n].astype(bool)
 
 
 def _data(arr: pa.Array, dtype: str | np.dtype) -> np.ndarray:
@@ -106,7 +114,7 @@ def _data(arr: pa.Array, dtype: str | np.dtype) -> np.ndarray:
     buf = arr.buffers()[1]
     if buf is None:
         return np.zeros(len(arr), dtype=dt)
-    return np.frombuffer(buf, dtype=dt, count=arr.offset + len(arr))[arr.offset:]
+    return np.frombuffer(buf, dtype=dt, count=arr.offset + len(arr))[arr.offset :]
 
 
 class _Encoder:
@@ -125,8 +133,9 @@ class _Encoder:
         try:
             return arr.cast(target)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-            raise self.fail(f"cannot convert {arr.type} to {target} for a {dt.json_name or dt.kind}: {exc}",
-                            path) from None
+            raise self.fail(
+                f"cannot convert {arr.type} to {target} for a {dt.json_name or dt.kind}: {exc}", path
+            ) from None
 
     # -- one value per element --------------------------------------------------
 
@@ -139,7 +148,7 @@ class _Encoder:
         arr = self.leaf(dt, arr, path)
         if kind == "boolean":
             bits = np.unpackbits(np.frombuffer(arr.buffers()[1], dtype=np.uint8), bitorder="little")
-            words = bits[arr.offset:arr.offset + n].astype(np.uint64)
+            words = bits[arr.offset : arr.offset + n].astype(np.uint64)
         elif kind == "decimal":
             words = self.small_decimal(dt, arr, valid, path)
         elif kind == "year_month_interval":
@@ -155,8 +164,9 @@ class _Encoder:
                 words = np.where(np.isnan(raw), _CANONICAL_NAN[kind], np.where(raw == 0, np.uint64(0), words))
         return np.where(valid, words, np.uint64(0))
 
-    def _decimal_parts(self, dt: DataType, arr: pa.Array, valid: np.ndarray,
-                       path: str) -> tuple[np.ndarray, np.ndarray]:
+    def _decimal_parts(
+        self, dt: DataType, arr: pa.Array, valid: np.ndarray, path: str
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(low, high) 64-bit halves of the unscaled values, checked against the precision."""
         pair = _data(arr, np.dtype((np.uint64, 2))) if len(arr) else np.zeros((0, 2), dtype=np.uint64)
         lo, hi = pair[:, 0], pair[:, 1].view(np.int64)
@@ -164,7 +174,7 @@ class _Encoder:
         neg = hi < 0
         mag_lo = np.where(neg, ~lo + np.uint64(1), lo)
         mag_hi = np.where(neg, (~hi.view(np.uint64)) + (mag_lo == 0).astype(np.uint64), hi.view(np.uint64))
-        limit = 10 ** dt.precision
+        limit = 10**dt.precision
         lim_hi, lim_lo = np.uint64(limit >> 64), np.uint64(limit & 0xFFFFFFFFFFFFFFFF)
         fits = (mag_hi < lim_hi) | ((mag_hi == lim_hi) & (mag_lo < lim_lo))
         bad = valid & ~fits
@@ -189,7 +199,7 @@ class _Encoder:
         arr = self.leaf(dt, arr, path)
         n = len(arr)
         if kind in ("string", "binary"):
-            offsets = np.frombuffer(arr.buffers()[1], dtype="<i4", count=arr.offset + n + 1)[arr.offset:]
+            offsets = np.frombuffer(arr.buffers()[1], dtype="<i4", count=arr.offset + n + 1)[arr.offset :]
             data = arr.buffers()[2]
             buf = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
             start = offsets[:-1].astype(np.int64)
@@ -215,8 +225,11 @@ class _Encoder:
         two's complement, at least one byte)."""
         n = len(arr)
         self._decimal_parts(dt, arr, valid, path)
-        big_endian = np.ascontiguousarray(_data(arr, np.dtype((np.uint8, 16)))[:, ::-1]) if n else \
-            np.zeros((0, 16), dtype=np.uint8)
+        big_endian = (
+            np.ascontiguousarray(_data(arr, np.dtype((np.uint8, 16)))[:, ::-1])
+            if n
+            else np.zeros((0, 16), dtype=np.uint8)
+        )
         sign = np.where(big_endian[:, 0] >= 0x80, 0xFF, 0x00).astype(np.uint8)
         # a leading byte is redundant when it only repeats the sign that the next byte carries anyway
         redundant = (big_endian[:, :15] == sign[:, None]) & ((big_endian[:, 1:] & 0x80) == (sign[:, None] & 0x80))
@@ -269,7 +282,8 @@ class _Encoder:
             else:
                 reserve, size, slotted = _round8(values.size), values.size, present
             header[:, n_bits + i] = np.where(
-                slotted, (lengths.astype(np.uint64) << _U32) | size.astype(np.uint64), np.uint64(0))
+                slotted, (lengths.astype(np.uint64) << _U32) | size.astype(np.uint64), np.uint64(0)
+            )
             moves.append((lengths.copy(), values))
             lengths += reserve
         starts = np.cumsum(lengths) - lengths
@@ -305,8 +319,9 @@ class _Encoder:
         if (owned & ~_validity(keys)).any():
             raise self.fail("a map has a null key", path)
         key_array = self.unsafe_array(_unwrap(mt.key), keys, offsets, present, path + ".key")
-        value_array = self.unsafe_array(_unwrap(mt.value), arr.items.slice(first, count), offsets, present,
-                                        path + ".value")
+        value_array = self.unsafe_array(
+            _unwrap(mt.value), arr.items.slice(first, count), offsets, present, path + ".value"
+        )
         size = np.where(present, 8 + key_array.size + value_array.size, 0)
         start = np.cumsum(size) - size
         out = np.zeros(int(size.sum()) + PAD, dtype=np.uint8)
@@ -316,8 +331,9 @@ class _Encoder:
         _move(out, start + 8 + key_array.size, value_array)
         return _Var(out, start, size, aligned=True)
 
-    def unsafe_array(self, element: DataType, elements: pa.Array, offsets: np.ndarray, present: np.ndarray,
-                     path: str) -> _Var:
+    def unsafe_array(
+        self, element: DataType, elements: pa.Array, offsets: np.ndarray, present: np.ndarray, path: str
+    ) -> _Var:
         """One UnsafeArrayData per list: list i holds ``elements[offsets[i]:offsets[i+1]]`` when ``present``."""
         n = len(present)
         per_list = np.diff(offsets)
@@ -341,8 +357,9 @@ class _Encoder:
             ahead -= np.concatenate([[0], np.cumsum(reserve)])[offsets[:-1]][owner]
             var_at = fixed_end[owner] + ahead
             lengths += np.bincount(owner, weights=reserve, minlength=n).astype(np.int64)
-            words = np.where(elem_valid, (var_at.astype(np.uint64) << _U32) | values.size.astype(np.uint64),
-                             np.uint64(0))
+            words = np.where(
+                elem_valid, (var_at.astype(np.uint64) << _U32) | values.size.astype(np.uint64), np.uint64(0)
+            )
         lengths = np.where(present, lengths, 0)
         starts = np.cumsum(lengths) - lengths
         out = np.zeros(int(lengths.sum()) + PAD, dtype=np.uint8)
@@ -350,8 +367,9 @@ class _Encoder:
         _put(out, starts[where], count[where].astype(np.uint64), 8)
         nulls = np.flatnonzero(owned & ~elem_valid)
         if len(nulls):
-            np.bitwise_or.at(out, starts[owner[nulls]] + 8 + index[nulls] // 8,
-                             (1 << (index[nulls] % 8)).astype(np.uint8))
+            np.bitwise_or.at(
+                out, starts[owner[nulls]] + 8 + index[nulls] // 8, (1 << (index[nulls] % 8)).astype(np.uint8)
+            )
         live = np.flatnonzero(elem_valid)
         _put(out, starts[owner[live]] + head[owner[live]] + index[live] * width, words[live], width)
         if values is not None:
@@ -366,8 +384,13 @@ def _unwrap(dt: DataType) -> DataType:
     return dt
 
 
-def encode_rows(values: pa.StructArray | pa.ChunkedArray | pa.RecordBatch | pa.Table, schema: StructType,
-                source: str = "", *, normalize_floats: bool = False) -> RowBuffer:
+def encode_rows(
+    values: pa.StructArray | pa.ChunkedArray | pa.RecordBatch | pa.Table,
+    schema: StructType,
+    source: str = "",
+    *,
+    normalize_floats: bool = False,
+) -> RowBuffer:
     """Encode every row of ``values`` as an UnsafeRow of ``schema``, byte for byte as Spark writes it.
 
     ``values`` holds one row per element, with the fields of ``schema`` in order

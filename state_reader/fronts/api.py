@@ -90,8 +90,9 @@ def read_state(
     path = options.pop("checkpoint")
     key_filter = options.pop("key_filter")
     exact = options.pop("exact_schema")
-    table = _read_consistently(_from_kwargs(path, options),
-                               lambda plan: _read_table(plan, key_filter=key_filter, show_progress=False))
+    table = _read_consistently(
+        _from_kwargs(path, options), lambda plan: _read_table(plan, key_filter=key_filter, show_progress=False)
+    )
     return table if exact else with_unique_field_names(table)
 
 
@@ -145,8 +146,9 @@ def scan_state(
     return pa.RecordBatchReader.from_batches(schema, _streamed(plan, bound, schema, str(path)))
 
 
-def _streamed(plan: StateReadPlan, key_filter: KeyFilter | None, schema: pa.Schema,
-              where: str) -> Iterator[pa.RecordBatch]:
+def _streamed(
+    plan: StateReadPlan, key_filter: KeyFilter | None, schema: pa.Schema, where: str
+) -> Iterator[pa.RecordBatch]:
     # one partition at a time (one thread), so that memory holds one partition's state
     with _unexpected_errors_as_ours(where):
         try:
@@ -251,17 +253,36 @@ def rewrite(
     :class:`~state_reader.core.rewrite.report.RewriteReport` (rows per new partition, files, bytes).
     """
     source = _Storage(checkpoint, dict(storage_options or {}))
-    dest = (None if destination is None else
-            _Destination(destination, dict(destination_storage_options or storage_options or {})))
+    dest = (
+        None
+        if destination is None
+        else _Destination(destination, dict(destination_storage_options or storage_options or {}))
+    )
     if spark is not None and not dry_run:
         if dest is None:
             raise _InvalidOptionError("a rewrite needs a destination (or dry_run=True)")
-        return _rewrite_with_spark(spark, source, dest, num_partitions=num_partitions, provider=provider,
-                                   drop_keys=drop_keys, batch_id=batch_id, allow_uncommitted=allow_uncommitted,
-                                   transform=transform)
-    return _rewrite_checkpoint(source, dest, num_partitions=num_partitions, provider=provider,
-                               drop_keys=drop_keys, batch_id=batch_id, allow_uncommitted=allow_uncommitted,
-                               dry_run=dry_run, transform=transform)
+        return _rewrite_with_spark(
+            spark,
+            source,
+            dest,
+            num_partitions=num_partitions,
+            provider=provider,
+            drop_keys=drop_keys,
+            batch_id=batch_id,
+            allow_uncommitted=allow_uncommitted,
+            transform=transform,
+        )
+    return _rewrite_checkpoint(
+        source,
+        dest,
+        num_partitions=num_partitions,
+        provider=provider,
+        drop_keys=drop_keys,
+        batch_id=batch_id,
+        allow_uncommitted=allow_uncommitted,
+        dry_run=dry_run,
+        transform=transform,
+    )
 
 
 @_public_api

@@ -58,8 +58,13 @@ Timestamps are UTC unless the text has an offset; `back quotes` for odd names.
 """
 
 
-LAYOUT = click.option("--layout", type=click.Choice(["auto", "table", "records"]), default="auto",
-                      show_default=True, help="Rows as a table, or one block per row (records).")
+LAYOUT = click.option(
+    "--layout",
+    type=click.Choice(["auto", "table", "records"]),
+    default="auto",
+    show_default=True,
+    help="Rows as a table, or one block per row (records).",
+)
 
 
 def _storage_options(pairs: Sequence[str]) -> dict[str, Any] | None:
@@ -77,8 +82,14 @@ def _storage_options(pairs: Sequence[str]) -> dict[str, Any] | None:
 
 def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--json``, ``--debug`` and ``--storage-option`` on every command."""
-    func = click.option("-o", "--storage-option", "storage_option", multiple=True, metavar="KEY=VALUE",
-                        help="fsspec storage option for remote checkpoints (repeatable; VALUE may be JSON).")(func)
+    func = click.option(
+        "-o",
+        "--storage-option",
+        "storage_option",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="fsspec storage option for remote checkpoints (repeatable; VALUE may be JSON).",
+    )(func)
     func = click.option("--debug", is_flag=True, help="Show the full traceback of an error.")(func)
     func = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")(func)
     return func
@@ -96,8 +107,13 @@ class _OneName(click.Option):
 
 
 # stateVarName / state_var_name / --state-var-name: one name everywhere; --state-var, its earlier spelling, still works
-STATE_VAR_NAME = click.option("--state-var-name", "--state-var", "state_var_name", cls=_OneName,
-                              help="State variable of a transformWithState operator.")
+STATE_VAR_NAME = click.option(
+    "--state-var-name",
+    "--state-var",
+    "state_var_name",
+    cls=_OneName,
+    help="State variable of a transformWithState operator.",
+)
 
 
 def store_read_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -106,14 +122,23 @@ def store_read_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0)."),
         click.option("--store", "-s", "store_name", help="Store name (default 'default')."),
         click.option("--batch", "-b", "batch_id", type=int, help="Batch id (default: the latest committed)."),
-        click.option("--partition", "-p", "partitions", type=int, multiple=True,
-                     help="Only this partition (repeatable)."),
+        click.option(
+            "--partition", "-p", "partitions", type=int, multiple=True, help="Only this partition (repeatable)."
+        ),
         click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann' and region_id > 3\"."),
         STATE_VAR_NAME,
-        click.option("--timers", "read_registered_timers", is_flag=True, default=None,
-                     help="The registered timers of a transformWithState operator."),
-        click.option("--join-side", type=click.Choice(["left", "right"]),
-                     help="A stream-stream join's buffered input rows of one side."),
+        click.option(
+            "--timers",
+            "read_registered_timers",
+            is_flag=True,
+            default=None,
+            help="The registered timers of a transformWithState operator.",
+        ),
+        click.option(
+            "--join-side",
+            type=click.Choice(["left", "right"]),
+            help="A stream-stream join's buffered input rows of one side.",
+        ),
     ]
     for option in reversed(options):  # the first listed shows first in --help
         func = option(func)
@@ -129,8 +154,9 @@ def _read(checkpoint: str, storage_option: Sequence[str], read: Callable[[StateR
     from state_reader.core.options import from_kwargs
 
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
-    return read_consistently(from_kwargs(checkpoint, {**kwargs, "storage_options": _storage_options(storage_option)}),
-                             read)
+    return read_consistently(
+        from_kwargs(checkpoint, {**kwargs, "storage_options": _storage_options(storage_option)}), read
+    )
 
 
 def _shown_store(plan: StateReadPlan, store_name: str | None, join_side: str | None) -> str:
@@ -147,9 +173,12 @@ def _shown_store(plan: StateReadPlan, store_name: str | None, join_side: str | N
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="state-reader")
 @click.option("--debug", is_flag=True, help="Show the full traceback of an error.")
-@click.option("--verbose", is_flag=True,
-              help="Report the calls made to the filesystem and the bytes fetched when the command ends "
-                   "(on stderr; also accepted after the command).")
+@click.option(
+    "--verbose",
+    is_flag=True,
+    help="Report the calls made to the filesystem and the bytes fetched when the command ends "
+    "(on stderr; also accepted after the command).",
+)
 def cli(debug: bool, verbose: bool) -> None:
     """See inside the state of a Spark Structured Streaming checkpoint.
 
@@ -179,14 +208,32 @@ cli.add_command(_metadata)
 @cli.command(epilog=KEY_FILTER_HELP)
 @click.argument("checkpoint")
 @store_read_options
-@click.option("--limit", "-n", type=click.IntRange(min=0), default=DEFAULT_LIMIT, show_default=True,
-              help="Rows to show; 0 shows all.")
+@click.option(
+    "--limit",
+    "-n",
+    type=click.IntRange(min=0),
+    default=DEFAULT_LIMIT,
+    show_default=True,
+    help="Rows to show; 0 shows all.",
+)
 @LAYOUT
 @common_options
-def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch_id: int | None,
-         partitions: tuple[int, ...], key_filter: str | None, state_var_name: str | None,
-         read_registered_timers: bool | None, join_side: str | None, limit: int, layout: str, as_json: bool,
-         debug: bool, storage_option: Sequence[str]) -> int:
+def show(
+    checkpoint: str,
+    operator_id: int | None,
+    store_name: str | None,
+    batch_id: int | None,
+    partitions: tuple[int, ...],
+    key_filter: str | None,
+    state_var_name: str | None,
+    read_registered_timers: bool | None,
+    join_side: str | None,
+    limit: int,
+    layout: str,
+    as_json: bool,
+    debug: bool,
+    storage_option: Sequence[str],
+) -> int:
     """The state of one store at one batch, as a table."""
     from state_reader.core.scan import bind_key_filter, partitions_to_read, read_table, require_files
 
@@ -203,11 +250,28 @@ def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch
         return plan, table, truncated, chosen
 
     plan, table, truncated, chosen = _read(
-        checkpoint, storage_option, read, operator_id=operator_id, store_name=store_name, batch_id=batch_id,
-        state_var_name=state_var_name, join_side=join_side, read_registered_timers=read_registered_timers)
-    console.render_show(plan, table, shown_store=_shown_store(plan, store_name, join_side), chosen=chosen,
-                        key_filter=key_filter, partitions_given=bool(partitions), truncated=truncated, limit=limit,
-                        layout=layout, as_json=as_json)
+        checkpoint,
+        storage_option,
+        read,
+        operator_id=operator_id,
+        store_name=store_name,
+        batch_id=batch_id,
+        state_var_name=state_var_name,
+        join_side=join_side,
+        read_registered_timers=read_registered_timers,
+    )
+    console.render_show(
+        plan,
+        table,
+        shown_store=_shown_store(plan, store_name, join_side),
+        chosen=chosen,
+        key_filter=key_filter,
+        partitions_given=bool(partitions),
+        truncated=truncated,
+        limit=limit,
+        layout=layout,
+        as_json=as_json,
+    )
     return EXIT_OK
 
 
@@ -215,47 +279,102 @@ def show(checkpoint: str, operator_id: int | None, store_name: str | None, batch
 @click.argument("checkpoint")
 @click.option("--operator", "-O", "operator_id", type=int, help="Only this operator (default: all).")
 @click.option("--store", "-s", "store_name", help="Only this store (default: all).")
-@click.option("--batches", "batch_range", metavar="A..B",
-              help="Batches A..B, A.., ..B or B (default: every batch whose state is on disk).")
+@click.option(
+    "--batches",
+    "batch_range",
+    metavar="A..B",
+    help="Batches A..B, A.., ..B or B (default: every batch whose state is on disk).",
+)
 @click.option("--detail", is_flag=True, help="Also list every (batch, partition).")
 @common_options
-def stats(checkpoint: str, operator_id: int | None, store_name: str | None, batch_range: str | None, detail: bool,
-          as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+def stats(
+    checkpoint: str,
+    operator_id: int | None,
+    store_name: str | None,
+    batch_range: str | None,
+    detail: bool,
+    as_json: bool,
+    debug: bool,
+    storage_option: Sequence[str],
+) -> int:
     """State size per partition and batch: growth, skew."""
     from state_reader.inspect.stats import batch_summary, collect_stats, parse_batch_range
 
     start, end = parse_batch_range(batch_range)
-    result = collect_stats(checkpoint, operator_id=operator_id, store_name=store_name, start_batch=start,
-                           end_batch=end, storage_options=_storage_options(storage_option))
+    result = collect_stats(
+        checkpoint,
+        operator_id=operator_id,
+        store_name=store_name,
+        start_batch=start,
+        end_batch=end,
+        storage_options=_storage_options(storage_option),
+    )
     console.render_stats(result, batch_summary(result.table), detail=detail, as_json=as_json)
     return EXIT_OK
 
 
 @cli.command(name="changes", epilog=KEY_FILTER_HELP)
 @click.argument("checkpoint")
-@click.option("--from", "start", type=click.IntRange(min=0),
-              help="First batch of the change feed (required without --follow).")
-@click.option("--to", "end", type=click.IntRange(min=0),
-              help="Last batch (default: the latest committed; with --follow: follow until it is printed).")
-@click.option("--follow", "-f", "follow", is_flag=True,
-              help="Print the changes of each batch as the query commits it, until interrupted "
-                   "(--from defaults to the oldest batch the checkpoint keeps).")
-@click.option("--skip-lost", is_flag=True, help="With --follow: skip batches the query cleaned up before they "
-                                                 "were read (a warning names them) instead of failing.")
-@click.option("--snapshot", "start_with_snapshot", is_flag=True,
-              help="With --follow: first print the whole state before the first batch (change_type snapshot).")
+@click.option(
+    "--from", "start", type=click.IntRange(min=0), help="First batch of the change feed (required without --follow)."
+)
+@click.option(
+    "--to",
+    "end",
+    type=click.IntRange(min=0),
+    help="Last batch (default: the latest committed; with --follow: follow until it is printed).",
+)
+@click.option(
+    "--follow",
+    "-f",
+    "follow",
+    is_flag=True,
+    help="Print the changes of each batch as the query commits it, until interrupted "
+    "(--from defaults to the oldest batch the checkpoint keeps).",
+)
+@click.option(
+    "--skip-lost",
+    is_flag=True,
+    help="With --follow: skip batches the query cleaned up before they "
+    "were read (a warning names them) instead of failing.",
+)
+@click.option(
+    "--snapshot",
+    "start_with_snapshot",
+    is_flag=True,
+    help="With --follow: first print the whole state before the first batch (change_type snapshot).",
+)
 @click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0).")
 @click.option("--store", "-s", "store_name", help="Store name (default 'default').")
 @STATE_VAR_NAME
 @click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann'\".")
-@click.option("--limit", "-n", type=click.IntRange(min=0), default=DEFAULT_LIMIT, show_default=True,
-              help="Rows to show; 0 shows all.")
+@click.option(
+    "--limit",
+    "-n",
+    type=click.IntRange(min=0),
+    default=DEFAULT_LIMIT,
+    show_default=True,
+    help="Rows to show; 0 shows all.",
+)
 @LAYOUT
 @common_options
-def changes_command(checkpoint: str, start: int | None, end: int | None, follow: bool, skip_lost: bool,
-                    start_with_snapshot: bool, operator_id: int | None, store_name: str | None,
-                    state_var_name: str | None, key_filter: str | None, limit: int, layout: str, as_json: bool,
-                    debug: bool, storage_option: Sequence[str]) -> int:
+def changes_command(
+    checkpoint: str,
+    start: int | None,
+    end: int | None,
+    follow: bool,
+    skip_lost: bool,
+    start_with_snapshot: bool,
+    operator_id: int | None,
+    store_name: str | None,
+    state_var_name: str | None,
+    key_filter: str | None,
+    limit: int,
+    layout: str,
+    as_json: bool,
+    debug: bool,
+    storage_option: Sequence[str],
+) -> int:
     """The change feed: what batches FROM..TO changed; with --follow, each batch's changes as it commits
     (--json: one JSON object a row, a line each, for piping)."""
     from state_reader.inspect.changefeed import change_counts, changes
@@ -263,46 +382,105 @@ def changes_command(checkpoint: str, start: int | None, end: int | None, follow:
     if follow:
         from state_reader.fronts.follow_cli import follow_changes
 
-        return follow_changes(checkpoint, start, end, operator_id=operator_id, store_name=store_name,
-                              state_var_name=state_var_name, key_filter=key_filter, skip_lost=skip_lost,
-                              start_with_snapshot=start_with_snapshot, as_json=as_json,
-                              storage_options=_storage_options(storage_option))
+        return follow_changes(
+            checkpoint,
+            start,
+            end,
+            operator_id=operator_id,
+            store_name=store_name,
+            state_var_name=state_var_name,
+            key_filter=key_filter,
+            skip_lost=skip_lost,
+            start_with_snapshot=start_with_snapshot,
+            as_json=as_json,
+            storage_options=_storage_options(storage_option),
+        )
     if skip_lost or start_with_snapshot:
         raise click.UsageError("--skip-lost and --snapshot go with --follow")
     if start is None:
         raise click.UsageError("Missing option '--from' (it may be left out with --follow only)")
 
-    table = changes(checkpoint, start, end, operator_id=operator_id, store_name=store_name,
-                    state_var_name=state_var_name, key_filter=key_filter,
-                    storage_options=_storage_options(storage_option))
-    console.render_changes(table, change_counts(table), start=start, end=end, key_filter=key_filter, limit=limit,
-                           layout=layout, as_json=as_json)
+    table = changes(
+        checkpoint,
+        start,
+        end,
+        operator_id=operator_id,
+        store_name=store_name,
+        state_var_name=state_var_name,
+        key_filter=key_filter,
+        storage_options=_storage_options(storage_option),
+    )
+    console.render_changes(
+        table,
+        change_counts(table),
+        start=start,
+        end=end,
+        key_filter=key_filter,
+        limit=limit,
+        layout=layout,
+        as_json=as_json,
+    )
     return EXIT_OK
 
 
 @cli.command(epilog=KEY_FILTER_HELP)
 @click.argument("checkpoint")
-@click.option("--to", "out", required=True, metavar="FILE",
-              help="Output file: .parquet, .csv, .json (one JSON array) or .jsonl (one JSON object a line).")
-@click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "json", "jsonl"]),
-              help="Output format (default: from the extension).")
+@click.option(
+    "--to",
+    "out",
+    required=True,
+    metavar="FILE",
+    help="Output file: .parquet, .csv, .json (one JSON array) or .jsonl (one JSON object a line).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["parquet", "csv", "json", "jsonl"]),
+    help="Output format (default: from the extension).",
+)
 @store_read_options
 @common_options
-def export(checkpoint: str, out: str, fmt: str | None, operator_id: int | None, store_name: str | None,
-           batch_id: int | None, partitions: tuple[int, ...], key_filter: str | None, state_var_name: str | None,
-           read_registered_timers: bool | None, join_side: str | None, as_json: bool, debug: bool,
-           storage_option: Sequence[str]) -> int:
+def export(
+    checkpoint: str,
+    out: str,
+    fmt: str | None,
+    operator_id: int | None,
+    store_name: str | None,
+    batch_id: int | None,
+    partitions: tuple[int, ...],
+    key_filter: str | None,
+    state_var_name: str | None,
+    read_registered_timers: bool | None,
+    join_side: str | None,
+    as_json: bool,
+    debug: bool,
+    storage_option: Sequence[str],
+) -> int:
     """Write the state of one store at one batch to a file."""
     from state_reader.inspect.export import export_state
 
-    plan, result = _read(checkpoint, storage_option,
-                         lambda plan: (plan, export_state(plan, out, fmt=fmt, key_filter=key_filter,
-                                                          partitions=list(partitions) or None)),
-                         operator_id=operator_id, store_name=store_name, batch_id=batch_id,
-                         state_var_name=state_var_name, join_side=join_side,
-                         read_registered_timers=read_registered_timers)
-    console.render_export(plan, result, out=out, shown_store=_shown_store(plan, store_name, join_side),
-                          size=os.path.getsize(out), as_json=as_json)
+    plan, result = _read(
+        checkpoint,
+        storage_option,
+        lambda plan: (
+            plan,
+            export_state(plan, out, fmt=fmt, key_filter=key_filter, partitions=list(partitions) or None),
+        ),
+        operator_id=operator_id,
+        store_name=store_name,
+        batch_id=batch_id,
+        state_var_name=state_var_name,
+        join_side=join_side,
+        read_registered_timers=read_registered_timers,
+    )
+    console.render_export(
+        plan,
+        result,
+        out=out,
+        shown_store=_shown_store(plan, store_name, join_side),
+        size=os.path.getsize(out),
+        as_json=as_json,
+    )
     return EXIT_OK
 
 
@@ -326,8 +504,16 @@ def verify(checkpoint: str, operator_id: int | None, as_json: bool, debug: bool,
 @click.option("--store", "-s", "store_name", help="Only this store (default: all).")
 @click.option("--batches", "batch_range", metavar="A..B", help="Batches A..B, A.., ..B or B.")
 @common_options
-def plot(checkpoint: str, out: str, operator_id: int | None, store_name: str | None, batch_range: str | None,
-         as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+def plot(
+    checkpoint: str,
+    out: str,
+    operator_id: int | None,
+    store_name: str | None,
+    batch_range: str | None,
+    as_json: bool,
+    debug: bool,
+    storage_option: Sequence[str],
+) -> int:
     """Plot state rows and bytes per partition over batches."""
     from state_reader.fronts.plotting import PLOT_NEEDS, figure_from_stats
     from state_reader.inspect.stats import collect_stats, parse_batch_range
@@ -339,21 +525,33 @@ def plot(checkpoint: str, out: str, operator_id: int | None, store_name: str | N
     matplotlib.use("Agg")  # files only, never a window
 
     start, end = parse_batch_range(batch_range)
-    result = collect_stats(checkpoint, operator_id=operator_id, store_name=store_name, start_batch=start,
-                           end_batch=end, storage_options=_storage_options(storage_option))
+    result = collect_stats(
+        checkpoint,
+        operator_id=operator_id,
+        store_name=store_name,
+        start_batch=start,
+        end_batch=end,
+        storage_options=_storage_options(storage_option),
+    )
     fig = figure_from_stats(result.table, title=f"state of {checkpoint}")
     fig.savefig(out)
     width, height = (round(float(v)) for v in fig.get_size_inches() * fig.dpi)
-    console.render_plot(out, width=width, height=height, stores=len(result.providers), batches=result.batches,
-                        as_json=as_json)
+    console.render_plot(
+        out, width=width, height=height, stores=len(result.providers), batches=result.batches, as_json=as_json
+    )
     return EXIT_OK
 
 
 @cli.command(epilog=KEY_FILTER_HELP)
 @click.argument("checkpoint")
 @click.argument("destination", required=False)
-@click.option("--partitions", "-n", "num_partitions", type=click.IntRange(min=1),
-              help="New number of state partitions (default: unchanged).")
+@click.option(
+    "--partitions",
+    "-n",
+    "num_partitions",
+    type=click.IntRange(min=1),
+    help="New number of state partitions (default: unchanged).",
+)
 @click.option("--provider", type=click.Choice(list(PROVIDER_NAMES)), help="Write the state in this provider's files.")
 @click.option("--drop-keys", metavar="EXPR", help="Leave out the keys matching this key filter, from every store.")
 @click.option("--batch", "batch_id", type=int, help="Committed batch to rewrite (default: the last).")
@@ -361,9 +559,20 @@ def plot(checkpoint: str, out: str, operator_id: int | None, store_name: str | N
 @click.option("--dry-run", is_flag=True, help="Write nothing; show the rows and bytes each new partition would get.")
 @click.option("--plot", "plot_out", metavar="FILE.png", help="Also draw today's and the new partition sizes.")
 @common_options
-def rewrite(checkpoint: str, destination: str | None, num_partitions: int | None, provider: str | None,
-            drop_keys: str | None, batch_id: int | None, allow_uncommitted: bool, dry_run: bool,
-            plot_out: str | None, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+def rewrite(
+    checkpoint: str,
+    destination: str | None,
+    num_partitions: int | None,
+    provider: str | None,
+    drop_keys: str | None,
+    batch_id: int | None,
+    allow_uncommitted: bool,
+    dry_run: bool,
+    plot_out: str | None,
+    as_json: bool,
+    debug: bool,
+    storage_option: Sequence[str],
+) -> int:
     """Write CHECKPOINT's state into a new checkpoint DESTINATION that the same query resumes from
     (CHECKPOINT is only read; DESTINATION must not exist or be empty)."""
     from state_reader.fronts.api import rewrite as rewrite_checkpoint
@@ -378,10 +587,17 @@ def rewrite(checkpoint: str, destination: str | None, num_partitions: int | None
 
             raise click.ClickException(PLOT_NEEDS) from None
         matplotlib.use("Agg")
-    report = rewrite_checkpoint(checkpoint, None if dry_run else destination, num_partitions=num_partitions,
-                                provider=provider, drop_keys=drop_keys, batch_id=batch_id,
-                                allow_uncommitted=allow_uncommitted, dry_run=dry_run,
-                                storage_options=_storage_options(storage_option))
+    report = rewrite_checkpoint(
+        checkpoint,
+        None if dry_run else destination,
+        num_partitions=num_partitions,
+        provider=provider,
+        drop_keys=drop_keys,
+        batch_id=batch_id,
+        allow_uncommitted=allow_uncommitted,
+        dry_run=dry_run,
+        storage_options=_storage_options(storage_option),
+    )
     if plot_out is not None:
         from state_reader.fronts.plotting import rewrite_layout_figure
 
@@ -392,11 +608,17 @@ def rewrite(checkpoint: str, destination: str | None, num_partitions: int | None
 
 @cli.command()
 @click.argument("checkpoint")
-@click.option("--threshold", "thresholds", multiple=True, metavar="NAME=VALUE",
-              help="Override a threshold (repeatable): " + ", ".join(THRESHOLDS) + ".")
+@click.option(
+    "--threshold",
+    "thresholds",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Override a threshold (repeatable): " + ", ".join(THRESHOLDS) + ".",
+)
 @common_options
-def doctor(checkpoint: str, thresholds: Sequence[str], as_json: bool, debug: bool,
-           storage_option: Sequence[str]) -> int:
+def doctor(
+    checkpoint: str, thresholds: Sequence[str], as_json: bool, debug: bool, storage_option: Sequence[str]
+) -> int:
     """Say what is wrong with the query that wrote CHECKPOINT; exit 3 when a warning or worse is found."""
     from state_reader.inspect.doctor import diagnose
 
@@ -450,9 +672,17 @@ def _one_line(text: str) -> str:
 # the read options that errors name as flags, by the parameter of the commands that takes each; the flags
 # themselves are the ones the commands declare (written once, in their decorators)
 _FLAG_PARAMS: dict[str, str] = {
-    "read_registered_timers": "readRegisteredTimers", "batch_id": "batchId", "start": "changeStartBatchId",
-    "end": "changeEndBatchId", "operator_id": "operatorId", "store_name": "storeName",
-    "state_var_name": "stateVarName", "join_side": "joinSide", "key_filter": "key_filter", "drop_keys": "drop_keys"}
+    "read_registered_timers": "readRegisteredTimers",
+    "batch_id": "batchId",
+    "start": "changeStartBatchId",
+    "end": "changeEndBatchId",
+    "operator_id": "operatorId",
+    "store_name": "storeName",
+    "state_var_name": "stateVarName",
+    "join_side": "joinSide",
+    "key_filter": "key_filter",
+    "drop_keys": "drop_keys",
+}
 
 
 @functools.cache
@@ -496,8 +726,9 @@ def _counted(args: list[str]) -> int:
     try:
         return main(args)
     finally:
-        click.echo(f"filesystem: {describe_counts(io_counts_since(before))} in "
-                   f"{time.monotonic() - started:.2f} s", err=True)
+        click.echo(
+            f"filesystem: {describe_counts(io_counts_since(before))} in {time.monotonic() - started:.2f} s", err=True
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -547,8 +778,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # one line for the user, the traceback on request
         if debug:
             traceback.print_exc()
-        click.echo(f"error: unexpected {type(exc).__name__}: {_one_line(str(exc))} "
-                   "(run with --debug for the traceback)", err=True)
+        click.echo(
+            f"error: unexpected {type(exc).__name__}: {_one_line(str(exc))} (run with --debug for the traceback)",
+            err=True,
+        )
         return EXIT_ERROR
 
 

@@ -100,8 +100,7 @@ def print_rows(con: Console, names: list[str], rows: list[list[Any]], layout: st
     from state_reader.inspect.flatten import render_cell
 
     if layout == "auto":
-        widths = [max([len(n)] + [min(len(render_cell(r[i])), CELL_WIDTH) for r in rows]) for i, n in
-                  enumerate(names)]
+        widths = [max([len(n)] + [min(len(render_cell(r[i])), CELL_WIDTH) for r in rows]) for i, n in enumerate(names)]
         layout = "table" if sum(w + 3 for w in widths) <= con.width else "records"
     con.print(data_table(names, rows) if layout == "table" else records(names, rows))
 
@@ -111,7 +110,7 @@ def relative(path: str | None, root: str) -> str:
     if not path:
         return "-"
     prefix = root.rstrip("/") + "/"
-    return path[len(prefix):] if path.startswith(prefix) else path
+    return path[len(prefix) :] if path.startswith(prefix) else path
 
 
 # ---------------------------------------------------------------------------
@@ -137,11 +136,16 @@ def render_overview(info: dict[str, Any], *, as_json: bool) -> None:
         parts.append(f"{info['shuffle_partitions']} shuffle partitions")
     grid.add_row("state store", " · ".join(parts))
     if info["provider"] == "rocksdb":
-        grid.add_row("", f"changelog checkpointing {'on' if info['changelog_checkpointing'] else 'off'} · "
-                         f"checkpoint format v{info['checkpoint_format_version']}")
+        grid.add_row(
+            "",
+            f"changelog checkpointing {'on' if info['changelog_checkpointing'] else 'off'} · "
+            f"checkpoint format v{info['checkpoint_format_version']}",
+        )
     grid.add_row("state formats", formats)
-    grid.add_row("", f"encoding {info['encoding_format'] or 'unsaferow'} · "
-                     f"row checksums {'on' if info['row_checksum'] else 'off'}")
+    grid.add_row(
+        "",
+        f"encoding {info['encoding_format'] or 'unsaferow'} · row checksums {'on' if info['row_checksum'] else 'off'}",
+    )
     grid.add_row("operator metadata", info["operator_metadata"])
     con.print(grid)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
@@ -151,39 +155,76 @@ def render_overview(info: dict[str, Any], *, as_json: bool) -> None:
         span = f"{op['batches']['first']}..{op['batches']['last']}" if op["batches"] else "-"
         for i, store in enumerate(op["stores"]):
             first = i == 0
-            table.add_row(str(op["operator_id"]) if first else "",
-                          Text(op["operator_name"] or "unknown") if first else "",
-                          Text(store["store_name"]), str(store["num_partitions"]),
-                          str(op["partitions_on_disk"]) if first else "", op["provider"] if first else "",
-                          span if first else "", Text(op["operator_properties"] or "") if first else "")
+            table.add_row(
+                str(op["operator_id"]) if first else "",
+                Text(op["operator_name"] or "unknown") if first else "",
+                Text(store["store_name"]),
+                str(store["num_partitions"]),
+                str(op["partitions_on_disk"]) if first else "",
+                op["provider"] if first else "",
+                span if first else "",
+                Text(op["operator_properties"] or "") if first else "",
+            )
     if info["operators"]:
         con.print(table)
         for op in info["operators"]:  # transformWithState: the user's variables, a column family each
             if op.get("state_variables"):
-                con.print(Text(f"operator {op['operator_id']} state variables: " + "; ".join(
-                    f"{v['name']}: {v['described']}" for v in op["state_variables"])))
+                con.print(
+                    Text(
+                        f"operator {op['operator_id']} state variables: "
+                        + "; ".join(f"{v['name']}: {v['described']}" for v in op["state_variables"])
+                    )
+                )
     else:
         con.print("no stateful operators (no state/ directory)")
 
 
-def render_show(plan: StateReadPlan, table: pa.Table, *, shown_store: str, chosen: list[int],
-                key_filter: str | None, partitions_given: bool, truncated: bool, limit: int, layout: str,
-                as_json: bool) -> None:
+def render_show(
+    plan: StateReadPlan,
+    table: pa.Table,
+    *,
+    shown_store: str,
+    chosen: list[int],
+    key_filter: str | None,
+    partitions_given: bool,
+    truncated: bool,
+    limit: int,
+    layout: str,
+    as_json: bool,
+) -> None:
     """``show``: the rows read (``table``, already cut at ``limit``) of the ``chosen`` partitions."""
     from state_reader.inspect.flatten import display_rows, json_rows
 
-    where = {"operator_id": plan.operator_id, "store_name": shown_store, "batch_id": plan.batch_id,
-             "version": plan.version, "partitions": chosen}
+    where = {
+        "operator_id": plan.operator_id,
+        "store_name": shown_store,
+        "batch_id": plan.batch_id,
+        "version": plan.version,
+        "partitions": chosen,
+    }
     if as_json:
         # row_count: every row of the result (None: the limit stopped the read before all were counted)
-        emit_json({**where, "key_filter": key_filter, "row_count": None if truncated else table.num_rows,
-                   "rows_shown": table.num_rows, "truncated": truncated, "rows": json_rows(table)})
+        emit_json(
+            {
+                **where,
+                "key_filter": key_filter,
+                "row_count": None if truncated else table.num_rows,
+                "rows_shown": table.num_rows,
+                "truncated": truncated,
+                "rows": json_rows(table),
+            }
+        )
         return
     con = new_console()
-    head = (f"operator {plan.operator_id} · store {shown_store} · batch {plan.batch_id} "
-            f"(version {plan.version}) · partitions {', '.join(map(str, chosen))}"
-            + (f" of {len(plan.partitions)} (the key filter pins the partition key)"
-               if key_filter and not partitions_given and len(chosen) < len(plan.partitions) else ""))
+    head = (
+        f"operator {plan.operator_id} · store {shown_store} · batch {plan.batch_id} "
+        f"(version {plan.version}) · partitions {', '.join(map(str, chosen))}"
+        + (
+            f" of {len(plan.partitions)} (the key filter pins the partition key)"
+            if key_filter and not partitions_given and len(chosen) < len(plan.partitions)
+            else ""
+        )
+    )
     con.print(Text(head + (f" · key filter: {key_filter}" if key_filter else ""), style="bold"))
     if table.num_rows == 0:
         con.print("no rows" + (" match the key filter" if key_filter else ""))
@@ -211,65 +252,98 @@ def stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: boo
         kind = provider_name(provider) or provider
         con.print(Text(f"operator {op} ({name}) · store {store} · {kind}", style="bold"))
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-        for col in ("batch", "rows", "Δ rows", "state", "on disk", "files", "chain", "largest partition",
-                    "max/median"):
+        for col in ("batch", "rows", "Δ rows", "state", "on disk", "files", "chain", "largest partition", "max/median"):
             table.add_column(col, justify="left" if col == "largest partition" else "right")
         prev = None
         for r in batches:
             delta = "" if prev is None else f"{r['rows'] - prev:+d}"
             skew = r["rows_skew"]  # null: the median partition is empty, the skew infinite
-            skew_text = Text("∞" if skew is None else f"{skew:.2f}×",
-                             style="yellow" if is_skewed(r["max_partition_rows"], r["median_partition_rows"]) else "")
-            table.add_row(str(r["batch_id"]), str(r["rows"]), delta, human_bytes(r["state_bytes"]),
-                          human_bytes(r["bytes_on_disk"]), str(r["files"]), str(r["max_delta_chain"]),
-                          f"{r['max_partition']} ({r['max_partition_rows']} rows)", skew_text)
+            skew_text = Text(
+                "∞" if skew is None else f"{skew:.2f}×",
+                style="yellow" if is_skewed(r["max_partition_rows"], r["median_partition_rows"]) else "",
+            )
+            table.add_row(
+                str(r["batch_id"]),
+                str(r["rows"]),
+                delta,
+                human_bytes(r["state_bytes"]),
+                human_bytes(r["bytes_on_disk"]),
+                str(r["files"]),
+                str(r["max_delta_chain"]),
+                f"{r['max_partition']} ({r['max_partition_rows']} rows)",
+                skew_text,
+            )
             prev = r["rows"]
         con.print(table)
         first, last = batches[0], batches[-1]
         counts = [r["rows"] for r in batches]
         change = last["rows"] - first["rows"]
         pct = f" ({change / first['rows']:+.0%})" if first["rows"] else ""
-        con.print(f"rows  {sparkline(counts)}  {first['rows']} → {last['rows']} over batches "
-                  f"{first['batch_id']}..{last['batch_id']}{pct}")
-        con.print(f"bytes {sparkline([r['state_bytes'] for r in batches])}  "
-                  f"{human_bytes(first['state_bytes'])} → {human_bytes(last['state_bytes'])} state, "
-                  f"{human_bytes(last['bytes_on_disk'])} on disk")
+        con.print(
+            f"rows  {sparkline(counts)}  {first['rows']} → {last['rows']} over batches "
+            f"{first['batch_id']}..{last['batch_id']}{pct}"
+        )
+        con.print(
+            f"bytes {sparkline([r['state_bytes'] for r in batches])}  "
+            f"{human_bytes(first['state_bytes'])} → {human_bytes(last['state_bytes'])} state, "
+            f"{human_bytes(last['bytes_on_disk'])} on disk"
+        )
         growth = growth_note(counts, first["batch_id"], last["batch_id"])
         if growth:
             con.print(Text(growth, style="yellow"))
-        latest_parts = sorted((p for p in parts if p["batch_id"] == last["batch_id"]),
-                              key=lambda p: (-p["rows"], p["partition_id"]))
+        latest_parts = sorted(
+            (p for p in parts if p["batch_id"] == last["batch_id"]), key=lambda p: (-p["rows"], p["partition_id"])
+        )
         total = last["rows"] or 1
-        ptable = Table(box=box.SIMPLE_HEAD, pad_edge=False,
-                       title=f"partitions at batch {last['batch_id']} (largest first)", title_justify="left")
+        ptable = Table(
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            title=f"partitions at batch {last['batch_id']} (largest first)",
+            title_justify="left",
+        )
         for col in ("partition", "rows", "share", "state", "on disk", "files", "chain", "snapshot"):
             ptable.add_column(col, justify="right")
         for p in latest_parts[:10]:
-            ptable.add_row(str(p["partition_id"]), str(p["rows"]), f"{p['rows'] / total:.0%}",
-                           human_bytes(p["state_bytes"]), human_bytes(p["bytes_on_disk"]), str(p["files"]),
-                           str(p["delta_chain"]),
-                           "-" if p["snapshot_version"] is None else str(p["snapshot_version"]))
+            ptable.add_row(
+                str(p["partition_id"]),
+                str(p["rows"]),
+                f"{p['rows'] / total:.0%}",
+                human_bytes(p["state_bytes"]),
+                human_bytes(p["bytes_on_disk"]),
+                str(p["files"]),
+                str(p["delta_chain"]),
+                "-" if p["snapshot_version"] is None else str(p["snapshot_version"]),
+            )
         con.print(ptable)
         if len(latest_parts) > 10:
             con.print(f"… and {len(latest_parts) - 10} more partitions (--json lists all)")
         skew = last["rows_skew"]
         # the doctor's verdict and threshold (`doctor` reports the same store as a skew finding)
         verdict = "skewed" if is_skewed(last["max_partition_rows"], last["median_partition_rows"]) else "even"
-        con.print(Text(
-            f"skew at batch {last['batch_id']}: partition {last['max_partition']} holds "
-            f"{last['max_partition_rows']} of {last['rows']} rows; largest/median "
-            f"{'∞' if skew is None else f'{skew:.2f}×'} ({verdict}); median partition "
-            f"{last['median_partition_rows']:g} rows", style="yellow" if verdict == "skewed" else ""))
+        con.print(
+            Text(
+                f"skew at batch {last['batch_id']}: partition {last['max_partition']} holds "
+                f"{last['max_partition_rows']} of {last['rows']} rows; largest/median "
+                f"{'∞' if skew is None else f'{skew:.2f}×'} ({verdict}); median partition "
+                f"{last['median_partition_rows']:g} rows",
+                style="yellow" if verdict == "skewed" else "",
+            )
+        )
         if detail:
-            dtable = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="every batch and partition",
-                           title_justify="left")
+            dtable = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="every batch and partition", title_justify="left")
             for col in ("batch", "partition", "rows", "state", "on disk", "files", "chain", "snapshot"):
                 dtable.add_column(col, justify="right")
             for p in parts:
-                dtable.add_row(str(p["batch_id"]), str(p["partition_id"]), str(p["rows"]),
-                               human_bytes(p["state_bytes"]), human_bytes(p["bytes_on_disk"]), str(p["files"]),
-                               str(p["delta_chain"]),
-                               "-" if p["snapshot_version"] is None else str(p["snapshot_version"]))
+                dtable.add_row(
+                    str(p["batch_id"]),
+                    str(p["partition_id"]),
+                    str(p["rows"]),
+                    human_bytes(p["state_bytes"]),
+                    human_bytes(p["bytes_on_disk"]),
+                    str(p["files"]),
+                    str(p["delta_chain"]),
+                    "-" if p["snapshot_version"] is None else str(p["snapshot_version"]),
+                )
             con.print(dtable)
         con.print()
 
@@ -280,8 +354,15 @@ def render_stats(result: StatsResult, summary: pa.Table, *, detail: bool, as_jso
 
     skipped = [{"operator_id": op, "store_name": s, "reason": why} for op, s, why in result.skipped]
     if as_json:
-        emit_json({"batches": result.batches, "summary": json_rows(summary),
-                   "partitions": json_rows(result.table), "skipped": skipped, "notes": result.notes})
+        emit_json(
+            {
+                "batches": result.batches,
+                "summary": json_rows(summary),
+                "partitions": json_rows(result.table),
+                "skipped": skipped,
+                "notes": result.notes,
+            }
+        )
         return
     con = new_console()
     for note in result.notes:
@@ -291,8 +372,17 @@ def render_stats(result: StatsResult, summary: pa.Table, *, detail: bool, as_jso
         con.print(Text(f"operator {s['operator_id']} store {s['store_name']} skipped: {s['reason']}", style="dim"))
 
 
-def render_changes(table: pa.Table, counts: list[dict[str, Any]], *, start: int, end: int | None,
-                   key_filter: str | None, limit: int, layout: str, as_json: bool) -> None:
+def render_changes(
+    table: pa.Table,
+    counts: list[dict[str, Any]],
+    *,
+    start: int,
+    end: int | None,
+    key_filter: str | None,
+    limit: int,
+    layout: str,
+    as_json: bool,
+) -> None:
     """``changes``: the change feed of batches ``start``..``end``, its counts and its first ``limit`` rows."""
     from state_reader.inspect.flatten import display_rows, json_rows
 
@@ -300,21 +390,28 @@ def render_changes(table: pa.Table, counts: list[dict[str, Any]], *, start: int,
     truncated = bool(limit) and total > limit
     shown = table.slice(0, limit) if truncated else table
     if as_json:
-        emit_json({"start_batch": start, "end_batch": end, "key_filter": key_filter, "counts": counts,
-                   "row_count": total, "rows_shown": shown.num_rows, "truncated": truncated,
-                   "rows": json_rows(shown)})
+        emit_json(
+            {
+                "start_batch": start,
+                "end_batch": end,
+                "key_filter": key_filter,
+                "counts": counts,
+                "row_count": total,
+                "rows_shown": shown.num_rows,
+                "truncated": truncated,
+                "rows": json_rows(shown),
+            }
+        )
         return
     con = new_console()
     span = f"{start}..{end}" if end is not None else f"{start}..latest"
-    con.print(Text(f"changes in batches {span}" + (f" · key filter: {key_filter}" if key_filter else ""),
-                   style="bold"))
+    con.print(Text(f"changes in batches {span}" + (f" · key filter: {key_filter}" if key_filter else ""), style="bold"))
     if total == 0:
         con.print("no changes")
         return
     by_batch: dict[int, list[str]] = {}
     for c in counts:
-        by_batch.setdefault(c["batch_id"], []).append(
-            f"{c['rows']} {c['change_type']}{'s' if c['rows'] != 1 else ''}")
+        by_batch.setdefault(c["batch_id"], []).append(f"{c['rows']} {c['change_type']}{'s' if c['rows'] != 1 else ''}")
     for batch, parts in by_batch.items():
         con.print(f"  batch {batch}: {', '.join(parts)}")
     names, rows = display_rows(shown)
@@ -337,22 +434,37 @@ def render_follow_batch(batch: int, table: pa.Table, counts: list[dict[str, Any]
     if table.num_rows:
         names, rows = display_rows(table)
         for cells in rows:
-            click.echo("  " + "  ".join(f"{n}={v}" for n, v in zip(names, cells, strict=True)
-                                        if n not in ("batch_id",)))
+            click.echo(
+                "  " + "  ".join(f"{n}={v}" for n, v in zip(names, cells, strict=True) if n not in ("batch_id",))
+            )
     sys.stdout.flush()
 
 
-def render_export(plan: StateReadPlan, result: ExportResult, *, out: str, shown_store: str, size: int,
-                  as_json: bool) -> None:
+def render_export(
+    plan: StateReadPlan, result: ExportResult, *, out: str, shown_store: str, size: int, as_json: bool
+) -> None:
     """``export``: what was written to ``out`` (``size`` bytes)."""
     if as_json:
-        emit_json({"path": out, "format": result.format, "rows": result.rows, "partitions": result.partitions,
-                   "bytes": size, "operator_id": plan.operator_id, "store_name": shown_store,
-                   "batch_id": plan.batch_id})
+        emit_json(
+            {
+                "path": out,
+                "format": result.format,
+                "rows": result.rows,
+                "partitions": result.partitions,
+                "bytes": size,
+                "operator_id": plan.operator_id,
+                "store_name": shown_store,
+                "batch_id": plan.batch_id,
+            }
+        )
         return
-    new_console().print(Text(f"wrote {result.rows} rows from {result.partitions} partitions of operator "
-                             f"{plan.operator_id} (store {shown_store}, batch {plan.batch_id}) to {out} "
-                             f"({result.format}, {human_bytes(size)})"))
+    new_console().print(
+        Text(
+            f"wrote {result.rows} rows from {result.partitions} partitions of operator "
+            f"{plan.operator_id} (store {shown_store}, batch {plan.batch_id}) to {out} "
+            f"({result.format}, {human_bytes(size)})"
+        )
+    )
 
 
 def render_verify(report: VerifyReport, *, as_json: bool) -> None:
@@ -369,25 +481,40 @@ def render_verify(report: VerifyReport, *, as_json: bool) -> None:
             span = f"versions {lo}..{hi} (batches {lo - 1}..{hi - 1})"
         else:
             span = "no versions"
-        con.print(Text(f"operator {s['operator_id']} ({s['operator_name'] or 'unknown'}) · store {s['store_name']} · "
-                       f"{len(ps)} partitions · {span}"))
+        con.print(
+            Text(
+                f"operator {s['operator_id']} ({s['operator_name'] or 'unknown'}) · store {s['store_name']} · "
+                f"{len(ps)} partitions · {span}"
+            )
+        )
     for s in report.skipped:
         con.print(Text(f"operator {s['operator_id']} store {s['store_name']} skipped: {s['reason']}", style="dim"))
     if report.ok:
         con.print(Text(f"OK: {report.versions_checked} versions decoded without error", style="green bold"))
         return
     if not report.problems:
-        con.print(Text(f"INCOMPLETE: {report.versions_checked} versions decoded without error, but "
-                       f"{len(report.skipped)} store{'s' if len(report.skipped) != 1 else ''} could not be checked",
-                       style="red bold"))
+        con.print(
+            Text(
+                f"INCOMPLETE: {report.versions_checked} versions decoded without error, but "
+                f"{len(report.skipped)} store{'s' if len(report.skipped) != 1 else ''} could not be checked",
+                style="red bold",
+            )
+        )
         return
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="problems", title_justify="left")
     for col in ("op", "store", "partition", "version", "batch", "error", "file", "message"):
         table.add_column(col, overflow="fold")
     for p in report.problems:
-        table.add_row(str(p.operator_id), Text(p.store_name), "-" if p.partition_id is None else str(p.partition_id),
-                      "-" if p.version is None else str(p.version), "-" if p.batch_id is None else str(p.batch_id),
-                      p.error_class, Text(relative(p.path, report.checkpoint)), Text(p.message))
+        table.add_row(
+            str(p.operator_id),
+            Text(p.store_name),
+            "-" if p.partition_id is None else str(p.partition_id),
+            "-" if p.version is None else str(p.version),
+            "-" if p.batch_id is None else str(p.batch_id),
+            p.error_class,
+            Text(relative(p.path, report.checkpoint)),
+            Text(p.message),
+        )
     con.print(table)
     con.print(Text(f"DAMAGED: {len(report.problems)} of {report.versions_checked} versions failed", style="red bold"))
     for path, n in report.damaged_files().items():
@@ -400,8 +527,9 @@ def render_plot(out: str, *, width: int, height: int, stores: int, batches: list
         emit_json({"path": out, "width": width, "height": height, "stores": stores, "batches": batches})
         return
     span = f"{batches[0]}..{batches[-1]}" if batches else "none"
-    new_console().print(Text(f"wrote {out} ({width}×{height} px): {stores} store{'s' if stores != 1 else ''}, "
-                             f"batches {span}"))
+    new_console().print(
+        Text(f"wrote {out} ({width}×{height} px): {stores} store{'s' if stores != 1 else ''}, batches {span}")
+    )
 
 
 def render_rewrite(report: RewriteReport, *, plot_out: str | None, as_json: bool) -> None:
@@ -432,8 +560,13 @@ def render_doctor(result: Diagnosis, *, as_json: bool) -> None:
         where = "" if f.operator_id is None else f" · operator {f.operator_id}, store {f.store_name}"
         con.print(Text(f"{f.severity.upper()} {f.kind}{where}", style=styles[f.severity]))
         con.print(Text(f"  {f.summary}"))
-        con.print(Text("  evidence: " + ", ".join(f"{k}={json.dumps(v, default=str, ensure_ascii=False)}"
-                                                  for k, v in f.evidence.items()), style="dim"))
+        con.print(
+            Text(
+                "  evidence: "
+                + ", ".join(f"{k}={json.dumps(v, default=str, ensure_ascii=False)}" for k, v in f.evidence.items()),
+                style="dim",
+            )
+        )
         con.print(Text(f"  what to do: {f.action}"))
 
 
@@ -448,8 +581,13 @@ def render_schema(schemas: list[StoreSchema], *, as_json: bool) -> None:
     for col in ("op", "operator", "store", "key", "value"):
         table.add_column(col, overflow="fold")
     for s in schemas:
-        table.add_row(str(s.operator_id), Text(s.operator_name or "unknown"), Text(s.store_name), Text(ddl(s.key)),
-                      Text(ddl(s.value)))
+        table.add_row(
+            str(s.operator_id),
+            Text(s.operator_name or "unknown"),
+            Text(s.store_name),
+            Text(ddl(s.key)),
+            Text(ddl(s.value)),
+        )
     new_console().print(table)
 
 
@@ -461,9 +599,15 @@ def render_schema_diff(verdicts: list[SchemaVerdict], *, as_json: bool) -> None:
         return
     con = new_console()
     for v in verdicts:
-        verdict = Text("compatible" if v.compatible else f"refused ({v.error_class})",
-                       style="green" if v.compatible else "red bold")
+        verdict = Text(
+            "compatible" if v.compatible else f"refused ({v.error_class})",
+            style="green" if v.compatible else "red bold",
+        )
         con.print(Text(f"operator {v.operator_id}, store {v.store_name}: ") + verdict)
         con.print(Text(f"  {v.reason}"))
-    con.print(Text("Spark would restart from it" if compatible else "Spark would refuse to restart from it",
-                   style="green bold" if compatible else "red bold"))
+    con.print(
+        Text(
+            "Spark would restart from it" if compatible else "Spark would refuse to restart from it",
+            style="green bold" if compatible else "red bold",
+        )
+    )

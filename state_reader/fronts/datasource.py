@@ -47,8 +47,7 @@ def group_partitions(ids: list[int], per_task: int | None, cores: int | None) ->
     No state partition to read (a lookup of keys no partition can hold) is one
     input partition that reads nothing, since Spark plans at least one.
     """
-    return [_StatePartition(group) for group in shared.group_partitions(ids, per_task, cores)] or [
-        _StatePartition(())]
+    return [_StatePartition(group) for group in shared.group_partitions(ids, per_task, cores)] or [_StatePartition(())]
 
 
 class StateStoreDataSource(DataSource):
@@ -115,7 +114,8 @@ class StateStoreDataSource(DataSource):
             if str(feed).strip().lower() != "true":
                 raise InvalidOptionError(
                     "Invalid value for option 'readChangeFeed': a stream of state reads the change feed of a "
-                    "running query; set readChangeFeed=true (spark.read reads the state at one batch)")
+                    "running query; set readChangeFeed=true (spark.read reads the state at one batch)"
+                )
             return StateChangeStreamReader(follow.Follow.parse(options), *self._grouping())
         except StateReaderError as exc:
             # pyspark hides an error raised here behind one of its own: raised by the first offset instead
@@ -141,8 +141,9 @@ class StateStoreReader(DataSourceReader):
         with shared.spark_worker_errors(what):
             try:
                 # one thread: Spark already runs a task per core
-                yield from iter_batches(self.plan, partitions=ids, key_filter=self.key_filter(),
-                                        show_progress=False, threads=1)
+                yield from iter_batches(
+                    self.plan, partitions=ids, key_filter=self.key_filter(), show_progress=False, threads=1
+                )
             except live.GONE as exc:
                 # the driver planned this batch; a running query cleaned it up since (retries cannot help)
                 cleaned_up = live.cleaned_up_during_read(self.plan, exc)
@@ -160,8 +161,7 @@ class StateStoreReader(DataSourceReader):
 # Everything else is handed back to Spark.
 
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
-_FILTER_OPS = {"EqualTo": "=", "GreaterThan": ">", "GreaterThanOrEqual": ">=", "LessThan": "<",
-               "LessThanOrEqual": "<="}
+_FILTER_OPS = {"EqualTo": "=", "GreaterThan": ">", "GreaterThanOrEqual": ">=", "LessThan": "<", "LessThanOrEqual": "<="}
 
 
 def _exact_type(typ: pa.DataType, value: object) -> bool:
@@ -300,17 +300,26 @@ class StateMetadataReader(DataSourceReader):
             yield from read_metadata_table(self.opts).to_batches()
 
 
-def _with_setup(base: type[StateStoreDataSource], cores: int | None, repeated_names: bool | None,
-                remote: bool) -> type[StateStoreDataSource]:
+def _with_setup(
+    base: type[StateStoreDataSource], cores: int | None, repeated_names: bool | None, remote: bool
+) -> type[StateStoreDataSource]:
     """A subclass of ``base`` that knows Spark's cores and whether it keeps repeated struct field names.
 
     Made at run time, so cloudpickle ships it to the planning worker by value,
     class attributes included (a module-level class would travel by name only).
     """
-    return type(base.__name__, (base,), {"spark_cores": cores, "repeated_names": repeated_names,
-                                         "remote_jvm": remote, "__module__": __name__,
-                                         "__qualname__": f"{base.__qualname__}.with_setup",
-                                         "__doc__": base.__doc__})
+    return type(
+        base.__name__,
+        (base,),
+        {
+            "spark_cores": cores,
+            "repeated_names": repeated_names,
+            "remote_jvm": remote,
+            "__module__": __name__,
+            "__qualname__": f"{base.__qualname__}.with_setup",
+            "__doc__": base.__doc__,
+        },
+    )
 
 
 def register(spark) -> None:
@@ -326,7 +335,8 @@ def register(spark) -> None:
     """
     base = PushdownStateStoreDataSource if _pushdown_enabled(spark) else StateStoreDataSource
     repeated_ok = shared.repeated_names_supported(spark)
-    spark.dataSource.register(_with_setup(base, shared.spark_parallelism(spark), repeated_ok,
-                                          remote=shared.session_jvm(spark) is None))
+    spark.dataSource.register(
+        _with_setup(base, shared.spark_parallelism(spark), repeated_ok, remote=shared.session_jvm(spark) is None)
+    )
     spark.dataSource.register(StateMetadataDataSource)
     register_functions(spark)

@@ -17,17 +17,37 @@ from state_reader.fronts.console import render_follow_batch
 from state_reader.inspect.changefeed import change_counts, follow
 
 
-def follow_changes(checkpoint: str, start: int | None, end: int | None, *, operator_id: int | None,
-                   store_name: str | None, state_var_name: str | None, key_filter: str | None, skip_lost: bool,
-                   start_with_snapshot: bool, as_json: bool, storage_options: dict[str, Any] | None) -> int:
+def follow_changes(
+    checkpoint: str,
+    start: int | None,
+    end: int | None,
+    *,
+    operator_id: int | None,
+    store_name: str | None,
+    state_var_name: str | None,
+    key_filter: str | None,
+    skip_lost: bool,
+    start_with_snapshot: bool,
+    as_json: bool,
+    storage_options: dict[str, Any] | None,
+) -> int:
     """Print each committed batch's changes until interrupted or past ``end``; the command's exit code."""
-    items = follow(checkpoint, operator_id=operator_id, store_name=store_name, state_var_name=state_var_name,
-                   start=start, fail_on_data_loss=not skip_lost, start_with_snapshot=start_with_snapshot,
-                   storage_options=storage_options)
+    items = follow(
+        checkpoint,
+        operator_id=operator_id,
+        store_name=store_name,
+        state_var_name=state_var_name,
+        start=start,
+        fail_on_data_loss=not skip_lost,
+        start_with_snapshot=start_with_snapshot,
+        storage_options=storage_options,
+    )
     keys: KeyFilter | None = None
     if not as_json:
-        click.echo(f"following {checkpoint}" + (f" · key filter: {key_filter}" if key_filter else "")
-                   + " (Ctrl-C stops)", err=True)
+        click.echo(
+            f"following {checkpoint}" + (f" · key filter: {key_filter}" if key_filter else "") + " (Ctrl-C stops)",
+            err=True,
+        )
     for batch, table in items:
         if key_filter:
             if keys is None:
@@ -37,4 +57,3 @@ def follow_changes(checkpoint: str, start: int | None, end: int | None, *, opera
         if end is not None and batch >= end:
             break
     return 0
-

@@ -91,14 +91,19 @@ def read_state(spark: Any, path: str, **options: Any) -> Any:
         tasks = group_partitions(list(plan.partitions), partitions_per_task(opts), spark_parallelism(spark))
     transport_type = _spark_type(_unique_json(plan.output_schema.to_json()))
     frame = spark.range(0, len(tasks), 1, max(1, len(tasks))).mapInArrow(
-        _Decoder(plan, tasks, transport), transport_type)
+        _Decoder(plan, tasks, transport), transport_type
+    )
     if transport.equals(exact):
         return frame
     # back to Spark's names, by position (a struct cast matches fields by position); the frame's own
     # columns, as functions.col is classic or Connect by the process, not by the session
     exact_type = _spark_type(plan.output_schema.to_json())
-    return frame.select(*[frame[t.name].cast(e.dataType).alias(e.name)
-                          for t, e in zip(transport_type.fields, exact_type.fields, strict=True)])
+    return frame.select(
+        *[
+            frame[t.name].cast(e.dataType).alias(e.name)
+            for t, e in zip(transport_type.fields, exact_type.fields, strict=True)
+        ]
+    )
 
 
 def _unique_json(schema_json: Any) -> Any:
@@ -106,8 +111,13 @@ def _unique_json(schema_json: Any) -> Any:
     if isinstance(schema_json, dict):
         if schema_json.get("type") == "struct":
             names = unique_names([f["name"] for f in schema_json["fields"]])
-            return {**schema_json, "fields": [{**f, "name": n, "type": _unique_json(f["type"])}
-                                              for f, n in zip(schema_json["fields"], names, strict=True)]}
+            return {
+                **schema_json,
+                "fields": [
+                    {**f, "name": n, "type": _unique_json(f["type"])}
+                    for f, n in zip(schema_json["fields"], names, strict=True)
+                ],
+            }
         return {k: _unique_json(v) for k, v in schema_json.items()}
     return schema_json
 

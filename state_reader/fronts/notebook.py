@@ -89,15 +89,17 @@ def _sparkline(points: list[tuple[int, int]], measure: str, width: int = 240, he
 
     line = " ".join(f"{x(b):.1f},{y(v):.1f}" for b, v in points)
     label = 'font-size="9" fill="#777"'
-    return (f'<svg width="{width}" height="{height}" role="img" '
-            f'aria-label="{_e(measure)} over batches {first}..{last}, on a scale from 0 to {top}">'
-            f'<line x1="{left}" y1="{y(top):.1f}" x2="{width - right}" y2="{y(top):.1f}" stroke="#eee"/>'
-            f'<line x1="{left}" y1="{y(0):.1f}" x2="{width - right}" y2="{y(0):.1f}" stroke="#999"/>'
-            f'<text x="{left - 3}" y="{y(top) + 3:.1f}" text-anchor="end" {label}>{_count(top)}</text>'
-            f'<text x="{left - 3}" y="{y(0) + 3:.1f}" text-anchor="end" {label}>0</text>'
-            f'<text x="{left}" y="{height - 1}" {label}>batch {first}</text>'
-            f'<text x="{width - right}" y="{height - 1}" text-anchor="end" {label}>{last}</text>'
-            f'<polyline fill="none" stroke="#4c78a8" stroke-width="1.5" points="{line}"/></svg>')
+    return (
+        f'<svg width="{width}" height="{height}" role="img" '
+        f'aria-label="{_e(measure)} over batches {first}..{last}, on a scale from 0 to {top}">'
+        f'<line x1="{left}" y1="{y(top):.1f}" x2="{width - right}" y2="{y(top):.1f}" stroke="#eee"/>'
+        f'<line x1="{left}" y1="{y(0):.1f}" x2="{width - right}" y2="{y(0):.1f}" stroke="#999"/>'
+        f'<text x="{left - 3}" y="{y(top) + 3:.1f}" text-anchor="end" {label}>{_count(top)}</text>'
+        f'<text x="{left - 3}" y="{y(0) + 3:.1f}" text-anchor="end" {label}>0</text>'
+        f'<text x="{left}" y="{height - 1}" {label}>batch {first}</text>'
+        f'<text x="{width - right}" y="{height - 1}" text-anchor="end" {label}>{last}</text>'
+        f'<polyline fill="none" stroke="#4c78a8" stroke-width="1.5" points="{line}"/></svg>'
+    )
 
 
 @dataclass
@@ -172,8 +174,9 @@ class StateTable:
         batch = meta.get(b"state_reader.batch_id")
         start = meta.get(b"state_reader.change_start_batch_id")
         if batch and start:  # a change feed covers a range of batches
-            return f" in batch {batch.decode()}" if start == batch else \
-                f" in batches {start.decode()}..{batch.decode()}"
+            return (
+                f" in batch {batch.decode()}" if start == batch else f" in batches {start.decode()}..{batch.decode()}"
+            )
         return f" at batch {batch.decode()}" if batch else ""
 
     def __repr__(self) -> str:
@@ -185,13 +188,21 @@ class StateTable:
 
     def _repr_html_(self) -> str:
         head = flatten_table(self.table.slice(0, self.HEAD), render_nested=True)
-        rows = "".join("<tr>" + "".join(f"<td>{_e('' if v is None else v)}</td>" for v in row.values()) + "</tr>"
-                       for row in head.to_pylist())
-        more = (f'<div class="sr-muted">… {self.table.num_rows - self.HEAD} more rows</div>'
-                if self.table.num_rows > self.HEAD else "")
-        return (f'{_CSS}<div class="sr-cp"><div><b>{_e(self.what)}</b>{_e(self._batch())} · '
-                f"{self.table.num_rows} rows × {self.table.num_columns} columns</div><table><tr>"
-                + "".join(f"<th>{_e(c)}</th>" for c in head.column_names) + f"</tr>{rows}</table>{more}</div>")
+        rows = "".join(
+            "<tr>" + "".join(f"<td>{_e('' if v is None else v)}</td>" for v in row.values()) + "</tr>"
+            for row in head.to_pylist()
+        )
+        more = (
+            f'<div class="sr-muted">… {self.table.num_rows - self.HEAD} more rows</div>'
+            if self.table.num_rows > self.HEAD
+            else ""
+        )
+        return (
+            f'{_CSS}<div class="sr-cp"><div><b>{_e(self.what)}</b>{_e(self._batch())} · '
+            f"{self.table.num_rows} rows × {self.table.num_columns} columns</div><table><tr>"
+            + "".join(f"<th>{_e(c)}</th>" for c in head.column_names)
+            + f"</tr>{rows}</table>{more}</div>"
+        )
 
 
 class Checkpoint:
@@ -213,8 +224,7 @@ class Checkpoint:
     @property
     def operators(self) -> pa.Table:
         """Operators and stores, as ``read_metadata`` (inferred for checkpoints written before Spark 4.0)."""
-        return read_metadata(self.path, infer_missing_metadata=True,
-                                          storage_options=self.storage_options)
+        return read_metadata(self.path, infer_missing_metadata=True, storage_options=self.storage_options)
 
     @property
     def batches(self) -> list[int]:
@@ -223,17 +233,23 @@ class Checkpoint:
 
     # -- reads, each the public function of the same name ------------------------------------------
 
-    def state(self, operator: int | None = None, batch: int | None = None, *, key_filter: Any = None,
-              **options: Any) -> StateTable:
+    def state(
+        self, operator: int | None = None, batch: int | None = None, *, key_filter: Any = None, **options: Any
+    ) -> StateTable:
         """``read_state`` of one store (``store_name=``, ``state_var_name=``, ``join_side=`` as there)."""
-        table = read_state(self.path, operator_id=operator, batch_id=batch, key_filter=key_filter,
-                                        storage_options=self.storage_options, **options)
+        table = read_state(
+            self.path,
+            operator_id=operator,
+            batch_id=batch,
+            key_filter=key_filter,
+            storage_options=self.storage_options,
+            **options,
+        )
         return StateTable(table, f"state of operator {operator or 0}")
 
     def changes(self, start: int, end: int | None = None, operator: int | None = None, **options: Any) -> StateTable:
         """``changes`` of one store between two batches."""
-        table = changes(self.path, start, end, operator_id=operator,
-                                     storage_options=self.storage_options, **options)
+        table = changes(self.path, start, end, operator_id=operator, storage_options=self.storage_options, **options)
         return StateTable(table, f"changes of operator {operator or 0}")
 
     def stats(self, **options: Any) -> pa.Table:
@@ -244,8 +260,7 @@ class Checkpoint:
 
     def doctor(self, **thresholds: float) -> Any:
         """``diagnose``; the display shows its findings from then on."""
-        self.diagnosis = diagnose(self.path, thresholds=thresholds or None,
-                                               storage_options=self.storage_options)
+        self.diagnosis = diagnose(self.path, thresholds=thresholds or None, storage_options=self.storage_options)
         return self.diagnosis
 
     def plot(self, **options: Any) -> Any:
@@ -260,8 +275,11 @@ class Checkpoint:
         desc = self.description
         logs = _Logs(Storage(self.path, self.storage_options))
         committed = logs.committed_batches
-        stores = [(op["operator_id"], store["store_name"]) for op in desc.get("operators", [])
-                  for store in op.get("stores", [])]
+        stores = [
+            (op["operator_id"], store["store_name"])
+            for op in desc.get("operators", [])
+            for store in op.get("stores", [])
+        ]
         # listing a remote checkpoint takes a while: a bar after half a second
         with progress("listing state files", len(stores)) as bar:
             out = []
@@ -280,11 +298,14 @@ class Checkpoint:
         first = max((r[0] for r in spans), default=None)
         last = min((r[1] for r in spans), default=None)
         retained = [b for b in self.batches if first is not None and last is not None and first <= b <= last]
-        return [("provider", str(d.get("provider"))), ("codec", str(d.get("codec"))),
-                ("checkpoint format", str(d.get("checkpoint_format_version"))),
-                ("committed batches", f"{b.get('first')}..{b.get('last')} ({b.get('count')})"),
-                ("retained batches", f"{retained[0]}..{retained[-1]} ({len(retained)})" if retained else "none"),
-                ("shuffle partitions", str(d.get("shuffle_partitions")))]
+        return [
+            ("provider", str(d.get("provider"))),
+            ("codec", str(d.get("codec"))),
+            ("checkpoint format", str(d.get("checkpoint_format_version"))),
+            ("committed batches", f"{b.get('first')}..{b.get('last')} ({b.get('count')})"),
+            ("retained batches", f"{retained[0]}..{retained[-1]} ({len(retained)})" if retained else "none"),
+            ("shuffle partitions", str(d.get("shuffle_partitions"))),
+        ]
 
     @with_one_listing  # the summary, the sizes and the batches from one listing of a remote checkpoint
     def __repr__(self) -> str:
@@ -310,8 +331,10 @@ class Checkpoint:
             summary = self._summary()
             sizes = self.sizes
         except StateReaderError as exc:  # a damaged checkpoint shows its error, not a traceback
-            return (f'{_CSS}<div class="sr-cp"><b>state_reader.Checkpoint</b> {_e(self.path)}'
-                    f'<div class="sr-error">{_e(exc.error_class)}: {_e(exc.message)}</div></div>')
+            return (
+                f'{_CSS}<div class="sr-cp"><b>state_reader.Checkpoint</b> {_e(self.path)}'
+                f'<div class="sr-error">{_e(exc.error_class)}: {_e(exc.message)}</div></div>'
+            )
         parts = [_CSS, '<div class="sr-cp">', f"<div><b>state_reader.Checkpoint</b> {_e(self.path)}</div><table>"]
         parts += [f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in summary]
         parts.append("</table>")
@@ -324,11 +347,19 @@ class Checkpoint:
             stores = [s for s in sizes if s.operator_id == op["operator_id"]]
             variables = [v for v in op.get("state_variables") or [] if v["kind"] != TIMERS]
             timers = len(variables) != len(op.get("state_variables") or [])
-            what = (f'{len(variables)} state variable{"s" if len(variables) != 1 else ""}'
-                    f'{" and timers" if timers else ""} in ') if op.get("state_variables") else ""
-            parts.append(f'<details open class="sr-op"><summary>operator {_e(op["operator_id"])} · '
-                         f'{_e(op.get("operator_name") or "unknown")} · {what}{len(stores)} store'
-                         f'{"s" if len(stores) != 1 else ""}</summary>')
+            what = (
+                (
+                    f"{len(variables)} state variable{'s' if len(variables) != 1 else ''}"
+                    f"{' and timers' if timers else ''} in "
+                )
+                if op.get("state_variables")
+                else ""
+            )
+            parts.append(
+                f'<details open class="sr-op"><summary>operator {_e(op["operator_id"])} · '
+                f"{_e(op.get('operator_name') or 'unknown')} · {what}{len(stores)} store"
+                f"{'s' if len(stores) != 1 else ''}</summary>"
+            )
             parts += [_view_html(view, tops) for view in views[op["operator_id"]]]
             parts.append("</details>")
         parts.append(self._findings_html())
@@ -349,9 +380,15 @@ class Checkpoint:
         at = [r for r in rows if r["batch_id"] == latest]
         # a variable's files are its store's, shared with the others: only a store's are its own
         on_disk = None if variable else sum(r["bytes_on_disk"] for r in at)
-        return SizeView(title, ROWS, f"at batch {latest}, measured by stats()",
-                        {r["partition_id"]: r["rows"] for r in at}, sorted(totals.items()),
-                        state_bytes=sum(r["state_bytes"] for r in at), on_disk=on_disk)
+        return SizeView(
+            title,
+            ROWS,
+            f"at batch {latest}, measured by stats()",
+            {r["partition_id"]: r["rows"] for r in at},
+            sorted(totals.items()),
+            state_bytes=sum(r["state_bytes"] for r in at),
+            on_disk=on_disk,
+        )
 
     def _views(self, op: dict[str, Any], sizes: list[StoreSizes]) -> list[SizeView]:
         """What the display draws for one operator: its stores, then a transformWithState operator's
@@ -365,9 +402,12 @@ class Checkpoint:
             out.append(measured or _files_view(s, title))
         for v in variables or []:
             title = v["described"] if v["kind"] == TIMERS else f"variable {v['name']} · {v['described']}"
-            out.append(self._measured_view(operator_id, v["name"], title, variable=True)
-                       or SizeView(title, ROWS, "not measured yet: .stats() measures the rows and state bytes of "
-                                   "each variable"))
+            out.append(
+                self._measured_view(operator_id, v["name"], title, variable=True)
+                or SizeView(
+                    title, ROWS, "not measured yet: .stats() measures the rows and state bytes of each variable"
+                )
+            )
         return out
 
     def _findings_html(self) -> str:
@@ -375,45 +415,54 @@ class Checkpoint:
             return '<div class="sr-muted">doctor: not run (call .doctor())</div>'
         findings = self.diagnosis.findings
         if not findings:
-            return '<details><summary>doctor: nothing found</summary></details>'
+            return "<details><summary>doctor: nothing found</summary></details>"
         items = "".join(
             f'<div class="sr-find"><span class="sr-{_e(f.severity)}">{_e(f.severity)} {_e(f.kind)}</span>'
-            f'{"" if f.operator_id is None else f" · operator {_e(f.operator_id)}, store {_e(f.store_name)}"}'
-            f"<br>{_e(f.summary)}<br><span class=\"sr-muted\">{_e(f.action)}</span></div>" for f in findings)
-        return f'<details open><summary>doctor: {len(findings)} findings</summary>{items}</details>'
+            f"{'' if f.operator_id is None else f' · operator {_e(f.operator_id)}, store {_e(f.store_name)}'}"
+            f'<br>{_e(f.summary)}<br><span class="sr-muted">{_e(f.action)}</span></div>'
+            for f in findings
+        )
+        return f"<details open><summary>doctor: {len(findings)} findings</summary>{items}</details>"
 
 
 SPARKLINE_POINTS = 24  # batches sized for a sparkline: a few dozen points draw the trend
 _PROBES = 8  # batches looked at per round of the search for the oldest one still rebuildable
 
 
-def _store_sizes(logs: _Logs, operator_id: int, store_name: str, desc: dict[str, Any],
-                 committed: list[int]) -> StoreSizes:
+def _store_sizes(
+    logs: _Logs, operator_id: int, store_name: str, desc: dict[str, Any], committed: list[int]
+) -> StoreSizes:
     """Bytes on disk per partition at the latest batch, and the store's total at up to
     :data:`SPARKLINE_POINTS` batches from the oldest it can still rebuild to the latest."""
     provider, codec = desc.get("provider_class") or "", desc.get("codec")
     partitions = logs.partition_ids(operator_id)
     # sizes only: a zip is looked into for the SSTs it names, not read as state, so its sidecar is not fetched
-    files = {pid: StoreFiles(logs.storage, logs.store_dir(operator_id, pid, store_name), provider, codec,
-                             checked=False) for pid in partitions}
+    files = {
+        pid: StoreFiles(logs.storage, logs.store_dir(operator_id, pid, store_name), provider, codec, checked=False)
+        for pid in partitions
+    }
 
     def uid(store: StoreFiles, batch: int, pid: int) -> str | None:
         return unique_id_for(logs, store, batch + 1, operator_id, pid, store_name)
 
     def rebuildable(batch: int) -> bool:
         """Whether every partition's files for ``batch`` are there: from the listing (no zip opened)."""
-        return all(store.version_files(batch + 1, uid(store, batch, pid), zip_data=False).complete
-                   for pid, store in files.items())
+        return all(
+            store.version_files(batch + 1, uid(store, batch, pid), zip_data=False).complete
+            for pid, store in files.items()
+        )
 
     def sizes(batch: int) -> tuple[dict[int, int], dict[int, int] | None] | None:
         """Bytes of each partition's files for ``batch`` and the keys their snapshots record (None unless
         every partition has a snapshot of that version); None once cleanup took any of the files."""
         out, keys = {}, {}
-        look_ahead((store, batch + 1, uid(store, batch, pid))
-                   for pid, store in files.items())  # each partition's snapshot zip, all at once
+        look_ahead(
+            (store, batch + 1, uid(store, batch, pid)) for pid, store in files.items()
+        )  # each partition's snapshot zip, all at once
         for pid, store in files.items():
-            version = store.version_files(batch + 1, unique_id_for(logs, store, batch + 1, operator_id, pid,
-                                                                   store_name))
+            version = store.version_files(
+                batch + 1, unique_id_for(logs, store, batch + 1, operator_id, pid, store_name)
+            )
             if not version.complete:
                 return None
             out[pid] = version.bytes_on_disk
@@ -429,8 +478,10 @@ def _store_sizes(logs: _Logs, operator_id: int, store_name: str, desc: dict[str,
     lo, hi = 0, len(committed) - 1
     while lo < hi:
         probes = sorted({lo + (hi - lo) * i // _PROBES for i in range(_PROBES)})
-        look_ahead(((store, committed[i] + 1, uid(store, committed[i], pid))
-                    for i in probes for pid, store in files.items()), zips=False)
+        look_ahead(
+            ((store, committed[i] + 1, uid(store, committed[i], pid)) for i in probes for pid, store in files.items()),
+            zips=False,
+        )
         first = next((i for i in probes if rebuildable(committed[i])), None)
         if first is None:
             lo = probes[-1] + 1
@@ -441,14 +492,22 @@ def _store_sizes(logs: _Logs, operator_id: int, store_name: str, desc: dict[str,
     points = sorted({*kept[::step], kept[-1]})
     # the latest batch's and every point's snapshot zips at once: one or two round trips for the
     # whole store, not one per point
-    look_ahead((store, b + 1, uid(store, b, pid)) for b in sorted({*points, committed[-1]})
-               for pid, store in files.items())
+    look_ahead(
+        (store, b + 1, uid(store, b, pid)) for b in sorted({*points, committed[-1]}) for pid, store in files.items()
+    )
     latest, latest_keys = sizes(committed[-1]) or ({}, None)
     found = {b: at for b in points if (at := sizes(b)) is not None}
     over = [(b, sum(at[0].values())) for b, at in found.items()]
     keys_over = [(b, sum(at[1].values())) for b, at in found.items() if at[1] is not None]
-    return StoreSizes(operator_id, store_name, {p: latest.get(p, 0) for p in partitions}, over,
-                      retained=(kept[0], kept[-1], len(kept)), keys=latest_keys, keys_over_batches=keys_over)
+    return StoreSizes(
+        operator_id,
+        store_name,
+        {p: latest.get(p, 0) for p in partitions},
+        over,
+        retained=(kept[0], kept[-1], len(kept)),
+        keys=latest_keys,
+        keys_over_batches=keys_over,
+    )
 
 
 def _files_view(s: StoreSizes, title: str) -> SizeView:
@@ -456,28 +515,43 @@ def _files_view(s: StoreSizes, title: str) -> SizeView:
     at = f"at batch {s.retained[1]}" if s.retained else "at the latest batch"
     on_disk = sum(s.partitions.values())
     if s.keys is not None:
-        return SizeView(title, KEYS, f"{at}, as its RocksDB snapshots record them; .stats() measures rows and "
-                        "state bytes", s.keys, s.keys_over_batches, on_disk=on_disk)
-    return SizeView(title, ON_DISK, f"{at}: the files that batch is rebuilt from (snapshot and deltas), not the "
-                    "state's size; .stats() measures it", s.partitions)
+        return SizeView(
+            title,
+            KEYS,
+            f"{at}, as its RocksDB snapshots record them; .stats() measures rows and state bytes",
+            s.keys,
+            s.keys_over_batches,
+            on_disk=on_disk,
+        )
+    return SizeView(
+        title,
+        ON_DISK,
+        f"{at}: the files that batch is rebuilt from (snapshot and deltas), not the state's size; .stats() measures it",
+        s.partitions,
+    )
 
 
 def _view_html(view: SizeView, tops: dict[str, int]) -> str:
     """One store or variable: its summary, where its numbers come from, the sparkline and a bar per partition."""
     head = f"<summary>{_e(view.title)} · {_e(view.summary())}</summary>"
     if not view.partitions:
-        return f'<details>{head}</details>'
+        return f"<details>{head}</details>"
     top = tops.get(view.measure) or 1
     shown = human_bytes if view.measure == ON_DISK else _count
-    bars = "".join(f'<tr><td class="sr-p">{p}</td><td class="sr-b"><div class="sr-track"><div class="sr-bar" '
-                   f'style="width:{round(BAR_WIDTH * n / top)}px"></div></div></td>'
-                   f'<td class="sr-n">{_e(shown(n))}</td></tr>' for p, n in sorted(view.partitions.items()))
+    bars = "".join(
+        f'<tr><td class="sr-p">{p}</td><td class="sr-b"><div class="sr-track"><div class="sr-bar" '
+        f'style="width:{round(BAR_WIDTH * n / top)}px"></div></div></td>'
+        f'<td class="sr-n">{_e(shown(n))}</td></tr>'
+        for p, n in sorted(view.partitions.items())
+    )
     trend = _sparkline(view.over_batches, view.measure)
     trend_html = f'<div class="sr-trend">{_e(view.measure)} over batches<br>{trend}</div>' if trend else ""
-    return (f'<details>{head}<div class="sr-muted">{_e(view.measure)} {_e(view.source)}; bars from 0 to '
-            f'{_e(shown(top))} {_e(view.measure)}, one scale for every bar of {_e(view.measure)} in this display</div>'
-            f'<div class="sr-row"><table><tr><th>partition</th>'
-            f'<th>{_e(view.measure)}</th><th></th></tr>{bars}</table>{trend_html}</div></details>')
+    return (
+        f'<details>{head}<div class="sr-muted">{_e(view.measure)} {_e(view.source)}; bars from 0 to '
+        f"{_e(shown(top))} {_e(view.measure)}, one scale for every bar of {_e(view.measure)} in this display</div>"
+        f'<div class="sr-row"><table><tr><th>partition</th>'
+        f"<th>{_e(view.measure)}</th><th></th></tr>{bars}</table>{trend_html}</div></details>"
+    )
 
 
 def open_checkpoint(path: str, **storage_options: Any) -> Checkpoint:

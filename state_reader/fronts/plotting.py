@@ -50,12 +50,23 @@ def _draw(ax: Any, rows: list[dict[str, Any]], metric: str, ylabel: str, scale: 
     else:
         columns = list(zip(*lines.values(), strict=True))
         finite = [[v for v in col if v == v] for col in columns]
-        ax.fill_between(batches, [min(c) if c else 0 for c in finite], [max(c) if c else 0 for c in finite],
-                        alpha=0.2, label=f"min–max of {len(lines)} partitions")
-        ax.plot(batches, [statistics.median(c) if c else 0 for c in finite], linewidth=2, color="black",
-                label="median partition")
-        top = sorted(lines, key=lambda p: lines[p][-1] if lines[p][-1] == lines[p][-1] else -1,
-                     reverse=True)[:TOP_PARTITIONS]
+        ax.fill_between(
+            batches,
+            [min(c) if c else 0 for c in finite],
+            [max(c) if c else 0 for c in finite],
+            alpha=0.2,
+            label=f"min–max of {len(lines)} partitions",
+        )
+        ax.plot(
+            batches,
+            [statistics.median(c) if c else 0 for c in finite],
+            linewidth=2,
+            color="black",
+            label="median partition",
+        )
+        top = sorted(lines, key=lambda p: lines[p][-1] if lines[p][-1] == lines[p][-1] else -1, reverse=True)[
+            :TOP_PARTITIONS
+        ]
         for pid in top:
             ax.plot(batches, lines[pid], marker="o", markersize=3, linewidth=1.2, label=f"partition {pid}")
     ax.set_xlabel("batch")
@@ -67,8 +78,9 @@ def _draw(ax: Any, rows: list[dict[str, Any]], metric: str, ylabel: str, scale: 
     ax.legend(fontsize="small", loc="best")
 
 
-def figure_from_stats(table: pa.Table, *, title: str | None = None, width: float = 12.0,
-                      row_height: float = 4.0, dpi: int = 100) -> Any:
+def figure_from_stats(
+    table: pa.Table, *, title: str | None = None, width: float = 12.0, row_height: float = 4.0, dpi: int = 100
+) -> Any:
     """A matplotlib ``Figure`` of a :func:`state_reader.stats` table."""
     figure_cls = _require_matplotlib()
     from matplotlib.ticker import MaxNLocator
@@ -95,16 +107,29 @@ def figure_from_stats(table: pa.Table, *, title: str | None = None, width: float
 
 
 @public_api
-def plot_state_size(checkpoint: str, *, operator_id: int | None = None, store_name: str | None = None,
-                    start_batch: int | None = None, end_batch: int | None = None,
-                    storage_options: dict[str, Any] | None = None, title: str | None = None) -> Any:
+def plot_state_size(
+    checkpoint: str,
+    *,
+    operator_id: int | None = None,
+    store_name: str | None = None,
+    start_batch: int | None = None,
+    end_batch: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    title: str | None = None,
+) -> Any:
     """State rows and state bytes per partition over batches, as a matplotlib ``Figure``.
 
     The arguments select what :func:`state_reader.stats` measures. In a notebook
     the figure displays itself; elsewhere ``fig.savefig("state.png")``.
     """
-    table = stats(checkpoint, operator_id=operator_id, store_name=store_name, start_batch=start_batch,
-                  end_batch=end_batch, storage_options=storage_options)
+    table = stats(
+        checkpoint,
+        operator_id=operator_id,
+        store_name=store_name,
+        start_batch=start_batch,
+        end_batch=end_batch,
+        storage_options=storage_options,
+    )
     return figure_from_stats(table, title=title or f"state of {checkpoint}")
 
 
@@ -114,8 +139,10 @@ def rewrite_layout_figure(report: Any) -> Any:
     figure_class = _require_matplotlib()
     from matplotlib.ticker import MaxNLocator
 
-    sides = [("today", *report.partition_sizes(False), report.skew(False)),
-             ("new", *report.partition_sizes(True), report.skew(True))]
+    sides = [
+        ("today", *report.partition_sizes(False), report.skew(False)),
+        ("new", *report.partition_sizes(True), report.skew(True)),
+    ]
     largest = max((float(size.max()) for _, _, size, _ in sides if len(size)), default=0.0)
     unit, scale = byte_unit(largest)
     fig = figure_class(figsize=(11, 3.6), layout="constrained")

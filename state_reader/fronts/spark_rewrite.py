@@ -55,25 +55,48 @@ BATCH_BYTES = 8 << 20
 _ORDER_SHIFT = 32
 # the counts row of an old partition: old partition id, rows, bytes, dropped rows (little-endian int64s)
 _COUNTS = np.dtype("<i8")
-_SUMMARY = pa.schema([("new_layout", pa.bool_()), ("partition_id", pa.int32()), ("rows", pa.int64()),
-                      ("bytes", pa.int64()), ("dropped", pa.int64()), ("files", pa.int64()),
-                      ("written", pa.int64())])
-_SUMMARY_DDL = ("new_layout boolean, partition_id int, rows bigint, bytes bigint, dropped bigint, files bigint, "
-                "written bigint")
+_SUMMARY = pa.schema(
+    [
+        ("new_layout", pa.bool_()),
+        ("partition_id", pa.int32()),
+        ("rows", pa.int64()),
+        ("bytes", pa.int64()),
+        ("dropped", pa.int64()),
+        ("files", pa.int64()),
+        ("written", pa.int64()),
+    ]
+)
+_SUMMARY_DDL = (
+    "new_layout boolean, partition_id int, rows bigint, bytes bigint, dropped bigint, files bigint, written bigint"
+)
 # how a Python worker's error of ours appears in the exception Spark raises on the driver
 _WORKER_ERROR = re.compile(r"state_reader\.errors\.(\w+): \[[\w.]+\] (.*)")
 
 
-def rewrite_with_spark(spark: Any, source: Storage, dest: Destination, *, num_partitions: int | None,
-                       provider: str | None, drop_keys: KeyFilterSpec | None, batch_id: int | None,
-                       allow_uncommitted: bool,
-                       transform: Transform | dict[int, Transform] | None = None) -> RewriteReport:
+def rewrite_with_spark(
+    spark: Any,
+    source: Storage,
+    dest: Destination,
+    *,
+    num_partitions: int | None,
+    provider: str | None,
+    drop_keys: KeyFilterSpec | None,
+    batch_id: int | None,
+    allow_uncommitted: bool,
+    transform: Transform | dict[int, Transform] | None = None,
+) -> RewriteReport:
     """:func:`~state_reader.core.rewrite.rewrite_checkpoint` with the state read, routed and written
     by the executors of ``spark`` (a SparkSession); the same files, and the same report.
 
     ``transform`` runs on the executors (shipped as Spark ships any Python function)."""
-    rp = plan_rewrite(source, num_partitions=num_partitions, provider=provider, batch_id=batch_id,
-                      allow_uncommitted=allow_uncommitted, transform=transform)
+    rp = plan_rewrite(
+        source,
+        num_partitions=num_partitions,
+        provider=provider,
+        batch_id=batch_id,
+        allow_uncommitted=allow_uncommitted,
+        transform=transform,
+    )
     for rows in rp.stores:  # a bad filter fails before anything is written
         bind_key_filter(rows.plan, drop_keys, "drop_keys")
     dest.begin(rp.checkpoint.location)  # marked incomplete: the commit point is the real `metadata`, written last
@@ -90,9 +113,15 @@ def _label(rows: StoreRows) -> str:
     return f"operator {rows.plan.operator_id} store {rows.plan.store_name} of {rows.plan.checkpoint.location}"
 
 
-def _rewrite_store(spark: Any, rp: RewritePlan, rows: StoreRows, dest: Destination,
-                   drop_keys: KeyFilterSpec | None, report: RewriteReport,
-                   put: Put) -> StoreReport:
+def _rewrite_store(
+    spark: Any,
+    rp: RewritePlan,
+    rows: StoreRows,
+    dest: Destination,
+    drop_keys: KeyFilterSpec | None,
+    report: RewriteReport,
+    put: Put,
+) -> StoreReport:
     """One Spark job: the old partitions read on executors, routed by Spark, each new one written by one task."""
     store = store_report(rows.plan)
     drop = bind_key_filter(rows.plan, drop_keys, "drop_keys")  # a bad filter fails here, before any task runs
@@ -118,8 +147,10 @@ def _rewrite_store(spark: Any, rp: RewritePlan, rows: StoreRows, dest: Destinati
             old_counts[pid] = (summary.rows, summary.bytes, summary.dropped)
             continue
         if pid in reported or pid not in new_rows:
-            raise StateReaderError(f"the Spark job that rewrote {_label(rows)} reported new partition {pid} "
-                                   f"twice or outside partitions {targets}")
+            raise StateReaderError(
+                f"the Spark job that rewrote {_label(rows)} reported new partition {pid} "
+                f"twice or outside partitions {targets}"
+            )
         reported.add(pid)
         new_rows[pid] = summary.rows
         new_bytes[pid] = summary.bytes
@@ -127,8 +158,9 @@ def _rewrite_store(spark: Any, rp: RewritePlan, rows: StoreRows, dest: Destinati
         report.bytes += summary.written
     missing = [p for p in pids if p not in old_counts]
     if missing:
-        raise StateReaderError(f"the Spark job that rewrote {_label(rows)} reported no counts for old "
-                               f"partitions {missing}")
+        raise StateReaderError(
+            f"the Spark job that rewrote {_label(rows)} reported no counts for old partitions {missing}"
+        )
     # every new partition needs a snapshot, even an empty one (a Spark may skip the task of an empty partition)
     for pid in targets:
         if pid not in reported:
@@ -142,22 +174,40 @@ def _rewrite_store(spark: Any, rp: RewritePlan, rows: StoreRows, dest: Destinati
     return store
 
 
-def _store_job(spark: Any, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None,
-               unique_ids: dict[int, str | None], extra: dict[str, Any], dest: Destination) -> Any:
+def _store_job(
+    spark: Any,
+    rp: RewritePlan,
+    rows: StoreRows,
+    drop: KeyFilter | None,
+    unique_ids: dict[int, str | None],
+    extra: dict[str, Any],
+    dest: Destination,
+) -> Any:
     """The DataFrame whose rows are the summaries of one store's rewrite; collecting it runs the rewrite."""
     from pyspark.sql.types import StructType as SparkStructType
 
     key_types, key_json = _partition_key_types(rows)
     names = [f"_k{i}" for i in range(len(key_types))]
-    transport = pa.schema([*(pa.field(name, t) for name, t in zip(names, key_types, strict=True)),
-                           ("_order", pa.int64()), ("key", pa.binary()), ("value", pa.binary())])
+    transport = pa.schema(
+        [
+            *(pa.field(name, t) for name, t in zip(names, key_types, strict=True)),
+            ("_order", pa.int64()),
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+        ]
+    )
     columns = [*zip(names, key_json, strict=True), ("_order", "long"), ("key", "binary"), ("value", "binary")]
-    spark_schema = SparkStructType.fromJson({"type": "struct", "fields": [
-        {"name": name, "type": t, "nullable": True, "metadata": {}} for name, t in columns]})
+    spark_schema = SparkStructType.fromJson(
+        {
+            "type": "struct",
+            "fields": [{"name": name, "type": t, "nullable": True, "metadata": {}} for name, t in columns],
+        }
+    )
     pids = list(rows.plan.partitions)
     # stage 1: one task per old partition
     old = spark.range(0, len(pids), 1, max(1, len(pids))).mapInArrow(
-        _ReadOld(rows, pids, drop, rp.to_rocksdb, transport), spark_schema)
+        _ReadOld(rows, pids, drop, rp.to_rocksdb, transport), spark_schema
+    )
     # routing: Spark's hash partitioning by the partition key (an explicit count, which adaptive
     # execution keeps); a single-partition store goes to partition 0
     routed = old.coalesce(1) if rows.single or not names else old.repartition(rp.new_partitions, *names)
@@ -165,7 +215,8 @@ def _store_job(spark: Any, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | N
     routed = routed.sortWithinPartitions("_order").select("key", "value")
     # stage 2: one task per new partition writes it
     return routed.mapInArrow(
-        _WriteNew(rows, unique_ids, rp.to_rocksdb, extra, dest.url, dict(dest.storage_options)), _SUMMARY_DDL)
+        _WriteNew(rows, unique_ids, rp.to_rocksdb, extra, dest.url, dict(dest.storage_options)), _SUMMARY_DDL
+    )
 
 
 def _partition_key_types(rows: StoreRows) -> tuple[list[pa.DataType], list[Any]]:
@@ -185,8 +236,11 @@ def _partition_key_types(rows: StoreRows) -> tuple[list[pa.DataType], list[Any]]
     for i, column in enumerate(columns):
         candidates = [*([fields[i].data_type] if i < len(fields) else []), *whole]
         match = next((c for c in candidates if not _has_udt(c) and c.to_arrow() == column.type), None)
-        out.append(match.to_json() if match is not None
-                   else from_arrow_type(column.type, prefer_timestamp_ntz=True).jsonValue())
+        out.append(
+            match.to_json()
+            if match is not None
+            else from_arrow_type(column.type, prefer_timestamp_ntz=True).jsonValue()
+        )
     return [c.type for c in columns], out
 
 
@@ -221,12 +275,13 @@ def binary_array(rows: RowBuffer) -> pa.Array:
     total = int(offsets[-1])
     first = int(rows.starts[0]) if len(lengths) else 0
     if np.array_equal(rows.starts - first, offsets[:-1]):
-        data = rows.buf[first:first + total]  # the rows lie one after another already
+        data = rows.buf[first : first + total]  # the rows lie one after another already
     else:
         data = np.empty(total, dtype=np.uint8)
         copy_spans(data, offsets[:-1], rows.buf, rows.starts, lengths)
-    return pa.Array.from_buffers(pa.binary(), len(lengths),
-                                 [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
+    return pa.Array.from_buffers(
+        pa.binary(), len(lengths), [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
+    )
 
 
 def row_buffer(array: pa.Array, source: str) -> RowBuffer:
@@ -234,7 +289,7 @@ def row_buffer(array: pa.Array, source: str) -> RowBuffer:
     wide = pa.types.is_large_binary(array.type)
     _, offsets_buffer, data_buffer = array.buffers()
     offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if wide else np.int32)
-    offsets = offsets[array.offset:array.offset + len(array) + 1].astype(np.int64)
+    offsets = offsets[array.offset : array.offset + len(array) + 1].astype(np.int64)
     start = int(offsets[0]) if len(offsets) else 0
     end = int(offsets[-1]) if len(offsets) else 0
     data = memoryview(data_buffer)[start:end] if data_buffer is not None else b""
@@ -245,8 +300,9 @@ class _ReadOld:
     """Stage 1 (``mapInArrow`` over one row per old partition): the kept rows of each old partition
     in the target encoding, with their partition key, then one row of the partition's counts."""
 
-    def __init__(self, rows: StoreRows, pids: list[int], drop: KeyFilter | None, to_rocksdb: bool,
-                 transport: pa.Schema) -> None:
+    def __init__(
+        self, rows: StoreRows, pids: list[int], drop: KeyFilter | None, to_rocksdb: bool, transport: pa.Schema
+    ) -> None:
         self.rows = rows
         self.pids = pids
         self.drop = drop
@@ -277,12 +333,24 @@ class _ReadOld:
             k, v = rows.convert(keys.take(at), values.take(at), self.to_rocksdb)
             taken = pa.array(index)
             yield pa.RecordBatch.from_arrays(
-                [*(c.take(taken) for c in columns), pa.array((position << _ORDER_SHIFT) | at, pa.int64()),
-                 binary_array(k), binary_array(v)], schema=self.transport)
+                [
+                    *(c.take(taken) for c in columns),
+                    pa.array((position << _ORDER_SHIFT) | at, pa.int64()),
+                    binary_array(k),
+                    binary_array(v),
+                ],
+                schema=self.transport,
+            )
         counts = np.array([pid, old_rows, old_bytes, old_rows - kept], dtype=_COUNTS).tobytes()
         yield pa.RecordBatch.from_arrays(
-            [*(pa.nulls(1, f.type) for f in list(self.transport)[:-3]), pa.array([-1], pa.int64()),
-             pa.nulls(1, pa.binary()), pa.array([counts], pa.binary())], schema=self.transport)
+            [
+                *(pa.nulls(1, f.type) for f in list(self.transport)[:-3]),
+                pa.array([-1], pa.int64()),
+                pa.nulls(1, pa.binary()),
+                pa.array([counts], pa.binary()),
+            ],
+            schema=self.transport,
+        )
 
 
 class _Writer:
@@ -303,8 +371,15 @@ class _WriteNew:
     framed and written as the snapshot of version B + 1; one summary row for it, and the counts
     rows of the old partitions that came along."""
 
-    def __init__(self, rows: StoreRows, unique_ids: dict[int, str | None], to_rocksdb: bool,
-                 extra: dict[str, Any], url: str, storage_options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        rows: StoreRows,
+        unique_ids: dict[int, str | None],
+        to_rocksdb: bool,
+        extra: dict[str, Any],
+        url: str,
+        storage_options: dict[str, Any],
+    ) -> None:
         self.rows = rows
         # the store's new partitions, each with the unique id its files are named by (format 2)
         self.targets = unique_ids
@@ -340,8 +415,10 @@ class _WriteNew:
                 if not len(keys):
                     continue
                 if pid not in self.targets:
-                    raise StateReaderError(f"rows were routed to partition {pid} of {_label(self.rows)}, which is "
-                                           f"not among its new partitions {sorted(self.targets)}")
+                    raise StateReaderError(
+                        f"rows were routed to partition {pid} of {_label(self.rows)}, which is "
+                        f"not among its new partitions {sorted(self.targets)}"
+                    )
                 k, v = row_buffer(keys, source + " key"), row_buffer(values, source + " value")
                 rows += len(k.starts)
                 size += int(row_bytes(k, v).sum())
@@ -357,5 +434,6 @@ class _WriteNew:
         # this partition's row (when it is one of the store's), then the old partitions' counts
         mine = [(True, pid, rows, size, 0, writer.files, writer.bytes)] if pid in self.targets else []
         theirs = [(False, p, r, b, d, 0, 0) for p, r, b, d in old.tolist()]
-        return pa.RecordBatch.from_pylist([dict(zip(_SUMMARY.names, r, strict=True)) for r in mine + theirs],
-                                          schema=_SUMMARY)
+        return pa.RecordBatch.from_pylist(
+            [dict(zip(_SUMMARY.names, r, strict=True)) for r in mine + theirs], schema=_SUMMARY
+        )

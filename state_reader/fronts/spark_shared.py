@@ -66,7 +66,8 @@ def partitions_per_task(options: dict[str, str]) -> int | None:
         value = 0
     if value < 1:
         raise InvalidOptionError(
-            f"Invalid value for option '{PARTITIONS_PER_TASK}': {text!r}; a positive integer or 'auto' is expected")
+            f"Invalid value for option '{PARTITIONS_PER_TASK}': {text!r}; a positive integer or 'auto' is expected"
+        )
     return value
 
 
@@ -103,7 +104,8 @@ def check_arrow_transport(schema: StructType, where: str) -> None:
         raise UnsupportedTypeError(
             f"the state of {where} holds {' and '.join(names[k] for k in sorted(blocked))} fields, which "
             "PySpark cannot carry from a Python data source; read it with state_reader.read_state instead",
-            path=where)
+            path=where,
+        )
 
 
 # Arrow Java keeps one child per name in a struct unless told otherwise, and
@@ -180,16 +182,24 @@ def repeated_names_error(where: str, remote: bool) -> SparkSetupError:
     """The error for a store with repeated struct field names on a Spark that drops them."""
     if remote:
         why = "the Spark Connect server drops repeated struct field names in data it takes from Python"
-        fix = (f"start the server with --conf spark.driver.extraJavaOptions={JAVA_OPTION_FIX} (on a cluster "
-               f"also spark.executor.extraJavaOptions={JAVA_OPTION_FIX})")
+        fix = (
+            f"start the server with --conf spark.driver.extraJavaOptions={JAVA_OPTION_FIX} (on a cluster "
+            f"also spark.executor.extraJavaOptions={JAVA_OPTION_FIX})"
+        )
     else:
-        why = ("this Spark's JVM had loaded Arrow's struct vectors before state_reader.register() could tell it to "
-               "keep repeated field names")
-        fix = (f"call state_reader.register(spark) right after creating the session, or start Spark with "
-               f"--conf spark.driver.extraJavaOptions={JAVA_OPTION_FIX}")
+        why = (
+            "this Spark's JVM had loaded Arrow's struct vectors before state_reader.register() could tell it to "
+            "keep repeated field names"
+        )
+        fix = (
+            f"call state_reader.register(spark) right after creating the session, or start Spark with "
+            f"--conf spark.driver.extraJavaOptions={JAVA_OPTION_FIX}"
+        )
     return SparkSetupError(
         f"the state of {where} has structs that repeat a field name (an aggregation buffer), and {why}: {fix}. "
-        "state_reader.spark.read_state(spark, path) reads it without any setting.", path=where)
+        "state_reader.spark.read_state(spark, path) reads it without any setting.",
+        path=where,
+    )
 
 
 def spark_parallelism(spark) -> int | None:
@@ -211,8 +221,6 @@ def spark_parallelism(spark) -> int | None:
     if match:
         return os.cpu_count() if match.group(1) == "*" else max(1, int(match.group(1)))
     return 1 if master.strip() == "local" else None
-
-
 
 
 def option_text(value: object) -> str:
@@ -239,13 +247,17 @@ def python_values(array: pa.Array | pa.ChunkedArray) -> list:
         keys, items = python_values(array.keys), python_values(array.items)
         offsets = array.offsets.to_pylist()
         valid = array.is_valid().to_pylist()
-        return [dict(zip(keys[offsets[i]:offsets[i + 1]], items[offsets[i]:offsets[i + 1]], strict=True))
-                if ok else None for i, ok in enumerate(valid)]
+        return [
+            dict(zip(keys[offsets[i] : offsets[i + 1]], items[offsets[i] : offsets[i + 1]], strict=True))
+            if ok
+            else None
+            for i, ok in enumerate(valid)
+        ]
     if pa.types.is_list(typ) or pa.types.is_large_list(typ):
         values = python_values(array.values)
         offsets = array.offsets.to_pylist()
         valid = array.is_valid().to_pylist()
-        return [values[offsets[i]:offsets[i + 1]] if ok else None for i, ok in enumerate(valid)]
+        return [values[offsets[i] : offsets[i + 1]] if ok else None for i, ok in enumerate(valid)]
     return array.to_pylist()
 
 

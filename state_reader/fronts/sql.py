@@ -36,12 +36,14 @@ def _options(function: str, path: Any, named: dict[str, Any], constant: bool) ->
     In ``analyze`` the arguments are :class:`pyspark.sql.udtf.AnalyzeArgument`
     (``constant``: each must be a literal, as the schema depends on them).
     """
+
     def value(name: str, arg: Any) -> Any:
         if not constant:
             return arg
         if not arg.isConstantExpression:
-            raise InvalidOptionError(f"{function}(): argument '{name}' must be a constant, not a column or an "
-                                     "expression of one")
+            raise InvalidOptionError(
+                f"{function}(): argument '{name}' must be a constant, not a column or an expression of one"
+            )
         return arg.value
 
     path_value = value("path", path)
@@ -77,8 +79,9 @@ class ReadStateStore:
         options = _options(READ_STATESTORE, path, named, constant=False)
         with spark_worker_errors(options["path"]):
             # planned again here: a running query may have moved on since analyze, as it may between two reads
-            table = live.read_consistently(StateStoreOptions.parse(options),
-                                           lambda plan: read_table(plan, show_progress=False))
+            table = live.read_consistently(
+                StateStoreOptions.parse(options), lambda plan: read_table(plan, show_progress=False)
+            )
             yield from python_rows(table)
 
 

@@ -56,8 +56,9 @@ class _ChangePartition(InputPartition):
     """One Spark task of a micro-batch: the state partitions it reads, with the plans of the snapshot (the
     first micro-batch of ``startWithSnapshot``) and of the change feed, either of which may be None."""
 
-    def __init__(self, snapshot: StateReadPlan | None, changes: StateReadPlan | None,
-                 partition_ids: tuple[int, ...]) -> None:
+    def __init__(
+        self, snapshot: StateReadPlan | None, changes: StateReadPlan | None, partition_ids: tuple[int, ...]
+    ) -> None:
         super().__init__(partition_ids)
         self.snapshot = snapshot
         self.changes = changes
@@ -79,7 +80,8 @@ class StateChangeStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore
             raise InvalidOptionError(
                 f"Invalid value for option '{MAX_BATCHES_PER_TRIGGER}': pyspark {pyspark.__version__} gives "
                 "Python streaming sources no read limits (Spark 4.2+); each micro-batch reads every batch "
-                "committed since the last one")
+                "committed since the last one"
+            )
 
     def initialOffset(self) -> dict:  # noqa: N802 (PySpark's names)
         with shared.spark_worker_errors(self.where):
@@ -117,8 +119,10 @@ class StateChangeStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore
             plan = changes or snapshot
             if plan is None:
                 return []
-            return [_ChangePartition(snapshot, changes, group)
-                    for group in shared.group_partitions(plan.partitions, self.per_task, self.cores)]
+            return [
+                _ChangePartition(snapshot, changes, group)
+                for group in shared.group_partitions(plan.partitions, self.per_task, self.cores)
+            ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         ids = list(partition.partition_ids)  # type: ignore[attr-defined]
@@ -138,8 +142,14 @@ class StateChangeStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore
                 first = plan.change_start_batch_id if plan.change_start_batch_id is not None else plan.batch_id
                 if self.follow.fail_on_data_loss:
                     raise self.follow.lost(first, plan.batch_id, exc) from exc
-                log.warning("skipping the changes of batches %d..%d in %s: the query cleaned up their state "
-                            "files while they were read (%s)", first, plan.batch_id, what, exc)
+                log.warning(
+                    "skipping the changes of batches %d..%d in %s: the query cleaned up their state "
+                    "files while they were read (%s)",
+                    first,
+                    plan.batch_id,
+                    what,
+                    exc,
+                )
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the producer's checkpoint is never written to, and the offset is Spark's to keep."""

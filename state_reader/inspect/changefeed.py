@@ -26,32 +26,58 @@ from state_reader.errors import public_api, unexpected_errors_as_ours
 from state_reader.inspect.flatten import with_unique_field_names
 
 
-def change_options(checkpoint: str, start: int, end: int | None = None, *, operator_id: int | None = None,
-                   store_name: str | None = None, state_var_name: str | None = None,
-                   storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+def change_options(
+    checkpoint: str,
+    start: int,
+    end: int | None = None,
+    *,
+    operator_id: int | None = None,
+    store_name: str | None = None,
+    state_var_name: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The data source options of the change feed ``start``..``end`` (end: the latest committed batch)."""
-    return from_kwargs(checkpoint, {
-        "read_change_feed": True, "change_start_batch_id": start, "change_end_batch_id": end,
-        "operator_id": operator_id, "store_name": store_name, "state_var_name": state_var_name,
-        "storage_options": storage_options})
+    return from_kwargs(
+        checkpoint,
+        {
+            "read_change_feed": True,
+            "change_start_batch_id": start,
+            "change_end_batch_id": end,
+            "operator_id": operator_id,
+            "store_name": store_name,
+            "state_var_name": state_var_name,
+            "storage_options": storage_options,
+        },
+    )
 
 
 def sort_changes(table: pa.Table) -> pa.Table:
     """Rows by batch then partition, keeping each partition's order within a batch."""
     if table.num_rows == 0 or "batch_id" not in table.schema.names:
         return table
-    order = pc.sort_indices(pa.table({"b": table.column("batch_id"), "p": table.column("partition_id"),
-                                      "i": pa.array(range(table.num_rows))}),
-                            sort_keys=[("b", "ascending"), ("p", "ascending"), ("i", "ascending")])
+    order = pc.sort_indices(
+        pa.table(
+            {"b": table.column("batch_id"), "p": table.column("partition_id"), "i": pa.array(range(table.num_rows))}
+        ),
+        sort_keys=[("b", "ascending"), ("p", "ascending"), ("i", "ascending")],
+    )
     return table.take(order)
 
 
 @public_api
-def changes(checkpoint: str, start: int, end: int | None = None, *, operator_id: int | None = None,
-            store_name: str | None = None, state_var_name: str | None = None,
-            key_filter: KeyFilterSpec | KeyFilter | None = None,
-            storage_options: dict[str, Any] | None = None, show_progress: bool | None = None,
-            exact_schema: bool = False) -> pa.Table:
+def changes(
+    checkpoint: str,
+    start: int,
+    end: int | None = None,
+    *,
+    operator_id: int | None = None,
+    store_name: str | None = None,
+    state_var_name: str | None = None,
+    key_filter: KeyFilterSpec | KeyFilter | None = None,
+    storage_options: dict[str, Any] | None = None,
+    show_progress: bool | None = None,
+    exact_schema: bool = False,
+) -> pa.Table:
     """What batches ``start``..``end`` changed in a store, as a ``pyarrow.Table``.
 
     Columns as Spark's change feed: ``batch_id``, ``change_type`` (``update``,
@@ -60,10 +86,18 @@ def changes(checkpoint: str, start: int, end: int | None = None, *, operator_id:
     batch; ``state_var_name`` (a transformWithState variable), ``key_filter`` and
     ``exact_schema`` as in ``read_state``.
     """
-    options = change_options(checkpoint, start, end, operator_id=operator_id, store_name=store_name,
-                             state_var_name=state_var_name, storage_options=storage_options)
-    table = read_consistently(options, lambda plan: sort_changes(read_table(plan, key_filter=key_filter,
-                                                                            show_progress=show_progress)))
+    options = change_options(
+        checkpoint,
+        start,
+        end,
+        operator_id=operator_id,
+        store_name=store_name,
+        state_var_name=state_var_name,
+        storage_options=storage_options,
+    )
+    table = read_consistently(
+        options, lambda plan: sort_changes(read_table(plan, key_filter=key_filter, show_progress=show_progress))
+    )
     return table if exact_schema else with_unique_field_names(table)
 
 
@@ -71,21 +105,36 @@ def change_counts(table: pa.Table) -> list[dict[str, Any]]:
     """``[{"batch_id", "change_type", "rows"}]`` of a change feed table, by batch."""
     if table.num_rows == 0:
         return []
-    grouped = pa.table({"batch_id": table.column("batch_id"), "change_type": table.column("change_type")}) \
-        .group_by(["batch_id", "change_type"]).aggregate([("batch_id", "count")])
-    rows = [{"batch_id": r["batch_id"], "change_type": r["change_type"], "rows": r["batch_id_count"]}
-            for r in grouped.to_pylist()]
+    grouped = (
+        pa.table({"batch_id": table.column("batch_id"), "change_type": table.column("change_type")})
+        .group_by(["batch_id", "change_type"])
+        .aggregate([("batch_id", "count")])
+    )
+    rows = [
+        {"batch_id": r["batch_id"], "change_type": r["change_type"], "rows": r["batch_id_count"]}
+        for r in grouped.to_pylist()
+    ]
     return sorted(rows, key=lambda r: (r["batch_id"], str(r["change_type"])))
 
 
 @public_api
-def follow(checkpoint: str, *, operator_id: int | None = None, store_name: str | None = None,
-           state_var_name: str | None = None, start: int | None = None, max_batches: int | None = None,
-           fail_on_data_loss: bool = True, start_with_snapshot: bool = False,
-           change_feed_from_snapshots: bool | None = None, poll_seconds: float = 1.0,
-           max_poll_seconds: float = 30.0, stop: threading.Event | Callable[[], bool] | None = None,
-           storage_options: dict[str, Any] | None = None,
-           exact_schema: bool = False) -> Iterator[tuple[int, pa.Table]]:
+def follow(
+    checkpoint: str,
+    *,
+    operator_id: int | None = None,
+    store_name: str | None = None,
+    state_var_name: str | None = None,
+    start: int | None = None,
+    max_batches: int | None = None,
+    fail_on_data_loss: bool = True,
+    start_with_snapshot: bool = False,
+    change_feed_from_snapshots: bool | None = None,
+    poll_seconds: float = 1.0,
+    max_poll_seconds: float = 30.0,
+    stop: threading.Event | Callable[[], bool] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    exact_schema: bool = False,
+) -> Iterator[tuple[int, pa.Table]]:
     """The changes of a running query's store as its batches commit: ``(batch_id, pyarrow.Table)``.
 
     One item per committed producer batch, in order, a batch without changes as an
@@ -105,11 +154,20 @@ def follow(checkpoint: str, *, operator_id: int | None = None, store_name: str |
     variable that does not exist are raised by this call, before iterating.
     Nothing is written to the checkpoint.
     """
-    options = from_kwargs(checkpoint, {
-        "operator_id": operator_id, "store_name": store_name, "state_var_name": state_var_name,
-        "change_start_batch_id": start, "max_batches_per_trigger": max_batches,
-        "fail_on_data_loss": fail_on_data_loss, "start_with_snapshot": start_with_snapshot,
-        "change_feed_from_snapshots": change_feed_from_snapshots, "storage_options": storage_options})
+    options = from_kwargs(
+        checkpoint,
+        {
+            "operator_id": operator_id,
+            "store_name": store_name,
+            "state_var_name": state_var_name,
+            "change_start_batch_id": start,
+            "max_batches_per_trigger": max_batches,
+            "fail_on_data_loss": fail_on_data_loss,
+            "start_with_snapshot": start_with_snapshot,
+            "change_feed_from_snapshots": change_feed_from_snapshots,
+            "storage_options": storage_options,
+        },
+    )
     spec = Follow.parse(options)
     spec.initial_offset()
     spec.schema_plan()  # the operator, store or variable exists
@@ -117,8 +175,9 @@ def follow(checkpoint: str, *, operator_id: int | None = None, store_name: str |
 
     def items() -> Iterator[tuple[int, pa.Table]]:
         with unexpected_errors_as_ours(str(checkpoint)):
-            for batch, table in follow_batches(spec, poll_seconds=poll_seconds, max_poll_seconds=max_poll_seconds,
-                                               stop=stopped, sleep=_sleeper(stop)):
+            for batch, table in follow_batches(
+                spec, poll_seconds=poll_seconds, max_poll_seconds=max_poll_seconds, stop=stopped, sleep=_sleeper(stop)
+            ):
                 yield batch, table if exact_schema else with_unique_field_names(table)
 
     return items()

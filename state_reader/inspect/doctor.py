@@ -44,8 +44,19 @@ from state_reader.model.plan import StateReadPlan
 from state_reader.providers.store_files import StoreFiles, look_ahead, unique_id_for
 
 SEVERITIES = ("error", "warning", "info")
-KINDS = ("unreadable-store", "watermark-stalled", "never-evicted", "expired-rows", "skew", "long-chain",
-         "storage-waste", "files-past-commit", "uncommitted-batch", "large-rows", "overdue-timers")
+KINDS = (
+    "unreadable-store",
+    "watermark-stalled",
+    "never-evicted",
+    "expired-rows",
+    "skew",
+    "long-chain",
+    "storage-waste",
+    "files-past-commit",
+    "uncommitted-batch",
+    "large-rows",
+    "overdue-timers",
+)
 
 
 @dataclass(frozen=True)
@@ -78,20 +89,32 @@ class Diagnosis:
 
     def table(self) -> pa.Table:
         """The findings as a table (``evidence`` as JSON text), worst first."""
-        rows = [{**asdict(f), "evidence": json.dumps(f.evidence, sort_keys=True, default=str)}
-                for f in self.findings]
-        schema = pa.schema([("kind", pa.string()), ("severity", pa.string()), ("operator_id", pa.int32()),
-                            ("store_name", pa.string()), ("summary", pa.string()), ("evidence", pa.string()),
-                            ("action", pa.string())])
+        rows = [{**asdict(f), "evidence": json.dumps(f.evidence, sort_keys=True, default=str)} for f in self.findings]
+        schema = pa.schema(
+            [
+                ("kind", pa.string()),
+                ("severity", pa.string()),
+                ("operator_id", pa.int32()),
+                ("store_name", pa.string()),
+                ("summary", pa.string()),
+                ("evidence", pa.string()),
+                ("action", pa.string()),
+            ]
+        )
         return pa.Table.from_pylist(rows, schema=schema)
 
     def to_pandas(self) -> Any:
         return self.table().to_pandas()
 
     def as_dict(self) -> dict[str, Any]:
-        return {"checkpoint": self.checkpoint, "batch_id": self.batch_id, "healthy": self.healthy,
-                "findings": [asdict(f) for f in self.findings], "checked": self.checked,
-                "thresholds": self.thresholds}
+        return {
+            "checkpoint": self.checkpoint,
+            "batch_id": self.batch_id,
+            "healthy": self.healthy,
+            "findings": [asdict(f) for f in self.findings],
+            "checked": self.checked,
+            "thresholds": self.thresholds,
+        }
 
 
 def parse_thresholds(given: dict[str, Any] | None) -> dict[str, float]:
@@ -123,16 +146,21 @@ def _uncommitted(cp: CheckpointDir, committed: list[int]) -> list[Finding]:
     pending = [b for b in planned if b > committed[-1]]
     if not pending:
         return []
-    return [Finding(
-        "uncommitted-batch", "info", None, None,
-        f"batch {pending[0]} was planned (offsets/{pending[0]}) but never committed",
-        {"planned_batches": pending, "last_committed_batch": committed[-1]},
-        "the query stopped during that batch, or is running it now; on restart it runs the batch again "
-        "from the same offsets, so nothing is lost. If it keeps failing there, its driver log says why")]
+    return [
+        Finding(
+            "uncommitted-batch",
+            "info",
+            None,
+            None,
+            f"batch {pending[0]} was planned (offsets/{pending[0]}) but never committed",
+            {"planned_batches": pending, "last_committed_batch": committed[-1]},
+            "the query stopped during that batch, or is running it now; on restart it runs the batch again "
+            "from the same offsets, so nothing is lost. If it keeps failing there, its driver log says why",
+        )
+    ]
 
 
-def _watermark_stalled(entries: dict[int, OffsetEntry], limit: float,
-                       event_time_ms: int | None) -> list[Finding]:
+def _watermark_stalled(entries: dict[int, OffsetEntry], limit: float, event_time_ms: int | None) -> list[Finding]:
     batches = sorted(entries)
     last = entries[batches[-1]].watermark_ms
     if last <= 0:
@@ -147,17 +175,27 @@ def _watermark_stalled(entries: dict[int, OffsetEntry], limit: float,
             break
     if with_input < limit:
         return []
-    evidence: dict[str, Any] = {"watermark": _iso(last), "unchanged_since_batch": since,
-                                "batches_with_input": with_input, "latest_batch": batches[-1]}
+    evidence: dict[str, Any] = {
+        "watermark": _iso(last),
+        "unchanged_since_batch": since,
+        "batches_with_input": with_input,
+        "latest_batch": batches[-1],
+    }
     if event_time_ms is not None:
         evidence["latest_event_time_in_state"] = _iso(event_time_ms)
-    return [Finding(
-        "watermark-stalled", "warning", None, None,
-        f"the watermark has stayed at {_iso(last)} since batch {since}, over {with_input} batches that took input",
-        evidence,
-        "the watermark is the minimum over every input's event time (minus its delay): an input, a Kafka "
-        "partition or a join side whose event time stopped moving holds it back. Find that input; for idle "
-        "ones consider spark.sql.streaming.multipleWatermarkPolicy=max, or a smaller withWatermark delay")]
+    return [
+        Finding(
+            "watermark-stalled",
+            "warning",
+            None,
+            None,
+            f"the watermark has stayed at {_iso(last)} since batch {since}, over {with_input} batches that took input",
+            evidence,
+            "the watermark is the minimum over every input's event time (minus its delay): an input, a Kafka "
+            "partition or a join side whose event time stopped moving holds it back. Find that input; for idle "
+            "ones consider spark.sql.streaming.multipleWatermarkPolicy=max, or a smaller withWatermark delay",
+        )
+    ]
 
 
 # --- the state checks --------------------------------------------------------------------------------
@@ -214,13 +252,20 @@ def _row_bytes(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
             total += _row_bytes(child)
         return total
     if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_map(typ):
-        values = array.values if not pa.types.is_map(typ) else pa.StructArray.from_arrays(
-            [array.keys, array.items], names=["k", "v"])
+        values = (
+            array.values
+            if not pa.types.is_map(typ)
+            else pa.StructArray.from_arrays([array.keys, array.items], names=["k", "v"])
+        )
         inner = np.concatenate([[0], np.cumsum(_row_bytes(values))])
         offsets = np.asarray(array.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
         return inner[offsets[1:]] - inner[offsets[:-1]]
-    if pa.types.is_string(typ) or pa.types.is_binary(typ) or pa.types.is_large_string(typ) \
-            or pa.types.is_large_binary(typ):
+    if (
+        pa.types.is_string(typ)
+        or pa.types.is_binary(typ)
+        or pa.types.is_large_string(typ)
+        or pa.types.is_large_binary(typ)
+    ):
         return np.asarray(pc.binary_length(array).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
     width = getattr(typ, "bit_width", 8) // 8 if pa.types.is_primitive(typ) else 8
     return np.full(n, max(width, 1), np.int64)
@@ -228,7 +273,7 @@ def _row_bytes(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 def _short(value: Any, limit: int = 120) -> str:
     text = json.dumps(value, default=str, ensure_ascii=False)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @dataclass
@@ -251,11 +296,19 @@ def _skew(store: _Store, limits: dict[str, float]) -> list[Finding]:
         return []
     ratio = skew(counts[worst], median)
     # more than half the partitions empty: the ratio is infinite, say how many are empty instead
-    evidence: dict[str, Any] = {"partition": worst, "rows": counts[worst], "median_rows": median,
-                                "ratio": round(ratio, 1) if math.isfinite(ratio) else None, "partitions": len(rows),
-                                "empty_partitions": sum(n == 0 for n in rows)}
-    versus = (f"{ratio:.1f}× the median partition ({median:g})" if math.isfinite(ratio) else
-              f"while {evidence['empty_partitions']} of {len(rows)} partitions are empty")
+    evidence: dict[str, Any] = {
+        "partition": worst,
+        "rows": counts[worst],
+        "median_rows": median,
+        "ratio": round(ratio, 1) if math.isfinite(ratio) else None,
+        "partitions": len(rows),
+        "empty_partitions": sum(n == 0 for n in rows),
+    }
+    versus = (
+        f"{ratio:.1f}× the median partition ({median:g})"
+        if math.isfinite(ratio)
+        else f"while {evidence['empty_partitions']} of {len(rows)} partitions are empty"
+    )
     in_worst = store.table.filter(pc.equal(store.table.column("partition_id"), worst))
     keys = in_worst.column("key").combine_chunks()
     ids = group_ids(keys)
@@ -263,21 +316,29 @@ def _skew(store: _Store, limits: dict[str, float]) -> list[Finding]:
     if per_key.size and per_key.max() > 1:  # several rows per key (list state, join buffers): the heavy keys
         heavy = np.argsort(per_key)[::-1][:3]
         first_row = {int(g): int(np.argmax(ids == g)) for g in heavy}
-        evidence["heaviest_keys"] = [{"key": _short(keys[first_row[int(g)]].as_py()), "rows": int(per_key[g])}
-                                     for g in heavy]
+        evidence["heaviest_keys"] = [
+            {"key": _short(keys[first_row[int(g)]].as_py()), "rows": int(per_key[g])} for g in heavy
+        ]
     else:  # a row per key: the keys whose rows are largest
         evidence["keys_in_partition"] = int(per_key.size)
         if "value" in in_worst.column_names:
             sizes = _row_bytes(in_worst.column("value")) + _row_bytes(in_worst.column("key"))
-            evidence["largest_keys"] = [{"key": _short(keys[int(i)].as_py()), "bytes": int(sizes[i])}
-                                        for i in np.argsort(sizes)[::-1][:3]]
-    return [Finding(
-        "skew", "warning", store.operator_id, store.store_name,
-        f"partition {worst} holds {counts[worst]} rows, {versus}",
-        evidence,
-        "one task does most of this operator's work in every batch. Spread the hot keys (add a salt column to "
-        "the grouping key and aggregate twice), or, when keys are many but land unevenly, change the number of "
-        "state partitions (a rewrite of the checkpoint)")]
+            evidence["largest_keys"] = [
+                {"key": _short(keys[int(i)].as_py()), "bytes": int(sizes[i])} for i in np.argsort(sizes)[::-1][:3]
+            ]
+    return [
+        Finding(
+            "skew",
+            "warning",
+            store.operator_id,
+            store.store_name,
+            f"partition {worst} holds {counts[worst]} rows, {versus}",
+            evidence,
+            "one task does most of this operator's work in every batch. Spread the hot keys (add a salt column to "
+            "the grouping key and aggregate twice), or, when keys are many but land unevenly, change the number of "
+            "state partitions (a rewrite of the checkpoint)",
+        )
+    ]
 
 
 def _expired(store: _Store, watermark_ms: int) -> tuple[list[Finding], int | None]:
@@ -295,15 +356,26 @@ def _expired(store: _Store, watermark_ms: int) -> tuple[list[Finding], int | Non
     expired = valid[valid <= watermark_ms] if inclusive else valid[valid < watermark_ms]
     if not expired.size:
         return [], latest
-    return [Finding(
-        "expired-rows", "warning", store.operator_id, store.store_name,
-        f"{expired.size} of {store.table.num_rows} rows have a {what} {'at or ' if inclusive else ''}before the "
-        f"watermark ({_iso(watermark_ms)}) and should have been evicted",
-        {"expired_rows": int(expired.size), "rows": store.table.num_rows, "oldest": _iso(int(expired.min())),
-         "of": what, "watermark": _iso(watermark_ms)},
-        "Spark evicts these rows in the batch whose watermark passes them, except in complete output mode, "
-        "which keeps every key forever: use update or append mode with withWatermark on the event-time "
-        "column")], latest
+    return [
+        Finding(
+            "expired-rows",
+            "warning",
+            store.operator_id,
+            store.store_name,
+            f"{expired.size} of {store.table.num_rows} rows have a {what} {'at or ' if inclusive else ''}before the "
+            f"watermark ({_iso(watermark_ms)}) and should have been evicted",
+            {
+                "expired_rows": int(expired.size),
+                "rows": store.table.num_rows,
+                "oldest": _iso(int(expired.min())),
+                "of": what,
+                "watermark": _iso(watermark_ms),
+            },
+            "Spark evicts these rows in the batch whose watermark passes them, except in complete output mode, "
+            "which keeps every key forever: use update or append mode with withWatermark on the event-time "
+            "column",
+        )
+    ], latest
 
 
 def _large_rows(store: _Store, limit: float) -> list[Finding]:
@@ -319,15 +391,30 @@ def _large_rows(store: _Store, limit: float) -> list[Finding]:
         top = np.argsort(sizes)[::-1][:3]
         keys = store.table.column("key")
         parts = store.table.column("partition_id")
-        out.append(Finding(
-            "large-rows", "warning", store.operator_id, store.store_name,
-            f"{_n(int((sizes >= limit).sum()), column)} of at least {int(limit)} bytes; the largest is "
-            f"{int(sizes.max())} bytes",
-            {"column": column, "largest": [{"bytes": int(sizes[i]), "partition": parts[int(i)].as_py(),
-                                            "key": _short(keys[int(i)].as_py())} for i in top],
-             "at_least_limit": int((sizes >= limit).sum())},
-            "every update of such a row rewrites it whole, in memory, in the changelog or delta file and in "
-            "the next snapshot; keep large payloads out of state (store a reference), or split them"))
+        out.append(
+            Finding(
+                "large-rows",
+                "warning",
+                store.operator_id,
+                store.store_name,
+                f"{_n(int((sizes >= limit).sum()), column)} of at least {int(limit)} bytes; the largest is "
+                f"{int(sizes.max())} bytes",
+                {
+                    "column": column,
+                    "largest": [
+                        {
+                            "bytes": int(sizes[i]),
+                            "partition": parts[int(i)].as_py(),
+                            "key": _short(keys[int(i)].as_py()),
+                        }
+                        for i in top
+                    ],
+                    "at_least_limit": int((sizes >= limit).sum()),
+                },
+                "every update of such a row rewrites it whole, in memory, in the changelog or delta file and in "
+                "the next snapshot; keep large payloads out of state (store a reference), or split them",
+            )
+        )
     return out
 
 
@@ -335,8 +422,9 @@ def _long_chain(cp: CheckpointDir, store: _Store, limit: float) -> list[Finding]
     plan = store.plan
     chains = {}
     stores = {pid: StoreFiles(cp.storage, plan.store_dir(pid), plan.provider, plan.codec) for pid in plan.partitions}
-    uids = {pid: unique_id_for(cp, f, plan.version, store.operator_id, pid, plan.store_name)
-            for pid, f in stores.items()}
+    uids = {
+        pid: unique_id_for(cp, f, plan.version, store.operator_id, pid, plan.store_name) for pid, f in stores.items()
+    }
     look_ahead((stores[pid], plan.version, uids[pid]) for pid in stores)  # every partition's snapshot at once
     for pid in plan.partitions:
         files = stores[pid]
@@ -346,18 +434,32 @@ def _long_chain(cp: CheckpointDir, store: _Store, limit: float) -> list[Finding]
     if chains[worst].delta_chain < limit:
         return []
     kind = "changelog" if plan.provider.endswith("RocksDBStateStoreProvider") else "delta"
-    return [Finding(
-        "long-chain", "warning", store.operator_id, store.store_name,
-        f"partition {worst} replays {chains[worst].delta_chain} {kind} files "
-        + (f"after its last snapshot (version {chains[worst].snapshot_version})"
-           if chains[worst].snapshot_version else "from the first version on, as it has no snapshot")
-        + f" to load version {plan.version}",
-        {"partition": worst, "chain": chains[worst].delta_chain, "snapshot_version": chains[worst].snapshot_version,
-         "files_to_replay": sum(v.delta_chain for v in chains.values()), "version": plan.version,
-         "partitions_over_limit": sum(v.delta_chain >= limit for v in chains.values())},
-        "restarts and task retries replay every file of the chain: snapshot maintenance is not keeping up. "
-        "Check spark.sql.streaming.stateStore.minDeltasForSnapshot and maintenanceInterval, and executor "
-        "time for maintenance")]
+    return [
+        Finding(
+            "long-chain",
+            "warning",
+            store.operator_id,
+            store.store_name,
+            f"partition {worst} replays {chains[worst].delta_chain} {kind} files "
+            + (
+                f"after its last snapshot (version {chains[worst].snapshot_version})"
+                if chains[worst].snapshot_version
+                else "from the first version on, as it has no snapshot"
+            )
+            + f" to load version {plan.version}",
+            {
+                "partition": worst,
+                "chain": chains[worst].delta_chain,
+                "snapshot_version": chains[worst].snapshot_version,
+                "files_to_replay": sum(v.delta_chain for v in chains.values()),
+                "version": plan.version,
+                "partitions_over_limit": sum(v.delta_chain >= limit for v in chains.values()),
+            },
+            "restarts and task retries replay every file of the chain: snapshot maintenance is not keeping up. "
+            "Check spark.sql.streaming.stateStore.minDeltasForSnapshot and maintenanceInterval, and executor "
+            "time for maintenance",
+        )
+    ]
 
 
 @dataclass
@@ -385,8 +487,11 @@ def _unused_files(cp: CheckpointDir, store: _Store) -> _UnusedFiles:
     last_version = committed[-1] + 1
     out = _UnusedFiles()
     stores = {pid: StoreFiles(cp.storage, plan.store_dir(pid), plan.provider, plan.codec) for pid in plan.partitions}
-    look_ahead((f, batch + 1, unique_id_for(cp, f, batch + 1, store.operator_id, pid, plan.store_name))
-               for pid, f in stores.items() for batch in committed)  # the snapshots of every batch, at once
+    look_ahead(
+        (f, batch + 1, unique_id_for(cp, f, batch + 1, store.operator_id, pid, plan.store_name))
+        for pid, f in stores.items()
+        for batch in committed
+    )  # the snapshots of every batch, at once
     for pid in plan.partitions:
         files = stores[pid]
         out.unique_ids |= files.has_unique_ids
@@ -431,15 +536,25 @@ def _storage_waste(cp: CheckpointDir, store: _Store, unused: _UnusedFiles, limit
     wasted = unused.old
     if len(wasted) < limit:
         return []
-    return [Finding(
-        "storage-waste", "warning", store.operator_id, store.store_name,
-        f"{len(wasted)} state files ({sum(wasted.values())} bytes) are needed by no batch the logs still hold "
-        f"({committed[0]}..{committed[-1]})",
-        {"files": len(wasted), "bytes": sum(wasted.values()), "retained_batches": [committed[0], committed[-1]],
-         "examples": sorted(wasted)[:3]},
-        "Spark deletes old state files in its maintenance task, which is not keeping up or not running: check "
-        "spark.sql.streaming.stateStore.maintenanceInterval and the executors' logs for maintenance errors. "
-        "No batch the query can restart from reads them")]
+    return [
+        Finding(
+            "storage-waste",
+            "warning",
+            store.operator_id,
+            store.store_name,
+            f"{len(wasted)} state files ({sum(wasted.values())} bytes) are needed by no batch the logs still hold "
+            f"({committed[0]}..{committed[-1]})",
+            {
+                "files": len(wasted),
+                "bytes": sum(wasted.values()),
+                "retained_batches": [committed[0], committed[-1]],
+                "examples": sorted(wasted)[:3],
+            },
+            "Spark deletes old state files in its maintenance task, which is not keeping up or not running: check "
+            "spark.sql.streaming.stateStore.maintenanceInterval and the executors' logs for maintenance errors. "
+            "No batch the query can restart from reads them",
+        )
+    ]
 
 
 def _files_past_commit(cp: CheckpointDir, store: _Store, unused: _UnusedFiles) -> list[Finding]:
@@ -460,50 +575,82 @@ def _files_past_commit(cp: CheckpointDir, store: _Store, unused: _UnusedFiles) -
     batches = version_ranges({v - 1 for v in versions})
     size = sum(unused.past_commit.values())
     evidence: dict[str, Any] = {
-        "files": len(unused.past_commit), "bytes": size, "versions": versions,
-        "batches": [v - 1 for v in versions], "last_committed_batch": last, "planned_batches": sorted(planned),
-        "partitions": len(unused.past_partitions), "examples": sorted(unused.past_commit)[:3]}
+        "files": len(unused.past_commit),
+        "bytes": size,
+        "versions": versions,
+        "batches": [v - 1 for v in versions],
+        "last_committed_batch": last,
+        "planned_batches": sorted(planned),
+        "partitions": len(unused.past_partitions),
+        "examples": sorted(unused.past_commit)[:3],
+    }
     several = len(versions) > 1
-    summary = (f"{_n(len(unused.past_commit), 'state file')} ({size} bytes) of version{'s' if several else ''} "
-               f"{version_ranges(set(versions))} (batch{'es' if several else ''} {batches}) lie past the last "
-               f"committed batch, {last} (version {last + 1})")
+    summary = (
+        f"{_n(len(unused.past_commit), 'state file')} ({size} bytes) of version{'s' if several else ''} "
+        f"{version_ranges(set(versions))} (batch{'es' if several else ''} {batches}) lie past the last "
+        f"committed batch, {last} (version {last + 1})"
+    )
     kinds = _file_kinds(unused.past_commit)
     which = f"the files of version{'s' if several else ''} {version_ranges(set(versions))}"
     # a snapshot of a version the query runs again may not be written again, and loading that version prefers it
     stale_snapshot = not unused.unique_ids and any(n.endswith((".snapshot", ".zip")) for n in unused.past_commit)
     if in_flight:
-        return [Finding(
-            "files-past-commit", "info", store.operator_id, store.store_name, summary, evidence,
-            f"batch {batches} is planned but not committed: its tasks wrote these {kinds} before the query "
-            "stopped (or are writing them now). On restart the query runs the batch again from the same offsets "
-            "and writes its files anew"
-            + (f". If you change the query before it runs the batch again, first delete {which} from every "
-               "partition of this store: a snapshot among them would stand in for the new run's state"
-               if stale_snapshot else "; nothing reads these in the meantime"))]
+        return [
+            Finding(
+                "files-past-commit",
+                "info",
+                store.operator_id,
+                store.store_name,
+                summary,
+                evidence,
+                f"batch {batches} is planned but not committed: its tasks wrote these {kinds} before the query "
+                "stopped (or are writing them now). On restart the query runs the batch again from the same offsets "
+                "and writes its files anew"
+                + (
+                    f". If you change the query before it runs the batch again, first delete {which} from every "
+                    "partition of this store: a snapshot among them would stand in for the new run's state"
+                    if stale_snapshot
+                    else "; nothing reads these in the meantime"
+                ),
+            )
+        ]
     if unused.unique_ids:
-        harm = ("Spark takes the files the commit log names, so it never reads these, but tools that list the "
-                "store see versions that were never committed. ")
+        harm = (
+            "Spark takes the files the commit log names, so it never reads these, but tools that list the "
+            "store see versions that were never committed. "
+        )
     else:
         harm = "When the query runs those batches again it writes their deltas or changelogs anew"
         if stale_snapshot:
-            harm += (", but a snapshot among these files can stay (snapshots are written only now and then), and "
-                     "a restarted query that loads that version takes the snapshot over the new file: the "
-                     "earlier run's state")
+            harm += (
+                ", but a snapshot among these files can stay (snapshots are written only now and then), and "
+                "a restarted query that loads that version takes the snapshot over the new file: the "
+                "earlier run's state"
+            )
         harm += ". "
         if not store.plan.provider.endswith("RocksDBStateStoreProvider"):
             harm += "Spark's cleanup also counts the versions it keeps back from the newest file on disk. "
-    return [Finding(
-        "files-past-commit", "warning", store.operator_id, store.store_name, summary, evidence,
-        f"these {kinds} belong to batches the commit and offset logs no longer record: commits removed to "
-        "reprocess, a checkpoint rolled back, or a batch whose files outlived its log entries. No read of a "
-        f"committed batch uses them, and they cost storage. {harm}With the query stopped, delete {which} from "
-        "every partition of this store")]
+    return [
+        Finding(
+            "files-past-commit",
+            "warning",
+            store.operator_id,
+            store.store_name,
+            summary,
+            evidence,
+            f"these {kinds} belong to batches the commit and offset logs no longer record: commits removed to "
+            "reprocess, a checkpoint rolled back, or a batch whose files outlived its log entries. No read of a "
+            f"committed batch uses them, and they cost storage. {harm}With the query stopped, delete {which} from "
+            "every partition of this store",
+        )
+    ]
 
 
 def _file_kinds(paths: dict[str, int]) -> str:
     """'.delta and .snapshot files' for the kinds of state files among ``paths``."""
-    kinds = sorted({"SST" if f"/{SST_DIR}/" in p else "." + p.rsplit(".", 1)[-1] for p in paths},
-                   key=lambda k: (k == "SST", k))
+    kinds = sorted(
+        {"SST" if f"/{SST_DIR}/" in p else "." + p.rsplit(".", 1)[-1] for p in paths}, key=lambda k: (k == "SST", k)
+    )
     return (", ".join(kinds[:-1]) + " and " + kinds[-1] if len(kinds) > 1 else kinds[0]) + " files"
 
 
@@ -532,19 +679,36 @@ def _overdue_timers(store: _Store, entry: OffsetEntry | None) -> list[Finding]:
     if not late.size:
         return []
     clock = "watermark" if event_time else "processing time"
-    return [Finding(
-        "overdue-timers", "warning", store.operator_id, store.store_name,
-        f"{_n(int(late.size), 'timer')} due before the last batch's {clock} ({_iso(now)}) have not fired; the "
-        f"oldest was due at {_iso(int(late.min()))}",
-        {"overdue": int(late.size), "timers": len(values), "oldest_due": _iso(int(late.min())), clock.replace(" ", "_"):
-         _iso(now)},
-        "a timer fires in the first batch at or after its time; one set in the past fires only in the next "
-        "batch, and never if no batch runs. Set processing-time timers from the current processing time "
-        "(not from event time), and check that batches keep running (spark.sql.streaming.noDataMicroBatches.enabled)")]
+    return [
+        Finding(
+            "overdue-timers",
+            "warning",
+            store.operator_id,
+            store.store_name,
+            f"{_n(int(late.size), 'timer')} due before the last batch's {clock} ({_iso(now)}) have not fired; the "
+            f"oldest was due at {_iso(int(late.min()))}",
+            {
+                "overdue": int(late.size),
+                "timers": len(values),
+                "oldest_due": _iso(int(late.min())),
+                clock.replace(" ", "_"): _iso(now),
+            },
+            "a timer fires in the first batch at or after its time; one set in the past fires only in the next "
+            "batch, and never if no batch runs. Set processing-time timers from the current processing time "
+            "(not from event time), and check that batches keep running "
+            "(spark.sql.streaming.noDataMicroBatches.enabled)",
+        )
+    ]
 
 
-def _never_evicted(cp: CheckpointDir, path: str, storage_options: dict[str, Any] | None, store: _Store,
-                   entries: dict[int, OffsetEntry], limit: float) -> list[Finding]:
+def _never_evicted(
+    cp: CheckpointDir,
+    path: str,
+    storage_options: dict[str, Any] | None,
+    store: _Store,
+    entries: dict[int, OffsetEntry],
+    limit: float,
+) -> list[Finding]:
     latest = store.plan.batch_id
     if not cp.committed_batches or latest - cp.committed_batches[0] < limit:
         return []
@@ -555,27 +719,48 @@ def _never_evicted(cp: CheckpointDir, path: str, storage_options: dict[str, Any]
     if first_batch is None or latest - first_batch < limit:
         return []
     try:
-        earlier = read_table(plan_state_read(from_kwargs(path, store_read_options(
-            store.operator_id, store.store_name, first_batch, storage_options, store.operator_name)), cp),
-            show_progress=False)
+        earlier = read_table(
+            plan_state_read(
+                from_kwargs(
+                    path,
+                    store_read_options(
+                        store.operator_id, store.store_name, first_batch, storage_options, store.operator_name
+                    ),
+                ),
+                cp,
+            ),
+            show_progress=False,
+        )
     except StateReaderError:
         return []
     if store.table.num_rows <= earlier.num_rows:
         return []
     keys = pa.concat_arrays([earlier.column("key").combine_chunks(), store.table.column("key").combine_chunks()])
     ids = group_ids(keys)
-    removed = len(set(ids[:earlier.num_rows].tolist()) - set(ids[earlier.num_rows:].tolist()))
+    removed = len(set(ids[: earlier.num_rows].tolist()) - set(ids[earlier.num_rows :].tolist()))
     if removed:
         return []
-    return [Finding(
-        "never-evicted", "warning", store.operator_id, store.store_name,
-        f"state grew from {earlier.num_rows} to {store.table.num_rows} rows over batches {first_batch}..{latest} "
-        f"and no key was removed: {reason}",
-        {"first_batch": first_batch, "latest_batch": latest, "rows_first": earlier.num_rows,
-         "rows_latest": store.table.num_rows, "keys_removed": 0, "why": reason},
-        "this state only grows until the query runs out of memory or slows down. Give the operator a way to "
-        "evict: withWatermark on an event-time column that is part of the key (dropDuplicates, aggregation), "
-        "timeouts (flatMapGroupsWithState), or TTL (transformWithState)")]
+    return [
+        Finding(
+            "never-evicted",
+            "warning",
+            store.operator_id,
+            store.store_name,
+            f"state grew from {earlier.num_rows} to {store.table.num_rows} rows over batches {first_batch}..{latest} "
+            f"and no key was removed: {reason}",
+            {
+                "first_batch": first_batch,
+                "latest_batch": latest,
+                "rows_first": earlier.num_rows,
+                "rows_latest": store.table.num_rows,
+                "keys_removed": 0,
+                "why": reason,
+            },
+            "this state only grows until the query runs out of memory or slows down. Give the operator a way to "
+            "evict: withWatermark on an event-time column that is part of the key (dropDuplicates, aggregation), "
+            "timeouts (flatMapGroupsWithState), or TTL (transformWithState)",
+        )
+    ]
 
 
 def _no_eviction_reason(store: _Store, entries: dict[int, OffsetEntry]) -> str | None:
@@ -609,17 +794,22 @@ def _unreadable(op: int, store_name: str, batch_id: int | None, exc: StateReader
     """A store whose latest batch cannot be read: no other check can look at it, and Spark cannot
     restart the query from it either."""
     return Finding(
-        "unreadable-store", "error", op, store_name,
+        "unreadable-store",
+        "error",
+        op,
+        store_name,
         f"the state of batch {batch_id} cannot be read: {exc.message}",
         {"error": type(exc).__name__, "file": getattr(exc, "path", None)},
         "Spark cannot restart the query from this checkpoint until the file is back. `state-reader verify` "
         "lists every missing or damaged file; restore them from a copy of the checkpoint, or, if the newest "
         "commits are what is wrong (a commit past the state files), remove those commits and offsets with the "
-        "query stopped so that it runs those batches again")
+        "query stopped so that it runs those batches again",
+    )
 
 
-def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
-             storage_options: dict[str, Any] | None = None) -> Diagnosis:
+def diagnose(
+    checkpoint: str, *, thresholds: dict[str, Any] | None = None, storage_options: dict[str, Any] | None = None
+) -> Diagnosis:
     """Check a checkpoint for the problems in :data:`KINDS`; see the module docstring."""
     limits = parse_thresholds(thresholds)
     storage = Storage(checkpoint, dict(storage_options or {}))
@@ -651,8 +841,10 @@ def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
         try:
             # the latest batch, planned again should a running query clean it up under the read
             table = live.read_consistently(
-                from_kwargs(checkpoint, store_read_options(op, store_name, None, storage_options, op_name)), read,
-                checkpoint=cp)
+                from_kwargs(checkpoint, store_read_options(op, store_name, None, storage_options, op_name)),
+                read,
+                checkpoint=cp,
+            )
         except StateReaderError as exc:
             result.checked.append(f"operator {op}, store {store_name}: not read ({exc.message})")
             result.findings.append(_unreadable(op, store_name, latest, exc))
@@ -677,12 +869,15 @@ def diagnose(checkpoint: str, *, thresholds: dict[str, Any] | None = None,
             result.findings += _storage_waste(cp, store, unused, limits["waste-files"])
             result.findings += _files_past_commit(cp, store, unused)
         result.findings += _never_evicted(cp, checkpoint, storage_options, store, entries, limits["growth-batches"])
-        result.checked.append(f"operator {op} ({op_name or 'unknown'}), store {store_name}: "
-                              f"{_n(table.num_rows, 'row')} in {_n(len(plan.partitions), 'partition')} at batch "
-                              f"{plan.batch_id}")
+        result.checked.append(
+            f"operator {op} ({op_name or 'unknown'}), store {store_name}: "
+            f"{_n(table.num_rows, 'row')} in {_n(len(plan.partitions), 'partition')} at batch "
+            f"{plan.batch_id}"
+        )
     if len(cp.operator_ids) > 1:
-        result.checked.append("expired rows: not checked, as each of several stateful operators evicts by its "
-                              "own watermark")
+        result.checked.append(
+            "expired rows: not checked, as each of several stateful operators evicts by its own watermark"
+        )
     result.findings += _watermark_stalled(entries, limits["stalled-batches"], event_time)
     result.checked.append(f"the watermark over batches {min(entries, default=latest)}..{latest}")
     order = {s: i for i, s in enumerate(SEVERITIES)}

@@ -29,8 +29,14 @@ from state_reader.inspect.flatten import flatten_table, json_rows, unique_names,
 from state_reader.model.plan import StateReadPlan
 from state_reader.progress import progress
 
-FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "jsonl",
-           ".ndjson": "jsonl"}
+FORMATS = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".json": "json",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+}
 
 
 @dataclass
@@ -52,7 +58,8 @@ def format_of(path: str, fmt: str | None = None) -> str:
     ext = os.path.splitext(path)[1].lower()
     if ext not in FORMATS:
         raise InvalidOptionError(
-            f"cannot tell the export format from {path!r}: use a name ending in .parquet, .csv, .json or .jsonl")
+            f"cannot tell the export format from {path!r}: use a name ending in .parquet, .csv, .json or .jsonl"
+        )
     return FORMATS[ext]
 
 
@@ -73,7 +80,8 @@ class _ParquetWriter(_Writer):
             self._w = pq.ParquetWriter(path, unique_schema(schema))
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid) as exc:
             raise UnsupportedTypeError(
-                f"Parquet cannot hold this state ({exc}); export to .jsonl or .csv instead") from None
+                f"Parquet cannot hold this state ({exc}); export to .jsonl or .csv instead"
+            ) from None
 
     def write(self, batch: pa.RecordBatch) -> None:
         self._w.write_table(with_unique_field_names(pa.Table.from_batches([batch])))
@@ -144,17 +152,24 @@ class _JsonArrayWriter(_JsonlWriter):
         super().close()
 
 
-def _batches_with_progress(plan: StateReadPlan, flt: KeyFilter | None, partitions: list[int],
-                           show_progress: bool | None, path: str) -> Iterator[pa.RecordBatch]:
+def _batches_with_progress(
+    plan: StateReadPlan, flt: KeyFilter | None, partitions: list[int], show_progress: bool | None, path: str
+) -> Iterator[pa.RecordBatch]:
     with progress(f"exporting to {os.path.basename(path)}", len(partitions), enabled=show_progress) as bar:
         for pid in partitions:
             yield from iter_batches(plan, key_filter=flt, partitions=[pid], show_progress=False)
             bar.advance()
 
 
-def export_state(plan: StateReadPlan, path: str, *, fmt: str | None = None,
-                 key_filter: KeyFilterSpec | KeyFilter | None = None, partitions: Sequence[int] | None = None,
-                 show_progress: bool | None = None) -> ExportResult:
+def export_state(
+    plan: StateReadPlan,
+    path: str,
+    *,
+    fmt: str | None = None,
+    key_filter: KeyFilterSpec | KeyFilter | None = None,
+    partitions: Sequence[int] | None = None,
+    show_progress: bool | None = None,
+) -> ExportResult:
     """Write the state ``plan`` reads to ``path`` (format from ``fmt`` or the extension)."""
     kind = format_of(path, fmt)
     flt = bind_key_filter(plan, key_filter)

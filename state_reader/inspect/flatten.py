@@ -29,9 +29,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 # Types a CSV writer and a terminal show well as they are.
-_PLAIN = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_string,
-          pa.types.is_large_string, pa.types.is_date, pa.types.is_timestamp, pa.types.is_decimal,
-          pa.types.is_null)
+_PLAIN = (
+    pa.types.is_integer,
+    pa.types.is_floating,
+    pa.types.is_boolean,
+    pa.types.is_string,
+    pa.types.is_large_string,
+    pa.types.is_date,
+    pa.types.is_timestamp,
+    pa.types.is_decimal,
+    pa.types.is_null,
+)
 
 
 def is_plain(typ: pa.DataType) -> bool:
@@ -56,8 +64,11 @@ def _unique_type(typ: pa.DataType) -> pa.DataType:
         names = unique_names(f.name for f in fields)
         return pa.struct([f.with_name(n).with_type(_unique_type(f.type)) for f, n in zip(fields, names, strict=True)])
     if pa.types.is_map(typ):
-        return pa.map_(typ.key_field.with_type(_unique_type(typ.key_type)),
-                       typ.item_field.with_type(_unique_type(typ.item_type)), keys_sorted=typ.keys_sorted)
+        return pa.map_(
+            typ.key_field.with_type(_unique_type(typ.key_type)),
+            typ.item_field.with_type(_unique_type(typ.item_type)),
+            keys_sorted=typ.keys_sorted,
+        )
     if pa.types.is_list(typ):
         return pa.list_(typ.value_field.with_type(_unique_type(typ.value_type)))
     return typ
@@ -73,8 +84,9 @@ def _retyped(array: pa.Array, typ: pa.DataType) -> pa.Array:
         children = [_retyped(array.field(i), typ.field(i).type) for i in range(typ.num_fields)]
         return pa.StructArray.from_arrays(children, fields=[typ.field(i) for i in range(typ.num_fields)], mask=mask)
     if pa.types.is_map(typ):
-        return pa.MapArray.from_arrays(array.offsets, _retyped(array.keys, typ.key_type),
-                                       _retyped(array.items, typ.item_type), type=typ, mask=mask)
+        return pa.MapArray.from_arrays(
+            array.offsets, _retyped(array.keys, typ.key_type), _retyped(array.items, typ.item_type), type=typ, mask=mask
+        )
     # a list: its offsets index the whole child, also for a sliced array
     return pa.ListArray.from_arrays(array.offsets, _retyped(array.values, typ.value_type), type=typ, mask=mask)
 
@@ -103,8 +115,10 @@ def with_unique_field_names(table: pa.Table) -> pa.Table:
     schema = unique_schema(table.schema)
     if schema.equals(table.schema):
         return table
-    columns = [pa.chunked_array([_retyped(chunk, f.type) for chunk in column.chunks], type=f.type)
-               for column, f in zip(table.columns, schema, strict=True)]
+    columns = [
+        pa.chunked_array([_retyped(chunk, f.type) for chunk in column.chunks], type=f.type)
+        for column, f in zip(table.columns, schema, strict=True)
+    ]
     return pa.Table.from_arrays(columns, schema=schema)
 
 
@@ -121,8 +135,9 @@ def flatten_table(table: pa.Table | pa.RecordBatch, *, render_nested: bool = Fal
     if render_nested:
         for i, field in enumerate(table.schema):
             if not is_plain(field.type):
-                rendered = pa.array([None if v is None else render_compact(v)
-                                     for v in json_values(table.column(i))], type=pa.string())
+                rendered = pa.array(
+                    [None if v is None else render_compact(v) for v in json_values(table.column(i))], type=pa.string()
+                )
                 table = table.set_column(i, field.name, rendered)
     return table
 
@@ -181,8 +196,9 @@ def json_values(array: pa.Array | pa.ChunkedArray) -> list[Any]:
         names = unique_names(f.name for f in typ)
         children = [json_values(child) for child in array.flatten()]  # flatten() honours slices and nulls
         valid = array.is_valid().to_pylist()
-        return [dict(zip(names, (c[i] for c in children), strict=True)) if valid[i] else None
-                for i in range(len(array))]
+        return [
+            dict(zip(names, (c[i] for c in children), strict=True)) if valid[i] else None for i in range(len(array))
+        ]
     if pa.types.is_map(typ):
         # offsets index the whole key/item children, also for a sliced array
         offsets = array.offsets.to_pylist()
@@ -209,7 +225,7 @@ def json_values(array: pa.Array | pa.ChunkedArray) -> list[Any]:
             if n is None:
                 out.append(None)
             else:
-                out.append(values[pos:pos + n])
+                out.append(values[pos : pos + n])
                 pos += n
         return out
     return [_scalar(v) for v in array.to_pylist()]

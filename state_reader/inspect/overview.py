@@ -93,27 +93,33 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
     meta = metadata_rows({"path": checkpoint, "storageOptions": storage_options or {}}, cp)
     inferred = False
     if not meta and cp.operator_ids:
-        meta = metadata_rows({"path": checkpoint, "inferMissingMetadata": True,
-                              "storageOptions": storage_options or {}}, cp)
+        meta = metadata_rows(
+            {"path": checkpoint, "inferMissingMetadata": True, "storageOptions": storage_options or {}}, cp
+        )
         inferred = True
 
     operators: dict[int, dict[str, Any]] = {}
     for row in meta:
         op = row["operatorId"]
-        entry = operators.setdefault(op, {
-            "operator_id": op, "operator_name": row["operatorName"],
-            "operator_properties": row["operatorProperties"],
-            "partitions_on_disk": len(cp.partition_ids(op)),
-            "provider": provider_name(detect_provider(cp, conf.get(CONF_PROVIDER), op)) or "unknown",
-            "stores": [],
-        })
+        entry = operators.setdefault(
+            op,
+            {
+                "operator_id": op,
+                "operator_name": row["operatorName"],
+                "operator_properties": row["operatorProperties"],
+                "partitions_on_disk": len(cp.partition_ids(op)),
+                "provider": provider_name(detect_provider(cp, conf.get(CONF_PROVIDER), op)) or "unknown",
+                "stores": [],
+            },
+        )
         entry["stores"].append({"store_name": row["stateStoreName"], "num_partitions": row["numPartitions"]})
     for entry in operators.values():
         if operator_names.is_transform_with_state(entry["operator_name"]):
             # the user's variables (one store holds them all, a column family each) and the timers
             entry["state_variables"] = [
                 {"name": v.name, "kind": v.kind, "ttl": v.ttl, "described": v.describe()}
-                for v in declared_variables(_properties(entry["operator_properties"]))]
+                for v in declared_variables(_properties(entry["operator_properties"]))
+            ]
     changelogs = False
     for op, entry in operators.items():
         entry["batches"], has_changelogs = _state_files(cp, op, entry, latest)
@@ -131,22 +137,27 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
         "codec": conf.get(CONF_CODEC) or DEFAULT_CODEC,  # what a conf missing from the offset log means
         "codec_recorded": CONF_CODEC in conf,
         # only for the kinds of operator the query has: the confs are recorded for every query
-        "state_format_versions": {kind: int(conf[key]) for kind, (key, names) in STATE_FORMAT_CONFS.items()
-                                  if conf.get(key, "").isdigit()
-                                  and any(o["operator_name"] in names for o in operators.values())},
+        "state_format_versions": {
+            kind: int(conf[key])
+            for kind, (key, names) in STATE_FORMAT_CONFS.items()
+            if conf.get(key, "").isdigit() and any(o["operator_name"] in names for o in operators.values())
+        },
         "shuffle_partitions": shuffle_partitions(conf),
         "encoding_format": conf.get(CONF_ENCODING),
         "row_checksum": conf_flag(conf, CONF_ROW_CHECKSUM),
         # Spark does not pin this conf in the offset log: the changelog files tell
-        "changelog_checkpointing": (conf_flag(conf, CONF_CHANGELOG) or changelogs) if provider == "rocksdb"
-        else None,
+        "changelog_checkpointing": (conf_flag(conf, CONF_CHANGELOG) or changelogs) if provider == "rocksdb" else None,
         # the offset log does not record the format: the commit log's unique ids tell
         "checkpoint_format_version": 2 if cp.names_files_by_unique_id(latest) else 1,
         "rocksdb_merge_operator_version": conf.get(CONF_MERGE_OPERATOR),
         "conf_source": conf_source,
-        "conf": {k: v for k, v in sorted(conf.items()) if "stateStore" in k or "stateFormatVersion" in k
-                 or k == CONF_SHUFFLE_PARTITIONS},
-        "operator_metadata": "inferred from files (written before Spark 4.0)" if inferred
+        "conf": {
+            k: v
+            for k, v in sorted(conf.items())
+            if "stateStore" in k or "stateFormatVersion" in k or k == CONF_SHUFFLE_PARTITIONS
+        },
+        "operator_metadata": "inferred from files (written before Spark 4.0)"
+        if inferred
         else ("recorded" if operators else "none"),
         "operators": [operators[k] for k in sorted(operators)],
     }

@@ -40,8 +40,13 @@ class StoreSchema:
     value: StructType
 
     def as_dict(self) -> dict[str, Any]:
-        return {"operator_id": self.operator_id, "store_name": self.store_name,
-                "operator_name": self.operator_name, "key": ddl(self.key), "value": ddl(self.value)}
+        return {
+            "operator_id": self.operator_id,
+            "store_name": self.store_name,
+            "operator_name": self.operator_name,
+            "key": ddl(self.key),
+            "value": ddl(self.value),
+        }
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,11 @@ class SchemaVerdict:
 def ddl(typ: DataType) -> str:
     """A Spark type as ``struct<name:type,...>`` text."""
     if isinstance(typ, StructType):
-        return "struct<" + ",".join(f"{f.name}:{ddl(f.data_type)}{'' if f.nullable else ' not null'}"
-                                    for f in typ.fields) + ">"
+        return (
+            "struct<"
+            + ",".join(f"{f.name}:{ddl(f.data_type)}{'' if f.nullable else ' not null'}" for f in typ.fields)
+            + ">"
+        )
     if isinstance(typ, ArrayType):
         return f"array<{ddl(typ.element)}>"
     if isinstance(typ, MapType):
@@ -87,8 +95,10 @@ def store_schemas(checkpoint: str, *, storage_options: dict[str, Any] | None = N
         meta = cp.operator_metadata(op, latest)
         info = meta.store(DEFAULT_STORE) if meta else None
         if info is None:
-            raise SchemaReadError(f"operator {op}, store {store} of {cp.location} has no schema file",
-                                  path=cp.storage.display(f"state/{op}"))
+            raise SchemaReadError(
+                f"operator {op}, store {store} of {cp.location} has no schema file",
+                path=cp.storage.display(f"state/{op}"),
+            )
         families = family_schemas(cp, op, info)
         for name, family in families.items():
             if store in (DEFAULT_STORE, name):
@@ -100,8 +110,10 @@ def _why_not(new: DataType, stored: DataType, where: str) -> str | None:
     """Why ``new`` cannot replace ``stored`` under Spark's rule (names ignored); None when it can."""
     if isinstance(stored, StructType) and isinstance(new, StructType):
         if len(new.fields) != len(stored.fields):
-            return (f"{where or 'the schema'} has {len(new.fields)} fields where the checkpoint stores "
-                    f"{len(stored.fields)} ({ddl(new)} against {ddl(stored)})")
+            return (
+                f"{where or 'the schema'} has {len(new.fields)} fields where the checkpoint stores "
+                f"{len(stored.fields)} ({ddl(new)} against {ddl(stored)})"
+            )
         for i, (n, s) in enumerate(zip(new.fields, stored.fields, strict=True)):
             at = f"{where}.{s.name}" if where else s.name
             if n.nullable and not s.nullable:
@@ -123,8 +135,9 @@ def _why_not(new: DataType, stored: DataType, where: str) -> str | None:
     return None
 
 
-def compare_schemas(checkpoint: str, other: str, *,
-                    storage_options: dict[str, Any] | None = None) -> list[SchemaVerdict]:
+def compare_schemas(
+    checkpoint: str, other: str, *, storage_options: dict[str, Any] | None = None
+) -> list[SchemaVerdict]:
     """For each store: would the query that wrote ``other`` restart from ``checkpoint``?
 
     ``other`` is a checkpoint written by the changed query (a short run on a
@@ -137,14 +150,28 @@ def compare_schemas(checkpoint: str, other: str, *,
         old_s, new_s = stored.get((op, store)), new.get((op, store))
         if old_s is None or new_s is None:
             which = "the changed query" if old_s is None else "the checkpoint"
-            verdicts.append(SchemaVerdict(op, store, False, OPERATOR_ERROR,
-                                          f"only {which} has operator {op}, store {store}: the stateful operators "
-                                          "differ, and Spark refuses the restart"))
+            verdicts.append(
+                SchemaVerdict(
+                    op,
+                    store,
+                    False,
+                    OPERATOR_ERROR,
+                    f"only {which} has operator {op}, store {store}: the stateful operators "
+                    "differ, and Spark refuses the restart",
+                )
+            )
             continue
         if old_s.operator_name and new_s.operator_name and old_s.operator_name != new_s.operator_name:
-            verdicts.append(SchemaVerdict(op, store, False, OPERATOR_ERROR,
-                                          f"operator {op} is {old_s.operator_name} in the checkpoint and "
-                                          f"{new_s.operator_name} in the changed query"))
+            verdicts.append(
+                SchemaVerdict(
+                    op,
+                    store,
+                    False,
+                    OPERATOR_ERROR,
+                    f"operator {op} is {old_s.operator_name} in the checkpoint and "
+                    f"{new_s.operator_name} in the changed query",
+                )
+            )
             continue
         if ddl(new_s.key) == ddl(old_s.key) and ddl(new_s.value) == ddl(old_s.value):
             verdicts.append(SchemaVerdict(op, store, True, None, "identical schemas"))
@@ -157,8 +184,14 @@ def compare_schemas(checkpoint: str, other: str, *,
         if why_value:
             verdicts.append(SchemaVerdict(op, store, False, VALUE_ERROR, why_value))
             continue
-        verdicts.append(SchemaVerdict(op, store, True, None,
-                                      "field names or nullability differ in ways Spark accepts (it matches fields "
-                                      "by position and lets a nullable field become not null)"))
+        verdicts.append(
+            SchemaVerdict(
+                op,
+                store,
+                True,
+                None,
+                "field names or nullability differ in ways Spark accepts (it matches fields "
+                "by position and lets a nullable field become not null)",
+            )
+        )
     return verdicts
-

@@ -44,37 +44,41 @@ from state_reader.model.state_variables import timer_family, user_variables
 from state_reader.progress import progress
 from state_reader.providers.store_files import StoreFiles, unique_id_for
 
-STATS_SCHEMA = pa.schema([
-    pa.field("operator_id", pa.int32()),
-    pa.field("store_name", pa.string()),
-    pa.field("batch_id", pa.int64()),
-    pa.field("version", pa.int64()),
-    pa.field("partition_id", pa.int32()),
-    pa.field("rows", pa.int64()),
-    pa.field("state_bytes", pa.int64()),  # key and value bytes as stored, uncompressed (core/size.py)
-    pa.field("files", pa.int32()),  # files the version is rebuilt from (snapshot, deltas, SSTs)
-    pa.field("bytes_on_disk", pa.int64()),  # their size
-    pa.field("delta_chain", pa.int32()),  # deltas/changelogs replayed after the snapshot
-    pa.field("snapshot_version", pa.int64()),  # null: rebuilt from the empty state
-])
+STATS_SCHEMA = pa.schema(
+    [
+        pa.field("operator_id", pa.int32()),
+        pa.field("store_name", pa.string()),
+        pa.field("batch_id", pa.int64()),
+        pa.field("version", pa.int64()),
+        pa.field("partition_id", pa.int32()),
+        pa.field("rows", pa.int64()),
+        pa.field("state_bytes", pa.int64()),  # key and value bytes as stored, uncompressed (core/size.py)
+        pa.field("files", pa.int32()),  # files the version is rebuilt from (snapshot, deltas, SSTs)
+        pa.field("bytes_on_disk", pa.int64()),  # their size
+        pa.field("delta_chain", pa.int32()),  # deltas/changelogs replayed after the snapshot
+        pa.field("snapshot_version", pa.int64()),  # null: rebuilt from the empty state
+    ]
+)
 
-SUMMARY_SCHEMA = pa.schema([
-    pa.field("operator_id", pa.int32()),
-    pa.field("store_name", pa.string()),
-    pa.field("batch_id", pa.int64()),
-    pa.field("partitions", pa.int32()),
-    pa.field("rows", pa.int64()),
-    pa.field("state_bytes", pa.int64()),
-    pa.field("bytes_on_disk", pa.int64()),
-    pa.field("files", pa.int32()),
-    pa.field("max_delta_chain", pa.int32()),
-    pa.field("max_partition", pa.int32()),  # the partition with the most rows
-    pa.field("max_partition_rows", pa.int64()),
-    pa.field("median_partition_rows", pa.float64()),
-    pa.field("rows_skew", pa.float64()),  # max / median rows; null when the median is 0
-    pa.field("max_bytes_partition", pa.int32()),
-    pa.field("bytes_skew", pa.float64()),  # max / median state bytes
-])
+SUMMARY_SCHEMA = pa.schema(
+    [
+        pa.field("operator_id", pa.int32()),
+        pa.field("store_name", pa.string()),
+        pa.field("batch_id", pa.int64()),
+        pa.field("partitions", pa.int32()),
+        pa.field("rows", pa.int64()),
+        pa.field("state_bytes", pa.int64()),
+        pa.field("bytes_on_disk", pa.int64()),
+        pa.field("files", pa.int32()),
+        pa.field("max_delta_chain", pa.int32()),
+        pa.field("max_partition", pa.int32()),  # the partition with the most rows
+        pa.field("max_partition_rows", pa.int64()),
+        pa.field("median_partition_rows", pa.float64()),
+        pa.field("rows_skew", pa.float64()),  # max / median rows; null when the median is 0
+        pa.field("max_bytes_partition", pa.int32()),
+        pa.field("bytes_skew", pa.float64()),  # max / median state bytes
+    ]
+)
 
 
 @dataclass
@@ -113,8 +117,13 @@ def parse_batch_range(text: str | None) -> tuple[int | None, int | None]:
     return start, end
 
 
-def operator_stores(cp: CheckpointDir, operator_id: int | None = None, store_name: str | None = None,
-                    batch_id: int | None = None, variables: bool = True) -> list[tuple[int, str, str | None]]:
+def operator_stores(
+    cp: CheckpointDir,
+    operator_id: int | None = None,
+    store_name: str | None = None,
+    batch_id: int | None = None,
+    variables: bool = True,
+) -> list[tuple[int, str, str | None]]:
     """(operator id, store name, operator name) of every store to look at.
 
     Stores come from operator metadata, or from the files for checkpoints
@@ -125,7 +134,9 @@ def operator_stores(cp: CheckpointDir, operator_id: int | None = None, store_nam
     if operator_id is not None and operator_id not in known:
         raise SchemaReadError(
             f"the checkpoint {cp.location} has no state for operator {operator_id} "
-            f"(operators: {', '.join(map(str, known)) or 'none'})", path=cp.storage.display("state"))
+            f"(operators: {', '.join(map(str, known)) or 'none'})",
+            path=cp.storage.display("state"),
+        )
     out: list[tuple[int, str, str | None]] = []
     for op in [operator_id] if operator_id is not None else known:
         try:
@@ -144,14 +155,22 @@ def operator_stores(cp: CheckpointDir, operator_id: int | None = None, store_nam
             if names and store_name not in names:
                 raise SchemaReadError(
                     f"operator {op} of {cp.location} has no store '{store_name}' (stores: {', '.join(names)})",
-                    path=cp.storage.display(f"state/{op}"))
+                    path=cp.storage.display(f"state/{op}"),
+                )
             names = [store_name]
         out.extend((op, name, op_name) for name in names)
     return out
 
 
-def _plan(checkpoint: str, cp: CheckpointDir, storage_options: dict[str, Any] | None, operator_id: int,
-          store_name: str, batch_id: int, operator_name: str | None = None) -> StateReadPlan:
+def _plan(
+    checkpoint: str,
+    cp: CheckpointDir,
+    storage_options: dict[str, Any] | None,
+    operator_id: int,
+    store_name: str,
+    batch_id: int,
+    operator_name: str | None = None,
+) -> StateReadPlan:
     """The plan of one store at ``batch_id``."""
     return plan_store_read(cp, operator_id, store_name, batch_id, operator_name)
 
@@ -162,8 +181,7 @@ def _default_batches(cp: CheckpointDir, files: list[StoreFiles]) -> list[int]:
     if not committed:
         return []
     last = committed[-1] + 1
-    firsts = [min(v, default=last) for v in (f.retained_versions(last, {b + 1 for b in committed})
-                                              for f in files)]
+    firsts = [min(v, default=last) for v in (f.retained_versions(last, {b + 1 for b in committed}) for f in files)]
     first_batch = max(firsts, default=1) - 1
     return [b for b in committed if b >= first_batch]
 
@@ -187,13 +205,21 @@ def collect_stats(checkpoint: str, **kwargs: Any) -> StatsResult:
             return result
     raise ReadOutpacedError(
         f"the query writing {checkpoint} cleaned up every batch before it could be measured, "
-        f"{live.ATTEMPTS} times; measure a copy, or raise {live.RETENTION_CONF}", path=checkpoint)
+        f"{live.ATTEMPTS} times; measure a copy, or raise {live.RETENTION_CONF}",
+        path=checkpoint,
+    )
 
 
-def _collect_stats(checkpoint: str, *, operator_id: int | None = None, store_name: str | None = None,
-                   start_batch: int | None = None, end_batch: int | None = None,
-                   storage_options: dict[str, Any] | None = None,
-                   show_progress: bool | None = None) -> StatsResult:
+def _collect_stats(
+    checkpoint: str,
+    *,
+    operator_id: int | None = None,
+    store_name: str | None = None,
+    start_batch: int | None = None,
+    end_batch: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    show_progress: bool | None = None,
+) -> StatsResult:
     storage = Storage(checkpoint, dict(storage_options or {}))
     cp = CheckpointDir(storage)
     latest = cp.latest_committed_batch()  # fails clearly for a missing or empty checkpoint
@@ -224,15 +250,22 @@ def _collect_stats(checkpoint: str, *, operator_id: int | None = None, store_nam
         # a range wider than what is committed and on disk is clamped to it (and said so)
         batches_by_store[(op, store)] = [b for b in _default_batches(cp, list(files.values())) if lo <= b <= hi]
     result.batches = sorted({b for bs in batches_by_store.values() for b in bs})
-    if result.batches and (start_batch is not None or end_batch is not None) \
-            and (lo < result.batches[0] or hi > result.batches[-1]):
-        result.notes.append(f"batches {lo}..{hi} asked for; {result.batches[0]}..{result.batches[-1]} are committed "
-                            f"with their state on disk (committed: {committed[0]}..{committed[-1]})")
+    if (
+        result.batches
+        and (start_batch is not None or end_batch is not None)
+        and (lo < result.batches[0] or hi > result.batches[-1])
+    ):
+        result.notes.append(
+            f"batches {lo}..{hi} asked for; {result.batches[0]}..{result.batches[-1]} are committed "
+            f"with their state on disk (committed: {committed[0]}..{committed[-1]})"
+        )
     if work and not result.batches:
         raise CommittedBatchUnavailableError(
             f"No committed batch with its state on disk in the range {'' if start_batch is None else start_batch}.."
             f"{'' if end_batch is None else end_batch} of {cp.storage.display('commits')} "
-            f"(committed batches: {committed[0]}..{committed[-1]})", path=cp.location)
+            f"(committed batches: {committed[0]}..{committed[-1]})",
+            path=cp.location,
+        )
 
     total = sum(len(batches_by_store[(op, s)]) * len(f) for op, s, _, f in work)
     rows_out: list[dict[str, Any]] = []
@@ -240,8 +273,9 @@ def _collect_stats(checkpoint: str, *, operator_id: int | None = None, store_nam
         for op, store, plan_latest, files in work:
             op_name = result.operator_names.get(op)
 
-            def measure(plan: StateReadPlan, op: int = op, store: str = store,
-                        files: dict[int, StoreFiles] = files) -> list[dict[str, Any]]:
+            def measure(
+                plan: StateReadPlan, op: int = op, store: str = store, files: dict[int, StoreFiles] = files
+            ) -> list[dict[str, Any]]:
                 # each partition's rows go as soon as they are measured; a batch planned again lists afresh
                 out = []
                 for pid in fetched_ahead(plan, plan.partitions):  # remote: a few round trips for all
@@ -251,12 +285,21 @@ def _collect_stats(checkpoint: str, *, operator_id: int | None = None, store_nam
                     store_files = listed or StoreFiles(plan.storage, plan.store_dir(pid), plan.provider, plan.codec)
                     uid = unique_id_for(plan.checkpoint, store_files, plan.version, op, pid, plan.store_name)
                     vf = store_files.version_files(plan.version, uid)
-                    out.append({
-                        "operator_id": op, "store_name": store, "batch_id": plan.batch_id,
-                        "version": plan.version, "partition_id": pid, "rows": size.rows,
-                        "state_bytes": size.bytes, "files": len(vf.files), "bytes_on_disk": vf.bytes_on_disk,
-                        "delta_chain": vf.delta_chain, "snapshot_version": vf.snapshot_version,
-                    })
+                    out.append(
+                        {
+                            "operator_id": op,
+                            "store_name": store,
+                            "batch_id": plan.batch_id,
+                            "version": plan.version,
+                            "partition_id": pid,
+                            "rows": size.rows,
+                            "state_bytes": size.bytes,
+                            "files": len(vf.files),
+                            "bytes_on_disk": vf.bytes_on_disk,
+                            "delta_chain": vf.delta_chain,
+                            "snapshot_version": vf.snapshot_version,
+                        }
+                    )
                     bar.advance(description=f"measuring operator {op} · batch {plan.batch_id}")
                 return out
 
@@ -264,19 +307,30 @@ def _collect_stats(checkpoint: str, *, operator_id: int | None = None, store_nam
             for batch in reversed(batches_by_store[(op, store)]):
                 if batch == latest and end_batch is None:
                     # the latest batch moves on with a running query: measured as read_state reads it
-                    rows_out.extend(live.read_consistently(
-                        from_kwargs(checkpoint, store_read_options(op, store, None, storage_options, op_name)), measure,
-                        checkpoint=cp))
+                    rows_out.extend(
+                        live.read_consistently(
+                            from_kwargs(checkpoint, store_read_options(op, store, None, storage_options, op_name)),
+                            measure,
+                            checkpoint=cp,
+                        )
+                    )
                     continue
                 try:
-                    rows_out.extend(measure(plan_latest if batch == latest
-                                            else _plan(checkpoint, cp, storage_options, op, store, batch, op_name)))
+                    rows_out.extend(
+                        measure(
+                            plan_latest
+                            if batch == latest
+                            else _plan(checkpoint, cp, storage_options, op, store, batch, op_name)
+                        )
+                    )
                 except live.GONE:
                     # a running query cleaned this batch up while we walked the others: leave it out, say so
                     if not live.moved_on([latest], live.committed_now(storage)):
                         raise
-                    result.notes.append(f"batch {batch} of operator {op}, store {store} was cleaned up by the "
-                                        "running query during the read and is left out")
+                    result.notes.append(
+                        f"batch {batch} of operator {op}, store {store} was cleaned up by the "
+                        "running query during the read and is left out"
+                    )
                     result.cleaned_up += 1
                     bar.advance(len(files))
     rows_out.sort(key=lambda row: (row["operator_id"], row["store_name"], row["batch_id"], row["partition_id"]))
@@ -286,9 +340,16 @@ def _collect_stats(checkpoint: str, *, operator_id: int | None = None, store_nam
 
 
 @public_api
-def stats(checkpoint: str, *, operator_id: int | None = None, store_name: str | None = None,
-          start_batch: int | None = None, end_batch: int | None = None,
-          storage_options: dict[str, Any] | None = None, show_progress: bool | None = None) -> pa.Table:
+def stats(
+    checkpoint: str,
+    *,
+    operator_id: int | None = None,
+    store_name: str | None = None,
+    start_batch: int | None = None,
+    end_batch: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    show_progress: bool | None = None,
+) -> pa.Table:
     """State size per operator, store, batch and partition, as a ``pyarrow.Table``.
 
     Columns (:data:`STATS_SCHEMA`): ``operator_id``, ``store_name``,
@@ -306,9 +367,15 @@ def stats(checkpoint: str, *, operator_id: int | None = None, store_name: str | 
     cannot read yet are left out (an error if nothing else is left).
     ``batch_summary(stats(cp))`` gives one row per batch with the skew.
     """
-    return collect_stats(checkpoint, operator_id=operator_id, store_name=store_name, start_batch=start_batch,
-                         end_batch=end_batch, storage_options=storage_options,
-                         show_progress=show_progress).table
+    return collect_stats(
+        checkpoint,
+        operator_id=operator_id,
+        store_name=store_name,
+        start_batch=start_batch,
+        end_batch=end_batch,
+        storage_options=storage_options,
+        show_progress=show_progress,
+    ).table
 
 
 def growth_note(rows: list[int], first_batch: int, last_batch: int) -> str | None:
@@ -349,16 +416,24 @@ def batch_summary(table: pa.Table) -> pa.Table:
         by_rows = max(rows, key=lambda r: (r["rows"], -r["partition_id"]))
         by_bytes = max(rows, key=lambda r: (r["state_bytes"], -r["partition_id"]))
         counts = [r["rows"] for r in rows]
-        out.append({
-            "operator_id": op, "store_name": store, "batch_id": batch, "partitions": len(rows),
-            "rows": sum(counts), "state_bytes": sum(r["state_bytes"] for r in rows),
-            "bytes_on_disk": sum(r["bytes_on_disk"] for r in rows), "files": sum(r["files"] for r in rows),
-            "max_delta_chain": max(r["delta_chain"] for r in rows),
-            "max_partition": by_rows["partition_id"], "max_partition_rows": by_rows["rows"],
-            "median_partition_rows": float(statistics.median(counts)),
-            "rows_skew": _skew([float(c) for c in counts]),
-            "max_bytes_partition": by_bytes["partition_id"],
-            "bytes_skew": _skew([float(r["state_bytes"]) for r in rows]),
-        })
+        out.append(
+            {
+                "operator_id": op,
+                "store_name": store,
+                "batch_id": batch,
+                "partitions": len(rows),
+                "rows": sum(counts),
+                "state_bytes": sum(r["state_bytes"] for r in rows),
+                "bytes_on_disk": sum(r["bytes_on_disk"] for r in rows),
+                "files": sum(r["files"] for r in rows),
+                "max_delta_chain": max(r["delta_chain"] for r in rows),
+                "max_partition": by_rows["partition_id"],
+                "max_partition_rows": by_rows["rows"],
+                "median_partition_rows": float(statistics.median(counts)),
+                "rows_skew": _skew([float(c) for c in counts]),
+                "max_bytes_partition": by_bytes["partition_id"],
+                "bytes_skew": _skew([float(r["state_bytes"]) for r in rows]),
+            }
+        )
     out.sort(key=lambda r: (r["operator_id"], r["store_name"], r["batch_id"]))
     return pa.Table.from_pylist(out, schema=SUMMARY_SCHEMA)

@@ -75,10 +75,15 @@ class VerifyReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "checkpoint": self.checkpoint, "latest_batch": self.latest_batch, "ok": self.ok,
-            "versions_checked": self.versions_checked, "versions_ok": self.versions_ok,
-            "stores": self.stores, "problems": [p.as_dict() for p in self.problems],
-            "damaged_files": self.damaged_files(), "skipped": self.skipped,
+            "checkpoint": self.checkpoint,
+            "latest_batch": self.latest_batch,
+            "ok": self.ok,
+            "versions_checked": self.versions_checked,
+            "versions_ok": self.versions_ok,
+            "stores": self.stores,
+            "problems": [p.as_dict() for p in self.problems],
+            "damaged_files": self.damaged_files(),
+            "skipped": self.skipped,
         }
 
 
@@ -94,8 +99,15 @@ def _shown_store(plan: StateReadPlan) -> str:
     return plan.variable.name if plan.variable is not None and plan.store_name == DEFAULT_STORE else plan.store_name
 
 
-def _plans(checkpoint: str, cp: CheckpointDir, op: int, store: str, op_name: str | None, batch_id: int,
-           storage_options: dict[str, Any] | None) -> list[StateReadPlan]:
+def _plans(
+    checkpoint: str,
+    cp: CheckpointDir,
+    op: int,
+    store: str,
+    op_name: str | None,
+    batch_id: int,
+    storage_options: dict[str, Any] | None,
+) -> list[StateReadPlan]:
     """The plans that together read every byte of one store at ``batch_id``.
 
     One plan per store, except transformWithState: one per column family (every
@@ -107,18 +119,25 @@ def _plans(checkpoint: str, cp: CheckpointDir, op: int, store: str, op_name: str
     meta = cp.operator_metadata(op, batch_id)
     store_meta = meta.store(store) if meta is not None else None
     if meta is None or store_meta is None:
-        raise RequiredOptionError(f"operator {op} ({op_name}) of {cp.location} has no metadata naming its "
-                                  "state variables")
+        raise RequiredOptionError(
+            f"operator {op} ({op_name}) of {cp.location} has no metadata naming its state variables"
+        )
     names = user_variables(meta)
     pick = {"state_var_name": names[0]} if names else {"read_registered_timers": True}
     base = plan_state_read(from_kwargs(checkpoint, {**options, **pick}), cp)
-    return [dataclasses.replace(base, variable=var, key_schema=var.grouping_key, value_schema=var.family.value_schema)
-            for var in column_families(cp, meta, store_meta)]
+    return [
+        dataclasses.replace(base, variable=var, key_schema=var.grouping_key, value_schema=var.family.value_schema)
+        for var in column_families(cp, meta, store_meta)
+    ]
 
 
-def verify_checkpoint(checkpoint: str, *, operator_id: int | None = None,
-                      storage_options: dict[str, Any] | None = None,
-                      show_progress: bool | None = None) -> VerifyReport:
+def verify_checkpoint(
+    checkpoint: str,
+    *,
+    operator_id: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+    show_progress: bool | None = None,
+) -> VerifyReport:
     """Rebuild and decode every retained version of every store; collect the failures.
 
     Raises only when the checkpoint itself cannot be opened (no commit log);
@@ -135,8 +154,9 @@ def verify_checkpoint(checkpoint: str, *, operator_id: int | None = None,
     targets: list[tuple[int, str | None, StateReadPlan]] = []
     for op, store, op_name in operator_stores(cp, operator_id, None, latest, variables=False):
         try:
-            targets.extend((op, op_name, plan) for plan in _plans(checkpoint, cp, op, store, op_name, latest,
-                                                                  storage_options))
+            targets.extend(
+                (op, op_name, plan) for plan in _plans(checkpoint, cp, op, store, op_name, latest, storage_options)
+            )
         except (UnsupportedOptionError, RequiredOptionError) as exc:
             report.skipped.append({"operator_id": op, "store_name": store, "reason": exc.message})
         except StateReaderError as exc:
@@ -152,15 +172,36 @@ def verify_checkpoint(checkpoint: str, *, operator_id: int | None = None,
                 report.problems.append(_problem(op, store, pid, None, exc))
                 continue
             if not versions:
-                report.problems.append(Problem(
-                    op, store, pid, plan.version, "STATE_READER_NO_STATE_FILES",
-                    f"no state file of version {plan.version} or older", storage.display(plan.store_dir(pid))))
+                report.problems.append(
+                    Problem(
+                        op,
+                        store,
+                        pid,
+                        plan.version,
+                        "STATE_READER_NO_STATE_FILES",
+                        f"no state file of version {plan.version} or older",
+                        storage.display(plan.store_dir(pid)),
+                    )
+                )
                 continue
             work.append((plan, pid, versions))
-            partitions.append({"partition_id": pid, "first_version": versions[0], "last_version": versions[-1],
-                               "versions": len(versions)})
-        report.stores.append({"operator_id": op, "operator_name": op_name, "store_name": store,
-                              "provider": plan.provider, "partitions": partitions})
+            partitions.append(
+                {
+                    "partition_id": pid,
+                    "first_version": versions[0],
+                    "last_version": versions[-1],
+                    "versions": len(versions),
+                }
+            )
+        report.stores.append(
+            {
+                "operator_id": op,
+                "operator_name": op_name,
+                "store_name": store,
+                "provider": plan.provider,
+                "partitions": partitions,
+            }
+        )
 
     total = sum(len(v) for _, _, v in work)
     with progress("verifying", total, enabled=show_progress) as bar:
@@ -174,6 +215,7 @@ def verify_checkpoint(checkpoint: str, *, operator_id: int | None = None,
                     report.versions_ok += 1
                 except Exception as exc:  # every failure is a finding, ours or not
                     report.problems.append(_problem(plan.operator_id, _shown_store(plan), pid, version, exc))
-                bar.advance(description=f"verifying operator {plan.operator_id} · {_shown_store(plan)} · "
-                                        f"partition {pid}")
+                bar.advance(
+                    description=f"verifying operator {plan.operator_id} · {_shown_store(plan)} · partition {pid}"
+                )
     return report

@@ -78,7 +78,8 @@ class Destination:
             return []
         if not self._storage.isdir(""):
             raise DestinationNotEmptyError(
-                f"{self.display()} is a file; a rewrite writes a new checkpoint directory", path=self.display())
+                f"{self.display()} is a file; a rewrite writes a new checkpoint directory", path=self.display()
+            )
         names = self._storage.list_names("") or []
         if not names:
             return []
@@ -88,7 +89,8 @@ class Destination:
         raise DestinationNotEmptyError(
             f"{self.display()} is not empty ({shown}{', ...' if len(names) > 5 else ''}); a rewrite only "
             "writes a new checkpoint: give a path that does not exist or an empty directory",
-            path=self.display())
+            path=self.display(),
+        )
 
     def _head(self, rel: str) -> bytes:
         try:
@@ -168,8 +170,9 @@ class Destination:
         return size
 
 
-def _fed(pieces: Iterable[bytes | memoryview],
-         see: Callable[[bytes | memoryview], None]) -> Iterator[bytes | memoryview]:
+def _fed(
+    pieces: Iterable[bytes | memoryview], see: Callable[[bytes | memoryview], None]
+) -> Iterator[bytes | memoryview]:
     """``pieces``, each shown to ``see`` on its way (a file checksummed as it is written)."""
     for piece in pieces:
         see(piece)

@@ -124,8 +124,7 @@ def _byte_tables(images: np.ndarray) -> np.ndarray:
 
 
 def _apply(tables: np.ndarray, v: np.ndarray) -> np.ndarray:
-    return (tables[0][v & 0xFF] ^ tables[1][(v >> 8) & 0xFF] ^ tables[2][(v >> 16) & 0xFF]
-            ^ tables[3][v >> 24])
+    return tables[0][v & 0xFF] ^ tables[1][(v >> 8) & 0xFF] ^ tables[2][(v >> 16) & 0xFF] ^ tables[3][v >> 24]
 
 
 _UNIT = np.uint32(1) << np.arange(32, dtype=np.uint32)  # the single-bit registers
@@ -170,8 +169,12 @@ def _combined_crc32(stored: np.ndarray, chunk: int, size: int) -> int:
         v = level_crcs.reshape(-1, _FAN)
         tables = _level_tables(chunk, level)
         level_crcs = np.bitwise_xor.reduce(
-            tables[_MEMBER + (v & 0xFF)] ^ tables[_MEMBER + 256 + ((v >> 8) & 0xFF)]
-            ^ tables[_MEMBER + 512 + ((v >> 16) & 0xFF)] ^ tables[_MEMBER + 768 + (v >> 24)], axis=1)
+            tables[_MEMBER + (v & 0xFF)]
+            ^ tables[_MEMBER + 256 + ((v >> 8) & 0xFF)]
+            ^ tables[_MEMBER + 512 + ((v >> 16) & 0xFF)]
+            ^ tables[_MEMBER + 768 + (v >> 24)],
+            axis=1,
+        )
         level += 1
     total = int(level_crcs[0])
     rest = size - full * chunk
@@ -185,13 +188,17 @@ def verify_hadoop(data: bytes, sidecar: bytes, shown: str, sidecar_shown: str) -
     if len(sidecar) < _HADOOP_HEADER.size or sidecar[:4] != HADOOP_MAGIC:
         raise ChecksumMismatchError(
             f"{sidecar_shown} is not a Hadoop checksum file (expected the magic 'crc\\0' and a chunk size, "
-            f"found {sidecar[:8]!r}), so {shown} cannot be verified; {_BYPASS}", path=shown)
+            f"found {sidecar[:8]!r}), so {shown} cannot be verified; {_BYPASS}",
+            path=shown,
+        )
     _, chunk = _HADOOP_HEADER.unpack_from(sidecar)
     body = len(sidecar) - _HADOOP_HEADER.size
     if not 0 < chunk <= _MAX_BYTES_PER_CHECKSUM or body % 4:
         raise ChecksumMismatchError(
             f"{sidecar_shown} is malformed (chunk size {chunk}, {body} bytes of checksums), so {shown} cannot "
-            f"be verified; {_BYPASS}", path=shown)
+            f"be verified; {_BYPASS}",
+            path=shown,
+        )
     stored = np.frombuffer(sidecar, dtype=">u4", offset=_HADOOP_HEADER.size)
     needed = -(-len(data) // chunk)
     if needed != len(stored):
@@ -199,17 +206,20 @@ def verify_hadoop(data: bytes, sidecar: bytes, shown: str, sidecar_shown: str) -
             f"{shown} has {len(data)} bytes, but its checksum file {sidecar_shown} covers "
             f"{len(stored)} chunks of {chunk} bytes (a file of {max(0, (len(stored) - 1) * chunk) + 1}.."
             f"{len(stored) * chunk} bytes): the file was truncated or extended after it was written",
-            path=shown)
+            path=shown,
+        )
     if _combined_crc32(stored, chunk, len(data)) == zlib.crc32(data):
         return  # the chunks' CRCs, combined, are the whole file's: every chunk matches (see below)
     view = memoryview(data)
     for i, expected in enumerate(stored.tolist()):
-        actual = zlib.crc32(view[i * chunk:(i + 1) * chunk]) & 0xFFFFFFFF
+        actual = zlib.crc32(view[i * chunk : (i + 1) * chunk]) & 0xFFFFFFFF
         if actual != expected:
             end = min(len(data), (i + 1) * chunk)
             raise ChecksumMismatchError(
                 f"{shown}: bytes {i * chunk}..{end - 1} do not match the CRC-32 in {sidecar_shown} "
-                f"(stored 0x{expected:08x}, computed 0x{actual:08x}): the file is damaged", path=shown)
+                f"(stored 0x{expected:08x}, computed 0x{actual:08x}): the file is damaged",
+                path=shown,
+            )
 
 
 def hadoop_checksums(data: bytes | memoryview, chunk: int = 512) -> bytes:
@@ -246,7 +256,7 @@ class HadoopChecksums:
             self._sums.append(zlib.crc32(self._carry) & 0xFFFFFFFF)
             self._carry = b""
         whole = len(view) - len(view) % chunk
-        self._sums += [zlib.crc32(view[at:at + chunk]) & 0xFFFFFFFF for at in range(0, whole, chunk)]
+        self._sums += [zlib.crc32(view[at : at + chunk]) & 0xFFFFFFFF for at in range(0, whole, chunk)]
         self._carry = bytes(view[whole:])
 
     def sidecar(self) -> bytes:
@@ -265,15 +275,21 @@ def verify_spark(data: bytes, sidecar: bytes, shown: str, sidecar_shown: str) ->
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
         raise ChecksumMismatchError(
             f"{sidecar_shown} is not a readable Spark checksum file ({exc!r}), so {shown} cannot be verified; "
-            f"{_BYPASS}", path=shown) from exc
+            f"{_BYPASS}",
+            path=shown,
+        ) from exc
     if algorithm.upper().replace("-", "") != "CRC32C":
         return  # written by a later Spark with another algorithm: nothing we can check
     if size is not None and size != len(data):
         raise ChecksumMismatchError(
             f"{shown} has {len(data)} bytes, but {sidecar_shown} records mainFileSize {size}: "
-            "the file was truncated, extended or replaced after it was written", path=shown)
+            "the file was truncated, extended or replaced after it was written",
+            path=shown,
+        )
     actual = crc32c(data)
     if actual != value & 0xFFFFFFFF:
         raise ChecksumMismatchError(
             f"{shown} does not match the CRC-32C in {sidecar_shown} (stored 0x{value & 0xFFFFFFFF:08x}, "
-            f"computed 0x{actual:08x}): the file is damaged", path=shown)
+            f"computed 0x{actual:08x}): the file is damaged",
+            path=shown,
+        )

@@ -84,8 +84,10 @@ def io_counts_since(before: dict[str, int]) -> dict[str, int]:
 def describe_counts(counts: dict[str, int]) -> str:
     """'12 listings, 410 fetches (3.2 MB), 0 info calls' for a log line or ``--verbose``."""
     mb = counts.get("bytes", 0) / 1e6
-    return (f"{counts.get('list', 0)} listings, {counts.get('get', 0)} fetches ({mb:,.1f} MB), "
-            f"{counts.get('info', 0)} info calls")
+    return (
+        f"{counts.get('list', 0)} listings, {counts.get('get', 0)} fetches ({mb:,.1f} MB), "
+        f"{counts.get('info', 0)} info calls"
+    )
 
 
 _POOL_LOCK = threading.Lock()
@@ -104,8 +106,9 @@ def _fetch_pool(small: bool = False) -> ThreadPoolExecutor:
     with _POOL_LOCK:
         if small:
             if _SMALL_POOL is None:
-                _SMALL_POOL = ThreadPoolExecutor(io_threads() * SMALL_FETCHES_PER_FETCH,
-                                                 thread_name_prefix="state_reader_io_small")
+                _SMALL_POOL = ThreadPoolExecutor(
+                    io_threads() * SMALL_FETCHES_PER_FETCH, thread_name_prefix="state_reader_io_small"
+                )
             return _SMALL_POOL
         if _POOL is None:
             _POOL = ThreadPoolExecutor(io_threads(), thread_name_prefix="state_reader_io")
@@ -133,10 +136,12 @@ def one_listing() -> Iterator[None]:
 
 def with_one_listing(func: F) -> F:
     """``func`` run within :func:`one_listing`."""
+
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         with one_listing():
             return func(*args, **kwargs)
+
     return wrapper  # type: ignore[return-value]
 
 
@@ -150,7 +155,7 @@ def _split_url(url: str) -> tuple[str, str, str]:
     """Return (fsspec protocol, scheme as given, path without scheme) for a path or URL."""
     if "://" not in url:
         if url.startswith("file:"):  # Hadoop writes file:/abs/path
-            return "file", "file", url[len("file:"):]
+            return "file", "file", url[len("file:") :]
         return "file", "file", url
     scheme, rest = url.split("://", 1)
     given = scheme.lower()
@@ -177,7 +182,9 @@ class Storage:
         if not isinstance(self.storage_options, dict):
             raise StorageError(
                 f"storage options for {self.url!r} must be a mapping of names to values, "
-                f"got {type(self.storage_options).__name__}", path=self.url)
+                f"got {type(self.storage_options).__name__}",
+                path=self.url,
+            )
         if protocol == "file":
             path = posixpath.abspath(path) if path else path
         self.root = path.rstrip("/") or "/"
@@ -196,7 +203,8 @@ class Storage:
         if shared is not None and protocol != "file":
             key = (protocol, self.root, repr(sorted(self.storage_options.items())))
             self._tree, self._recursive, self._tree_lock, self._inflight = shared.setdefault(
-                key, (self._tree, self._recursive, self._tree_lock, self._inflight))
+                key, (self._tree, self._recursive, self._tree_lock, self._inflight)
+            )
         # a local disk needs fsspec only to write or to walk a tree (importing it costs ~60 ms of
         # a command's start); any other filesystem, or options, are opened now so that they fail here
         self._fs: Any = None if protocol == "file" and not self.storage_options else self._open_fs()
@@ -218,30 +226,39 @@ class Storage:
             raise StorageError(
                 f"cannot open {self.url!r}: the fsspec implementation of '{protocol}://' is not installed "
                 f"({exc}); for s3:// and s3a:// install 's3fs', for gs:// 'gcsfs', for abfs:// 'adlfs'",
-                path=self.url) from exc
+                path=self.url,
+            ) from exc
         except OSError as exc:
             if protocol in ("hdfs", "viewfs") and "libjvm" in str(exc):
                 raise StorageError(
                     f"cannot open {self.url!r}: {protocol}:// needs pyarrow's HDFS client, which needs a JVM "
                     "(JAVA_HOME) and the Hadoop libraries (HADOOP_HOME, CLASSPATH from `hadoop classpath --glob`); "
                     "or read the checkpoint through another fsspec protocol (webhdfs://, or a copy)",
-                    path=self.url) from exc
+                    path=self.url,
+                ) from exc
             raise StorageError(
                 f"cannot open a filesystem for {self.url!r} with storage options "
                 f"{sorted(self.storage_options)}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                path=self.url) from exc
+                path=self.url,
+            ) from exc
         except Exception as exc:  # unknown protocol, or options the filesystem refuses
             raise StorageError(
                 f"cannot open a filesystem for {self.url!r} with storage options "
-                f"{sorted(self.storage_options)}: {type(exc).__name__}: {exc}", path=self.url) from exc
+                f"{sorted(self.storage_options)}: {type(exc).__name__}: {exc}",
+                path=self.url,
+            ) from exc
 
     def __getstate__(self) -> dict[str, Any]:
         # fsspec filesystems pickle, but rebuilding keeps executors independent; the listing goes
         # along, so that Spark tasks read what the driver planned from without listing again
         with self._tree_lock:
-            return {"url": self.url, "storage_options": self.storage_options,
-                    "verify_checksums": self.verify_checksums,
-                    "tree": dict(self._tree), "recursive": set(self._recursive)}
+            return {
+                "url": self.url,
+                "storage_options": self.storage_options,
+                "verify_checksums": self.verify_checksums,
+                "tree": dict(self._tree),
+                "recursive": set(self._recursive),
+            }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.url = state["url"]
@@ -349,8 +366,11 @@ class Storage:
             if self._covered(rel) or rel in self._tree:
                 continue
             top = _recursive_root(rel)
-            key, call = (f"tree:{top}", lambda top=top: self._list_tree(top)) if top is not None \
+            key, call = (
+                (f"tree:{top}", lambda top=top: self._list_tree(top))
+                if top is not None
                 else (f"ls:{rel}", lambda rel=rel: self._list_one(rel))
+            )
             _fetch_pool().submit(self._quietly, key, call)
 
     def _quietly(self, key: str, call: Callable[[], None]) -> None:
@@ -405,7 +425,7 @@ class Storage:
                 continue
             if not path.startswith(prefix):
                 continue
-            sub = posixpath.join(rel, path[len(prefix):]) if rel else path[len(prefix):]
+            sub = posixpath.join(rel, path[len(prefix) :]) if rel else path[len(prefix) :]
             is_dir = info.get("type") == "directory"
             # every ancestor up to ``rel`` is a directory, whether or not the store lists it
             child, parent = sub, posixpath.dirname(sub)
@@ -446,8 +466,7 @@ class Storage:
                 entries = None  # ``rel`` is a file
         with self._tree_lock:
             self._tree[rel] = entries
-        log.debug("listed %s: %s entries", self.display(rel), "no such directory" if entries is None
-                  else len(entries))
+        log.debug("listed %s: %s entries", self.display(rel), "no such directory" if entries is None else len(entries))
 
     def _entries(self, rel: str) -> dict[str, int | None] | None:
         """The entries of directory ``rel`` (name -> size, None for a directory), or None when there
@@ -568,8 +587,11 @@ class Storage:
             if not self.verify_checksums or name.endswith(SIDECAR_SUFFIX):
                 continue
             names = self._entries(directory) or {}
-            out.extend(posixpath.join(directory, sidecar) for sidecar in (hadoop_sidecar(name), spark_sidecar(name))
-                       if sidecar in names)
+            out.extend(
+                posixpath.join(directory, sidecar)
+                for sidecar in (hadoop_sidecar(name), spark_sidecar(name))
+                if sidecar in names
+            )
         return out
 
     def prefetch(self, rels: Iterable[str], *, sidecars: bool = True, small: bool = False) -> None:
@@ -608,8 +630,13 @@ class Storage:
             return
         with self._pending_lock:
             for rel in list(rels):
-                for key in (rel, *(posixpath.join(posixpath.dirname(rel), s(posixpath.basename(rel)))
-                                   for s in (hadoop_sidecar, spark_sidecar))):
+                for key in (
+                    rel,
+                    *(
+                        posixpath.join(posixpath.dirname(rel), s(posixpath.basename(rel)))
+                        for s in (hadoop_sidecar, spark_sidecar)
+                    ),
+                ):
                     future = self._pending.pop(key, None)
                     if future is not None:
                         future.cancel()
@@ -651,8 +678,9 @@ class Storage:
         bucket, key, version = fs.split_path(full)
 
         async def call() -> bytes:
-            resp = await fs._call_s3("get_object", Bucket=bucket, Key=key,
-                                     **({"VersionId": version} if version else {}))
+            resp = await fs._call_s3(
+                "get_object", Bucket=bucket, Key=key, **({"VersionId": version} if version else {})
+            )
             try:
                 return await resp["Body"].read()
             finally:

@@ -37,8 +37,7 @@ from state_reader.io.destination import incomplete_rewrite_started
 from state_reader.io.storage import Storage
 
 DEFAULT_STORE = "default"
-JOIN_STORES = ("left-keyToNumValues", "left-keyWithIndexToValue",
-               "right-keyToNumValues", "right-keyWithIndexToValue")
+JOIN_STORES = ("left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue")
 # join state format 4: column families of the default store, keys carry the event time
 JOIN_V4_STORES = ("left-keyWithTsToValues", "left-tsWithKey", "right-keyWithTsToValues", "right-tsWithKey")
 
@@ -173,22 +172,27 @@ class CheckpointDir:
         raise CommittedBatchUnavailableError(
             f"No committed batch found in {self.storage.display('commits')} "
             f"(checkpoint location {self.location}); has the query completed a batch?",
-            path=self.location)
+            path=self.location,
+        )
 
     def require_checkpoint(self) -> None:
         """CommittedBatchUnavailableError unless the location exists and is a streaming checkpoint."""
         if not self.storage.exists(""):
             raise CommittedBatchUnavailableError(
-                f"checkpoint location {self.location} does not exist", path=self.location)
+                f"checkpoint location {self.location} does not exist", path=self.location
+            )
         if self.storage.list_names("commits") is None and self.storage.list_names("offsets") is None:
             started = self._incomplete_rewrite_started()
             if started is not None:
                 raise IncompleteRewriteError(
                     f"{self.location} is an incomplete rewrite from {started}, not a checkpoint: the rewrite "
                     "stopped before it finished. Run the same rewrite into it again (that replaces the "
-                    "incomplete attempt), or delete it", path=self.location)
+                    "incomplete attempt), or delete it",
+                    path=self.location,
+                )
             raise CommittedBatchUnavailableError(
-                f"{self.location} is not a streaming checkpoint ({self._what_is_there()})", path=self.location)
+                f"{self.location} is not a streaming checkpoint ({self._what_is_there()})", path=self.location
+            )
 
     def _incomplete_rewrite_started(self) -> str | None:
         """When the rewrite that left this directory incomplete started, or None if it is no such thing."""
@@ -203,16 +207,18 @@ class CheckpointDir:
             return "it is a file, not a directory"
         names = sorted(n for n in self.storage.list_names("") or [] if not n.startswith("."))
         parts = ["it has no commits/ directory"]
-        parts.append(f"it holds {', '.join(names[:8])}{', ...' if len(names) > 8 else ''}" if names
-                     else "it is empty")
+        parts.append(f"it holds {', '.join(names[:8])}{', ...' if len(names) > 8 else ''}" if names else "it is empty")
         # a directory inside a checkpoint (state/, state/0, commits/) is a common mistake
         here = self.storage.root.rstrip("/")
         for _ in range(3):
             here = here.rsplit("/", 1)[0] if "/" in here.strip("/") else ""
             if not here:
                 break
-            parent = Storage(here if self.storage.protocol == "file" else f"{self.storage.scheme}://{here}",
-                             self.storage.storage_options, verify_checksums=False)
+            parent = Storage(
+                here if self.storage.protocol == "file" else f"{self.storage.scheme}://{here}",
+                self.storage.storage_options,
+                verify_checksums=False,
+            )
             if parent.list_names("commits") is not None:
                 parts.append(f"its parent {parent.display('')} is a checkpoint: pass that instead")
                 break
@@ -226,7 +232,8 @@ class CheckpointDir:
             raise CommittedBatchUnavailableError(
                 f"No committed batch found for {option} {batch_id} in "
                 f"{self.storage.display('commits')} (committed batches: {span})",
-                path=self.location)
+                path=self.location,
+            )
 
     def _readable_log(self, log: str, batch: int) -> bool:
         try:
@@ -247,11 +254,12 @@ class CheckpointDir:
         except FileNotFoundError:
             raise CommittedBatchUnavailableError(
                 f"No committed batch found for batchId {batch_id}: {self.storage.display(rel)} is missing",
-                path=self.storage.display(rel)) from None
+                path=self.storage.display(rel),
+            ) from None
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise CommittedBatchUnavailableError(
-                f"commit log entry {self.storage.display(rel)} is unreadable: {exc}",
-                path=self.storage.display(rel)) from exc
+                f"commit log entry {self.storage.display(rel)} is unreadable: {exc}", path=self.storage.display(rel)
+            ) from exc
         self._commit_cache[batch_id] = entry
         return entry
 
@@ -269,11 +277,13 @@ class CheckpointDir:
         except FileNotFoundError:
             raise OffsetLogUnavailableError(
                 f"The offset log for batch {batch_id} does not exist: {self.storage.display(rel)} "
-                f"(checkpoint location {self.location})", path=self.storage.display(rel)) from None
+                f"(checkpoint location {self.location})",
+                path=self.storage.display(rel),
+            ) from None
         except UnicodeDecodeError as exc:
             raise OffsetLogUnavailableError(
-                f"The offset log {self.storage.display(rel)} is not text: {exc}",
-                path=self.storage.display(rel)) from exc
+                f"The offset log {self.storage.display(rel)} is not text: {exc}", path=self.storage.display(rel)
+            ) from exc
         try:
             metadata = json.loads(lines[1]) if len(lines) > 1 and lines[1].strip() else None
         except (ValueError, RecursionError):
@@ -281,17 +291,21 @@ class CheckpointDir:
         if not isinstance(metadata, dict) or not isinstance(metadata.get("conf") or {}, dict):
             raise OffsetMetadataUnavailableError(
                 f"The offset log {self.storage.display(rel)} holds no metadata line "
-                f"(expected JSON with 'conf' on line 2)", path=self.storage.display(rel))
+                f"(expected JSON with 'conf' on line 2)",
+                path=self.storage.display(rel),
+            )
 
         def millis(name: str) -> int:
             value = metadata.get(name, 0)
             return value if isinstance(value, int) else 0
 
         entry = OffsetEntry(
-            watermark_ms=millis("batchWatermarkMs"), timestamp_ms=millis("batchTimestampMs"),
+            watermark_ms=millis("batchWatermarkMs"),
+            timestamp_ms=millis("batchTimestampMs"),
             conf={str(k): str(v) for k, v in (metadata.get("conf") or {}).items()},
             # one line per source, in the query's source order ("-": no offset yet)
-            sources=tuple(line.strip() for line in lines[2:] if line.strip()))
+            sources=tuple(line.strip() for line in lines[2:] if line.strip()),
+        )
         self._offset_cache[batch_id] = entry
         return entry
 
@@ -315,9 +329,9 @@ class CheckpointDir:
     def state_unique_id(self, batch_id: int, operator_id: int, partition_id: int, store_name: str) -> str | None:
         """Unique id of a store's files of version ``batch_id + 1`` (checkpoint format 2), or None (format 1).
 
-            The commit log lists one id per store: the ``default`` store's, or the four join stores' in
-            :data:`JOIN_STORES` order.
-            """
+        The commit log lists one id per store: the ``default`` store's, or the four join stores' in
+        :data:`JOIN_STORES` order.
+        """
         _, entry = self.commit_entry(batch_id)
         ids = entry.get("stateUniqueIds") if isinstance(entry, dict) else None
         if not ids:
@@ -330,14 +344,18 @@ class CheckpointDir:
         else:
             raise UnsupportedOptionError(
                 f"store '{store_name}' has no place in the unique ids of {shown} (known stores: "
-                f"{', '.join((DEFAULT_STORE, *JOIN_STORES))})", path=shown)
+                f"{', '.join((DEFAULT_STORE, *JOIN_STORES))})",
+                path=shown,
+            )
         try:
             partition_ids = ids[str(operator_id)][partition_id]
             unique_id = partition_ids[index]
         except (KeyError, IndexError, TypeError):
             raise CorruptFileError(
                 f"{shown} records no unique id for operator {operator_id}, partition {partition_id}, "
-                f"store '{store_name}'", path=shown) from None
+                f"store '{store_name}'",
+                path=shown,
+            ) from None
         if not isinstance(unique_id, str) or not UNIQUE_ID_RE.fullmatch(unique_id):
             raise CorruptFileError(f"{shown}: unique id {unique_id!r} is not a valid file name part", path=shown)
         return unique_id
@@ -434,11 +452,18 @@ class CheckpointDir:
             )
         except FileNotFoundError:
             raise OperatorMetadataReadError(f"operator metadata {shown} is missing", path=shown) from None
-        except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError,
-                UnicodeDecodeError) as exc:
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            AttributeError,
+            OverflowError,
+            RecursionError,
+            UnicodeDecodeError,
+        ) as exc:
             raise OperatorMetadataReadError(
-                f"operator metadata {shown} of operator {operator_id} cannot be parsed: {exc!r}",
-                path=shown) from exc
+                f"operator metadata {shown} of operator {operator_id} cannot be parsed: {exc!r}", path=shown
+            ) from exc
 
     def resolve_schema_path(self, operator_id: int, stored: str) -> str:
         """Relative path of a schema v3 file named by (possibly stale) operator metadata.
@@ -449,5 +474,5 @@ class CheckpointDir:
         marker = f"/state/{operator_id}/_stateSchema/"
         idx = stored.rfind(marker)
         if idx >= 0:
-            return f"state/{operator_id}/_stateSchema/{stored[idx + len(marker):]}"
+            return f"state/{operator_id}/_stateSchema/{stored[idx + len(marker) :]}"
         return f"state/{operator_id}/_stateSchema/{posixpath.basename(stored)}"

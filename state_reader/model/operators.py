@@ -14,8 +14,7 @@ from state_reader.formats.spark_types import LONG, StructField, StructType
 from state_reader.model.checkpoint import JOIN_STORES, OperatorMetadata
 from state_reader.model.conf import CONF_FMGWS_FORMAT
 
-TRANSFORM_WITH_STATE = ("transformWithStateExec", "transformWithStateInPandasExec",
-                        "transformWithStateInPySparkExec")
+TRANSFORM_WITH_STATE = ("transformWithStateExec", "transformWithStateInPandasExec", "transformWithStateInPySparkExec")
 JOIN = "symmetricHashJoin"
 SESSION_WINDOW = "sessionWindowStateStoreSaveExec"
 FLAT_MAP_GROUPS_WITH_STATE = ("flatMapGroupsWithState", "applyInPandasWithState")
@@ -35,8 +34,11 @@ def join_in_column_families(metadata: OperatorMetadata | None) -> TypeGuard[Oper
     """Whether a join keeps its four stores as column families of one RocksDB store (join state formats 3
     and 4): its operator metadata says so. The conf (``join.stateFormatVersion``) is the whole query's
     and not recorded per operator; the metadata is written by the operator that wrote the state."""
-    return (metadata is not None and metadata.operator_name == JOIN
-            and bool(metadata.properties.get("useVirtualColumnFamilies")))
+    return (
+        metadata is not None
+        and metadata.operator_name == JOIN
+        and bool(metadata.properties.get("useVirtualColumnFamilies"))
+    )
 
 
 def infer_operator_name(store_names: list[str], value_schema: StructType | None) -> str | None:
@@ -89,5 +91,6 @@ def widened(schema: StructType, names: tuple[str, ...]) -> StructType:
     """``schema`` with the top-level fields ``names`` typed ``bigint``: how their slots are filled."""
     if not names:
         return schema
-    return StructType([StructField(f.name, LONG, f.nullable, f.metadata) if f.name in names else f
-                       for f in schema.fields])
+    return StructType(
+        [StructField(f.name, LONG, f.nullable, f.metadata) if f.name in names else f for f in schema.fields]
+    )

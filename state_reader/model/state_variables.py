@@ -79,8 +79,14 @@ class StateVariable:
         return replace(self, flatten=True).value_columns()
 
 
-def plan_variable(cp: CheckpointDir, metadata: OperatorMetadata, store: StoreInfo, state_var_name: str | None,
-                  read_timers: bool, flatten: bool) -> StateVariable:
+def plan_variable(
+    cp: CheckpointDir,
+    metadata: OperatorMetadata,
+    store: StoreInfo,
+    state_var_name: str | None,
+    read_timers: bool,
+    flatten: bool,
+) -> StateVariable:
     """Validate stateVarName / readRegisteredTimers and find the variable's schema."""
     properties = metadata.properties
     time_mode = str(properties.get("timeMode", "None"))
@@ -89,19 +95,22 @@ def plan_variable(cp: CheckpointDir, metadata: OperatorMetadata, store: StoreInf
         if time_mode not in _TIMER_FAMILIES:
             raise InvalidOptionError(
                 "Invalid value for option 'readRegisteredTimers': Registered timers are not available in "
-                f"TimeMode={time_mode}.")
+                f"TimeMode={time_mode}."
+            )
         name = _TIMER_FAMILIES[time_mode]
     else:
         name = state_var_name or ""
         if name.startswith("$"):
             raise InvalidOptionError(
                 f"Invalid value for option 'stateVarName': {name!r} is an internal column family name; "
-                "names starting with '$' are reserved")
+                "names starting with '$' are reserved"
+            )
     if name not in variables:
         defined = ", ".join(sorted(n for n in variables if not str(n).startswith("$"))) or "none"
         raise InvalidOptionError(
             f"Invalid value for option 'stateVarName': State variable {name} is not defined for the "
-            f"transformWithState operator {metadata.operator_id} (defined: {defined}).")
+            f"transformWithState operator {metadata.operator_id} (defined: {defined})."
+        )
     kind = TIMERS if read_timers else str(variables[name].get("stateVariableType", VALUE))
     family = family_schema(cp, metadata.operator_id, store, name)
     return StateVariable(name, kind, flatten, family)
@@ -109,8 +118,11 @@ def plan_variable(cp: CheckpointDir, metadata: OperatorMetadata, store: StoreInf
 
 def user_variables(metadata: OperatorMetadata) -> list[str]:
     """The state variables a transformWithState operator declares, in its metadata's order (no timers)."""
-    return [str(v.get("stateName")) for v in metadata.properties.get("stateVariables", [])
-            if not str(v.get("stateName", "")).startswith("$")]
+    return [
+        str(v.get("stateName"))
+        for v in metadata.properties.get("stateVariables", [])
+        if not str(v.get("stateName", "")).startswith("$")
+    ]
 
 
 def timer_family(metadata: OperatorMetadata) -> str | None:
@@ -137,8 +149,11 @@ class DeclaredVariable:
 def declared_variables(properties: dict[str, Any]) -> list[DeclaredVariable]:
     """The user's state variables of a transformWithState operator (its metadata's ``operatorProperties``),
     in their declared order, then its timers when its time mode has them."""
-    out = [DeclaredVariable(str(v.get("stateName")), str(v.get("stateVariableType", VALUE)), bool(v.get("ttlEnabled")))
-           for v in properties.get("stateVariables", []) if not str(v.get("stateName", "")).startswith("$")]
+    out = [
+        DeclaredVariable(str(v.get("stateName")), str(v.get("stateVariableType", VALUE)), bool(v.get("ttlEnabled")))
+        for v in properties.get("stateVariables", [])
+        if not str(v.get("stateName", "")).startswith("$")
+    ]
     mode = str(properties.get("timeMode", "None"))
     if mode in _TIMER_FAMILIES:
         out.append(DeclaredVariable(_TIMER_FAMILIES[mode], TIMERS, False, mode))
@@ -148,8 +163,10 @@ def declared_variables(properties: dict[str, Any]) -> list[DeclaredVariable]:
 def variables_described(metadata: OperatorMetadata) -> str:
     """The operator's state variables in words, for a message that asks to choose one."""
     kinds = {str(v.get("stateName")): v for v in metadata.properties.get("stateVariables", [])}
-    parts = [f"{name} ({kinds[name].get('stateVariableType', VALUE)}{', TTL' if kinds[name].get('ttlEnabled') else ''})"
-             for name in user_variables(metadata)]
+    parts = [
+        f"{name} ({kinds[name].get('stateVariableType', VALUE)}{', TTL' if kinds[name].get('ttlEnabled') else ''})"
+        for name in user_variables(metadata)
+    ]
     text = "state variables: " + (", ".join(parts) or "none")
     if str(metadata.properties.get("timeMode", "None")) in _TIMER_FAMILIES:
         text += "; its timers with readRegisteredTimers=true"
@@ -163,8 +180,10 @@ def column_families(cp: CheckpointDir, metadata: OperatorMetadata, store: StoreI
     (TTL indexes ``$ttl_*``, list counters, the timers' second index), which are
     decoded as plain key/value families: what ``verify`` needs to check every byte.
     """
-    kinds = {str(v.get("stateName")): str(v.get("stateVariableType", VALUE))
-             for v in metadata.properties.get("stateVariables", [])}
+    kinds = {
+        str(v.get("stateName")): str(v.get("stateVariableType", VALUE))
+        for v in metadata.properties.get("stateVariables", [])
+    }
     timer_families = set(_TIMER_FAMILIES.values())
     out = []
     for name, family in sorted(family_schemas(cp, metadata.operator_id, store).items()):
@@ -176,8 +195,10 @@ def column_families(cp: CheckpointDir, metadata: OperatorMetadata, store: StoreI
 def family_schemas(cp: CheckpointDir, operator_id: int, store: StoreInfo) -> dict[str, ColumnFamilySchema]:
     """Every column family's schema, from the schema v3 files operator metadata v2 names."""
     if not store.schema_file_paths:
-        raise SchemaReadError(f"operator metadata of operator {operator_id} names no schema file",
-                              path=cp.storage.display(f"state/{operator_id}/_metadata"))
+        raise SchemaReadError(
+            f"operator metadata of operator {operator_id} names no schema file",
+            path=cp.storage.display(f"state/{operator_id}/_metadata"),
+        )
     out: dict[str, ColumnFamilySchema] = {}
     # files are listed oldest first: a family's newest schema wins
     for stored in store.schema_file_paths:
@@ -188,7 +209,9 @@ def family_schemas(cp: CheckpointDir, operator_id: int, store: StoreInfo) -> dic
         except FileNotFoundError:
             raise SchemaReadError(
                 f"Failed to read the state schema of operator {operator_id}: {shown} does not exist "
-                f"(operator metadata names {stored})", path=shown) from None
+                f"(operator metadata names {stored})",
+                path=shown,
+            ) from None
         out.update((family.name, family) for family in families)
     return out
 
@@ -197,8 +220,10 @@ def family_schema(cp: CheckpointDir, operator_id: int, store: StoreInfo, name: s
     """Schema of column family ``name`` from the schema v3 files operator metadata v2 names."""
     family = family_schemas(cp, operator_id, store).get(name)
     if family is None:
-        raise SchemaReadError(f"no schema for state variable {name} in the schema files of operator {operator_id}",
-                              path=cp.storage.display(f"state/{operator_id}/_stateSchema"))
+        raise SchemaReadError(
+            f"no schema for state variable {name} in the schema files of operator {operator_id}",
+            path=cp.storage.display(f"state/{operator_id}/_stateSchema"),
+        )
     return family
 
 
@@ -234,14 +259,19 @@ def family_partition_key(name: str, family: ColumnFamilySchema, variable_kinds: 
     if kind == "PrefixKeyScanStateEncoderSpec" and fields and fields[0].data_type.kind == "struct":
         return PartitionKeyPath((0,))
     if kind == "RangeKeyScanStateEncoderSpec" and len(fields) == 2 and fields[1].data_type.kind == "struct":
-        if name.startswith("$ttl_") and variable_kinds.get(name[len("$ttl_"):]) == MAP:
+        if name.startswith("$ttl_") and variable_kinds.get(name[len("$ttl_") :]) == MAP:
             return PartitionKeyPath((1, 0))
         return PartitionKeyPath((1,))
-    raise SchemaReadError(f"cannot tell where the grouping key sits in the key of column family {name} "
-                          f"(key encoder {kind}, key {[f.name for f in fields]})", path=name)
+    raise SchemaReadError(
+        f"cannot tell where the grouping key sits in the key of column family {name} "
+        f"(key encoder {kind}, key {[f.name for f in fields]})",
+        path=name,
+    )
 
 
 def variable_kinds(metadata: OperatorMetadata) -> dict[str, str]:
     """State variable name -> its type (``ValueState``, ``ListState``, ``MapState``, ``TimerState``)."""
-    return {str(v.get("stateName")): str(v.get("stateVariableType", VALUE))
-            for v in metadata.properties.get("stateVariables", [])}
+    return {
+        str(v.get("stateName")): str(v.get("stateVariableType", VALUE))
+        for v in metadata.properties.get("stateVariables", [])
+    }

@@ -50,19 +50,22 @@ def _framing_error(status: int, path: str, at: int, value: int, size: int) -> St
         return CorruptFileError(f"{path}: negative key size {value} at byte {at}", path=path)
     if status == kernels.KEY_PAST_END:
         return TruncatedFileError(
-            f"{path}: key of {value} bytes at byte {at} runs past the end ({size} bytes)", path=path)
+            f"{path}: key of {value} bytes at byte {at} runs past the end ({size} bytes)", path=path
+        )
     if status == kernels.REMOVE_IN_SNAPSHOT:
         return CorruptFileError(f"{path}: a snapshot holds a remove record at byte {at}", path=path)
     if status == kernels.NEGATIVE_VALUE:
         return CorruptFileError(f"{path}: negative value size {value} at byte {at}", path=path)
     if status == kernels.VALUE_PAST_END:
         return TruncatedFileError(
-            f"{path}: value of {value} bytes at byte {at} runs past the end ({size} bytes)", path=path)
+            f"{path}: value of {value} bytes at byte {at} runs past the end ({size} bytes)", path=path
+        )
     return CorruptFileError(f"{path}: {size - at} bytes follow the end-of-file marker", path=path)
 
 
-def _walk(buf: np.ndarray, start: int, end: int, path: str, allow_removes: bool, value_skip: int,
-          use_numba: bool) -> np.ndarray:
+def _walk(
+    buf: np.ndarray, start: int, end: int, path: str, allow_removes: bool, value_skip: int, use_numba: bool
+) -> np.ndarray:
     """Start of each record of the stream in ``buf[start:end]``; our exception for a bad stream."""
     positions, status, at, value = kernels.walk_records(buf, start, end, allow_removes, value_skip, use_numba)
     if status != kernels.OK:
@@ -122,9 +125,14 @@ def parse_records(data: bytes, path: str, allow_removes: bool = True, value_skip
     buf = np.frombuffer(data, dtype=np.uint8)
     records = _Records.at(buf, _walk(buf, 0, len(buf), path, allow_removes, value_skip, False), value_skip)
     out: list[Record] = []
-    for ks, kl, vs, vl in zip(records.key_start.tolist(), records.key_len.tolist(),
-                              records.value_start.tolist(), records.value_len.tolist(), strict=True):
-        out.append((data[ks:ks + kl], None if vl < 0 else data[vs:vs + vl]))
+    for ks, kl, vs, vl in zip(
+        records.key_start.tolist(),
+        records.key_len.tolist(),
+        records.value_start.tolist(),
+        records.value_len.tolist(),
+        strict=True,
+    ):
+        out.append((data[ks : ks + kl], None if vl < 0 else data[vs : vs + vl]))
     return out
 
 
@@ -145,17 +153,20 @@ def _last_writes(buf: np.ndarray, key_start: np.ndarray, key_len: np.ndarray) ->
     bounds[0::2] = key_start
     bounds[1::2] = key_start + key_len
     large = len(buf) >= 2**31
-    spans = pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), 2 * n - 1,
-                                  [None, pa.py_buffer(bounds if large else bounds.astype(np.int32)),
-                                   pa.py_buffer(buf)])
+    spans = pa.Array.from_buffers(
+        pa.large_binary() if large else pa.binary(),
+        2 * n - 1,
+        [None, pa.py_buffer(bounds if large else bounds.astype(np.int32)), pa.py_buffer(buf)],
+    )
     del bounds
     import pyarrow.compute as pc  # here: commands that list files but decode nothing skip its import
 
     # temporaries from the system allocator: Arrow's default pool would keep their pages after the read
     pool = pa.system_memory_pool()
     keys = pc.take(spans, int_array(np.arange(0, 2 * n, 2, dtype=np.int64), pa.int64()), memory_pool=pool)
-    order = np.frombuffer(pc.sort_indices(keys, memory_pool=pool).buffers()[1], dtype=np.uint64,
-                          count=n).astype(np.int64)
+    order = np.frombuffer(pc.sort_indices(keys, memory_pool=pool).buffers()[1], dtype=np.uint64, count=n).astype(
+        np.int64
+    )
     in_order = pc.take(keys, int_array(order, pa.int64()), memory_pool=pool)
     del keys
     same = pc.equal(in_order.slice(1), in_order.slice(0, n - 1), memory_pool=pool)
@@ -167,8 +178,7 @@ def _last_writes(buf: np.ndarray, key_start: np.ndarray, key_len: np.ndarray) ->
 class HDFSStore:
     """The files of one store (operator, partition, store name) of the HDFS provider."""
 
-    def __init__(self, storage: Storage, directory: str, codec: str | None,
-                 row_checksum: bool = False) -> None:
+    def __init__(self, storage: Storage, directory: str, codec: str | None, row_checksum: bool = False) -> None:
         self.storage = storage
         # Spark 4.1+ row checksums: int32 CRC-32C before each value, and before the key of a removal
         self.row_checksum = row_checksum
@@ -193,16 +203,23 @@ class HDFSStore:
             raw = self.storage.read_bytes(rel)
         except FileNotFoundError:
             raise self._missing(version, kind) from None
-        return parse_records(codecs.decompress(raw, self.codec, shown), shown, allow_removes=(kind == "delta"),
-                             value_skip=self.value_skip)
+        return parse_records(
+            codecs.decompress(raw, self.codec, shown),
+            shown,
+            allow_removes=(kind == "delta"),
+            value_skip=self.value_skip,
+        )
 
-    def _missing(self, version: int, kind: str,
-                 why: str = "it is needed to rebuild the state") -> MissingStateFileError:
+    def _missing(
+        self, version: int, kind: str, why: str = "it is needed to rebuild the state"
+    ) -> MissingStateFileError:
         shown = self.storage.display(f"{self.directory}/{state_file_name(version, kind)}")
         return MissingStateFileError(
             f"{shown} does not exist; {why}. Files present in "
             f"{self.storage.display(self.directory)}: snapshots {sorted(self.snapshots) or 'none'}, "
-            f"deltas {version_ranges(self.deltas)}", path=shown)
+            f"deltas {version_ranges(self.deltas)}",
+            path=shown,
+        )
 
     def chain(self, version: int, start_snapshot: int | None = None) -> list[tuple[int, str]]:
         """The files ``version`` is rebuilt from, in order: (version, 'snapshot' | 'delta').
@@ -219,17 +236,23 @@ class HDFSStore:
                     f"Cannot replay from the snapshot of version {start}: "
                     f"{self.storage.display(f'{self.directory}/{start}.snapshot')} does not exist "
                     f"(snapshots in {self.storage.display(self.directory)}: "
-                    f"{sorted(self.snapshots) or 'none'})", path=self.storage.display(self.directory))
+                    f"{sorted(self.snapshots) or 'none'})",
+                    path=self.storage.display(self.directory),
+                )
         gap = first_missing(self.deltas, start + 1, version)
         if gap is not None:  # checked first: past it, the chain is no longer than the deltas on disk
             base = f"the snapshot of version {start}" if start else "the empty state"
-            raise self._missing(gap, "delta", f"version {version} (batch {version - 1}) is rebuilt from {base} "
-                                f"and the deltas {start + 1}..{version}")
+            raise self._missing(
+                gap,
+                "delta",
+                f"version {version} (batch {version - 1}) is rebuilt from {base} and the deltas {start + 1}..{version}",
+            )
         files = [(start, "snapshot")] if start > 0 else []
         return files + [(v, "delta") for v in range(start + 1, version + 1)]
 
-    def _decompress(self, files: list[tuple[int, str]],
-                    records_hint_scale: int = 1) -> tuple[np.ndarray, int, np.ndarray, bool]:
+    def _decompress(
+        self, files: list[tuple[int, str]], records_hint_scale: int = 1
+    ) -> tuple[np.ndarray, int, np.ndarray, bool]:
         """Decompress ``files`` into one buffer and find their records.
 
         Returns the buffer (with ``PAD`` spare bytes), its used size, the start
@@ -271,9 +294,9 @@ class HDFSStore:
             start, size = starts[i], sizes[i]
             data = decoded[i]
             if data is None:
-                codecs.decompress_lz4_into(raw, path, buf[start:start + size], blocks[i])
+                codecs.decompress_lz4_into(raw, path, buf[start : start + size], blocks[i])
             else:
-                buf[start:start + size] = np.frombuffer(data, dtype=np.uint8)
+                buf[start : start + size] = np.frombuffer(data, dtype=np.uint8)
                 decoded[i] = data = None
             raws[i] = b""
             positions.append(_walk(buf, start, start + size, path, kind == "delta", self.value_skip, use_numba))
@@ -281,8 +304,9 @@ class HDFSStore:
         del positions
         return buf, total, walked, use_numba
 
-    def load_records(self, version: int, start_snapshot: int | None = None,
-                     records_hint_scale: int = 1) -> tuple[np.ndarray, int, _Records]:
+    def load_records(
+        self, version: int, start_snapshot: int | None = None, records_hint_scale: int = 1
+    ) -> tuple[np.ndarray, int, _Records]:
         """The live (key, value) spans of the store at ``version``, in the order of their last write.
 
         Returns the shared buffer, its used size and the records that survive
@@ -291,8 +315,7 @@ class HDFSStore:
         buf, size, positions, use_numba = self._decompress(self.chain(version, start_snapshot), records_hint_scale)
         if use_numba and len(positions) < 2**31:  # the kernel packs record indexes in 32 bits
             # one compiled pass: spans, last write of each key, removals dropped
-            return buf, size, _Records(*kernels.live_records_numba(buf, positions, self.value_skip,
-                                                                   self.row_checksum))
+            return buf, size, _Records(*kernels.live_records_numba(buf, positions, self.value_skip, self.row_checksum))
         records = _Records.at(buf, positions, self.value_skip)
         last = _last_writes(buf, *records.identity(self.row_checksum))
         records.keep(last[records.value_len[last] >= 0])
@@ -303,9 +326,16 @@ class HDFSStore:
         buf, size, live = self.load_records(version)
         source = f"{self.storage.display(self.directory)} (version {version})"
         skip = self.value_skip
-        return (RowBuffer.wrap(buf, size, live.key_start, live.key_len, source + " key"),
-                RowBuffer.wrap(buf, size, live.value_start - skip if skip else live.value_start,
-                               live.value_len + skip if skip else live.value_len, source + " value"))
+        return (
+            RowBuffer.wrap(buf, size, live.key_start, live.key_len, source + " key"),
+            RowBuffer.wrap(
+                buf,
+                size,
+                live.value_start - skip if skip else live.value_start,
+                live.value_len + skip if skip else live.value_len,
+                source + " value",
+            ),
+        )
 
     def load(self, version: int, start_snapshot: int | None = None) -> dict[bytes, bytes]:
         """Key -> value bytes of the store at ``version``.
@@ -315,9 +345,16 @@ class HDFSStore:
         """
         buf, _, live = self.load_records(version, start_snapshot)
         data = buf.data
-        return {bytes(data[ks:ks + kl]): bytes(data[vs:vs + vl])
-                for ks, kl, vs, vl in zip(live.key_start.tolist(), live.key_len.tolist(),
-                                          live.value_start.tolist(), live.value_len.tolist(), strict=True)}
+        return {
+            bytes(data[ks : ks + kl]): bytes(data[vs : vs + vl])
+            for ks, kl, vs, vl in zip(
+                live.key_start.tolist(),
+                live.key_len.tolist(),
+                live.value_start.tolist(),
+                live.value_len.tolist(),
+                strict=True,
+            )
+        }
 
 
 def _store(plan: StateReadPlan, directory: str) -> HDFSStore:
@@ -332,8 +369,9 @@ def load_rows(plan: StateReadPlan, directory: str, partition_id: int) -> tuple[R
 def read_store(plan: StateReadPlan, directory: str, partition_id: int) -> tuple[pa.StructArray, pa.StructArray]:
     """Keys and values of one HDFS store at the plan's version, as Arrow."""
     store = _store(plan, directory)
-    buf, size, live = store.load_records(plan.version, start_snapshot=plan.snapshot_start_version,
-                                         records_hint_scale=max(len(plan.partitions), 1))
+    buf, size, live = store.load_records(
+        plan.version, start_snapshot=plan.snapshot_start_version, records_hint_scale=max(len(plan.partitions), 1)
+    )
     source = f"{plan.storage.display(directory)} (version {plan.version})"
     keys = decode_rows(RowBuffer.wrap(buf, size, live.key_start, live.key_len, source + " key"), plan.key_schema)
     values = RowBuffer.wrap(buf, size, live.value_start, live.value_len, source + " value")
@@ -341,8 +379,9 @@ def read_store(plan: StateReadPlan, directory: str, partition_id: int) -> tuple[
     return keys, plan.declared_values(decode_rows(values, plan.stored_value_schema), source)
 
 
-def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
-                 version: int) -> tuple[list[str], pa.StructArray, pa.StructArray]:
+def read_changes(
+    plan: StateReadPlan, directory: str, partition_id: int, version: int
+) -> tuple[list[str], pa.StructArray, pa.StructArray]:
     """The records of ``version.delta`` in file order: change types, keys, values (null for removals)."""
     store = _store(plan, directory)
     if version not in store.deltas:
@@ -354,10 +393,14 @@ def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
     source = plan.storage.display(f"{directory}/{state_file_name(version, 'delta')}")
     kinds = np.where(removal, "delete", "update").tolist()
     keys = RowBuffer.wrap(buf, size, key_start, key_len, source + " key")
-    values = RowBuffer.wrap(buf, size, np.where(removal, 0, records.value_start),
-                            np.where(removal, 0, records.value_len), source + " value")
-    return (kinds, decode_rows(keys, plan.key_schema),
-            plan.declared_values(decode_rows(values, plan.stored_value_schema, valid=~removal), source))
+    values = RowBuffer.wrap(
+        buf, size, np.where(removal, 0, records.value_start), np.where(removal, 0, records.value_len), source + " value"
+    )
+    return (
+        kinds,
+        decode_rows(keys, plan.key_schema),
+        plan.declared_values(decode_rows(values, plan.stored_value_schema, valid=~removal), source),
+    )
 
 
 # --- writing: snapshot files -----------------------------------------------------
@@ -390,15 +433,17 @@ def framed_rows(data: bytes | np.ndarray, path: str) -> tuple[RowBuffer, RowBuff
     raw = np.frombuffer(data, dtype=np.uint8)
     size = len(raw) + len(END_OF_FILE)
     buf = np.zeros(size + PAD, dtype=np.uint8)
-    buf[:len(raw)] = raw
-    buf[len(raw):size] = np.frombuffer(END_OF_FILE, dtype=np.uint8)
+    buf[: len(raw)] = raw
+    buf[len(raw) : size] = np.frombuffer(END_OF_FILE, dtype=np.uint8)
     positions = _walk(buf, 0, size, path, False, 0, False)
     be32 = byte_view(buf, ">i4")
     key_len = be32[positions].astype(np.int64)
     value_at = positions + 8 + key_len
     value_len = be32[value_at - 4].astype(np.int64)
-    return (RowBuffer.wrap(buf, size, positions + 4, key_len, path + " key"),
-            RowBuffer.wrap(buf, size, value_at, value_len, path + " value"))
+    return (
+        RowBuffer.wrap(buf, size, positions + 4, key_len, path + " key"),
+        RowBuffer.wrap(buf, size, value_at, value_len, path + " value"),
+    )
 
 
 def snapshot_file(framed: Iterable[bytes | memoryview | np.ndarray], codec: str | None) -> Iterator[bytes]:

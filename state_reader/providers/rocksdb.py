@@ -88,8 +88,13 @@ class StoreState:
     applied to); from then on as that dict.
     """
 
-    def __init__(self, entries: dict[bytes, bytes] | None = None, column_families: dict[str, int] | None = None,
-                 uses_column_families: bool = False, rows: tuple[RowBuffer, RowBuffer] | None = None) -> None:
+    def __init__(
+        self,
+        entries: dict[bytes, bytes] | None = None,
+        column_families: dict[str, int] | None = None,
+        uses_column_families: bool = False,
+        rows: tuple[RowBuffer, RowBuffer] | None = None,
+    ) -> None:
         self._entries = entries if entries is not None or rows is not None else {}
         self.rows = rows
         # virtual column family name -> id, from the snapshot the state was built on
@@ -119,8 +124,10 @@ class StoreState:
             keys.source, values.source = source + " key", source + " value"
             return keys, values
         entries = self.entries
-        return (RowBuffer.from_rows(list(entries), source + " key"),
-                RowBuffer.from_rows(list(entries.values()), source + " value"))
+        return (
+            RowBuffer.from_rows(list(entries), source + " key"),
+            RowBuffer.from_rows(list(entries.values()), source + " value"),
+        )
 
 
 def _row_bytes(rows: RowBuffer, lo: int = 0, hi: int | None = None) -> list[bytes]:
@@ -129,8 +136,8 @@ def _row_bytes(rows: RowBuffer, lo: int = 0, hi: int | None = None) -> list[byte
     if not len(starts):
         return []
     first = int(starts.min())
-    data = rows.buf[first:int((starts + lengths).max())].tobytes()
-    return [data[s:s + n] for s, n in zip((starts - first).tolist(), lengths.tolist(), strict=True)]
+    data = rows.buf[first : int((starts + lengths).max())].tobytes()
+    return [data[s : s + n] for s, n in zip((starts - first).tolist(), lengths.tolist(), strict=True)]
 
 
 # snapshots read by one read_state at least this big (in entries, scaled) load numba; see kernels.NUMBA_MIN_RECORDS:
@@ -144,8 +151,15 @@ _ROCKSDICT_COST_SCALE = 8
 class RocksDBStore:
     """The files of one store (operator, partition, store name) of the RocksDB provider."""
 
-    def __init__(self, storage: Storage, directory: str, codec: str | None, row_checksum: bool = False,
-                 delimiter: bytes = b",", records_hint_scale: int = 1) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        directory: str,
+        codec: str | None,
+        row_checksum: bool = False,
+        delimiter: bytes = b",",
+        records_hint_scale: int = 1,
+    ) -> None:
         self.storage = storage
         # stores the whole read loads (its partitions): scales the size that decides on numba
         self.records_hint_scale = records_hint_scale
@@ -177,8 +191,10 @@ class RocksDBStore:
                 parts.append(f"{version_ranges(with_ids)} with unique ids")
             return "; ".join(parts) or "none"
 
-        return (f"Files present in {self.storage.display(self.directory)}: zips {summary(self.zips)}, "
-                f"changelogs {summary(self.changelogs)}")
+        return (
+            f"Files present in {self.storage.display(self.directory)}: zips {summary(self.zips)}, "
+            f"changelogs {summary(self.changelogs)}"
+        )
 
     def _missing(self, version: int, unique_id: str | None, kind: str, why: str) -> MissingStateFileError:
         shown = self._shown(state_file_name(version, kind, unique_id))
@@ -216,8 +232,9 @@ class RocksDBStore:
                 sst_dir = f"{self.directory}/{snapshot_zip.SST_DIR}"
                 # handed over one by one (the reader lets each file's bytes go once decompressed);
                 # what the fallback below needs again, it reads again
-                rows = read_sst_rows(((ssts.pop(f), self.storage.display(f"{sst_dir}/{f.dfs_name}"))
-                                      for f in list(ssts)), shown)
+                rows = read_sst_rows(
+                    ((ssts.pop(f), self.storage.display(f"{sst_dir}/{f.dfs_name}")) for f in list(ssts)), shown
+                )
             except (SstNotSupportedError, ImportError):
                 pass  # left to rocksdict
             else:
@@ -260,14 +277,17 @@ class RocksDBStore:
         if chosen is None:
             raise MissingStateFileError(
                 f"no snapshot zip in {self.storage.display(self.directory)} names the column family ids "
-                f"of version {version}. {self._present()}", path=self.storage.display(self.directory))
+                f"of version {version}. {self._present()}",
+                path=self.storage.display(self.directory),
+            )
         name = state_file_name(chosen[0], "zip", chosen[1])
         shown = self._shown(name)
         raw = self._read(name, self._missing(*chosen, "zip", "it names the column family ids"))
         return snapshot_zip.read_column_families(raw, shown)
 
-    def _read_data_files(self, sub: str, files: list[snapshot_zip.DataFile],
-                         zip_shown: str) -> dict[snapshot_zip.DataFile, bytes]:
+    def _read_data_files(
+        self, sub: str, files: list[snapshot_zip.DataFile], zip_shown: str
+    ) -> dict[snapshot_zip.DataFile, bytes]:
         """The SST or log files a snapshot lists (fetched at once), each checked against its recorded size."""
         rels = [f"{self.directory}/{sub}/{f.dfs_name}" for f in files]
         try:
@@ -276,12 +296,14 @@ class RocksDBStore:
             f = files[rels.index(exc.filename)]
             shown = self.storage.display(exc.filename)
             raise MissingStateFileError(
-                f"{shown} does not exist; the snapshot {zip_shown} lists it as {f.local_name}", path=shown) from None
+                f"{shown} does not exist; the snapshot {zip_shown} lists it as {f.local_name}", path=shown
+            ) from None
         for f, rel, data in zip(files, rels, contents, strict=True):
             if f.size >= 0 and len(data) != f.size:
                 shown = self.storage.display(rel)
                 raise CorruptFileError(
-                    f"{shown} has {len(data)} bytes but the snapshot {zip_shown} records {f.size}", path=shown)
+                    f"{shown} has {len(data)} bytes but the snapshot {zip_shown} records {f.size}", path=shown
+                )
         return dict(zip(files, contents, strict=True))
 
     def _write_data_file(self, data: bytes, f: snapshot_zip.DataFile, workdir: str, zip_shown: str) -> None:
@@ -293,8 +315,8 @@ class RocksDBStore:
                 out.write(data)
         except FileExistsError:
             raise UnsafeArchiveError(
-                f"{zip_shown}: {f.local_name!r} is both a zip entry and a data file, or listed twice",
-                path=zip_shown) from None
+                f"{zip_shown}: {f.local_name!r} is both a zip entry and a data file, or listed twice", path=zip_shown
+            ) from None
 
     # -- versions --
 
@@ -319,17 +341,24 @@ class RocksDBStore:
         plain_logs = {v for v, u in self.changelogs if u is None}
         if not plain_zips and not plain_logs and (self.zips or self.changelogs):
             raise self._missing(
-                version, None, "zip",
+                version,
+                None,
+                "zip",
                 f"the state files carry unique ids (checkpoint format version 2) but commits/{version - 1} "
-                "records none to choose them by")
+                "records none to choose them by",
+            )
         start = max((v for v in plain_zips if v <= version), default=0)
         gap = first_missing(plain_logs, start + 1, version)
         if gap is not None:
             base = f"{start}.zip" if start else "the empty state"
             if not plain_logs:  # no changelog checkpointing: every version has its own zip
                 raise self._missing(version, None, "zip", f"it holds version {version} of this store")
-            raise self._missing(gap, None, "changelog", f"version {version} is rebuilt from {base} "
-                                f"and the changelogs {start + 1}..{version}")
+            raise self._missing(
+                gap,
+                None,
+                "changelog",
+                f"version {version} is rebuilt from {base} and the changelogs {start + 1}..{version}",
+            )
         why = f"version {version} is rebuilt from it"
         state = self.load_snapshot(start, None, why, as_dict=start < version) if start else StoreState({})
         for v in range(start + 1, version + 1):
@@ -342,10 +371,13 @@ class RocksDBStore:
             return self.load_snapshot(version, unique_id, why)
         if (version, unique_id) not in self.changelogs:
             others = sorted(u for v, u in self.zips | self.changelogs if v == version and u)
-            raise self._missing(version, unique_id, "changelog",
-                                f"{why} and there is no {state_file_name(version, 'zip', unique_id)} either"
-                                + (f" (files of version {version} with other ids: {', '.join(others)})"
-                                   if others else ""))
+            raise self._missing(
+                version,
+                unique_id,
+                "changelog",
+                f"{why} and there is no {state_file_name(version, 'zip', unique_id)} either"
+                + (f" (files of version {version} with other ids: {', '.join(others)})" if others else ""),
+            )
         last = self.read_changelog(version, unique_id, why)
         chain = sorted({(i.version, i.unique_id) for i in last.lineage} | {(version, unique_id)})
         shown = self._shown(state_file_name(version, "changelog", unique_id))
@@ -353,24 +385,30 @@ class RocksDBStore:
         if versions != list(range(versions[0], version + 1)):
             raise CorruptFileError(
                 f"{shown}: its lineage does not list each version from {versions[0]} to {version - 1} once "
-                f"(lists {versions[:-1]})", path=shown)
+                f"(lists {versions[:-1]})",
+                path=shown,
+            )
         base = next((i for i in range(len(chain) - 1, -1, -1) if chain[i] in self.zips), None)
         if base is None and versions[0] != 1:
             first_v, first_u = chain[0]
-            raise self._missing(first_v, first_u, "zip",
-                                f"the lineage in {shown} starts at version {first_v}, so its snapshot is needed")
-        replay = chain[base + 1:] if base is not None else chain
+            raise self._missing(
+                first_v,
+                first_u,
+                "zip",
+                f"the lineage in {shown} starts at version {first_v}, so its snapshot is needed",
+            )
+        replay = chain[base + 1 :] if base is not None else chain
         missing = next(((v, u) for v, u in replay if (v, u) not in self.changelogs), None)
         if missing is not None:
-            raise self._missing(missing[0], missing[1], "changelog",
-                                f"the lineage in {shown} needs it to rebuild version {version}")
+            raise self._missing(
+                missing[0], missing[1], "changelog", f"the lineage in {shown} needs it to rebuild version {version}"
+            )
         lineage_why = f"the lineage in {shown} needs it"
         state = self.load_snapshot(*chain[base], lineage_why, as_dict=True) if base is not None else StoreState({})
         for v, u in replay[:-1]:
             self._apply(state, self.read_changelog(v, u, lineage_why))
         self._apply(state, last)
         return state
-
 
     def load_from_snapshot(self, start: int, version: int, ids: dict[int, str | None]) -> StoreState:
         """The store at ``version`` replayed from the zip of version ``start`` and every later changelog.
@@ -381,7 +419,8 @@ class RocksDBStore:
             shown = self._shown(state_file_name(start, "zip", ids[start]))
             raise MissingStateFileError(
                 f"Cannot replay from the snapshot of version {start}: {shown} does not exist. {self._present()}",
-                path=shown)
+                path=shown,
+            )
         why = f"replaying the snapshot of version {start} up to version {version} needs it"
         missing = next((v for v in range(start + 1, version + 1) if (v, ids[v]) not in self.changelogs), None)
         if missing is not None:
@@ -395,17 +434,14 @@ class RocksDBStore:
 # -- checkpoint format 2 ----------------------------------------------------------
 
 
-
-
-
-
 # -- the provider's entry point ---------------------------------------------------
 
 
 def _store(plan: StateReadPlan, directory: str) -> RocksDBStore:
     conf = plan.store_conf
-    return RocksDBStore(plan.storage, directory, plan.codec, conf.row_checksum, conf.merge_delimiter,
-                        max(len(plan.partitions), 1))
+    return RocksDBStore(
+        plan.storage, directory, plan.codec, conf.row_checksum, conf.merge_delimiter, max(len(plan.partitions), 1)
+    )
 
 
 def load_store(plan: StateReadPlan, directory: str, partition_id: int) -> StoreState:
@@ -420,8 +456,12 @@ def load_store(plan: StateReadPlan, directory: str, partition_id: int) -> StoreS
     if start is not None:
         gap = first_missing({v for v, _ in store.changelogs}, start + 1, plan.version)
         if gap is not None:  # before the unique ids of every version in between are looked up
-            raise store._missing(gap, unique_id(gap), "changelog",
-                                 f"replaying the snapshot of version {start} up to version {plan.version} needs it")
+            raise store._missing(
+                gap,
+                unique_id(gap),
+                "changelog",
+                f"replaying the snapshot of version {start} up to version {plan.version} needs it",
+            )
         return store.load_from_snapshot(start, plan.version, {v: unique_id(v) for v in range(start, plan.version + 1)})
     return store.load(plan.version, unique_id(plan.version))
 
@@ -431,8 +471,9 @@ def store_column_families(plan: StateReadPlan, directory: str, state: StoreState
     return state.column_families or _store(plan, directory).column_families(plan.version)
 
 
-def read_store(plan: StateReadPlan, directory: str, partition_id: int,
-               column_family: str | None = None) -> tuple[pa.StructArray, pa.StructArray]:
+def read_store(
+    plan: StateReadPlan, directory: str, partition_id: int, column_family: str | None = None
+) -> tuple[pa.StructArray, pa.StructArray]:
     """Keys and values of one RocksDB store at the plan's version, decoded as Arrow.
 
     ``column_family`` selects one virtual column family of a store that has them.
@@ -444,13 +485,15 @@ def read_store(plan: StateReadPlan, directory: str, partition_id: int,
     if state.uses_column_families or column_family is not None:
         keys, values = _column_family(keys, values, state, column_family, source)
     spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
-    return (decode_keys(keys, plan.key_schema, spec, plan.store_conf.avro),
-            plan.declared_values(decode_values(values, plan.stored_value_schema, plan.store_conf.row_checksum),
-                                 source))
+    return (
+        decode_keys(keys, plan.key_schema, spec, plan.store_conf.avro),
+        plan.declared_values(decode_values(values, plan.stored_value_schema, plan.store_conf.row_checksum), source),
+    )
 
 
-def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
-                 version: int) -> tuple[list[str], pa.StructArray, pa.StructArray]:
+def read_changes(
+    plan: StateReadPlan, directory: str, partition_id: int, version: int
+) -> tuple[list[str], pa.StructArray, pa.StructArray]:
     """The records of the changelog of ``version`` in file order: change types, keys, values (null for deletes).
 
     Without changelog checkpointing (every version a full snapshot) Spark keeps no
@@ -460,32 +503,42 @@ def read_changes(plan: StateReadPlan, directory: str, partition_id: int,
     store = _store(plan, directory)
     if not store.changelogs and plan.change_feed_from_snapshots:
         return _changes_from_snapshots(plan, directory, partition_id, version)
-    unique_id = plan.checkpoint.state_unique_id(version - 1, plan.operator_id, partition_id,
-                                     plan.store_name)
-    why = ("a change feed is read from changelogs"
-           + ("" if store.changelogs else ", which exist only with changelog checkpointing "
-              "(spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled); the option "
-              "changeFeedFromSnapshots=true computes one by comparing snapshots"))
+    unique_id = plan.checkpoint.state_unique_id(version - 1, plan.operator_id, partition_id, plan.store_name)
+    why = "a change feed is read from changelogs" + (
+        ""
+        if store.changelogs
+        else ", which exist only with changelog checkpointing "
+        "(spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled); the option "
+        "changeFeedFromSnapshots=true computes one by comparing snapshots"
+    )
     log = store.read_changelog(version, unique_id, why)
     name = state_file_name(version, "changelog", unique_id)
     source = plan.storage.display(f"{directory}/{name}")
     if changelog_format.has_column_families(log.format_version):
         raise UnsupportedOptionError(
-            f"{source}: the store keeps virtual column families; reading its changes needs stateVarName")
+            f"{source}: the store keeps virtual column families; reading its changes needs stateVarName"
+        )
     row_checksum = plan.store_conf.row_checksum
     kinds = [changelog_format.RECORD_TYPE_NAMES[kind] for kind, _, _ in log.records]
     keys = [delete_record_key(k, row_checksum) if v is None else k for _, k, v in log.records]
     valid = np.fromiter((v is not None for _, _, v in log.records), dtype=bool, count=len(log.records))
     values = [v or b"" for _, _, v in log.records]
     spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
-    return (kinds,
-            decode_keys(RowBuffer.from_rows(keys, source + " key"), plan.key_schema, spec, plan.store_conf.avro),
-            plan.declared_values(decode_values(RowBuffer.from_rows(values, source + " value"),
-                                               plan.stored_value_schema, row_checksum, valid), source))
+    return (
+        kinds,
+        decode_keys(RowBuffer.from_rows(keys, source + " key"), plan.key_schema, spec, plan.store_conf.avro),
+        plan.declared_values(
+            decode_values(
+                RowBuffer.from_rows(values, source + " value"), plan.stored_value_schema, row_checksum, valid
+            ),
+            source,
+        ),
+    )
 
 
-def _changes_from_snapshots(plan: StateReadPlan, directory: str, partition_id: int,
-                            version: int) -> tuple[list[str], pa.StructArray, pa.StructArray]:
+def _changes_from_snapshots(
+    plan: StateReadPlan, directory: str, partition_id: int, version: int
+) -> tuple[list[str], pa.StructArray, pa.StructArray]:
     """Keys added or changed by ``version`` are updates, keys it dropped are deletes.
 
     Several changes of one key within a batch show as one, and a key rewritten
@@ -498,13 +551,24 @@ def _changes_from_snapshots(plan: StateReadPlan, directory: str, partition_id: i
     source = f"{plan.storage.display(directory)} (versions {version - 1} and {version})"
     valid = np.fromiter((v is not None for _, _, v in records), dtype=bool, count=len(records))
     spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
-    return ([kind for kind, _, _ in records],
-            decode_keys(RowBuffer.from_rows([k for _, k, _ in records], source + " key"), plan.key_schema, spec,
-                        plan.store_conf.avro),
-            plan.declared_values(decode_values(RowBuffer.from_rows([v or b"" for _, _, v in records],
-                                                                   source + " value"),
-                                               plan.stored_value_schema, plan.store_conf.row_checksum, valid),
-                                 source))
+    return (
+        [kind for kind, _, _ in records],
+        decode_keys(
+            RowBuffer.from_rows([k for _, k, _ in records], source + " key"),
+            plan.key_schema,
+            spec,
+            plan.store_conf.avro,
+        ),
+        plan.declared_values(
+            decode_values(
+                RowBuffer.from_rows([v or b"" for _, _, v in records], source + " value"),
+                plan.stored_value_schema,
+                plan.store_conf.row_checksum,
+                valid,
+            ),
+            source,
+        ),
+    )
 
 
 def _family_id(families: dict[str, int], name: str, source: str) -> int:
@@ -537,29 +601,32 @@ def read_variable(plan: StateReadPlan, directory: str, partition_id: int) -> lis
     return state_columns(plan, plan.variable, list(state.entries.items()), family_id, source)
 
 
-def read_variable_changes(plan: StateReadPlan, directory: str, partition_id: int,
-                          version: int) -> tuple[list[str], list[pa.Array]]:
+def read_variable_changes(
+    plan: StateReadPlan, directory: str, partition_id: int, version: int
+) -> tuple[list[str], list[pa.Array]]:
     """Change types and output columns of the changes ``version`` made to a transformWithState variable."""
     assert plan.variable is not None
     store = _store(plan, directory)
-    unique_id = plan.checkpoint.state_unique_id(version - 1, plan.operator_id, partition_id,
-                                     plan.store_name)
+    unique_id = plan.checkpoint.state_unique_id(version - 1, plan.operator_id, partition_id, plan.store_name)
     log = store.read_changelog(version, unique_id, "a change feed is read from changelogs")
     source = plan.storage.display(f"{directory}/{state_file_name(version, 'changelog', unique_id)}")
     row_checksum = plan.store_conf.row_checksum
-    records = [(changelog_format.RECORD_TYPE_NAMES[kind], delete_record_key(k, row_checksum) if v is None else k, v)
-               for kind, k, v in log.records]
+    records = [
+        (changelog_format.RECORD_TYPE_NAMES[kind], delete_record_key(k, row_checksum) if v is None else k, v)
+        for kind, k, v in log.records
+    ]
     family_id = _family_id(store.column_families(version), plan.variable.family.name, source)
     return change_columns(plan, plan.variable, records, family_id, source)
 
 
-def _column_family(keys: RowBuffer, values: RowBuffer, state: StoreState, name: str | None,
-                   source: str) -> tuple[RowBuffer, RowBuffer]:
+def _column_family(
+    keys: RowBuffer, values: RowBuffer, state: StoreState, name: str | None, source: str
+) -> tuple[RowBuffer, RowBuffer]:
     known = ", ".join(sorted(state.column_families)) or "unknown: no snapshot names them"
     if name is None:
         raise UnsupportedOptionError(
-            f"{source}: the store keeps several virtual column families ({known}); reading one needs "
-            "stateVarName")
+            f"{source}: the store keeps several virtual column families ({known}); reading one needs stateVarName"
+        )
     if name not in state.column_families:
         raise InvalidOptionError(f"{source}: no column family '{name}' (column families: {known})")
     mask = column_family_ids(keys) == state.column_families[name]
@@ -585,8 +652,9 @@ def _key_counts(keys: RowBuffer, extra: dict[str, Any] | None) -> tuple[int, int
     return len(keys.starts) - n_internal, n_internal
 
 
-def snapshot_files(rows: Iterable[tuple[RowBuffer, RowBuffer]], extra_metadata: dict[str, Any] | None = None
-                   ) -> Iterator[tuple[str | None, Iterable[bytes] | bytes]]:
+def snapshot_files(
+    rows: Iterable[tuple[RowBuffer, RowBuffer]], extra_metadata: dict[str, Any] | None = None
+) -> Iterator[tuple[str | None, Iterable[bytes] | bytes]]:
     """One store's snapshot of ``rows`` (keys and values, batch after batch): each SST file as
     (its name in ``SSTs/``, its bytes piece by piece), then (None, the ``<version>.zip`` bytes).
     Each SST's pieces must be consumed before the next item is asked for.

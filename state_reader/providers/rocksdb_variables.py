@@ -29,8 +29,9 @@ from state_reader.model.plan import StateReadPlan
 from state_reader.model.state_variables import LIST, MAP, MULTI_VALUE, TIMERS, VALUE, StateVariable
 
 
-def _family_rows(plan: StateReadPlan, entries: Sequence[tuple[bytes, bytes | None]], family_id: int,
-                 source: str) -> tuple[RowBuffer, RowBuffer, np.ndarray]:
+def _family_rows(
+    plan: StateReadPlan, entries: Sequence[tuple[bytes, bytes | None]], family_id: int, source: str
+) -> tuple[RowBuffer, RowBuffer, np.ndarray]:
     """Key and value rows of one column family, ids stripped; the mask says which values exist."""
 
     keys = RowBuffer.from_rows([k for k, _ in entries], source + " key")
@@ -40,8 +41,9 @@ def _family_rows(plan: StateReadPlan, entries: Sequence[tuple[bytes, bytes | Non
     return strip_column_family(select(keys, mask)), select(values, mask), present[mask]
 
 
-def _elements(plan: StateReadPlan, values: RowBuffer, present: np.ndarray,
-              schema: StructType) -> tuple[np.ndarray, pa.StructArray]:
+def _elements(
+    plan: StateReadPlan, values: RowBuffer, present: np.ndarray, schema: StructType
+) -> tuple[np.ndarray, pa.StructArray]:
     """Split multi-values into elements: (owning row of each element, decoded elements)."""
 
     conf = plan.store_conf
@@ -49,21 +51,23 @@ def _elements(plan: StateReadPlan, values: RowBuffer, present: np.ndarray,
     raw = values.buf
     for row in np.flatnonzero(present):
         start, length = int(values.starts[row]), int(values.lengths[row])
-        blob = raw[start:start + length].tobytes()
+        blob = raw[start : start + length].tobytes()
         for offset, size in split_multi_value(blob, conf.merge_operator_version, conf.row_checksum, values.source):
             owners.append(row)
             starts.append(start + offset + 1)  # skip the encoding version byte
             lengths.append(size - 1)
     if conf.avro:
-        payloads = [raw[s + SCHEMA_ID_BYTES:s + n].tobytes() for s, n in zip(starts, lengths, strict=True)]
+        payloads = [raw[s + SCHEMA_ID_BYTES : s + n].tobytes() for s, n in zip(starts, lengths, strict=True)]
         return np.array(owners, dtype=np.int64), decode_avro(payloads, schema, values.source)
-    rows = RowBuffer(raw[:values.size].tobytes(), np.array(starts, dtype=np.int64),
-                     np.array(lengths, dtype=np.int64), values.source)
+    rows = RowBuffer(
+        raw[: values.size].tobytes(), np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64), values.source
+    )
     return np.array(owners, dtype=np.int64), decode_rows(rows, schema)
 
 
-def _decode(plan: StateReadPlan, var: StateVariable, keys_rows: RowBuffer, value_rows: RowBuffer,
-            present: np.ndarray) -> tuple[pa.StructArray, list[pa.Array], np.ndarray]:
+def _decode(
+    plan: StateReadPlan, var: StateVariable, keys_rows: RowBuffer, value_rows: RowBuffer, present: np.ndarray
+) -> tuple[pa.StructArray, list[pa.Array], np.ndarray]:
     """(grouping keys, value columns, owning row per output row), collections flattened."""
 
     avro = plan.store_conf.avro
@@ -92,12 +96,16 @@ def _hide(values: pa.StructArray, var: StateVariable) -> pa.StructArray:
     if not var.hidden:
         return values
     shown = [i for i, f in enumerate(var.family.value_schema.fields) if f.name not in var.hidden]
-    return pa.StructArray.from_arrays([values.field(i) for i in shown], fields=list(var.shown_value_schema.to_arrow()),
-                                      mask=values.is_null() if values.null_count else None)
+    return pa.StructArray.from_arrays(
+        [values.field(i) for i in shown],
+        fields=list(var.shown_value_schema.to_arrow()),
+        mask=values.is_null() if values.null_count else None,
+    )
 
 
-def _values_or_null(rows: RowBuffer, present: np.ndarray, schema: StructType, row_checksum: bool,
-                    avro: bool = False) -> pa.StructArray:
+def _values_or_null(
+    rows: RowBuffer, present: np.ndarray, schema: StructType, row_checksum: bool, avro: bool = False
+) -> pa.StructArray:
     """Decoded values; rows without one (deletes in a change feed) are null."""
 
     if present.all():
@@ -106,8 +114,11 @@ def _values_or_null(rows: RowBuffer, present: np.ndarray, schema: StructType, ro
         return pa.nulls(len(present), schema.to_arrow())
     decoded = decode_values(select(rows, present), schema, row_checksum, avro=avro)
     index = pa.array(np.where(present, np.cumsum(present) - 1, 0))
-    return pa.StructArray.from_arrays([decoded.field(i).take(index) for i in range(decoded.type.num_fields)],
-                                      fields=list(decoded.type), mask=pa.array(~present))
+    return pa.StructArray.from_arrays(
+        [decoded.field(i).take(index) for i in range(decoded.type.num_fields)],
+        fields=list(decoded.type),
+        mask=pa.array(~present),
+    )
 
 
 def _group(keys: pa.StructArray, owners: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -124,8 +135,9 @@ def _group(keys: pa.StructArray, owners: np.ndarray) -> tuple[np.ndarray, np.nda
     return order, offsets
 
 
-def state_columns(plan: StateReadPlan, var: StateVariable, entries: list[tuple[bytes, bytes]],
-                  family_id: int, source: str) -> list[pa.Array]:
+def state_columns(
+    plan: StateReadPlan, var: StateVariable, entries: list[tuple[bytes, bytes]], family_id: int, source: str
+) -> list[pa.Array]:
     """The output columns (key first, partition_id excluded) of one partition's state."""
     keys_rows, value_rows, present = _family_rows(plan, entries, family_id, source)
     keys, columns, owners = _decode(plan, var, keys_rows, value_rows, present)
@@ -144,8 +156,9 @@ def state_columns(plan: StateReadPlan, var: StateVariable, entries: list[tuple[b
     return [group_keys, pa.MapArray.from_arrays(arrow_offsets, user_keys, user_values, type=out_type)]
 
 
-def change_columns(plan: StateReadPlan, var: StateVariable, records: list[tuple[str, bytes, bytes | None]],
-                   family_id: int, source: str) -> tuple[list[str], list[pa.Array]]:
+def change_columns(
+    plan: StateReadPlan, var: StateVariable, records: list[tuple[str, bytes, bytes | None]], family_id: int, source: str
+) -> tuple[list[str], list[pa.Array]]:
     """Change types and output columns of one changelog's records of this variable."""
     entries = [(k, v) for _, k, v in records]
     kinds_all = [kind for kind, _, _ in records]

@@ -50,8 +50,15 @@ class VersionFiles:
 class StoreFiles:
     """The state files of one store directory (one operator, partition and store)."""
 
-    def __init__(self, storage: Storage, directory: str, provider: str, codec: str | None = None,
-                 keep_fetched: bool = False, checked: bool = True) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        directory: str,
+        provider: str,
+        codec: str | None = None,
+        keep_fetched: bool = False,
+        checked: bool = True,
+    ) -> None:
         """``checked`` False: the files looked into are not checked against their checksum sidecars
         (nor are those fetched), for sizes alone (the notebook display)."""
         self.storage = storage
@@ -117,8 +124,11 @@ class StoreFiles:
                 versions = list(range(first, last_version + 1))
             else:  # a commit far past the files: the versions they hold, the first one missing, and the last
                 gap = first_missing(self.deltas, first + 1, last_version)
-                versions = sorted({v for v in everything if first <= v <= last_version}
-                                  | {last_version} | ({gap} if gap is not None else set()))
+                versions = sorted(
+                    {v for v in everything if first <= v <= last_version}
+                    | {last_version}
+                    | ({gap} if gap is not None else set())
+                )
         if self.rocksdb and committed_versions is not None:
             versions = [v for v in versions if v in committed_versions]
         return versions
@@ -177,7 +187,7 @@ class StoreFiles:
             self._add(out, self._snapshot_name(*chain[base]))
             if zip_data:
                 self._add_zip_data(out, self._snapshot_name(*chain[base]))
-        for v, u in chain[(base + 1) if base is not None else 0:]:
+        for v, u in chain[(base + 1) if base is not None else 0 :]:
             out.delta_chain += 1
             self._add(out, self._delta_name(v, u))
         out.delta_chain += 1
@@ -241,8 +251,9 @@ class StoreFiles:
         return files
 
 
-def unique_id_for(cp: CheckpointDir, files: StoreFiles, version: int, operator_id: int, partition_id: int,
-                  store_name: str) -> str | None:
+def unique_id_for(
+    cp: CheckpointDir, files: StoreFiles, version: int, operator_id: int, partition_id: int, store_name: str
+) -> str | None:
     """The unique id the commit log gives ``version`` (checkpoint format 2), else None."""
     if not files.has_unique_ids:
         return None
@@ -276,8 +287,9 @@ def files_to_read(plan: StateReadPlan, partition_id: int) -> tuple[list[str], in
     if plan.is_change_feed or plan.snapshot_start_version is not None:
         return None
     join = plan.join
-    stores = [join.store_name(0), join.store_name(1)] if join is not None and join.families is None \
-        else [plan.store_name]
+    stores = (
+        [join.store_name(0), join.store_name(1)] if join is not None and join.families is None else [plan.store_name]
+    )
     rels: list[str] = []
     nbytes = 0
     for store in stores:

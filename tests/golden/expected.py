@@ -40,8 +40,14 @@ def main() -> None:
                 if keys_only:
                     df = df.select("key", "partition_id")
                 schema = expected_arrow_schema(df.schema)
-                out.append({"options": options, "keys_only": keys_only, "rows": spark_rows(df),
-                            "arrow_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")})
+                out.append(
+                    {
+                        "options": options,
+                        "keys_only": keys_only,
+                        "rows": spark_rows(df),
+                        "arrow_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
+                    }
+                )
             target = expected_file(case)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(json.dumps({"checkpoint": case["path"], "reads": out}, indent=1) + "\n")

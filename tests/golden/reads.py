@@ -45,8 +45,9 @@ def reference_path(case: dict, scratch: Path) -> str:
     encoded. A copy with the metadata Spark 4 would have written is its reference.
     """
     path = GOLDEN / case["path"]
-    needs_metadata = [op for op in case["operators"]
-                      if op["kind"] == "session_window" and case["provider"] == "rocksdb"]
+    needs_metadata = [
+        op for op in case["operators"] if op["kind"] == "session_window" and case["provider"] == "rocksdb"
+    ]
     if not needs_metadata or (path / "state" / "0" / "_metadata").exists():
         return str(path)
     copy = scratch / case["writer_version"] / case["name"]
@@ -55,9 +56,10 @@ def reference_path(case: dict, scratch: Path) -> str:
         meta = copy / "state" / str(op["operatorId"]) / "_metadata"
         meta.mkdir()
         partitions = sorted(p.name for p in (path / "state" / "0").iterdir() if p.name.isdigit())
-        info = {"operatorInfo": {"operatorId": op["operatorId"], "operatorName": "sessionWindowStateStoreSaveExec"},
-                "stateStoreInfo": [{"storeName": "default", "numColsPrefixKey": 1,
-                                    "numPartitions": len(partitions)}]}
+        info = {
+            "operatorInfo": {"operatorId": op["operatorId"], "operatorName": "sessionWindowStateStoreSaveExec"},
+            "stateStoreInfo": [{"storeName": "default", "numColsPrefixKey": 1, "numPartitions": len(partitions)}],
+        }
         (meta / "metadata").write_text("v1\n" + json.dumps(info))
     return str(copy)
 

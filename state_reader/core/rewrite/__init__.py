@@ -82,19 +82,33 @@ def _dropped(plan: StateReadPlan, drop_keys: KeyFilterSpec | None) -> KeyFilter 
     return bind_key_filter(plan, drop_keys, "drop_keys")
 
 
-def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partitions: int | None = None,
-                       provider: str | None = None, drop_keys: KeyFilterSpec | None = None,
-                       batch_id: int | None = None, allow_uncommitted: bool = False,
-                       dry_run: bool = False, show_progress: bool | None = None,
-                       transform: Transform | dict[int, Transform] | None = None) -> RewriteReport:
+def rewrite_checkpoint(
+    source: Storage,
+    dest: Destination | None,
+    *,
+    num_partitions: int | None = None,
+    provider: str | None = None,
+    drop_keys: KeyFilterSpec | None = None,
+    batch_id: int | None = None,
+    allow_uncommitted: bool = False,
+    dry_run: bool = False,
+    show_progress: bool | None = None,
+    transform: Transform | dict[int, Transform] | None = None,
+) -> RewriteReport:
     """Write the checkpoint of ``source`` at ``batch_id`` (default: the last committed) into ``dest``.
 
     ``dry_run`` writes nothing (``dest`` may be None) and reports the rows and bytes each
     new partition would get next to each old partition's. ``transform`` changes each row's
     key and value on the way (:class:`TransformedStoreRows`), and the schema files with them.
     """
-    rp = plan_rewrite(source, num_partitions=num_partitions, provider=provider, batch_id=batch_id,
-                      allow_uncommitted=allow_uncommitted, transform=transform)
+    rp = plan_rewrite(
+        source,
+        num_partitions=num_partitions,
+        provider=provider,
+        batch_id=batch_id,
+        allow_uncommitted=allow_uncommitted,
+        transform=transform,
+    )
     n = rp.new_partitions
     if dry_run:
         report = rp.report("", dry_run=True)
@@ -116,14 +130,16 @@ def rewrite_checkpoint(source: Storage, dest: Destination | None, *, num_partiti
                 store = store_report(rows.plan)
                 spill = Spill(workdir, n)
                 targets = rows.target_partitions(n)
-                with progress(f"routing {_label(rows.plan)}", len(rows.plan.partitions) + len(targets),
-                              enabled=show_progress) as bar:
+                with progress(
+                    f"routing {_label(rows.plan)}", len(rows.plan.partitions) + len(targets), enabled=show_progress
+                ) as bar:
                     route_store(rows, store, n, dropped[id(rows)], rp.to_rocksdb, spill, bar)
                     bar.advance(0, f"writing {_label(rows.plan)}")
                     extra = zip_extra_metadata(rows.plan)
                     for pid in targets:
-                        write_partition(rows.plan, pid, spill.take(pid), rp.to_rocksdb, extra, put,
-                                        rp.unique_id(rows.plan, pid))
+                        write_partition(
+                            rows.plan, pid, spill.take(pid), rp.to_rocksdb, extra, put, rp.unique_id(rows.plan, pid)
+                        )
                         release_free_memory()
                         bar.advance()
                 report.stores.append(store)

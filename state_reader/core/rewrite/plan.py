@@ -63,9 +63,13 @@ class RewritePlan:
 
     def schema_files(self) -> dict[str, bytes]:
         """The schema files a transform changes: path -> the bytes of a v2 file with the new schemas."""
-        return {self.checkpoint.schema_file(rows.plan.operator_id, rows.plan.store_name):
-                write_schema_v2(rows.plan.key_schema, rows.plan.value_schema)
-                for rows in self.stores if isinstance(rows, TransformedStoreRows)}
+        return {
+            self.checkpoint.schema_file(rows.plan.operator_id, rows.plan.store_name): write_schema_v2(
+                rows.plan.key_schema, rows.plan.value_schema
+            )
+            for rows in self.stores
+            if isinstance(rows, TransformedStoreRows)
+        }
 
     def commit_entry(self) -> dict[str, Any]:
         """The destination's commit entry of the rewritten batch: the source's, with (format 2) the new
@@ -78,10 +82,14 @@ class RewritePlan:
                 by_operator.setdefault(rows.plan.operator_id, []).append(rows)
             ids: dict[str, list[list[str]]] = {}
             for op, stores in by_operator.items():
-                stores = sorted(stores, key=lambda r: JOIN_STORES.index(r.plan.store_name)
-                                if r.plan.store_name in JOIN_STORES else 0)
-                ids[str(op)] = [[self.unique_id(r.plan, pid) or "" for r in stores]
-                                for pid in stores[0].target_partitions(self.new_partitions)]
+                stores = sorted(
+                    stores,
+                    key=lambda r: JOIN_STORES.index(r.plan.store_name) if r.plan.store_name in JOIN_STORES else 0,
+                )
+                ids[str(op)] = [
+                    [self.unique_id(r.plan, pid) or "" for r in stores]
+                    for pid in stores[0].target_partitions(self.new_partitions)
+                ]
             entry["stateUniqueIds"] = ids
         return entry
 
@@ -94,14 +102,27 @@ class RewritePlan:
         return confs
 
     def report(self, destination: str, dry_run: bool) -> RewriteReport:
-        return RewriteReport(self.checkpoint.location, destination, self.batch_id, self.provider,
-                             self.old_partitions, self.new_partitions, source_provider=self.source_provider,
-                             dry_run=dry_run)
+        return RewriteReport(
+            self.checkpoint.location,
+            destination,
+            self.batch_id,
+            self.provider,
+            self.old_partitions,
+            self.new_partitions,
+            source_provider=self.source_provider,
+            dry_run=dry_run,
+        )
 
 
-def plan_rewrite(source: Storage, *, num_partitions: int | None = None, provider: str | None = None,
-                 batch_id: int | None = None, allow_uncommitted: bool = False,
-                 transform: Transform | dict[int, Transform] | None = None) -> RewritePlan:
+def plan_rewrite(
+    source: Storage,
+    *,
+    num_partitions: int | None = None,
+    provider: str | None = None,
+    batch_id: int | None = None,
+    allow_uncommitted: bool = False,
+    transform: Transform | dict[int, Transform] | None = None,
+) -> RewritePlan:
     """Check that ``source`` can be rewritten as asked and plan every store; reads logs and metadata only."""
     cp = CheckpointDir(source)
     cp.require_checkpoint()
@@ -114,22 +135,28 @@ def plan_rewrite(source: Storage, *, num_partitions: int | None = None, provider
             "query is running or stopped in the middle of it. A query resumed from a rewrite would plan that batch "
             "again, which can duplicate or lose output in exactly-once sinks. Stop the query cleanly (or let it "
             "finish the batch) and rewrite again, or pass allow_uncommitted=True to rewrite the last committed "
-            f"batch ({latest}) anyway", path=cp.location)
+            f"batch ({latest}) anyway",
+            path=cp.location,
+        )
     batch = latest if batch_id is None else batch_id
     if batch not in committed:
         cp.require_committed(batch)
     conf = cp.offset_conf(batch)
     # not recorded (very old checkpoints): as many as the partition directories on disk
     old_partitions = shuffle_partitions(conf) or max(
-        (max(cp.partition_ids(op), default=-1) + 1 for op in cp.operator_ids), default=0)
+        (max(cp.partition_ids(op), default=-1) + 1 for op in cp.operator_ids), default=0
+    )
     new_partitions = old_partitions if num_partitions is None else num_partitions
     if new_partitions < 1:
         raise InvalidOptionError(f"num_partitions must be at least 1, got {num_partitions}")
     if provider is not None and provider.lower() not in PROVIDER_NAMES:
         raise InvalidOptionError(f"provider must be one of {', '.join(PROVIDER_NAMES)}, got {provider!r}")
     # the provider each read is planned with: recorded, else told by the state files (not assumed HDFS)
-    source_class = detect_provider(cp, conf.get(CONF_PROVIDER), cp.operator_ids[0]) if cp.operator_ids else (
-        conf.get(CONF_PROVIDER) or PROVIDER_NAMES["hdfs"])
+    source_class = (
+        detect_provider(cp, conf.get(CONF_PROVIDER), cp.operator_ids[0])
+        if cp.operator_ids
+        else (conf.get(CONF_PROVIDER) or PROVIDER_NAMES["hdfs"])
+    )
     source_provider = provider_name(source_class) or source_class
     target_provider = source_provider if provider is None else provider.lower()
     moving = target_provider != source_provider
@@ -143,7 +170,9 @@ def plan_rewrite(source: Storage, *, num_partitions: int | None = None, provider
             raise UnsupportedOptionError(
                 f"operator {op} ({name}) of {cp.location} keeps its state in RocksDB column families "
                 "(transformWithState, join state formats 3 and 4), which Spark runs on the RocksDB provider only; "
-                "it cannot move to the HDFS-backed provider", path=cp.location)
+                "it cannot move to the HDFS-backed provider",
+                path=cp.location,
+            )
         if families:
             assert meta is not None
             plan = store_plan(cp, batch, op, **_family_plan_options(cp, meta))
@@ -159,28 +188,42 @@ def plan_rewrite(source: Storage, *, num_partitions: int | None = None, provider
                 raise UnsupportedOptionError(
                     f"operator {op} of {cp.location} (a session window written by Spark 3.5, without operator "
                     "metadata) cannot move to RocksDB: Spark restarts such a store on RocksDB with the wrong key "
-                    "encoder. Rewrite it on the HDFS-backed provider", path=cp.location)
+                    "encoder. Rewrite it on the HDFS-backed provider",
+                    path=cp.location,
+                )
             stores.append(StoreRows(plan, name in SINGLE_PARTITION_OPERATORS or plan.partition_key_fields == 0))
     if transform is not None:
         stores = _transformed(cp, batch, stores, transform)
-    return RewritePlan(cp, batch, old_partitions, new_partitions, source_provider, target_provider, stores,
-                       unique_ids=cp.names_files_by_unique_id(batch))
+    return RewritePlan(
+        cp,
+        batch,
+        old_partitions,
+        new_partitions,
+        source_provider,
+        target_provider,
+        stores,
+        unique_ids=cp.names_files_by_unique_id(batch),
+    )
 
 
-def _transformed(cp: CheckpointDir, batch: int, stores: list[StoreRows],
-                 transform: Transform | dict[int, Transform]) -> list[StoreRows]:
+def _transformed(
+    cp: CheckpointDir, batch: int, stores: list[StoreRows], transform: Transform | dict[int, Transform]
+) -> list[StoreRows]:
     """``stores`` with the transformed operators' store wrapped in :class:`TransformedStoreRows`."""
     operator_ids = sorted({rows.plan.operator_id for rows in stores})
     if callable(transform):
         if len(operator_ids) != 1:
             raise InvalidOptionError(
                 f"{cp.location} has {len(operator_ids)} stateful operators ({operator_ids}); pass transform as "
-                "{operator_id: function} to say which one it changes")
+                "{operator_id: function} to say which one it changes"
+            )
         transform = {operator_ids[0]: transform}
     unknown = sorted(set(transform) - set(operator_ids))
     if unknown:
-        raise InvalidOptionError(f"transform names operators {unknown}, which {cp.location} does not have "
-                                 f"(its stateful operators: {operator_ids})")
+        raise InvalidOptionError(
+            f"transform names operators {unknown}, which {cp.location} does not have "
+            f"(its stateful operators: {operator_ids})"
+        )
     out = []
     for rows in stores:
         fn = transform.get(rows.plan.operator_id)
@@ -190,16 +233,22 @@ def _transformed(cp: CheckpointDir, batch: int, stores: list[StoreRows],
         plan = rows.plan
         where = f"operator {plan.operator_id} of {cp.location}"
         if isinstance(rows, FamilyStoreRows) or sum(r.plan.operator_id == plan.operator_id for r in stores) != 1:
-            raise UnsupportedOptionError(f"{where} keeps several stores (a join, transformWithState); transform "
-                                         "supports operators with one store for now", path=cp.location)
+            raise UnsupportedOptionError(
+                f"{where} keeps several stores (a join, transformWithState); transform "
+                "supports operators with one store for now",
+                path=cp.location,
+            )
         if plan.store_conf.row_checksum or plan.store_conf.avro:
-            raise UnsupportedOptionError(f"{where} keeps row checksums or Avro-encoded state; transform does not "
-                                         "support those yet", path=cp.location)
+            raise UnsupportedOptionError(
+                f"{where} keeps row checksums or Avro-encoded state; transform does not support those yet",
+                path=cp.location,
+            )
         meta = cp.operator_metadata(plan.operator_id, batch)
         store = meta.store(plan.store_name) if meta is not None else None
         if store is not None and store.schema_file_paths:
-            raise UnsupportedOptionError(f"{where} keeps its schema in schema v3 files; transform does not "
-                                         "support those yet", path=cp.location)
+            raise UnsupportedOptionError(
+                f"{where} keeps its schema in schema v3 files; transform does not support those yet", path=cp.location
+            )
         out.append(TransformedStoreRows(rows, fn))
     return out
 
@@ -219,12 +268,16 @@ def _require_rewritable(cp: CheckpointDir, plan: StateReadPlan, batch: int, movi
         raise UnsupportedOptionError(
             f"{cp.location} uses RocksDB checkpoint format 2, which the HDFS-backed provider does not support "
             "(Spark refuses checkpointFormatVersion 2 with it); it cannot move to the HDFS-backed provider",
-            path=cp.location)
+            path=cp.location,
+        )
     if moving and plan.store_conf.row_checksum:
         raise UnsupportedOptionError(
             f"{cp.location} keeps row checksums ({CONF_ROW_CHECKSUM}); moving it to another provider "
-            "is not supported yet", path=cp.location)
+            "is not supported yet",
+            path=cp.location,
+        )
     if moving and plan.store_conf.avro:
         raise UnsupportedOptionError(
-            f"{cp.location} encodes its state with Avro; moving it to another provider is not supported "
-            "yet", path=cp.location)
+            f"{cp.location} encodes its state with Avro; moving it to another provider is not supported yet",
+            path=cp.location,
+        )

@@ -50,11 +50,26 @@ class RewriteReport:
 
     def table(self) -> pa.Table:
         """One row per (operator, store, new partition): the rows and bytes written there."""
-        rows = [{"operator_id": s.operator_id, "store_name": s.store_name, "partition_id": p, "rows": n,
-                 "bytes": s.bytes_per_partition[p]}
-                for s in self.stores for p, n in enumerate(s.rows_per_partition)]
-        schema = pa.schema([("operator_id", pa.int32()), ("store_name", pa.string()),
-                            ("partition_id", pa.int32()), ("rows", pa.int64()), ("bytes", pa.int64())])
+        rows = [
+            {
+                "operator_id": s.operator_id,
+                "store_name": s.store_name,
+                "partition_id": p,
+                "rows": n,
+                "bytes": s.bytes_per_partition[p],
+            }
+            for s in self.stores
+            for p, n in enumerate(s.rows_per_partition)
+        ]
+        schema = pa.schema(
+            [
+                ("operator_id", pa.int32()),
+                ("store_name", pa.string()),
+                ("partition_id", pa.int32()),
+                ("rows", pa.int64()),
+                ("bytes", pa.int64()),
+            ]
+        )
         return pa.Table.from_pylist(rows, schema=schema)
 
     def partition_sizes(self, new: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -68,8 +83,8 @@ class RewriteReport:
         for s in self.stores:
             r = s.rows_per_partition if new else s.old_rows_per_partition
             b = s.bytes_per_partition if new else s.old_bytes_per_partition
-            rows[:len(r)] += r
-            size[:len(b)] += b
+            rows[: len(r)] += r
+            size[: len(b)] += b
         return rows[:count], size[:count]
 
     def skew(self, new: bool = True) -> float:
@@ -85,53 +100,91 @@ class RewriteReport:
             out["partition_id"] += list(range(len(rows)))
             out["rows"] += rows.tolist()
             out["bytes"] += size.tolist()
-        schema = pa.schema([("layout", pa.string()), ("partition_id", pa.int32()), ("rows", pa.int64()),
-                            ("bytes", pa.int64())])
+        schema = pa.schema(
+            [("layout", pa.string()), ("partition_id", pa.int32()), ("rows", pa.int64()), ("bytes", pa.int64())]
+        )
         return pa.Table.from_pydict(out, schema=schema)
 
     def summary(self) -> dict[str, Any]:
         """The report as plain data (the CLI's ``--json``)."""
+
         def side(new: bool) -> dict[str, Any]:
             rows, size = self.partition_sizes(new)
-            return {"partitions": len(rows), "rows": int(rows.sum()), "bytes": int(size.sum()),
-                    "rows_per_partition": rows.tolist(), "bytes_per_partition": size.tolist(),
-                    "skew": skew if np.isfinite(skew := self.skew(new)) else None}
+            return {
+                "partitions": len(rows),
+                "rows": int(rows.sum()),
+                "bytes": int(size.sum()),
+                "rows_per_partition": rows.tolist(),
+                "bytes_per_partition": size.tolist(),
+                "skew": skew if np.isfinite(skew := self.skew(new)) else None,
+            }
 
-        return {"source": self.source, "destination": self.destination or None, "batch_id": self.batch_id,
-                "dry_run": self.dry_run, "source_provider": self.source_provider, "provider": self.provider,
-                "files": self.files, "bytes": self.bytes, "current": side(False), "new": side(True),
-                "stores": [{"operator_id": s.operator_id, "operator_name": s.operator_name,
-                            "store_name": s.store_name, "rows": s.rows, "dropped": s.dropped,
-                            "rows_per_partition": s.rows_per_partition,
-                            "bytes_per_partition": s.bytes_per_partition} for s in self.stores]}
+        return {
+            "source": self.source,
+            "destination": self.destination or None,
+            "batch_id": self.batch_id,
+            "dry_run": self.dry_run,
+            "source_provider": self.source_provider,
+            "provider": self.provider,
+            "files": self.files,
+            "bytes": self.bytes,
+            "current": side(False),
+            "new": side(True),
+            "stores": [
+                {
+                    "operator_id": s.operator_id,
+                    "operator_name": s.operator_name,
+                    "store_name": s.store_name,
+                    "rows": s.rows,
+                    "dropped": s.dropped,
+                    "rows_per_partition": s.rows_per_partition,
+                    "bytes_per_partition": s.bytes_per_partition,
+                }
+                for s in self.stores
+            ],
+        }
 
     def __str__(self) -> str:
         move = f"{self.source_provider} -> {self.provider}" if self.source_provider != self.provider else self.provider
         if self.dry_run:
-            head = (f"dry run: {self.source} at batch {self.batch_id}, {move}, "
-                    f"{self.old_partitions} -> {self.new_partitions} partitions (nothing written)")
+            head = (
+                f"dry run: {self.source} at batch {self.batch_id}, {move}, "
+                f"{self.old_partitions} -> {self.new_partitions} partitions (nothing written)"
+            )
         else:
-            head = (f"rewrote {self.source} at batch {self.batch_id} into {self.destination}: {move}, "
-                    f"{self.old_partitions} -> {self.new_partitions} partitions, "
-                    f"{self.files} files, {self.bytes:,} bytes")
+            head = (
+                f"rewrote {self.source} at batch {self.batch_id} into {self.destination}: {move}, "
+                f"{self.old_partitions} -> {self.new_partitions} partitions, "
+                f"{self.files} files, {self.bytes:,} bytes"
+            )
         lines = [head]
         for label, new in (("today", False), ("new", True)):
             rows, size = self.partition_sizes(new)
             if len(rows):
                 skew = self.skew(new)
                 # more than half the partitions empty: a ratio to an empty median says nothing
-                skew_text = (f"skew (max/median) {skew:.2f}" if np.isfinite(skew) else
-                             f"{int((size == 0).sum())} of {len(size)} partitions empty")
-                lines.append(f"  {label:>5}: {len(rows)} partitions, {int(rows.sum()):,} rows, {int(size.sum()):,} "
-                             f"bytes; per partition {int(size.min()):,} .. median {int(np.median(size)):,} .. "
-                             f"max {int(size.max()):,} bytes, {skew_text}")
+                skew_text = (
+                    f"skew (max/median) {skew:.2f}"
+                    if np.isfinite(skew)
+                    else f"{int((size == 0).sum())} of {len(size)} partitions empty"
+                )
+                lines.append(
+                    f"  {label:>5}: {len(rows)} partitions, {int(rows.sum()):,} rows, {int(size.sum()):,} "
+                    f"bytes; per partition {int(size.min()):,} .. median {int(np.median(size)):,} .. "
+                    f"max {int(size.max()):,} bytes, {skew_text}"
+                )
         for s in self.stores:
             dropped = f", {s.dropped} dropped" if s.dropped else ""
             per = s.rows_per_partition
-            shown = (str(per) if len(per) <= 16 else
-                     f"{min(per):,} .. median {int(np.median(per)):,} .. max {max(per):,}") if per else "[]"
-            lines.append(f"  operator {s.operator_id} ({s.operator_name or 'unknown'}) store {s.store_name}: "
-                         f"{s.rows:,} rows{dropped}, per partition {shown}")
+            shown = (
+                (str(per) if len(per) <= 16 else f"{min(per):,} .. median {int(np.median(per)):,} .. max {max(per):,}")
+                if per
+                else "[]"
+            )
+            lines.append(
+                f"  operator {s.operator_id} ({s.operator_name or 'unknown'}) store {s.store_name}: "
+                f"{s.rows:,} rows{dropped}, per partition {shown}"
+            )
         return "\n".join(lines)
 
 

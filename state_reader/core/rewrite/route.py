@@ -38,8 +38,9 @@ class RoutedSlice:
 _SLICE_BYTES = (256 << 10, 4 << 20)
 
 
-def route_partition(rows: StoreRows, pid: int, num_partitions: int, drop: KeyFilter | None,
-                    to_rocksdb: bool) -> Iterator[RoutedSlice]:
+def route_partition(
+    rows: StoreRows, pid: int, num_partitions: int, drop: KeyFilter | None, to_rocksdb: bool
+) -> Iterator[RoutedSlice]:
     """Load old partition ``pid`` of a store and send each row to its new partition, a run of rows at a time."""
     keys, values, source_sizes = rows.load_sized(pid)
     sizes = row_bytes(keys, values)
@@ -72,7 +73,7 @@ class Spill:
         """Append each new partition's run of ``framed`` (``bounds[p]:bounds[p+1]``)."""
         for pid in np.flatnonzero(counts).tolist():
             with open(self.paths[pid], "ab") as fh:
-                fh.write(framed[bounds[pid]:bounds[pid + 1]].data)
+                fh.write(framed[bounds[pid] : bounds[pid + 1]].data)
             self.runs[pid].append(int(bounds[pid + 1] - bounds[pid]))
 
     def take(self, pid: int) -> Iterator[bytes]:
@@ -91,8 +92,15 @@ class Spill:
             os.remove(self.paths[pid])
 
 
-def route_store(rows: StoreRows, report: StoreReport, num_partitions: int, drop: KeyFilter | None,
-                 to_rocksdb: bool, spill: Spill | None, bar: Progress) -> None:
+def route_store(
+    rows: StoreRows,
+    report: StoreReport,
+    num_partitions: int,
+    drop: KeyFilter | None,
+    to_rocksdb: bool,
+    spill: Spill | None,
+    bar: Progress,
+) -> None:
     """Send every row of one store to its new partition (into ``spill`` unless a dry run),
     counting rows and bytes per old and per new partition in ``report``."""
     new_rows = np.zeros(num_partitions, dtype=np.int64)

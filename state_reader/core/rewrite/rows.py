@@ -53,8 +53,9 @@ from state_reader.providers import rocksdb
 from state_reader.providers.hdfs import HDFSStore
 
 
-def store_plan(cp: CheckpointDir, batch_id: int, operator_id: int, store_name: str = DEFAULT_STORE,
-          **options: Any) -> StateReadPlan:
+def store_plan(
+    cp: CheckpointDir, batch_id: int, operator_id: int, store_name: str = DEFAULT_STORE, **options: Any
+) -> StateReadPlan:
     return plan_store_read(cp, operator_id, store_name, batch_id, **options)
 
 
@@ -90,15 +91,20 @@ class StoreRows:
             raise UnsupportedOptionError(
                 f"store '{plan.store_name}' of operator {plan.operator_id} of {plan.checkpoint.location} keeps "
                 "column families, but its operator metadata does not name them (transformWithState, join state "
-                "formats 3 and 4 record them there); it cannot be rewritten", path=plan.storage.display(directory))
+                "formats 3 and 4 record them there); it cannot be rewritten",
+                path=plan.storage.display(directory),
+            )
         return state.row_buffers(f"{plan.storage.display(directory)} (version {plan.version})")
 
     def partition_key(self, keys: RowBuffer, drop: KeyFilter | None) -> tuple[list[pa.Array], np.ndarray]:
         """The columns Spark's shuffle hashes to place each row (none for a single-partition store),
         and whether each row is kept (not matched by ``drop``)."""
         plan = self.plan
-        decoded = (decode_keys(keys, plan.key_schema, self.spec, plan.store_conf.avro) if self.rocksdb
-                   else decode_rows(keys, plan.key_schema))
+        decoded = (
+            decode_keys(keys, plan.key_schema, self.spec, plan.store_conf.avro)
+            if self.rocksdb
+            else decode_rows(keys, plan.key_schema)
+        )
         keep = np.ones(len(decoded), dtype=bool) if drop is None else _kept(drop, decoded)
         if self.single:
             return [], keep
@@ -106,7 +112,8 @@ class StoreRows:
         if width is None:
             raise UnsupportedOptionError(
                 f"cannot tell which key fields Spark partitions store '{plan.store_name}' of operator "
-                f"{plan.operator_id} by, so its rows cannot be moved to new partitions")
+                f"{plan.operator_id} by, so its rows cannot be moved to new partitions"
+            )
         return [decoded.field(i) for i in range(width)], keep
 
     def route(self, keys: RowBuffer, num_partitions: int, drop: KeyFilter | None) -> tuple[np.ndarray, np.ndarray]:
@@ -140,14 +147,19 @@ class FamilyStoreRows(StoreRows):
         super().__init__(plan)
         store = metadata.store(DEFAULT_STORE)
         if store is None:
-            raise SchemaReadError(f"operator metadata of operator {plan.operator_id} lists no '{DEFAULT_STORE}' store",
-                                  path=plan.storage.display(f"state/{plan.operator_id}/_metadata"))
+            raise SchemaReadError(
+                f"operator metadata of operator {plan.operator_id} lists no '{DEFAULT_STORE}' store",
+                path=plan.storage.display(f"state/{plan.operator_id}/_metadata"),
+            )
         self.families = family_schemas(plan.checkpoint, plan.operator_id, store)
         kinds = variable_kinds(metadata)
         self.paths = {name: family_partition_key(name, family, kinds) for name, family in self.families.items()}
         self.specs = {name: KeyEncoderSpec.from_plan(family.key_encoder, 0) for name, family in self.families.items()}
-        self.multi_value = {name for name in self.families
-                            if kinds.get(name) == LIST or name.endswith(("-keyWithTsToValues", "-tsWithKey"))}
+        self.multi_value = {
+            name
+            for name in self.families
+            if kinds.get(name) == LIST or name.endswith(("-keyWithTsToValues", "-tsWithKey"))
+        }
         # the ids the destination's snapshots name (their metadata is the source's): rows are renumbered to them
         self.mapping: dict[str, int] = dict(zip_extra_metadata(plan).get("columnFamilyMapping") or {})
         self.names = {cf_id: name for name, cf_id in self.mapping.items()}
@@ -177,15 +189,19 @@ class FamilyStoreRows(StoreRows):
         table = np.full(1 << 16, -1, dtype=np.int32)
         for name, cf_id in own.items():
             if name not in self.mapping:
-                raise CorruptFileError(f"{source}: column family {name} is not among those of the store's "
-                                       f"other partitions ({', '.join(sorted(self.mapping))})", path=source)
+                raise CorruptFileError(
+                    f"{source}: column family {name} is not among those of the store's "
+                    f"other partitions ({', '.join(sorted(self.mapping))})",
+                    path=source,
+                )
             table[cf_id & 0xFFFF] = self.mapping[name]
         new_ids = table[column_family_ids(keys).astype(np.int64) & 0xFFFF]
         if (new_ids < 0).any():
             raise CorruptFileError(f"{source}: a key names a column family id its snapshot does not list", path=source)
         out = pack_rows([(0, keys)], keys.source)
-        out.buf[out.starts[:, None] + np.arange(2, dtype=np.int64)] = \
+        out.buf[out.starts[:, None] + np.arange(2, dtype=np.int64)] = (
             new_ids.astype("<i2").view(np.uint8).reshape(-1, 2)
+        )
         return out
 
     def _rejoined(self, keys: RowBuffer, values: RowBuffer, source: str) -> RowBuffer:
@@ -195,7 +211,7 @@ class FamilyStoreRows(StoreRows):
             return values
         conf = self.plan.store_conf
         data = values.buf
-        rows = [bytes(data[s:s + n]) for s, n in zip(values.starts.tolist(), values.lengths.tolist(), strict=True)]
+        rows = [bytes(data[s : s + n]) for s, n in zip(values.starts.tolist(), values.lengths.tolist(), strict=True)]
         for i in np.flatnonzero(multi).tolist():
             rows[i] = rejoin_multi_value(rows[i], conf.merge_operator_version, conf.row_checksum, source)
         return RowBuffer.from_rows(rows, values.source)
@@ -211,10 +227,16 @@ class FamilyStoreRows(StoreRows):
             if name is None or name not in self.families:
                 raise CorruptFileError(
                     f"{keys.source}: {len(ids[ids == cf_id])} keys of column family "
-                    f"{name or f'id {cf_id}'}, which has no schema to route them by", path=keys.source)
+                    f"{name or f'id {cf_id}'}, which has no schema to route them by",
+                    path=keys.source,
+                )
             index = np.flatnonzero(ids == cf_id)
-            decoded = decode_keys(strip_column_family(keys.take(index)), self.families[name].key_schema,
-                                  self.specs[name], plan.store_conf.avro)
+            decoded = decode_keys(
+                strip_column_family(keys.take(index)),
+                self.families[name].key_schema,
+                self.specs[name],
+                plan.store_conf.avro,
+            )
             parts.append(_as_type(_array_at(decoded, self.paths[name]), target_type, name))
             order.append(index)
         if not parts:
@@ -233,8 +255,9 @@ def _array_at(keys: pa.StructArray, path: PartitionKeyPath) -> pa.StructArray:
     for i in path.path:
         out = out.field(i)
     if path.leading is not None:
-        out = pa.StructArray.from_arrays([out.field(i) for i in range(path.leading)],
-                                         fields=[out.type.field(i) for i in range(path.leading)])
+        out = pa.StructArray.from_arrays(
+            [out.field(i) for i in range(path.leading)], fields=[out.type.field(i) for i in range(path.leading)]
+        )
     return out
 
 
@@ -242,7 +265,7 @@ def _struct_at(schema: StructType, path: PartitionKeyPath) -> StructType:
     out = schema
     for i in path.path:
         out = out.fields[i].data_type  # type: ignore[assignment]
-    return StructType(list(out.fields[:path.leading])) if path.leading is not None else out
+    return StructType(list(out.fields[: path.leading])) if path.leading is not None else out
 
 
 def _as_type(arr: pa.StructArray, target: pa.DataType, family: str) -> pa.StructArray:
@@ -252,8 +275,10 @@ def _as_type(arr: pa.StructArray, target: pa.DataType, family: str) -> pa.Struct
     try:
         return arr.cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise SchemaReadError(f"the grouping key in column family {family} ({arr.type}) does not match the "
-                              f"operator's ({target}): {exc}", path=family) from exc
+        raise SchemaReadError(
+            f"the grouping key in column family {family} ({arr.type}) does not match the operator's ({target}): {exc}",
+            path=family,
+        ) from exc
 
 
 # a user's function over (key, value) batches that returns the new key and value columns
@@ -271,9 +296,13 @@ class TransformedStoreRows(StoreRows):
         self.transform = transform
         old = inner.plan
         self.where = f"operator {old.operator_id} store {old.store_name}"
-        probe = self._apply(pa.RecordBatch.from_arrays(
-            [pa.array([], old.key_schema.to_arrow()), pa.array([], old.stored_value_schema.to_arrow())],
-            names=["key", "value"]), 0)
+        probe = self._apply(
+            pa.RecordBatch.from_arrays(
+                [pa.array([], old.key_schema.to_arrow()), pa.array([], old.stored_value_schema.to_arrow())],
+                names=["key", "value"],
+            ),
+            0,
+        )
         if not all(pa.types.is_struct(probe.column(i).type) for i in (0, 1)):
             raise InvalidOptionError(f"transform of {self.where} must return struct columns key and value")
         new_key = _evolved(old.key_schema, probe.column(0).type)
@@ -291,14 +320,21 @@ class TransformedStoreRows(StoreRows):
         except Exception as exc:  # the user's code: say where it failed
             raise RewriteFailedError(f"transform of {self.where} failed: {type(exc).__name__}: {exc}") from exc
         if isinstance(out, pa.Table):
-            out = out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist(
-                [], schema=out.schema)
+            out = (
+                out.combine_chunks().to_batches()[0]
+                if out.num_rows
+                else pa.RecordBatch.from_pylist([], schema=out.schema)
+            )
         if not isinstance(out, pa.RecordBatch) or out.schema.names[:2] != ["key", "value"]:
-            raise InvalidOptionError(f"transform of {self.where} must return a pyarrow RecordBatch with columns "
-                                     f"key and value, got {getattr(out, 'schema', type(out))}")
+            raise InvalidOptionError(
+                f"transform of {self.where} must return a pyarrow RecordBatch with columns "
+                f"key and value, got {getattr(out, 'schema', type(out))}"
+            )
         if out.num_rows != rows:
-            raise InvalidOptionError(f"transform of {self.where} returned {out.num_rows} rows for {rows}; it must "
-                                     "return one row per row (leave keys out with drop_keys)")
+            raise InvalidOptionError(
+                f"transform of {self.where} returned {out.num_rows} rows for {rows}; it must "
+                "return one row per row (leave keys out with drop_keys)"
+            )
         return out
 
     def load(self, pid: int) -> tuple[RowBuffer, RowBuffer]:
@@ -312,13 +348,17 @@ class TransformedStoreRows(StoreRows):
         n = len(keys.starts)
         plain_keys, plain_values = inner.convert(keys, values, to_rocksdb=False)
         old = inner.plan
-        batch = pa.RecordBatch.from_arrays([decode_rows(plain_keys, old.key_schema),
-                                            decode_rows(plain_values, old.stored_value_schema)],
-                                           names=["key", "value"])
+        batch = pa.RecordBatch.from_arrays(
+            [decode_rows(plain_keys, old.key_schema), decode_rows(plain_values, old.stored_value_schema)],
+            names=["key", "value"],
+        )
         out = self._apply(batch, n)
         source = f"{self.where}, partition {pid}, as transformed"
-        new_keys = (encode_rows(out.column(0), self.plan.key_schema, source + " key", normalize_floats=True)
-                    if self.key_changed else plain_keys)
+        new_keys = (
+            encode_rows(out.column(0), self.plan.key_schema, source + " key", normalize_floats=True)
+            if self.key_changed
+            else plain_keys
+        )
         new_values = encode_rows(out.column(1), self.plan.value_schema, source + " value")
         return new_keys, new_values, source_sizes
 
@@ -336,8 +376,9 @@ def _evolved(old: StructType, arrow_type: pa.StructType) -> StructType:
         if before is not None and before.data_type.to_arrow() == arrow_field.type:
             fields.append(before)
         else:
-            fields.append(StructField(arrow_field.name, from_arrow(arrow_field.type, arrow_field.name),
-                                      arrow_field.nullable))
+            fields.append(
+                StructField(arrow_field.name, from_arrow(arrow_field.type, arrow_field.name), arrow_field.nullable)
+            )
     return StructType(fields)
 
 
@@ -352,9 +393,11 @@ def zip_extra_metadata(plan: StateReadPlan) -> dict[str, Any]:
         return {}
     for pid in plan.partitions:
         directory = plan.checkpoint.store_dir(plan.operator_id, pid, plan.store_name)
-        zips = [(parsed[0], name) for name in plan.storage.list_names(directory) or []
-                if (parsed := parse_state_file_name(name)) is not None and parsed[2] == "zip"
-                and parsed[0] <= plan.version]
+        zips = [
+            (parsed[0], name)
+            for name in plan.storage.list_names(directory) or []
+            if (parsed := parse_state_file_name(name)) is not None and parsed[2] == "zip" and parsed[0] <= plan.version
+        ]
         if zips:
             name = max(zips)[1]
             shown = plan.storage.display(f"{directory}/{name}")

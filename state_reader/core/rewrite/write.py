@@ -28,6 +28,7 @@ Put = Callable[[str, bytes | Iterable[bytes]], None]
 def counting_writer(dest: Destination, report: RewriteReport) -> Put:
     """A ``put(rel, data)`` that writes ``data`` (bytes, or pieces streamed) into ``dest`` and
     counts the files and bytes in ``report``."""
+
     def put(rel: str, data: bytes | Iterable[bytes]) -> None:
         report.bytes += dest.write(rel, data)
         report.files += 1
@@ -46,11 +47,20 @@ def failure_marked(rp: RewritePlan, dest: Destination) -> Iterator[None]:
         raise RewriteFailedError(
             f"rewriting {rp.checkpoint.location} into {dest.display()} stopped: {getattr(exc, 'message', exc)}. "
             f"{dest.display('metadata')} marks the destination incomplete, so Spark will not start from it; "
-            "run the rewrite again into it (it replaces the incomplete attempt)", path=dest.display()) from exc
+            "run the rewrite again into it (it replaces the incomplete attempt)",
+            path=dest.display(),
+        ) from exc
 
 
-def write_partition(plan: StateReadPlan, pid: int, framed: Iterable[bytes | np.ndarray], to_rocksdb: bool,
-                    extra: dict[str, Any], put: Put, unique_id: str | None = None) -> None:
+def write_partition(
+    plan: StateReadPlan,
+    pid: int,
+    framed: Iterable[bytes | np.ndarray],
+    to_rocksdb: bool,
+    extra: dict[str, Any],
+    put: Put,
+    unique_id: str | None = None,
+) -> None:
     """New partition ``pid`` of a store: its ``framed`` rows (target encoding, in chunks of whole
     records as :func:`~state_reader.providers.hdfs.frame_records` frames them) streamed into the
     snapshot of version B + 1 (named by ``unique_id`` in checkpoint format 2: :meth:`RewritePlan.unique_id`)."""
@@ -94,8 +104,9 @@ def _copy_logs(cp: CheckpointDir, put: Any, batch: int, confs: dict[str, str]) -
         put(rel, storage.read_bytes(rel))
 
 
-def _copy_state_metadata(cp: CheckpointDir, put: Any, num_partitions: int, dest: Destination,
-                         schema_files: dict[str, bytes]) -> None:
+def _copy_state_metadata(
+    cp: CheckpointDir, put: Any, num_partitions: int, dest: Destination, schema_files: dict[str, bytes]
+) -> None:
     """Schema files as they are (or as ``schema_files`` gives them: a transform's new schemas);
     operator metadata with the new partition count."""
     storage = cp.storage
@@ -136,8 +147,9 @@ def _with_confs(text: str, confs: dict[str, str], shown: str) -> str:
         meta = json.loads(lines[1])
         meta.setdefault("conf", {}).update(confs)
     except (IndexError, ValueError, AttributeError) as exc:
-        raise RewriteFailedError(f"{shown} has no offset metadata line to carry the rewritten confs: {exc}",
-                                 path=shown) from exc
+        raise RewriteFailedError(
+            f"{shown} has no offset metadata line to carry the rewritten confs: {exc}", path=shown
+        ) from exc
     lines[1] = json.dumps(meta, separators=(",", ":"))
     return "\n".join(lines)
 
