@@ -32,7 +32,8 @@ _MAX_ELEMENTS = 1 << 31
 # Rows whose fixed region (null bitset and slots) has at most this many words are read in one gather.
 _ROW_WORDS = 16
 
-_NUMPY_DTYPES = {
+# the numpy dtype of each fixed-width kind's value in its 8-byte slot (little-endian, low bytes first)
+SLOT_DTYPES = {
     "byte": "<i1",
     "short": "<i2",
     "integer": "<i4",
@@ -46,7 +47,7 @@ _NUMPY_DTYPES = {
     "time": "<i8",
     "year_month_interval": "<i4",
 }
-_MONTH_DAY_NANO = np.dtype([("months", "<i4"), ("days", "<i4"), ("nanos", "<i8")])
+MONTH_DAY_NANO = np.dtype([("months", "<i4"), ("days", "<i4"), ("nanos", "<i8")])
 
 
 class RowBuffer:
@@ -296,9 +297,9 @@ class _Decoder:
             wide[:, 0] = unscaled
             wide[:, 1] = unscaled >> 63
             return self._from_buffers(dt.to_arrow(), n, valid, wide)
-        raw = _from_word(word, _NUMPY_DTYPES[kind]) if word is not None else _read(self.buf, addr, _NUMPY_DTYPES[kind])
+        raw = _from_word(word, SLOT_DTYPES[kind]) if word is not None else _read(self.buf, addr, SLOT_DTYPES[kind])
         if kind == "year_month_interval":
-            out = np.zeros(n, dtype=_MONTH_DAY_NANO)
+            out = np.zeros(n, dtype=MONTH_DAY_NANO)
             out["months"] = raw
             return self._from_buffers(dt.to_arrow(), n, valid, out)
         return self._from_buffers(dt.to_arrow(), n, valid, raw)
@@ -410,7 +411,7 @@ class _Decoder:
 
     def calendar_interval(self, start: np.ndarray, valid: np.ndarray) -> pa.Array:
         n = len(start)
-        out = np.zeros(n, dtype=_MONTH_DAY_NANO)
+        out = np.zeros(n, dtype=MONTH_DAY_NANO)
         out["months"] = _read(self.buf, start, "<i4")
         out["days"] = _read(self.buf, start + 4, "<i4")
         out["nanos"] = _read(self.buf, start + 8, "<i8") * 1000

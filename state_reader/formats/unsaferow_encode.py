@@ -39,24 +39,9 @@ import pyarrow as pa
 
 from state_reader.errors import RowEncodeError
 from state_reader.formats.spark_types import ArrayType, DataType, MapType, StructType, UserDefinedType
-from state_reader.formats.unsaferow import PAD, RowBuffer, byte_view, copy_spans
+from state_reader.formats.unsaferow import MONTH_DAY_NANO, PAD, SLOT_DTYPES, RowBuffer, byte_view, copy_spans
 
-_MONTH_DAY_NANO = np.dtype([("months", "<i4"), ("days", "<i4"), ("nanos", "<i8")])
 _UNSIGNED = {1: "<u1", 2: "<u2", 4: "<u4", 8: "<u8"}
-# numpy dtype of the Arrow data buffer of each fixed-width kind (decimals and intervals apart)
-_RAW = {
-    "byte": "<i1",
-    "short": "<i2",
-    "integer": "<i4",
-    "long": "<i8",
-    "float": "<f4",
-    "double": "<f8",
-    "date": "<i4",
-    "timestamp": "<i8",
-    "timestamp_ntz": "<i8",
-    "day_time_interval": "<i8",
-    "time": "<i8",
-}
 _CANONICAL_NAN = {"float": np.uint64(0x7FC00000), "double": np.uint64(0x7FF8000000000000)}
 _U32 = np.uint64(32)
 
@@ -152,13 +137,13 @@ class _Encoder:
         elif kind == "decimal":
             words = self.small_decimal(dt, arr, valid, path)
         elif kind == "year_month_interval":
-            parts = _data(arr, _MONTH_DAY_NANO)
+            parts = _data(arr, MONTH_DAY_NANO)
             bad = valid & ((parts["days"] != 0) | (parts["nanos"] != 0))
             if bad.any():
                 raise self.fail("a year-month interval holds days or nanoseconds", path)
             words = _words(parts["months"], 4)
         else:
-            raw = _data(arr, _RAW[kind])
+            raw = _data(arr, SLOT_DTYPES[kind])
             words = _words(raw, raw.dtype.itemsize)
             if self.normalize_floats and kind in _CANONICAL_NAN:
                 words = np.where(np.isnan(raw), _CANONICAL_NAN[kind], np.where(raw == 0, np.uint64(0), words))
@@ -207,11 +192,11 @@ class _Encoder:
         if kind == "decimal":
             return self.big_decimal(dt, arr, valid, path)
         if kind == "interval":
-            parts = _data(arr, _MONTH_DAY_NANO)
+            parts = _data(arr, MONTH_DAY_NANO)
             bad = valid & (parts["nanos"] % 1000 != 0)
             if bad.any():
                 raise self.fail("a calendar interval holds a fraction of a microsecond", path)
-            out = np.zeros(n, dtype=_MONTH_DAY_NANO)
+            out = np.zeros(n, dtype=MONTH_DAY_NANO)
             out["months"] = parts["months"]
             out["days"] = parts["days"]
             out["nanos"] = parts["nanos"] // 1000  # microseconds in the row
