@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from state_reader.inspect.stats import stats
 
 # The functions and classes below import numpy, pyarrow and fsspec, which the
-# command line's cheap commands (``state-reader metadata``) need not pay for at
+# command line's cheap commands (``state-reader overview``) need not pay for at
 # start: they are imported on first use (PEP 562), where they live.
 _LAZY = {
     "diagnose": "state_reader.fronts.api",

@@ -70,7 +70,7 @@ def _properties(text: str | None) -> dict[str, Any]:
 
 @with_one_listing  # each directory of a remote checkpoint listed once
 def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Everything ``state-reader metadata`` shows, as a JSON-ready dict."""
+    """Everything ``state-reader overview`` shows, as a JSON-ready dict."""
     storage = Storage(checkpoint, dict(storage_options or {}))
     cp = CheckpointDir(storage)
     # remote: the logs and the state listed at once, not one after the other (operator 0, the one
