@@ -97,14 +97,14 @@ def rewrite_with_spark(
         allow_uncommitted=allow_uncommitted,
         transform=transform,
     )
-    for rows in rp.stores:  # a bad filter fails before anything is written
-        bind_key_filter(rows.plan, drop_keys, "drop_keys")
+    # bound to each store's key up front: a bad filter fails before anything is written or any task runs
+    dropped = [bind_key_filter(rows.plan, drop_keys, "drop_keys") for rows in rp.stores]
     dest.begin(rp.checkpoint.location)  # marked incomplete: the commit point is the real `metadata`, written last
     report = rp.report(dest.display(), dry_run=False)
     put = counting_writer(dest, report)
     with failure_marked(rp, dest):
-        for rows in rp.stores:
-            report.stores.append(_rewrite_store(spark, rp, rows, dest, drop_keys, report, put))
+        for rows, drop in zip(rp.stores, dropped, strict=True):
+            report.stores.append(_rewrite_store(spark, rp, rows, dest, drop, report, put))
         finish_checkpoint(rp, dest, put)
     return report
 
@@ -118,13 +118,12 @@ def _rewrite_store(
     rp: RewritePlan,
     rows: StoreRows,
     dest: Destination,
-    drop_keys: KeyFilterSpec | None,
+    drop: KeyFilter | None,
     report: RewriteReport,
     put: Put,
 ) -> StoreReport:
     """One Spark job: the old partitions read on executors, routed by Spark, each new one written by one task."""
     store = store_report(rows.plan)
-    drop = bind_key_filter(rows.plan, drop_keys, "drop_keys")  # a bad filter fails here, before any task runs
     pids = list(rows.plan.partitions)
     targets = rows.target_partitions(rp.new_partitions)
     # checkpoint format 2 names each new partition's files by an id the driver decides (the commit entry lists it)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from state_reader.errors import DestinationNotEmptyError, StorageError
+from state_reader.errors import DestinationNotEmptyError, StateReaderError, StorageError
 from state_reader.io.integrity import HadoopChecksums, hadoop_sidecar
 from state_reader.io.storage import Storage
 
@@ -39,6 +39,15 @@ def incomplete_rewrite_started(metadata: bytes) -> str | None:
     text = metadata.decode("utf-8", "replace")
     _, found, rest = text.rpartition(" started ")
     return rest.split(";", 1)[0].strip() if found else "an unknown time"
+
+
+def incomplete_rewrite_in(storage: Storage) -> str | None:
+    """When the incomplete rewrite that left ``storage``'s ``metadata`` started, or None when that
+    file is missing, unreadable or no such marker: what the reader and a new rewrite both ask."""
+    try:
+        return incomplete_rewrite_started(storage.read_bytes("metadata"))
+    except (StateReaderError, OSError):
+        return None
 
 
 @dataclass
@@ -83,7 +92,7 @@ class Destination:
         names = self._storage.list_names("") or []
         if not names:
             return []
-        if "metadata" in names and incomplete_rewrite_started(self._head("metadata")):
+        if "metadata" in names and incomplete_rewrite_in(self._storage) is not None:
             return names
         shown = ", ".join(sorted(names)[:5])
         raise DestinationNotEmptyError(
@@ -91,13 +100,6 @@ class Destination:
             "writes a new checkpoint: give a path that does not exist or an empty directory",
             path=self.display(),
         )
-
-    def _head(self, rel: str) -> bytes:
-        try:
-            with self.fs.open(self.full(rel), "rb") as fh:
-                return fh.read(1 << 16)  # a marker is one short line; a real metadata file is small too
-        except OSError:
-            return b""
 
     def begin(self, source: str) -> None:
         """Start a rewrite of ``source`` here: refuse a destination holding anything but an incomplete

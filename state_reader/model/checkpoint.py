@@ -30,10 +30,9 @@ from state_reader.errors import (
     OffsetLogUnavailableError,
     OffsetMetadataUnavailableError,
     OperatorMetadataReadError,
-    StateReaderError,
     UnsupportedOptionError,
 )
-from state_reader.io.destination import incomplete_rewrite_started
+from state_reader.io.destination import incomplete_rewrite_in
 from state_reader.io.storage import Storage
 
 DEFAULT_STORE = "default"
@@ -182,7 +181,7 @@ class CheckpointDir:
                 f"checkpoint location {self.location} does not exist", path=self.location
             )
         if self.storage.list_names("commits") is None and self.storage.list_names("offsets") is None:
-            started = self._incomplete_rewrite_started()
+            started = incomplete_rewrite_in(self.storage)
             if started is not None:
                 raise IncompleteRewriteError(
                     f"{self.location} is an incomplete rewrite from {started}, not a checkpoint: the rewrite "
@@ -193,13 +192,6 @@ class CheckpointDir:
             raise CommittedBatchUnavailableError(
                 f"{self.location} is not a streaming checkpoint ({self._what_is_there()})", path=self.location
             )
-
-    def _incomplete_rewrite_started(self) -> str | None:
-        """When the rewrite that left this directory incomplete started, or None if it is no such thing."""
-        try:
-            return incomplete_rewrite_started(self.storage.read_bytes("metadata"))
-        except (StateReaderError, OSError):
-            return None
 
     def _what_is_there(self) -> str:
         """Why the location is not a checkpoint, for the error message: what it holds instead."""

@@ -120,20 +120,20 @@ def rewrite_checkpoint(
         return report
     if dest is None:
         raise InvalidOptionError("a rewrite needs a destination (or dry_run=True)")
-    dropped = {id(rows): _dropped(rows.plan, drop_keys) for rows in rp.stores}  # a bad filter fails before writing
+    dropped = [_dropped(rows.plan, drop_keys) for rows in rp.stores]  # a bad filter fails before anything is written
     dest.begin(rp.checkpoint.location)  # marked incomplete: the commit point is the real `metadata`, written last
     report = rp.report(dest.display(), dry_run=False)
     put = counting_writer(dest, report)
     with failure_marked(rp, dest):
         with tempfile.TemporaryDirectory(prefix="state_reader-rewrite-") as workdir:
-            for rows in rp.stores:
+            for rows, drop in zip(rp.stores, dropped, strict=True):
                 store = store_report(rows.plan)
                 spill = Spill(workdir, n)
                 targets = rows.target_partitions(n)
                 with progress(
                     f"routing {_label(rows.plan)}", len(rows.plan.partitions) + len(targets), enabled=show_progress
                 ) as bar:
-                    route_store(rows, store, n, dropped[id(rows)], rp.to_rocksdb, spill, bar)
+                    route_store(rows, store, n, drop, rp.to_rocksdb, spill, bar)
                     bar.advance(0, f"writing {_label(rows.plan)}")
                     extra = zip_extra_metadata(rows.plan)
                     for pid in targets:
