@@ -36,16 +36,16 @@ test-browser: install ## Install Chromium if missing, then run the browser tests
 	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver; }
-	STATE_READER_SCREENSHOT=docs/notebook.png $(PY) -m pytest -m browser tests/test_notebook.py
+	STATE_READER_SCREENSHOT=docs/notebook.png $(PY) -m pytest -m browser tests/fronts/test_notebook.py
 
 unit: install ## Run only the tests that need no Spark (seconds, no JVM)
 	$(PY) -m pytest -m 'not spark'
 
-check: install ## Lint, format check, type check and the layer contract (no Spark)
+check: install ## Lint, format check, type check, the layer contract and the tests' layout (no Spark)
 	$(PY) -m ruff check state_reader tests examples benchmarks
 	$(PY) -m ruff format --check state_reader tests examples benchmarks
 	$(PY) -m mypy state_reader
-	$(PY) -m pytest tests/test_architecture.py -q
+	$(PY) -m pytest tests/contracts/test_architecture.py tests/contracts/test_layout.py -q
 
 lint: check ## The same as make check
 

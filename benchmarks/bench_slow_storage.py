@@ -2,7 +2,7 @@
 
 Every request to the local disk gets ``--latency`` seconds (30 ms by default, what an
 object store costs per request) and is counted, through the latency-adding fsspec
-filesystem of the tests (``tests/latency_fs.py``: a GET per file opened, a listing per
+filesystem of the tests (``tests/support/latency_fs.py``: a GET per file opened, a listing per
 ``ls`` or per 1,000 entries of a recursive ``find``, an info per ``info``/``exists``).
 Each operation runs in a fresh process:
 
@@ -62,8 +62,8 @@ def _operation(op: str, path: str) -> None:
 
 def worker(op: str, path: str, latency: float, runs: int, source: str) -> dict:
     """In a fresh process: the operation locally (warm-up and baseline), then over the slow filesystem."""
-    sys.path[:0] = [source, str(ROOT / "tests")]  # the package of ``source``, ahead of this tree's
-    import latency_fs
+    sys.path[:0] = [source, str(ROOT)]  # the package of ``source``, ahead of this tree's
+    from tests.support import latency_fs
 
     prefix = latency_fs.register(0.0)
     _operation(op, path)  # imports, compiled kernels, page cache

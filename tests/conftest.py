@@ -3,40 +3,9 @@ streaming queries (each query runs once per session, on first use)."""
 
 from __future__ import annotations
 
-import os
-import sys
-import time
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-os.environ["TZ"] = "UTC"
-time.tzset()
-# Python workers must run this interpreter and find this checkout
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-
-
-def build_session(master: str = "local[2]", extra: dict[str, str] | None = None):
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.master(master)
-        .appName("state-reader-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.streaming.stateStore.maintenanceInterval", "100ms")
-        .config("spark.sql.streaming.stateStore.minDeltasForSnapshot", "2")
-        .config("spark.driver.memory", "1g")
-    )
-    for key, value in (extra or {}).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+from tests.support.spark_session import build_session
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +24,7 @@ def spark():
 @pytest.fixture(scope="session")
 def checkpoints(spark, tmp_path_factory):
     """Lazily written checkpoints: ``checkpoints("agg_fmt2")`` -> path."""
-    from streaming_queries import CHECKPOINT_V2_QUERIES, FMGWS_TIMEOUT_QUERIES, QUERIES, run_query
+    from tests.support.streaming_queries import CHECKPOINT_V2_QUERIES, FMGWS_TIMEOUT_QUERIES, QUERIES, run_query
 
     queries = {**QUERIES, **CHECKPOINT_V2_QUERIES, **FMGWS_TIMEOUT_QUERIES}
 
@@ -73,7 +42,7 @@ def checkpoints(spark, tmp_path_factory):
 @pytest.fixture(scope="session")
 def scala_checkpoints(spark, tmp_path_factory):
     """Lazily written checkpoints of the Scala queries: ``scala_checkpoints("fmgws_v1")`` -> path."""
-    from scala_queries import compile_queries, run_scala_query
+    from tests.support.scala_queries import compile_queries, run_scala_query
 
     base = tmp_path_factory.mktemp("scala")
     jar: list = []

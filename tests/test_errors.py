@@ -3,8 +3,8 @@ what was expected and what was found; checksum sidecars are verified.
 
 Each case damages a private copy of a checkpoint written by real Spark. Cases
 already covered elsewhere (option validation and missing log entries in
-test_options.py, hostile zips in test_rocksdb_files.py, random damage in
-test_fuzz.py) are not repeated here.
+core/test_options.py, hostile zips in providers/test_rocksdb.py, random damage in
+contracts/test_hostile_bytes.py) are not repeated here.
 """
 
 from __future__ import annotations
@@ -22,14 +22,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from damage import frame, hadoop_sidecar_path, lz4_java, lz4_java_decode, parse_frames
-from oracle import arrow_rows
 
 import state_reader
 from state_reader import errors
 from state_reader.io import integrity
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.damage import frame, hadoop_sidecar_path, lz4_java, lz4_java_decode, parse_frames
+from tests.support.oracle import arrow_rows
+from tests.support.paths import ROOT
 
 
 def _copy(checkpoints, tmp_path: Path, name: str = "agg_window") -> Path:
@@ -647,7 +646,7 @@ def test_change_feed_start_cleaned_up_or_past_the_end_from_every_entry_point(spa
     early batches. A change feed from one of them is a batch that is no longer retained, as a read pinned
     there is, not a missing file (which reads like damage); one that starts after the latest batch is
     refused as the built-in reader refuses it, not answered with no changes."""
-    from streaming_queries import HDFS, Query, run_query
+    from tests.support.streaming_queries import HDFS, Query, run_query
 
     query = Query(
         lambda df: df.groupBy("k").count(),

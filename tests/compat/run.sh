@@ -20,5 +20,5 @@ for line in "${LINES[@]}"; do
     touch "$venv/.installed"
   fi
   echo "== pyspark $("$venv/bin/python" -c 'import pyspark; print(pyspark.__version__)') ($line line)"
-  "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/test_spark_fronts.py
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/oracles/test_spark_fronts.py
 done

@@ -6,7 +6,7 @@ themselves come from generate.py under older Spark versions)::
     .venv/bin/python tests/golden/expected.py
 
 Writes ``expected/<writer>/<name>/reads.json``: per read, its options, the
-built-in reader's rows as canonical JSON (tests/oracle.py) and its schema as the
+built-in reader's rows as canonical JSON (tests/support/oracle.py) and its schema as the
 Arrow schema PySpark derives. Reads whose state PySpark cannot collect
 (year-month intervals) keep the keys only.
 """
@@ -19,12 +19,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent)]
+# run as a script: the repository's root on the path, for the tests package
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from conftest import build_session  # noqa: E402
-from oracle import expected_arrow_schema, spark_rows  # noqa: E402
-from reads import CASES, expected_file, reads, reference_path  # noqa: E402
+from tests.golden.reads import CASES, expected_file, reads, reference_path
+from tests.support.oracle import expected_arrow_schema, spark_rows
+from tests.support.spark_session import build_session
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 For every operator and store of a checkpoint: its latest state, and the state
 after its first and middle committed batches. ``expected.py`` records what
 Spark's built-in reader returns for each read in ``expected/``, so
-``test_golden_expected.py`` checks our decoders against it without a JVM.
+``tests/oracles/test_golden_recorded.py`` checks our decoders against it without a JVM.
 """
 
 from __future__ import annotations

@@ -1,0 +1,153 @@
+"""The Spark-free API must work where pyspark is not installed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.support.paths import ROOT
+
+BLOCK_PYSPARK = """
+import sys
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pyspark" or name.startswith("pyspark."):
+            raise ImportError("pyspark is not installed here")
+        return None
+sys.meta_path.insert(0, _Block())
+import state_reader
+table = state_reader.read_state(sys.argv[1])
+meta = state_reader.read_metadata(sys.argv[1])
+assert "pyspark" not in sys.modules
+print(table.num_rows, meta.num_rows)
+try:
+    state_reader.register(object())
+except ImportError:
+    print("register needs pyspark")
+"""
+
+
+def test_spark_free_api_without_pyspark(checkpoints):
+    path = checkpoints("agg_window")
+    proc = subprocess.run([sys.executable, "-c", BLOCK_PYSPARK, path], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows, meta_rows = map(int, proc.stdout.split("\n")[0].split())
+    assert rows > 0 and meta_rows == 1
+    assert "register needs pyspark" in proc.stdout
+
+
+def test_file_urls_and_relative_paths(checkpoints, monkeypatch):
+    import os
+
+    import state_reader
+    from tests.support.oracle import arrow_rows
+
+    path = checkpoints("agg_window")
+    expected = arrow_rows(state_reader.read_state(path))
+    assert arrow_rows(state_reader.read_state("file://" + path)) == expected
+    assert arrow_rows(state_reader.read_state("file:" + path)) == expected
+    monkeypatch.chdir(os.path.dirname(path))
+    assert arrow_rows(state_reader.read_state(os.path.basename(path))) == expected
+
+
+def test_bare_install_gives_a_working_command_line(checkpoints, tmp_path):
+    """``pip install state-reader`` with no extras: every command that does not draw works; plot says in one
+    line which extra it needs. Then the extras, one by one, each give what the README says they give."""
+    import os
+
+    root = ROOT
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = venv / "bin" / "python"
+    pip = subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    for absent in ("pyspark", "matplotlib", "pandas"):
+        probe = subprocess.run([str(py), "-c", f"import {absent}"], capture_output=True, timeout=120)
+        assert probe.returncode != 0, f"{absent} came with a bare install"
+    # the compiled kernels are part of the base install: large reads are fast without an extra
+    fast = subprocess.run(
+        [str(py), "-c", "from state_reader.formats.kernels import numba_available; print(numba_available())"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert fast.returncode == 0 and fast.stdout.strip() == "True", fast.stderr
+    exe = venv / "bin" / "state-reader"
+    path = checkpoints("agg_window")
+    env = {**os.environ, "COLUMNS": "200"}
+    env.pop("PYTHONPATH", None)  # the installed package, not this checkout
+    for args in (
+        ["--version"],
+        ["metadata", path],
+        ["show", path, "--limit", "3"],
+        ["stats", path],
+        ["changes", path, "--from", "0"],
+        ["verify", path],
+        ["export", path, "--to", str(tmp_path / "s.csv")],
+    ):
+        proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+        assert proc.returncode == 0, (args, proc.stderr)
+    proc = subprocess.run(
+        [str(exe), "plot", path, "--out", str(tmp_path / "p.png")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "state-reader[plot]" in proc.stderr
+
+    # each extra adds what its user needs: a notebook user pandas and plots, a Spark user the Spark fronts
+    def install(extra: str) -> None:
+        done = subprocess.run(
+            [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{root}[{extra}]"],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    install("notebook")
+    proc = subprocess.run(
+        [str(exe), "plot", path, "--out", str(tmp_path / "p.png")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0 and (tmp_path / "p.png").stat().st_size > 0, proc.stderr
+    to_pandas = f"import state_reader; print(len(state_reader.read_state({path!r}).to_pandas()))"
+    frame = subprocess.run(
+        [str(py), "-c", to_pandas], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+    )
+    assert frame.returncode == 0 and int(frame.stdout) > 0, frame.stderr
+    install("spark")
+    fronts = subprocess.run(
+        [
+            str(py),
+            "-c",
+            "import state_reader.spark, state_reader.fronts.datasource, pyspark; print(pyspark.__version__)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert fronts.returncode == 0 and fronts.stdout.startswith("4."), fronts.stderr
+
+
+def test_the_package_exports_its_api_and_nothing_else():
+    import inspect
+
+    import state_reader
+
+    public = {n for n in dir(state_reader) if not n.startswith("_") and not inspect.ismodule(getattr(state_reader, n))}
+    assert public == set(state_reader.__all__)

@@ -1,0 +1,1 @@
+"""Tests of ``state_reader/formats``: the byte formats, read and written."""

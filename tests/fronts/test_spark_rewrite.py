@@ -1,0 +1,203 @@
+"""The rewrite run by Spark (``state_reader.rewrite(..., spark=spark)``), judged as the Spark-free
+rewrite is: the query restarted from it produces what it produces restarted from the original,
+Spark's built-in reader sees the same state there, each row in the partition Spark's own hash()
+assigns; and its report (and, for HDFS-backed state, every file) is the Spark-free rewrite's."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import state_reader
+from state_reader.core.rewrite import RewriteReport
+from state_reader.io.destination import INCOMPLETE_PREFIX
+from tests.support.paths import ROOT
+from tests.support.resume import (
+    add_input,
+    assert_builtin_sees_same_state,
+    digest,
+    new_batches,
+    resume,
+    state_rows,
+    stores,
+)
+from tests.support.streaming_queries import QUERIES, run_query
+
+DROP_ONE_JOIN_KEY = object()  # stands for a filter matching one join key the checkpoint holds
+
+# every old partition has 2 partitions (the suite's spark.sql.shuffle.partitions)
+CASES = [
+    ("agg_window", {"num_partitions": 5}),
+    ("session_window", {"num_partitions": 3, "provider": "rocksdb"}),
+    ("rocksdb_cl_multi", {"num_partitions": 1}),
+    ("join_inner", {"num_partitions": 3, "drop_keys": DROP_ONE_JOIN_KEY}),
+    ("limit", {"num_partitions": 3}),
+]
+
+
+def _one_join_key(checkpoint: str) -> str:
+    """A filter matching one join key held in the state (in every store of the join)."""
+    table = state_reader.read_state(checkpoint, store_name="left-keyToNumValues")
+    field = table.schema.field("key").type[0].name
+    value = next(v[field] for v in table.column("key").to_pylist() if v[field] is not None)
+    return f"{field} = '{value}'" if isinstance(value, str) else f"{field} = {value!r}"
+
+
+def _comparable(report: RewriteReport | dict) -> dict:
+    """A report as plain data without what differs between two rewrites of the same input: the
+    destination, and the bytes of the files (RocksDB names its SST files afresh each time)."""
+    summary = report.summary() if isinstance(report, RewriteReport) else dict(report)
+    return {k: v for k, v in summary.items() if k not in ("destination", "bytes")}
+
+
+def assert_same_report(got: RewriteReport, want: RewriteReport) -> None:
+    """The same rows, bytes and dropped rows, store by store and partition by partition."""
+    assert got.stores == want.stores
+    assert _comparable(got) == _comparable(want)
+    assert got.files == want.files
+    if got.provider == "hdfs":  # snapshots are the same bytes (RocksDB's SST names are random)
+        assert got.bytes == want.bytes
+
+
+@pytest.mark.parametrize(("name", "options"), CASES, ids=[c[0] for c in CASES])
+def test_resume_oracle_through_spark(spark, tmp_path, name, options):
+    query = QUERIES[name]
+    src = run_query(spark, query, tmp_path / "run")
+    input_dir = tmp_path / "run" / "input"
+    before = digest(src)
+    options = dict(options)
+    if options.get("drop_keys") is DROP_ONE_JOIN_KEY:
+        options["drop_keys"] = _one_join_key(src)
+    free, dst = str(tmp_path / "free"), str(tmp_path / "dst")
+    want = state_reader.rewrite(src, free, **options)
+    got = state_reader.rewrite(src, dst, spark=spark, **options)
+    assert_same_report(got, want)
+    assert digest(src) == before, "the source changed"
+    if got.provider == "hdfs":
+        assert digest(dst) == digest(free), "the snapshots differ from the Spark-free rewrite's"
+    dropping = "drop_keys" in options
+    if dropping:
+        assert sum(s.dropped for s in got.stores) >= 4  # the key, from each of the join's four stores
+    # with keys dropped, the state to compare with is the Spark-free rewrite's (which test_rewrite judges)
+    reference = free if dropping else src
+    n = got.new_partitions
+    assert_builtin_sees_same_state(spark, reference, dst, n)
+
+    add_input(input_dir, new_batches(query))
+    copy = str(tmp_path / "reference")
+    shutil.copytree(reference, copy)
+    expected = resume(spark, query, copy, input_dir)
+    assert expected, "the restarted query ran no batch"
+    assert resume(spark, query, dst, input_dir) == expected
+    for op, store in stores(copy):
+        options = {"operatorId": op, "storeName": store}
+        assert state_rows(spark, dst, **options) == state_rows(spark, copy, **options), (op, store)
+
+
+@pytest.mark.cluster
+def test_through_spark_on_local_cluster(spark, tmp_path):
+    """Executors in their own JVMs and Python workers: each reads and writes its partitions itself."""
+    query = QUERIES["agg_window"]
+    src = run_query(spark, query, tmp_path / "run")
+    input_dir = tmp_path / "run" / "input"
+    options = {"num_partitions": 4}
+    dst = str(tmp_path / "dst")
+    env = dict(os.environ, SPARK_LOCAL_DIRS=str(tmp_path / "local"))
+    # the cluster starts in its own process (one SparkContext per process) while this one prepares the oracle
+    with subprocess.Popen(
+        [sys.executable, "-m", "tests.support.cluster_rewrite", src, dst, json.dumps(options)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    ) as proc:
+        free = str(tmp_path / "free")
+        want = state_reader.rewrite(src, free, **options)
+        add_input(input_dir, new_batches(query))
+        copy = str(tmp_path / "src-copy")
+        shutil.copytree(src, copy)
+        expected = resume(spark, query, copy, input_dir)
+        out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["stores"] == [dataclasses.asdict(s) for s in want.stores]
+    assert _comparable(got["summary"]) == _comparable(want) and got["files"] == want.files
+    assert digest(dst) == digest(free)
+    assert_builtin_sees_same_state(spark, src, dst, 4)
+    assert expected and resume(spark, query, dst, input_dir) == expected
+
+
+def test_failure_part_way_leaves_destination_incomplete(spark, checkpoints, tmp_path):
+    """A damaged delta fails a task: the rewrite raises the worker's own error as the cause, as the
+    Spark-free rewrite does, and the destination stays marked incomplete."""
+    src = checkpoints("agg_window")
+    damaged = tmp_path / "damaged"
+    shutil.copytree(src, damaged)
+    for f in (damaged / "state" / "0" / "1").rglob("*.delta"):
+        f.write_bytes(b"not a delta")
+    dst = tmp_path / "dst"
+    with pytest.raises(state_reader.RewriteFailedError, match="incomplete") as caught:
+        state_reader.rewrite(str(damaged), str(dst), num_partitions=3, spark=spark)
+    assert (dst / "metadata").read_bytes().startswith(INCOMPLETE_PREFIX)
+    assert not (dst / "commits").exists()
+    with pytest.raises(state_reader.RewriteFailedError) as free:
+        state_reader.rewrite(str(damaged), str(tmp_path / "free"), num_partitions=3)
+    assert type(caught.value.__cause__) is type(free.value.__cause__)
+    assert "state/0/1/" in str(caught.value)
+    # a dry run with a session is the Spark-free dry run (nothing to write)
+    dry = state_reader.rewrite(src, None, num_partitions=3, dry_run=True, spark=spark)
+    assert dry.dry_run and dry.stores == state_reader.rewrite(src, None, num_partitions=3, dry_run=True).stores
+
+
+def test_column_families_through_spark(spark, checkpoints, tmp_path):
+    """A store with column families (join state format 3: four stores in one) is routed by its
+    grouping key as one struct column: every row lands where the Spark-free rewrite puts it."""
+    src = checkpoints("join_v3")
+    free, dst = str(tmp_path / "free"), str(tmp_path / "dst")
+    want = state_reader.rewrite(src, free, num_partitions=3)
+    got = state_reader.rewrite(src, dst, num_partitions=3, spark=spark)
+    assert_same_report(got, want)
+
+    def rows(checkpoint: str, side: str) -> list[str]:
+        df = spark.read.format("statestore").option("joinSide", side).load(checkpoint)
+        return sorted(repr(r.asDict(recursive=True)) for r in df.collect())
+
+    for side in ("left", "right"):
+        assert rows(dst, side) == rows(free, side), side  # partition_id included
+        assert rows(dst, side), side
+
+
+def _flag_transform():
+    """A transform adding one value field (values and schema files change). Made in a function, as
+    in a notebook: Spark ships it by value, since executors cannot import this test module."""
+    import pyarrow as pa
+
+    def with_flag(batch: pa.RecordBatch) -> pa.RecordBatch:
+        value = batch.column("value")
+        fields = [value.type.field(i) for i in range(value.type.num_fields)]
+        new_value = pa.StructArray.from_arrays(
+            [*(value.field(i) for i in range(len(fields))), pa.array([True] * len(value), pa.bool_())],
+            fields=[*fields, pa.field("flag", pa.bool_())],
+        )
+        return pa.RecordBatch.from_arrays([batch.column("key"), new_value], names=["key", "value"])
+
+    return with_flag
+
+
+def test_transform_runs_on_executors(spark, checkpoints, tmp_path):
+    """``transform=`` goes to the executors with the rows: the same files as the Spark-free rewrite's."""
+    src = checkpoints("agg_window")
+    free, dst = str(tmp_path / "free"), str(tmp_path / "dst")
+    transform = _flag_transform()
+    want = state_reader.rewrite(src, free, num_partitions=3, transform=transform)
+    got = state_reader.rewrite(src, dst, num_partitions=3, transform=transform, spark=spark)
+    assert_same_report(got, want)
+    assert digest(dst) == digest(free)
+    assert state_reader.read_state(dst).column("value").type.field("flag").type == "bool"

@@ -1,0 +1,1 @@
+"""Tests of ``state_reader/inspect``: the analyses (doctor, stats, schema checks)."""

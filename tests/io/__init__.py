@@ -1,0 +1,1 @@
+"""Tests of ``state_reader/io``: storage, round trips, checksums and destinations."""

@@ -1,0 +1,1 @@
+"""Tests of ``state_reader/model``: the checkpoint's logs and confs."""

@@ -1,0 +1,152 @@
+"""The resume oracle of rewrites: a query restarted from a checkpoint with new input, the rows each new
+batch produces, and Spark's built-in reader's view of a rewritten checkpoint's state and partitioning."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+from pathlib import Path
+
+from state_reader.core.options import from_kwargs
+from state_reader.core.planner import plan_state_read, store_names_on_disk
+from state_reader.io.storage import Storage
+from state_reader.model.checkpoint import CheckpointDir
+from tests.support.streaming_queries import (
+    Query,
+    _write_input,
+    session_confs,
+)
+
+SHIFT = 200  # seconds: the new input comes after the old, so watermarks move on
+
+
+def new_batches(query: Query) -> list[list[dict]]:
+    """Two more batches: the last batch of the query's input again (the keys and windows the state
+    holds now), then the first one later in event time (watermarks move on, state is evicted)."""
+    old = query.batches()
+    return [
+        [dict(r) for r in old[-1]],
+        [{**r, "ts": r["ts"] + SHIFT} if isinstance(r.get("ts"), (int, float)) else dict(r) for r in old[0]],
+    ]
+
+
+def add_input(directory: Path, batches: list[list[dict]]) -> None:
+    staging = directory.parent / "more-input"
+    _write_input(batches, staging)
+    now = time.time() + 5
+    existing = len(list(directory.glob("part-*.json")))
+    for i, path in enumerate(sorted(staging.glob("part-*.json"))):
+        target = directory / f"part-{existing + i:04d}.json"
+        shutil.move(str(path), target)
+        os.utime(target, (now + i, now + i))  # after every file the query has read
+    staging.rmdir()
+
+
+def resume(spark, query: Query, checkpoint: str, input_dir: Path) -> dict[int, list[str]]:
+    """Restart ``query`` from ``checkpoint`` over ``input_dir`` to the end; the rows of each new batch."""
+    collected: dict[int, list[str]] = {}
+
+    def sink(df, batch_id: int) -> None:
+        collected[batch_id] = sorted(repr(tuple(r)) for r in df.collect())
+
+    with session_confs(spark, query.confs):
+        sources = [
+            spark.readStream.schema(query.schema)
+            .option("maxFilesPerTrigger", 1)
+            .option("allowNonNumericNumbers", "true")
+            .json(str(input_dir))
+            for _ in range(query.sources)
+        ]
+        handle = (
+            query.build(*sources)
+            .writeStream.foreachBatch(sink)
+            .outputMode(query.output_mode)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+        handle.awaitTermination()
+    return collected
+
+
+def resume_with_timers(spark, query: Query, checkpoint: str, input_dir: Path, batches: int = 2) -> list[list[str]]:
+    """``resume`` for queries whose processing-time timers keep an availableNow trigger planning
+    batches without data forever: run on a processing-time trigger until ``batches`` batches with
+    output, then stop; their rows, in order (batches without data carry no rows and are skipped)."""
+    collected: dict[int, list[str]] = {}
+
+    def sink(df, batch_id: int) -> None:
+        rows = sorted(repr(tuple(r)) for r in df.collect())
+        if rows:
+            collected[batch_id] = rows
+
+    with session_confs(spark, query.confs):
+        source = (
+            spark.readStream.schema(query.schema)
+            .option("maxFilesPerTrigger", 1)
+            .option("allowNonNumericNumbers", "true")
+            .json(str(input_dir))
+        )
+        handle = (
+            query.build(source)
+            .writeStream.foreachBatch(sink)
+            .outputMode(query.output_mode)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="1 second")
+            .start()
+        )
+        try:
+            deadline = time.monotonic() + 180
+            while len(collected) < batches and time.monotonic() < deadline:
+                if handle.exception() is not None:
+                    raise handle.exception()
+                time.sleep(0.2)
+            # the sink runs before the batch is committed: stop once it is, so the final state is that batch's
+            last = Path(checkpoint) / "commits" / str(max(collected, default=0))
+            while collected and not last.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            handle.stop()
+    assert len(collected) >= batches, f"the restarted query produced {len(collected)} batches with output"
+    return [collected[b] for b in sorted(collected)]
+
+
+def digest(directory: str) -> dict[str, str]:
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(Path(directory).rglob("*"))
+        if p.is_file()
+    }
+
+
+def state_rows(spark, checkpoint: str, **options) -> list[str]:
+    reader = spark.read.format("statestore")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return sorted(repr(tuple(r)) for r in reader.load(checkpoint).drop("partition_id").collect())
+
+
+def stores(checkpoint: str) -> list[tuple[int, str]]:
+    cp = CheckpointDir(Storage(checkpoint))
+    return [(op, store) for op in cp.operator_ids for store in store_names_on_disk(cp, op)]
+
+
+def assert_builtin_sees_same_state(spark, src: str, dst: str, num_partitions: int) -> None:
+    """Spark's reader: the same rows in ``dst`` as in ``src``, each in pmod(hash(partition key), N)."""
+    from pyspark.sql import functions as F
+
+    for op, store in stores(src):
+        options = {"operatorId": op, "storeName": store}
+        assert state_rows(spark, dst, **options) == state_rows(spark, src, **options), (op, store)
+        plan = plan_state_read(from_kwargs(dst, {"operator_id": op, "store_name": store}))
+        if plan.partitions == [0] and num_partitions != 1:
+            continue  # a single-partition operator (global limit)
+        df = spark.read.format("statestore").option("operatorId", op).option("storeName", store).load(dst)
+        names = df.schema["key"].dataType.names[: plan.partition_key_fields]
+        wrong = df.where(
+            F.col("partition_id") != F.pmod(F.hash(*[F.col("key")[n] for n in names]), F.lit(num_partitions))
+        ).count()
+        assert wrong == 0, (op, store)
+        assert {r.partition_id for r in df.select("partition_id").distinct().collect()} <= set(range(num_partitions))
