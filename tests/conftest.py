@@ -40,6 +40,13 @@ def checkpoints(spark, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def agg(checkpoints) -> str:
+    """The windowed aggregation's checkpoint, which many tests read. Its value struct holds count,
+    sum(long), sum(double), count, max and min (avg and max over doubles, min over booleans)."""
+    return checkpoints("agg_window")
+
+
+@pytest.fixture(scope="session")
 def scala_checkpoints(spark, tmp_path_factory):
     """Lazily written checkpoints of the Scala queries: ``scala_checkpoints("fmgws_v1")`` -> path."""
     from tests.support.scala_queries import compile_queries, run_scala_query

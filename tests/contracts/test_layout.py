@@ -19,6 +19,40 @@ FREE = {"oracles", "contracts"}
 NO_TESTS = {"support", "golden", "compat"}
 
 
+# modules without a test file of their own, and the test files that exercise them: an index for the
+# reader, kept true by the tests below (every entry a module, every file there, no module left out)
+TESTED_IN: dict[str, tuple[str, ...]] = {
+    "__init__": ("contracts/test_packaging.py",),
+    "__main__": ("fronts/test_cli.py",),
+    "_version": ("contracts/test_packaging.py", "fronts/test_cli.py"),
+    "progress": ("fronts/test_cli.py",),
+    "spark": ("oracles/test_spark_fronts.py",),
+    "io/memory": ("oracles/test_rewrite.py",),
+    "formats/_numba_walk": ("formats/test_kernels.py",),
+    "formats/changelog": ("oracles/test_rocksdb.py", "contracts/test_hostile_bytes.py"),
+    "formats/rocksdict_db": ("formats/test_sst.py",),
+    "formats/snapshot_zip": ("providers/test_rocksdb.py",),
+    "formats/spark_types": ("formats/test_unsaferow.py", "formats/test_schema_files.py"),
+    "model/checkpoint": ("oracles/test_rocksdb.py", "test_errors.py"),
+    "model/operators": ("oracles/test_hdfs.py", "oracles/test_rocksdb.py"),
+    "model/plan": ("core/test_pruning.py",),
+    "model/state_variables": ("oracles/test_transform_with_state.py",),
+    "providers/rocksdb_variables": ("oracles/test_transform_with_state.py",),
+    "providers/store_files": ("io/test_storage.py", "oracles/test_rocksdb.py"),
+    "core/decode": ("oracles/test_hdfs.py", "oracles/test_rocksdb.py"),
+    "core/metadata": ("oracles/test_hdfs.py", "oracles/test_spark_fronts.py"),
+    "core/planner": ("core/test_pruning.py", "model/test_conf.py"),
+    "core/size": ("core/test_rewrite.py", "inspect/test_stats.py"),
+    "inspect/doctor_thresholds": ("inspect/test_doctor.py", "core/test_skew.py"),
+    "inspect/flatten": ("fronts/test_cli.py", "inspect/test_export.py"),
+    "fronts/frame": ("oracles/test_spark_fronts.py", "oracles/test_connect.py"),
+    "fronts/sql": ("oracles/test_spark_fronts.py",),
+    "fronts/spark_shared": ("oracles/test_spark_fronts.py", "fronts/test_datasource.py"),
+    "fronts/stream_source": ("core/test_follow.py",),
+    "fronts/follow_cli": ("core/test_follow.py",),
+}
+
+
 def _modules(folder: Path) -> set[str]:
     """The modules and sub-packages directly in ``folder`` of the package."""
     return {p.stem for p in folder.glob("*.py") if not p.name.startswith("__")} | {
@@ -54,6 +88,38 @@ def misplaced(tests: Path, package: Path) -> list[str]:
 def test_every_test_file_is_named_for_a_module_or_kept_apart():
     wrong = misplaced(TESTS, PACKAGE)
     assert not wrong, "test files a newcomer would not find from a module's name:\n" + "\n".join(wrong)
+
+
+def _own_test_file(module: str) -> bool:
+    """Whether ``module`` (``<layer>/<name>`` or a top-level ``<name>``) has a test file named for it."""
+    layer, _, name = module.rpartition("/")
+    return any((TESTS / layer).glob(f"test_{name}.py")) or any((TESTS / layer).glob(f"test_{name}_*.py"))
+
+
+def _package_modules() -> list[str]:
+    """Every module of the package as ``<layer>/<name>``, a sub-package counted once, by its name."""
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if len(parts) == 1:
+            out.append(parts[0])
+        elif len(parts) == 2 and parts[1] != "__init__":
+            out.append("/".join(parts))
+        elif len(parts) == 3 and parts[2] == "__init__":
+            out.append("/".join(parts[:2]))
+    return out
+
+
+def test_every_module_has_tests_found_from_its_name_or_listed():
+    modules = _package_modules()
+    unlisted = [m for m in modules if not _own_test_file(m) and m not in TESTED_IN]
+    assert not unlisted, "modules with no test file named for them: add one, or list where they are tested\n" + (
+        "\n".join(unlisted)
+    )
+    stale = [m for m in TESTED_IN if m not in modules or _own_test_file(m)]
+    assert not stale, f"entries of TESTED_IN that are not modules, or now have a test file of their own: {stale}"
+    missing = [f for files in TESTED_IN.values() for f in files if not (TESTS / f).is_file()]
+    assert not missing, f"test files named in TESTED_IN that do not exist: {missing}"
 
 
 def test_every_test_folder_says_what_it_holds():

@@ -20,6 +20,7 @@ from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
 from state_reader.providers.hdfs import HDFSStore
 from tests.support.paths import GOLDEN
+from tests.support.rows import row_bytes
 
 ATOMIC = [
     "boolean",
@@ -155,7 +156,7 @@ def _round_trip(values: pa.StructArray, schema: StructType) -> RowBuffer:
     assert back.equals(values), _first_difference(back, values)
     # decoding and encoding again gives the same bytes
     again = encode_rows(back, schema, "generated")
-    assert _row_bytes(again) == _row_bytes(rows)
+    assert row_bytes(again) == row_bytes(rows)
     return rows
 
 
@@ -164,10 +165,6 @@ def _first_difference(a: pa.Array, b: pa.Array) -> str:
         if x != y:
             return f"row {i}: decoded {x!r} != original {y!r}"
     return "arrays differ"
-
-
-def _row_bytes(rows: RowBuffer) -> list[bytes]:
-    return [bytes(rows.buf[s : s + n]) for s, n in zip(rows.starts.tolist(), rows.lengths.tolist(), strict=True)]
 
 
 NESTED = _struct(
@@ -245,11 +242,11 @@ def test_round_trip_edge_shapes():
     _round_trip(values, schema)
     _round_trip(values.slice(1, 2), schema)  # an array with an offset
     _round_trip(values.slice(0, 0), schema)
-    assert _row_bytes(encode_rows(pa.RecordBatch.from_struct_array(values), schema)) == _row_bytes(
+    assert row_bytes(encode_rows(pa.RecordBatch.from_struct_array(values), schema)) == row_bytes(
         encode_rows(values, schema)
     )
     empty = StructType([])
-    assert _row_bytes(encode_rows(pa.array([{}, {}], pa.struct([])), empty)) == [b"", b""]
+    assert row_bytes(encode_rows(pa.array([{}, {}], pa.struct([])), empty)) == [b"", b""]
 
 
 def test_round_trip_preserves_float_bits_and_normalizes_on_request():
@@ -264,10 +261,10 @@ def test_round_trip_preserves_float_bits_and_normalizes_on_request():
         fields=list(schema.to_arrow()),
     )
     rows = encode_rows(values, schema)
-    slots = np.array([struct.unpack_from("<QQ", r, 8) for r in _row_bytes(rows)], dtype=np.uint64)
+    slots = np.array([struct.unpack_from("<QQ", r, 8) for r in row_bytes(rows)], dtype=np.uint64)
     assert slots[:, 0].tolist() == f_bits and slots[:, 1].tolist() == d_bits
     normal = np.array(
-        [struct.unpack_from("<QQ", r, 8) for r in _row_bytes(encode_rows(values, schema, normalize_floats=True))],
+        [struct.unpack_from("<QQ", r, 8) for r in row_bytes(encode_rows(values, schema, normalize_floats=True))],
         dtype=np.uint64,
     )
     assert normal[:, 0].tolist() == [0, 0x7FC00000, 0x7FC00000, 0x7FC00000, 0x3F800000]
@@ -280,9 +277,9 @@ def test_round_trip_preserves_float_bits_and_normalizes_on_request():
 def test_bytes_of_documented_examples():
     # a key of one string "a" (state-formats §2.2), an int array with a null (§4.3)
     key = encode_rows(pa.array([{"grp": "a"}], pa.struct([("grp", pa.string())])), _struct(("grp", "string")))
-    assert _row_bytes(key) == [bytes(8) + bytes.fromhex("0100000010000000") + b"a" + bytes(7)]
+    assert row_bytes(key) == [bytes(8) + bytes.fromhex("0100000010000000") + b"a" + bytes(7)]
     schema = _struct(("a", _arr("integer")))
-    row = _row_bytes(encode_rows(pa.array([{"a": [0, 1, None]}], schema.to_arrow()), schema))[0]
+    row = row_bytes(encode_rows(pa.array([{"a": [0, 1, None]}], schema.to_arrow()), schema))[0]
     assert row[16:] == bytes.fromhex("0300000000000000040000000000000000000000010000000000000000000000")
     assert row[8:16] == struct.pack("<Q", 16 << 32 | 32)
 
@@ -290,7 +287,7 @@ def test_bytes_of_documented_examples():
 def test_offsets_of_empty_and_null_values():
     schema = _struct(("a", "string"), ("b", "string"), ("big", "decimal(38,10)"), ("cal", "interval"), ("c", "binary"))
     values = pa.array([{"a": "", "b": None, "big": None, "cal": None, "c": b"xyz"}], schema.to_arrow())
-    row = _row_bytes(encode_rows(values, schema))[0]
+    row = row_bytes(encode_rows(values, schema))[0]
     slots = struct.unpack_from("<QQQQQQ", row, 0)
     assert slots[0] == 0b01110  # b, big and cal are null
     assert slots[1] == 48 << 32  # an empty string records where it starts
@@ -315,7 +312,7 @@ def test_wide_decimals_as_java_biginteger_bytes():
         -(10**38 - 1): "b4c4b357a5793b85f675ddc000000001",
     }
     values = pa.array([{"d": decimal.Decimal(v)} for v in cases], schema.to_arrow())
-    for row, expected in zip(_row_bytes(encode_rows(values, schema)), cases.values(), strict=True):
+    for row, expected in zip(row_bytes(encode_rows(values, schema)), cases.values(), strict=True):
         (slot,) = struct.unpack_from("<Q", row, 8)
         size = slot & 0xFFFFFFFF
         assert row[16 : 16 + size].hex() == expected
@@ -351,7 +348,7 @@ def test_refuses_values_that_do_not_fit_naming_the_field():
 def test_null_in_a_non_nullable_field_is_written_as_null():
     schema = StructType([StructField("n", _t("long"), nullable=False)])
     rows = encode_rows(pa.array([{"n": None}], pa.struct([("n", pa.int64())])), schema)
-    assert _row_bytes(rows) == [struct.pack("<QQ", 1, 0)]
+    assert row_bytes(rows) == [struct.pack("<QQ", 1, 0)]
 
 
 def test_other_arrow_types_are_cast():
@@ -384,8 +381,8 @@ def _assert_hdfs_checkpoint_bytes(path: str) -> int:
                     plan.version
                 )
                 for rows, schema, what in ((keys, plan.key_schema, "key"), (values, plan.value_schema, "value")):
-                    spark = _row_bytes(rows)
-                    ours = _row_bytes(encode_rows(decode_rows(rows, schema), schema, rows.source))
+                    spark = row_bytes(rows)
+                    ours = row_bytes(encode_rows(decode_rows(rows, schema), schema, rows.source))
                     for i, (theirs, mine) in enumerate(zip(spark, ours, strict=True)):
                         assert theirs == mine, f"{directory} {what} {i}:\n spark {theirs.hex()}\n ours  {mine.hex()}"
                     compared += len(spark)
@@ -431,8 +428,8 @@ def test_normalized_keys_match_sparks(checkpoints):
             fields=list(schema.to_arrow()),
         )
         # written as they are, -0.0 and the other NaN differ from Spark's keys; normalized, they are Spark's
-        assert (_row_bytes(encode_rows(changed, schema)) != _row_bytes(keys)) == bool(special)
-        assert _row_bytes(encode_rows(changed, schema, normalize_floats=True)) == _row_bytes(keys)
+        assert (row_bytes(encode_rows(changed, schema)) != row_bytes(keys)) == bool(special)
+        assert row_bytes(encode_rows(changed, schema, normalize_floats=True)) == row_bytes(keys)
     assert found == {"nan", "zero"}
 
 
@@ -445,7 +442,7 @@ def test_spark_rows_encode_in_a_batch_of_all_partitions(checkpoints):
         keys, _ = HDFSStore(plan.storage, plan.checkpoint.store_dir(0, pid, "default"), plan.codec).load_rows(
             plan.version
         )
-        spark += _row_bytes(keys)
+        spark += row_bytes(keys)
         decoded.append(decode_rows(keys, plan.key_schema))
     combined = pa.concat_arrays(decoded)
-    assert _row_bytes(encode_rows(combined, plan.key_schema)) == spark
+    assert row_bytes(encode_rows(combined, plan.key_schema)) == spark

@@ -8,15 +8,8 @@ import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 import state_reader
-
-
-@pytest.fixture(scope="module")
-def agg(checkpoints) -> str:
-    # value struct: count, sum(long), sum(double), count, max, min (avg and max over doubles, min over booleans)
-    return checkpoints("agg_window")
 
 
 def _value_names(table: pa.Table) -> list[str]:

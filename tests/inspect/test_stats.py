@@ -13,11 +13,6 @@ from state_reader.inspect.stats import STATS_SCHEMA, SUMMARY_SCHEMA, batch_summa
 from tests.support.paths import GOLDEN
 
 
-@pytest.fixture(scope="module")
-def agg(checkpoints) -> str:
-    return checkpoints("agg_window")
-
-
 def _committed(cp: str) -> list[int]:
     return sorted(int(n) for n in os.listdir(os.path.join(cp, "commits")) if n.isdigit())
 
@@ -104,48 +99,6 @@ def test_parse_batch_range():
     for bad in ("a..b", "7..3", "-1..2"):
         with pytest.raises(state_reader.InvalidOptionError):
             parse_batch_range(bad)
-
-
-def test_plot_state_size_figure(agg, tmp_path):
-    from matplotlib.figure import Figure
-
-    fig = state_reader.plot_state_size(agg)
-    assert isinstance(fig, Figure)
-    rows_ax, bytes_ax = fig.axes
-    assert "rows per partition" in rows_ax.get_title() and "bytes" in bytes_ax.get_title()
-    assert [line.get_label() for line in rows_ax.get_lines()] == ["partition 0", "partition 1"]
-    table = state_reader.stats(agg)
-    p1 = [r["rows"] for r in table.to_pylist() if r["partition_id"] == 1]
-    assert list(rows_ax.get_lines()[1].get_ydata()) == p1
-    fig.savefig(tmp_path / "x.png")
-    assert (tmp_path / "x.png").read_bytes()[:4] == b"\x89PNG"
-
-
-def test_plot_many_partitions_shows_band_and_top():
-    import pyarrow as pa
-
-    from state_reader.fronts.plotting import figure_from_stats
-
-    rows = [
-        {
-            "operator_id": 0,
-            "store_name": "default",
-            "batch_id": b,
-            "version": b + 1,
-            "partition_id": p,
-            "rows": b * (50 if p == 7 else 1),
-            "state_bytes": 100 * b,
-            "files": 1,
-            "bytes_on_disk": 10,
-            "delta_chain": 1,
-            "snapshot_version": None,
-        }
-        for b in range(4)
-        for p in range(20)
-    ]
-    fig = figure_from_stats(pa.Table.from_pylist(rows, schema=STATS_SCHEMA))
-    labels = [line.get_label() for line in fig.axes[0].get_lines()]
-    assert labels[0] == "median partition" and "partition 7" in labels and len(labels) == 4
 
 
 @pytest.mark.parametrize("name", ["agg_window", "rocksdb_agg_window"])

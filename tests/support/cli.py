@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +40,11 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) ->
     assert "Traceback" not in proc.stderr
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """(width, height) of the PNG image a command wrote to ``path``."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", head
+    assert head[12:16] == b"IHDR"
+    return struct.unpack(">II", head[16:24])
