@@ -144,7 +144,7 @@ def render_overview(info: dict[str, Any], *, as_json: bool) -> None:
     grid.add_row("state formats", formats)
     grid.add_row(
         "",
-        f"encoding {info['encoding_format'] or 'unsaferow'} · row checksums {'on' if info['row_checksum'] else 'off'}",
+        f"encoding {info['encoding_format']} · row checksums {'on' if info['row_checksum'] else 'off'}",
     )
     grid.add_row("operator metadata", info["operator_metadata"])
     con.print(grid)

@@ -29,6 +29,7 @@ from state_reader.model.conf import (
     CONF_PROVIDER,
     CONF_ROW_CHECKSUM,
     CONF_SHUFFLE_PARTITIONS,
+    DEFAULT_ENCODING,
     HDFS_PROVIDER,
     PROVIDER_NAMES,
     conf_flag,
@@ -143,7 +144,8 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
             if conf.get(key, "").isdigit() and any(o["operator_name"] in names for o in operators.values())
         },
         "shuffle_partitions": shuffle_partitions(conf),
-        "encoding_format": conf.get(CONF_ENCODING),
+        "encoding_format": conf.get(CONF_ENCODING) or DEFAULT_ENCODING,  # as for the codec
+        "encoding_recorded": CONF_ENCODING in conf,
         "row_checksum": conf_flag(conf, CONF_ROW_CHECKSUM),
         # Spark does not pin this conf in the offset log: the changelog files tell
         "changelog_checkpointing": (conf_flag(conf, CONF_CHANGELOG) or changelogs) if provider == "rocksdb" else None,

@@ -36,6 +36,8 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 PROVIDER_NAMES: dict[str, str] = {"hdfs": HDFS_PROVIDER, "rocksdb": ROCKSDB_PROVIDER}
 
 ENCODINGS = ("unsaferow", "avro")
+# what a checkpoint that records no encoding was written with
+DEFAULT_ENCODING = ENCODINGS[0]
 
 
 def provider_name(provider_class: str | None) -> str | None:
@@ -71,7 +73,7 @@ class StoreConf:
         """Parse and validate the storage confs (unknown encodings and merge operators are refused)."""
         from state_reader.formats.rocksdb_encoding import merge_operator_version
 
-        encoding = str(conf.get(CONF_ENCODING) or "unsaferow").strip().lower()
+        encoding = str(conf.get(CONF_ENCODING) or DEFAULT_ENCODING).strip().lower()
         if encoding not in ENCODINGS:
             raise UnsupportedOptionError(f"state encoding format '{encoding}' is not supported by state_reader")
         return cls(

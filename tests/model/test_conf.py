@@ -16,9 +16,11 @@ from state_reader.fronts.cli import _FLAG_PARAMS, flags
 from state_reader.inspect.overview import describe_checkpoint
 from state_reader.model.checkpoint import JOIN_STORES
 from state_reader.model.conf import (
+    CONF_ENCODING,
     CONF_JOIN_FORMAT,
     CONF_PROVIDER,
     CONF_SHUFFLE_PARTITIONS,
+    DEFAULT_ENCODING,
     HDFS_PROVIDER,
     PROVIDER_NAMES,
     ROCKSDB_PROVIDER,
@@ -61,6 +63,10 @@ def test_default_codec_one_constant():
     assert codec_name(None) == codec_name("") == DEFAULT_CODEC == "lz4"
 
 
+def test_default_encoding_one_constant():
+    assert StoreConf.parse({}).encoding == DEFAULT_ENCODING == "unsaferow"
+
+
 def test_cli_flags_are_the_declared_ones():
     # every read option an error may name is still a flag some command declares
     assert set(flags()) == set(_FLAG_PARAMS.values())
@@ -69,16 +75,19 @@ def test_cli_flags_are_the_declared_ones():
 
 
 def test_unrecorded_provider_and_partitions(checkpoints, tmp_path):
-    """No provider class nor shuffle partitions in the offset log: the state files tell the provider, the
-    partition directories the partitions; reads, ``metadata`` and the rewrite all say the same."""
+    """No provider class, shuffle partitions nor encoding in the offset log: the state files tell the
+    provider, the partition directories the partitions, and the encoding is Spark's default; reads,
+    ``metadata`` and the rewrite all say the same."""
     source = checkpoints("rocksdb_cl_agg_window")
-    cp = _with_confs(source, tmp_path / "cp", drop=(CONF_PROVIDER, CONF_SHUFFLE_PARTITIONS))
+    cp = _with_confs(source, tmp_path / "cp", drop=(CONF_PROVIDER, CONF_SHUFFLE_PARTITIONS, CONF_ENCODING))
     on_disk = len([n for n in os.listdir(os.path.join(cp, "state", "0")) if n.isdigit()])
     assert StoreConf.parse({}).shuffle_partitions is None
     plan_rows = state_reader.read_state(cp).num_rows
     assert plan_rows == state_reader.read_state(source).num_rows > 0
     info = describe_checkpoint(cp)
     assert info["provider"] == "rocksdb" and info["shuffle_partitions"] is None and info["codec"] == DEFAULT_CODEC
+    # what the offset log does not record is shown as what it means, and said to be unrecorded
+    assert info["encoding_format"] == DEFAULT_ENCODING and not info["encoding_recorded"]
     assert [r["numPartitions"] for r in state_reader.read_metadata(cp).to_pylist()] == [on_disk]
     report = state_reader.rewrite(cp, dry_run=True)
     # the rewrite took the checkpoint for HDFS and its partitions for 0
@@ -108,6 +117,7 @@ def test_one_copy_in_the_source():
         '"spark.sql.shuffle.partitions"': "conf.py",
         '"hdfs": ': "conf.py",
         '"RocksDB" in': None,
+        '"unsaferow"': "conf.py",
     }
     for path in package.rglob("*.py"):
         text = path.read_text()
