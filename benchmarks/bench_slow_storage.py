@@ -84,7 +84,7 @@ def worker(op: str, path: str, latency: float, runs: int, source: str) -> dict:
 
 
 def _run(source: Path, op: str, path: Path, latency: float, runs: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), str(ROOT / "tests")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), str(ROOT)])}
     out = subprocess.run(
         [sys.executable, __file__, "--worker", op, str(path), str(latency), str(runs), str(source)],
         env=env,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.paths import PACKAGE, TESTS
+from tests.support.paths import DOCS, PACKAGE, TESTS
 
 # folders of tests named freely, by what they compare or promise
 FREE = {"oracles", "contracts"}
@@ -122,9 +122,21 @@ def test_every_module_has_tests_found_from_its_name_or_listed():
     assert not missing, f"test files named in TESTED_IN that do not exist: {missing}"
 
 
-def test_every_test_folder_says_what_it_holds():
-    for folder in sorted(p for p in TESTS.iterdir() if p.is_dir() and (p / "__init__.py").exists()):
-        assert (folder / "__init__.py").read_text().lstrip().startswith('"""'), folder.name
+def test_every_test_folder_is_a_layer_or_described():
+    """A folder of tests is a layer of the package, or one the architecture page says what it holds."""
+    described = (DOCS / "architecture.md").read_text()
+    for folder in sorted(p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))):
+        if not (PACKAGE / folder / "__init__.py").exists():
+            assert folder in FREE | NO_TESTS, f"tests/{folder}/ is no layer of the package"
+            assert f"tests/{folder}/" in described, f"docs/architecture.md does not say what tests/{folder}/ holds"
+
+
+def test_no_test_folder_can_hide_a_standard_module():
+    """Only ``tests`` itself is a regular package. ``tests/io`` and ``tests/inspect`` with an
+    ``__init__.py`` would be imported for the standard library's ``io`` and ``inspect`` wherever
+    ``tests/`` is on the path (``python -m pytest`` run inside it), and nothing would start."""
+    inits = sorted(str(p.relative_to(TESTS)) for p in TESTS.rglob("__init__.py") if p.parent != TESTS)
+    assert not inits, f"folders of tests made packages: {inits}"
 
 
 def test_the_rule_sees_a_misnamed_and_a_misplaced_file(tmp_path):

@@ -1,1 +1,0 @@
-"""Tests of ``state_reader/core``: planning, scanning, filtering, live reads and rewrites."""

@@ -1,1 +1,0 @@
-"""Tests of ``state_reader/formats``: the byte formats, read and written."""

@@ -1,1 +1,0 @@
-"""Tests of ``state_reader/inspect``: the analyses (doctor, stats, schema checks)."""

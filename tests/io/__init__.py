@@ -1,1 +1,0 @@
-"""Tests of ``state_reader/io``: storage, round trips, checksums and destinations."""

@@ -1,1 +1,0 @@
-"""Tests of ``state_reader/model``: the checkpoint's logs and confs."""

@@ -1,1 +1,0 @@
-"""Tests of ``state_reader/providers``: the HDFS-backed and RocksDB state stores' files."""
