@@ -116,7 +116,7 @@ STATE_VAR_NAME = click.option(
 )
 
 
-def store_read_options(func: Callable[..., Any]) -> Callable[..., Any]:
+def store_read_flags(func: Callable[..., Any]) -> Callable[..., Any]:
     """What to read (``show``, ``export``): operator, store, batch, partitions, key filter, variable, join side."""
     options = [
         click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0)."),
@@ -207,7 +207,7 @@ cli.add_command(_metadata)
 
 @cli.command(epilog=KEY_FILTER_HELP)
 @click.argument("checkpoint")
-@store_read_options
+@store_read_flags
 @click.option(
     "--limit",
     "-n",
@@ -438,7 +438,7 @@ def changes_command(
     type=click.Choice(["parquet", "csv", "json", "jsonl"]),
     help="Output format (default: from the extension).",
 )
-@store_read_options
+@store_read_flags
 @common_options
 def export(
     checkpoint: str,

@@ -23,14 +23,14 @@ import pyarrow.compute as pc
 
 from state_reader.core import live
 from state_reader.core.options import from_kwargs
-from state_reader.core.planner import plan_state_read
+from state_reader.core.planner import plan_state_read, store_read_options
 from state_reader.core.scan import read_table
 from state_reader.core.skew import is_skewed, skew
 from state_reader.errors import InvalidOptionError, StateReaderError
 from state_reader.formats.snapshot_zip import SST_DIR
 from state_reader.grouping import group_ids
 from state_reader.inspect.doctor_thresholds import THRESHOLDS
-from state_reader.inspect.stats import operator_stores, store_read_options
+from state_reader.inspect.stats import operator_stores
 from state_reader.io.storage import Storage, with_one_listing
 from state_reader.model import operators
 from state_reader.model.checkpoint import (
