@@ -55,32 +55,26 @@ def test_bare_install_gives_a_working_command_line(checkpoints, tmp_path):
     line which extra it needs. Then the extras, one by one, each give what the README says they give."""
     import os
 
-    root = ROOT
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    py = venv / "bin" / "python"
-    pip = subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(root)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert pip.returncode == 0, pip.stderr[-2000:]
-    for absent in ("pyspark", "matplotlib", "pandas"):
-        probe = subprocess.run([str(py), "-c", f"import {absent}"], capture_output=True, timeout=120)
-        assert probe.returncode != 0, f"{absent} came with a bare install"
-    # the compiled kernels are part of the base install: large reads are fast without an extra
-    fast = subprocess.run(
-        [str(py), "-c", "from state_reader.formats.kernels import numba_available; print(numba_available())"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert fast.returncode == 0 and fast.stdout.strip() == "True", fast.stderr
-    exe = venv / "bin" / "state-reader"
-    path = checkpoints("agg_window")
+    py, exe = str(venv / "bin" / "python"), str(venv / "bin" / "state-reader")
     env = {**os.environ, "COLUMNS": "200"}
     env.pop("PYTHONPATH", None)  # the installed package, not this checkout
+
+    def run(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+        return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
+
+    def install(what: str) -> None:
+        done = run(py, "-m", "pip", "install", "-q", "--disable-pip-version-check", what, timeout=900)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    install(str(ROOT))
+    for absent in ("pyspark", "matplotlib", "pandas"):
+        assert run(py, "-c", f"import {absent}").returncode != 0, f"{absent} came with a bare install"
+    # the compiled kernels are part of the base install: large reads are fast without an extra
+    fast = run(py, "-c", "from state_reader.formats.kernels import numba_available; print(numba_available())")
+    assert fast.returncode == 0 and fast.stdout.strip() == "True", fast.stderr
+    path = checkpoints("agg_window")
     for args in (
         ["--version"],
         ["metadata", path],
@@ -90,56 +84,21 @@ def test_bare_install_gives_a_working_command_line(checkpoints, tmp_path):
         ["verify", path],
         ["export", path, "--to", str(tmp_path / "s.csv")],
     ):
-        proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+        proc = run(exe, *args)
         assert proc.returncode == 0, (args, proc.stderr)
-    proc = subprocess.run(
-        [str(exe), "plot", path, "--out", str(tmp_path / "p.png")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=tmp_path,
-    )
+    proc = run(exe, "plot", path, "--out", str(tmp_path / "p.png"))
     assert proc.returncode == 1 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "state-reader[plot]" in proc.stderr
 
     # each extra adds what its user needs: a notebook user pandas and plots, a Spark user the Spark fronts
-    def install(extra: str) -> None:
-        done = subprocess.run(
-            [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{root}[{extra}]"],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-
-    install("notebook")
-    proc = subprocess.run(
-        [str(exe), "plot", path, "--out", str(tmp_path / "p.png")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=tmp_path,
-    )
+    install(f"{ROOT}[notebook]")
+    proc = run(exe, "plot", path, "--out", str(tmp_path / "p.png"))
     assert proc.returncode == 0 and (tmp_path / "p.png").stat().st_size > 0, proc.stderr
-    to_pandas = f"import state_reader; print(len(state_reader.read_state({path!r}).to_pandas()))"
-    frame = subprocess.run(
-        [str(py), "-c", to_pandas], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
-    )
+    frame = run(py, "-c", f"import state_reader; print(len(state_reader.read_state({path!r}).to_pandas()))")
     assert frame.returncode == 0 and int(frame.stdout) > 0, frame.stderr
-    install("spark")
-    fronts = subprocess.run(
-        [
-            str(py),
-            "-c",
-            "import state_reader.spark, state_reader.fronts.datasource, pyspark; print(pyspark.__version__)",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=tmp_path,
+    install(f"{ROOT}[spark]")
+    fronts = run(
+        py, "-c", "import state_reader.spark, state_reader.fronts.datasource, pyspark; print(pyspark.__version__)"
     )
     assert fronts.returncode == 0 and fronts.stdout.startswith("4."), fronts.stderr
 
