@@ -11,10 +11,12 @@ Spark's built-in reader for the batch it used.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,6 +50,23 @@ def _feed(
         tmp = staging / f"part-{i:04d}.json"
         tmp.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
         os.replace(tmp, input_dir / tmp.name)
+
+
+@contextlib.contextmanager
+def _fed(
+    query, input_dir: Path, staging: Path, files: int = INPUT_FILES, every: float = FILE_EVERY_SECONDS
+) -> Iterator[None]:
+    """The input fed to the running ``query`` file by file while the block runs; then the feeding and the
+    query stop, however the block ends."""
+    stop = threading.Event()
+    feeder = threading.Thread(target=_feed, args=(input_dir, staging, stop, files, every), daemon=True)
+    feeder.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        feeder.join(timeout=10)
+        query.stop()
 
 
 def _start_query(spark, tmp_path: Path, confs: dict[str, str]):
@@ -84,16 +103,13 @@ def _start_query(spark, tmp_path: Path, confs: dict[str, str]):
 def test_reads_of_a_running_query(spark, tmp_path, confs):
     input_dir, staging, cp, query = _start_query(spark, tmp_path, confs)
 
-    stop = threading.Event()
-    feeder = threading.Thread(target=_feed, args=(input_dir, staging, stop), daemon=True)
-    feeder.start()
     pinned: list[tuple[int, list[str]]] = []  # (batch id we asked for, rows)
     latest: list[tuple[int, int, list[str]]] = []  # (committed before, committed after, rows) of default reads
     via_spark: list[tuple[int, list[str]]] = []
     failures: list[str] = []
     deadline = time.monotonic() + LIVE_SECONDS_MAX
     reads = 0
-    try:
+    with _fed(query, input_dir, staging):
         while time.monotonic() < deadline:
             committed = _committed(cp)
             done = bool(committed) and committed[-1] >= INPUT_FILES - 1  # one file per batch
@@ -113,10 +129,6 @@ def test_reads_of_a_running_query(spark, tmp_path, confs):
             if done:
                 break
             time.sleep(0.01)
-    finally:
-        stop.set()
-        feeder.join(timeout=10)
-        query.stop()
     assert not failures, failures[:3]
     assert time.monotonic() < deadline, "the query did not take all its input in time"
 
@@ -214,15 +226,12 @@ def test_latest_reads_of_a_query_that_cleans_up_never_fail(spark, tmp_path, conf
     input_dir, staging, cp, query = _start_query(
         spark, tmp_path, {**confs, "spark.sql.streaming.minBatchesToRetain": str(RETAIN)}
     )
-    stop = threading.Event()
-    feeder = threading.Thread(target=_feed, args=(input_dir, staging, stop, CLEANUP_FILES, CLEANUP_EVERY), daemon=True)
-    feeder.start()
     results: list[tuple[int, list[tuple]]] = []
     stats_batches: list[list[int]] = []
     failures: list[str] = []
     purged_errors: list[str] = []
     deadline = time.monotonic() + LIVE_SECONDS_MAX
-    try:
+    with _fed(query, input_dir, staging, CLEANUP_FILES, CLEANUP_EVERY):
         while time.monotonic() < deadline:
             committed = _committed(cp)
             if committed:
@@ -242,10 +251,6 @@ def test_latest_reads_of_a_query_that_cleans_up_never_fail(spark, tmp_path, conf
                 if committed[-1] >= CLEANUP_FILES - 1 or (committed[-1] >= CLEANUP_BATCHES - 1 and seen >= 3):
                     break
             time.sleep(0.01)
-    finally:
-        stop.set()
-        feeder.join(timeout=10)
-        query.stop()
     assert not failures, failures[:3]
     assert len({b for b, _ in results}) >= 3, f"reads saw only batches {sorted({b for b, _ in results})}"
     for batch, rows in results:
