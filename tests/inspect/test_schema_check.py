@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from state_reader.inspect.schema_check import compare_schemas
 from tests.support.keyed_queries import SCHEMA, keyed_rows, run_keyed
-from tests.support.streaming_queries import _write_input
+from tests.support.streaming_queries import write_input
 
 
 def _sum(alias: str):
@@ -51,7 +51,7 @@ def _restart(spark, build, checkpoint: Path, input_dir: Path) -> Exception | Non
     """Run ``build`` from ``checkpoint`` over new files in the original's input directory (a file source
     keeps its path), as a user restarting a changed query; its error, if any."""
     new = input_dir.parent / "new_input"
-    _write_input(keyed_rows(lambda b: ["late", "k0-1"])(), new)
+    write_input(keyed_rows(lambda b: ["late", "k0-1"])(), new)
     for file in new.iterdir():
         file.rename(input_dir / f"new-{file.name}")
     stream = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(str(input_dir))

@@ -15,8 +15,8 @@ from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
 from tests.support.streaming_queries import (
     Query,
-    _write_input,
     session_confs,
+    write_input,
 )
 
 SHIFT = 200  # seconds: the new input comes after the old, so watermarks move on
@@ -34,7 +34,7 @@ def new_batches(query: Query) -> list[list[dict]]:
 
 def add_input(directory: Path, batches: list[list[dict]]) -> None:
     staging = directory.parent / "more-input"
-    _write_input(batches, staging)
+    write_input(batches, staging)
     now = time.time() + 5
     existing = len(list(directory.glob("part-*.json")))
     for i, path in enumerate(sorted(staging.glob("part-*.json"))):

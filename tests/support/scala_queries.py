@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.streaming_queries import HDFS, ROCKSDB_CHANGELOG, _write_input
+from tests.support.streaming_queries import HDFS, ROCKSDB_CHANGELOG, write_input
 
 SOURCE = Path(__file__).parent / "scala" / "StateQueries.scala"
 EPOCH = 0  # event times are seconds after the epoch: format 1 keeps timeouts in an int slot
@@ -66,7 +66,7 @@ def compile_queries(out: Path) -> Path:
 
 def run_scala_query(jar: Path, name: str, out: Path) -> str:
     """Run query ``name`` over :data:`READINGS` into ``out``; the checkpoint path."""
-    _write_input(READINGS, out / "input")
+    write_input(READINGS, out / "input")
     checkpoint = out / "checkpoint"
     confs = {
         "spark.sql.shuffle.partitions": "2",

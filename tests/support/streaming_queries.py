@@ -64,7 +64,8 @@ class Query:
     processing_time: str | None = None
 
 
-def _write_input(batches: list[list[dict]], directory: Path) -> None:
+def write_input(batches: list[list[dict]], directory: Path) -> None:
+    """One JSON file per batch in a new ``directory``; ``ts`` numbers become ISO timestamps."""
     directory.mkdir(parents=True)
     start = time.time() - len(batches)
     for i, rows in enumerate(batches):
@@ -83,7 +84,7 @@ def run_query(spark: SparkSession, query: Query, out: Path) -> str:
     """Run ``query`` to the end of its input; return the checkpoint path."""
     if out.exists():
         shutil.rmtree(out)
-    _write_input(query.batches(), out / "input")
+    write_input(query.batches(), out / "input")
     checkpoint = out / "checkpoint"
     with session_confs(spark, query.confs):
         sources = [
