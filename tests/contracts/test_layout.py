@@ -93,7 +93,7 @@ def test_every_test_file_is_named_for_a_module_or_kept_apart():
 def _own_test_file(module: str) -> bool:
     """Whether ``module`` (``<layer>/<name>`` or a top-level ``<name>``) has a test file named for it."""
     layer, _, name = module.rpartition("/")
-    return any((TESTS / layer).glob(f"test_{name}.py")) or any((TESTS / layer).glob(f"test_{name}_*.py"))
+    return any(_named_for(path.stem, {name}) for path in (TESTS / layer).glob("test_*.py"))
 
 
 def _package_modules() -> list[str]:
