@@ -1,19 +1,25 @@
-"""mkdocs hook: writes the option reference into options.md from ``state_reader.core.options.OPTIONS``.
+"""The option reference in options.md, generated from ``state_reader.core.options.OPTIONS``.
 
 The table in the code is the one the option parsers take their names from, so the
-page cannot list an option the readers do not know, or miss one they do.
+page cannot list an option the readers do not know, or miss one they do. The table
+is written into the page itself, between two marker lines, so that it reads the same
+in the repository as on the site: ``python docs/options_table.py`` writes it after
+``OPTIONS`` changes; a test, and the site's build (this file is its mkdocs hook),
+refuse a page whose table is stale.
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
-
-from mkdocs.exceptions import PluginError
 
 from state_reader.core.options import OPTIONS, ReaderOption
 
-MARKER = "<!-- options table -->"
+BEGIN = "<!-- options table: generated from OPTIONS by `python docs/options_table.py`; do not edit -->"
+END = "<!-- end of options table -->"
 PAGE = "options.md"
+PATH = Path(__file__).with_name(PAGE)
 
 
 def _cell(text: str) -> str:
@@ -34,10 +40,34 @@ def options_table() -> str:
     return "\n".join(head + [_row(o) for o in OPTIONS]) + "\n"
 
 
+def with_table(page: str) -> str:
+    """``page`` with the table between its markers written afresh; ValueError when a marker is missing."""
+    if BEGIN not in page or END not in page:
+        raise ValueError(f"{PAGE} must hold the lines {BEGIN!r} and {END!r}, where the option table goes")
+    head, rest = page.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n\n{options_table()}\n{END}{tail}"
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Replace the marker in the options page with the table; a page without the marker fails the build."""
+    """The site's build: refuse an options page whose table is not the one the code's table gives."""
+    from mkdocs.exceptions import PluginError
+
     if page.file.src_uri != PAGE:
         return markdown
-    if MARKER not in markdown:
-        raise PluginError(f"{PAGE} has lost its '{MARKER}' line: the option reference would not be generated")
-    return markdown.replace(MARKER, options_table())
+    try:
+        fresh = with_table(markdown)
+    except ValueError as exc:
+        raise PluginError(str(exc)) from None
+    if fresh != markdown:
+        raise PluginError(f"the option table in docs/{PAGE} is stale: run python docs/options_table.py")
+    return markdown
+
+
+if __name__ == "__main__":
+    text = PATH.read_text(encoding="utf-8")
+    fresh = with_table(text)
+    if fresh != text:
+        PATH.write_text(fresh, encoding="utf-8")
+        print(f"wrote the option table into {PATH}")
+    sys.exit(0)

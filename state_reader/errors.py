@@ -111,6 +111,11 @@ class SchemaReadError(StateReaderError):
     error_class = "STDS_FAILED_TO_READ_STATE_SCHEMA"
 
 
+class MissingSchemaFileError(SchemaReadError):
+    """A store has no schema file (written before Spark 3.1, or lost); the read options
+    ``keySchema`` and ``valueSchema`` give the schemas instead."""
+
+
 class OperatorMetadataReadError(StateReaderError):
     """Operator metadata (state/<op>/_metadata) cannot be parsed."""
 
@@ -126,8 +131,12 @@ class MissingStateFileError(StateReaderError):
 # --- file contents ---------------------------------------------------------
 
 
-class BatchNotRetainedError(MissingStateFileError):
-    """The requested batch is older than what the checkpoint still keeps: the query cleaned it up."""
+class BatchNotRetainedError(MissingStateFileError, CommittedBatchUnavailableError):
+    """The requested batch is older than the oldest batch in the commit log: the query cleaned it up.
+
+    Every read that starts or ends at such a batch is refused, as Spark's reader refuses it, even while
+    state files of that version are still on disk (without its commit entry nothing vouches for them).
+    """
 
     error_class = "STATE_READER_BATCH_NOT_RETAINED"
 
@@ -154,6 +163,12 @@ class TruncatedFileError(CorruptFileError):
     """A file ends before its format says it should."""
 
     error_class = "STATE_READER_TRUNCATED_FILE"
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        # the word people search for, whichever format found the end too soon
+        if "truncated" not in message.lower():
+            message = f"{message} (the file is truncated: cut short by an interrupted copy or write, or a full disk)"
+        super().__init__(message, path=path)
 
 
 class ChecksumMismatchError(CorruptFileError):
@@ -258,11 +273,12 @@ def unexpected_errors_as_ours(what: str) -> Iterator[None]:
         ) from exc
 
 
-def public_api(func: _F) -> _F:
+def public_api(func: _F, *, rename: Callable[[str], str] | None = None) -> _F:
     """The error boundary of a public function whose first argument is the checkpoint.
 
     Every error it lets out is a :class:`StateReaderError`: ours as raised, anything
-    else as :class:`UnexpectedError` naming the checkpoint.
+    else as :class:`UnexpectedError` naming the checkpoint. ``rename`` rewrites the
+    messages in the caller's words (the options as the function's keywords).
     """
 
     signature = inspect.signature(func)
@@ -278,7 +294,19 @@ def public_api(func: _F) -> _F:
             guess = difflib.get_close_matches(unknown[0], list(signature.parameters), n=1, cutoff=0.6)
             hint = f"; did you mean '{guess[0]}'?" if guess else ""
             raise InvalidOptionError(f"{func.__name__}() has no argument '{unknown[0]}'{hint}") from None
-        with unexpected_errors_as_ours(str(checkpoint)):
-            return func(checkpoint, *args, **kwargs)
+        try:
+            with unexpected_errors_as_ours(str(checkpoint)):
+                return func(checkpoint, *args, **kwargs)
+        except StateReaderError as exc:
+            if rename is not None:
+                renamed(exc, rename)
+            raise
 
     return boundary  # type: ignore[return-value]
+
+
+def renamed(exc: StateReaderError, rename: Callable[[str], str]) -> StateReaderError:
+    """``exc`` with its message rewritten by ``rename`` (its class, path and cause kept)."""
+    exc.message = rename(exc.message)
+    exc.args = (f"[{exc.error_class}] {exc.message}",)
+    return exc

@@ -10,6 +10,7 @@ combine two stores here; state variables of column families go to
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from types import ModuleType
 
@@ -17,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from state_reader.core.size import StateSize, state_size
-from state_reader.errors import UnsupportedOptionError
+from state_reader.errors import RowDecodeError, UnsupportedOptionError
 from state_reader.grouping import group_ids
 from state_reader.model.conf import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from state_reader.model.plan import JoinSidePlan, StateReadPlan
@@ -48,12 +49,31 @@ def _constant_int64(n: int, value: int) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(np.full(n, value, dtype=np.int64))])
 
 
+@contextmanager
+def _given_schemas_named(plan: StateReadPlan) -> Iterator[None]:
+    """A row that does not fit schemas the read options gave (``keySchema``, ``valueSchema``) is a
+    wrong schema far more often than damage: say so, and which schemas."""
+    try:
+        yield
+    except RowDecodeError as exc:
+        if plan.schemas_given is None:
+            raise
+        key, value = plan.schemas_given
+        raise RowDecodeError(
+            f"{exc.message}. The schemas given do not fit the state: keySchema='{key}', valueSchema='{value}' "
+            "must be the key and value schemas of the query that wrote it, field for field, in order, with "
+            "the same types",
+            path=exc.path,
+        ) from exc
+
+
 def decode_partition(plan: StateReadPlan, partition_id: int) -> tuple[pa.StructArray, pa.StructArray]:
     """(keys, values) of one partition's state, decoded by its provider."""
     if plan.join is not None:
         return _decode_join_side(plan, plan.join, partition_id)
     directory = plan.store_dir(partition_id)
-    return _provider(plan, directory).read_store(plan, directory, partition_id)
+    with _given_schemas_named(plan):
+        return _provider(plan, directory).read_store(plan, directory, partition_id)
 
 
 def decode_columns(plan: StateReadPlan, partition_id: int) -> list[pa.Array]:
@@ -84,7 +104,8 @@ def decode_changes(
 ) -> tuple[list[str], pa.StructArray, pa.StructArray]:
     """(change types, keys, values) that ``version`` made in one partition."""
     directory = plan.store_dir(partition_id)
-    return _provider(plan, directory).read_changes(plan, directory, partition_id, version)
+    with _given_schemas_named(plan):
+        return _provider(plan, directory).read_changes(plan, directory, partition_id, version)
 
 
 def decode_change_columns(plan: StateReadPlan, partition_id: int, version: int) -> tuple[list[str], list[pa.Array]]:

@@ -186,43 +186,49 @@ class Follow:
     def _range_options(self, first: int, last: int) -> dict[str, Any]:
         return {**self.options, READ_CHANGE_FEED: "true", CHANGE_START_BATCH_ID: first, CHANGE_END_BATCH_ID: last}
 
+    def past_lost(self, offset: int) -> int:
+        """The offset to read on from: ``offset`` itself, or when the query's cleanup has passed it, the one
+        before the oldest batch in its commit log (the one rule of every read: a batch without its commit entry
+        is not read). With ``failOnDataLoss`` the skipped batches raise :class:`ChangesLostError` instead; else
+        a warning in the ``state_reader.follow`` log names them."""
+        committed = live.committed_now(self.storage())
+        if not committed or offset + 1 >= committed[0]:
+            return offset
+        first, last = offset + 1, committed[0] - 1
+        if self.fail_on_data_loss:
+            raise self.lost(first, last, None)
+        log.warning(
+            "skipping %s of %s: the query cleaned them up before they were read (%s sets how many batches it retains)",
+            _batches(first, last),
+            self.storage().display(""),
+            live.RETENTION_CONF,
+        )
+        return last
+
     def plan_range(self, start: int, end: int) -> StateReadPlan | None:
         """The change feed of offsets ``(start, end]``; None when that is empty or (skipping) all lost.
 
         Batches cleaned up before they were read raise :class:`ChangesLostError`, or with
-        ``failOnDataLoss=false`` are skipped with a warning in the log.
+        ``failOnDataLoss=false`` are skipped (:meth:`past_lost`).
         """
-        first = start + 1
         for _ in range(_SKIP_ATTEMPTS):
-            if first > end:
+            start = self.past_lost(start)
+            if start >= end:
                 return None
             try:
-                return plan_state_read(self._range_options(first, end))
-            except BatchNotRetainedError as exc:
-                committed = live.committed_now(self.storage())
-                oldest = _oldest_servable(committed, first)
-                if self.fail_on_data_loss:
-                    raise self.lost(first, min(oldest, end + 1) - 1, exc) from exc
-                log.warning(
-                    "skipping batches %d..%d of %s: the query cleaned up their state files before they "
-                    "were read (%s sets how many batches it retains)",
-                    first,
-                    min(oldest, end + 1) - 1,
-                    self.storage().display(""),
-                    live.RETENTION_CONF,
-                )
-                first = oldest
-        raise self.lost(start + 1, first - 1, None)
+                return plan_state_read(self._range_options(start + 1, end))
+            except BatchNotRetainedError:
+                continue  # cleanup passed the start between the listing and the plan: look again
+        raise self.lost(start + 1, end, None)
 
     def lost(self, first: int, last: int, exc: BaseException | None) -> ChangesLostError:
         """The error for batches ``first..last`` whose changes were cleaned up before they were read."""
         where = self.storage().display("")
         committed = live.committed_now(self.storage())
         span = f"{committed[0]}..{committed[-1]}" if committed else "none"
-        batches = f"batch {first}" if last <= first else f"batches {first}..{last}"
         return ChangesLostError(
-            f"the changes of {batches} of {where} were lost: the query cleaned up their state files before "
-            f"they were read (committed batches now: {span}). Raise {live.RETENTION_CONF} on the query so it "
+            f"the changes of {_batches(first, last)} of {where} were lost: the query cleaned them up before they "
+            f"were read (committed batches now: {span}). Raise {live.RETENTION_CONF} on the query so it "
             f"retains more batches, read more often (or more batches at a time, {MAX_BATCHES_PER_TRIGGER}), or "
             f"set {FAIL_ON_DATA_LOSS}=false to skip ahead to the oldest retained batch"
             + (f" ({exc.message})" if isinstance(exc, BatchNotRetainedError) else ""),
@@ -241,9 +247,8 @@ class Follow:
             raise self.lost(batch, batch, None) from exc
 
 
-def _oldest_servable(committed: list[int], first: int) -> int:
-    """The first batch a skip goes to: the oldest committed one, past ``first``."""
-    return max(first + 1, committed[0]) if committed else first + 1
+def _batches(first: int, last: int) -> str:
+    return f"batch {first}" if last <= first else f"batches {first}..{last}"
 
 
 def change_schema(plan: StateReadPlan) -> pa.Schema:
@@ -285,7 +290,10 @@ def read_range(follow: Follow, start: int, end: int, snapshot: bool) -> tuple[pa
             continue  # cleanup deleted a file between planning and reading: plan again (it may be data loss now)
         first = plan.change_start_batch_id if plan is not None and plan.change_start_batch_id is not None else end + 1
         if parts:
-            table = pa.concat_tables([part.cast(parts[-1].schema) for part in parts])
+            # only a part whose schema differs is cast: a cast (even to its own schema) refuses the null values
+            # of deletes when the value struct has non-nullable fields
+            target = parts[-1].schema
+            table = pa.concat_tables([part if part.schema.equals(target) else part.cast(target) for part in parts])
         else:
             table = (follow.schema_plan().arrow_schema if snap is None else change_schema(snap)).empty_table()
         return _sorted(table), first
@@ -331,6 +339,8 @@ def follow_batches(
     wait = poll_seconds
     limit = follow.max_batches or batches_per_read
     while not (stop is not None and stop()):
+        if not snapshot:  # a skip moves the range on, so that it starts at the oldest batch kept
+            offset = follow.past_lost(offset)
         end = min(follow.latest_offset(offset, limited=False), offset + limit)
         if end <= offset and not snapshot:
             sleep(wait)

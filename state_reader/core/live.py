@@ -27,6 +27,7 @@ from state_reader.errors import (
 )
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
+from state_reader.model.conf import CONF_MIN_BATCHES_TO_RETAIN
 from state_reader.model.plan import StateReadPlan
 
 T = TypeVar("T")
@@ -34,7 +35,7 @@ T = TypeVar("T")
 # How often and how long a read of the latest batch of a running query is planned again.
 ATTEMPTS = 8
 SECONDS = 120.0
-RETENTION_CONF = "spark.sql.streaming.minBatchesToRetain"
+RETENTION_CONF = CONF_MIN_BATCHES_TO_RETAIN
 
 # what a file or log entry that cleanup deleted between planning and reading looks like
 GONE = (MissingStateFileError, CommittedBatchUnavailableError, OffsetLogUnavailableError, FileNotFoundError)

@@ -9,11 +9,12 @@ same options in snake_case; :func:`camel_case` maps them mechanically.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from state_reader.errors import (
     ConflictingOptionsError,
@@ -21,7 +22,11 @@ from state_reader.errors import (
     InvalidOptionError,
     NegativeOptionError,
     RequiredOptionError,
+    public_api,
 )
+from state_reader.formats.spark_types import parse_ddl
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 PATH = "path"
 BATCH_ID = "batchId"
@@ -41,6 +46,8 @@ INFER_MISSING_METADATA = "inferMissingMetadata"
 INCLUDE_HIDDEN_COLUMNS = "includeHiddenColumns"
 CHANGE_FEED_FROM_SNAPSHOTS = "changeFeedFromSnapshots"
 TIMEOUT_TIMESTAMP_AS_LONG = "timeoutTimestampAsLong"
+KEY_SCHEMA = "keySchema"
+VALUE_SCHEMA = "valueSchema"
 STORAGE_OPTIONS = "storageOptions"
 VERIFY_CHECKSUMS = "verifyChecksums"
 STORAGE_PREFIX = "storage."
@@ -157,6 +164,24 @@ OPTIONS: tuple[ReaderOption, ...] = (
         spark_builtin=False,
     ),
     ReaderOption(
+        KEY_SCHEMA,
+        "— (the store's schema file)",
+        "with `valueSchema`: the store's key schema as DDL (`window STRUCT<start: TIMESTAMP, end: TIMESTAMP>, "
+        "user STRING`), for a store without a schema file (state from before Spark 3.1, or a file lost), which "
+        "Spark's reader cannot read; used instead of the schema file when there is one, and checked against "
+        "the rows' bytes. Not with `joinSide`, `stateVarName` or `readRegisteredTimers` (a stream-stream "
+        "join's stores take it one at a time, with `storeName`); see Reading state",
+        (STATESTORE, STREAM),
+        spark_builtin=False,
+    ),
+    ReaderOption(
+        VALUE_SCHEMA,
+        "— (the store's schema file)",
+        "with `keySchema`: the store's value schema as DDL (`count BIGINT, sum DOUBLE`)",
+        (STATESTORE, STREAM),
+        spark_builtin=False,
+    ),
+    ReaderOption(
         INFER_MISSING_METADATA,
         "false",
         "describe checkpoints written before Spark 4.0, which have no operator metadata, from their files",
@@ -228,6 +253,31 @@ def option_names(reader: str) -> tuple[str, ...]:
 
 STATESTORE_OPTIONS = option_names(STATESTORE)
 METADATA_OPTIONS = option_names(STATE_METADATA)
+
+
+@functools.cache
+def _named_option_re() -> re.Pattern[str]:
+    names = sorted((o.name for o in OPTIONS if o.python and o.python != o.name), key=len, reverse=True)
+    return re.compile(r"'?\b(" + "|".join(names) + r")\b'?(=(?:true|false)\b)?")
+
+
+def in_python_names(message: str) -> str:
+    """An error message with the read options it names written as the Python keywords that set them:
+    ``'changeStartBatchId'`` -> ``change_start_batch_id``, ``readChangeFeed=true`` -> ``read_change_feed=True``.
+    The Spark-free functions raise their errors so (:func:`python_api`); Spark's fronts keep Spark's names."""
+    python = {o.name: o.python for o in OPTIONS}
+
+    def name(match: re.Match[str]) -> str:
+        value = match.group(2)
+        return f"{python[match.group(1)]}{'' if value is None else '=' + value[1:].capitalize()}"
+
+    return _named_option_re().sub(name, message)
+
+
+def python_api(func: F) -> F:
+    """The error boundary of a Spark-free public function (:func:`state_reader.errors.public_api`), whose
+    errors name the Python keywords the caller typed, not Spark's option names."""
+    return public_api(func, rename=in_python_names)
 
 
 def closest(name: str, known: Iterable[str]) -> str | None:
@@ -340,6 +390,9 @@ class StateStoreOptions:
     change_feed_from_snapshots: bool = False
     # ours: flatMapGroupsWithState format 1's timeoutTimestamp as the long its slot holds, not Spark's int
     timeout_timestamp_as_long: bool = False
+    # ours: the key and value schemas as DDL, given for a store without a schema file (checked when parsed)
+    key_schema: str | None = None
+    value_schema: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
     # check files against their .crc sidecars when there are any (Hadoop's and Spark's)
     verify_checksums: bool = True
@@ -429,6 +482,7 @@ class StateStoreOptions:
                 raise RequiredOptionError(
                     f"'{SNAPSHOT_PARTITION_ID}' must be specified with {SNAPSHOT_START_BATCH_ID}."
                 )
+        key_schema, value_schema = _given_schemas(opts, join_side, state_var_name, read_timers)
         return cls(
             path=path,
             batch_id=batch_id,
@@ -445,9 +499,45 @@ class StateStoreOptions:
             flatten_collection_types=flatten,
             change_feed_from_snapshots=opts.boolean(CHANGE_FEED_FROM_SNAPSHOTS, False),
             timeout_timestamp_as_long=opts.boolean(TIMEOUT_TIMESTAMP_AS_LONG, False),
+            key_schema=key_schema,
+            value_schema=value_schema,
             storage_options=opts.storage_options(),
             verify_checksums=opts.boolean(VERIFY_CHECKSUMS, True),
         )
+
+
+def _given_schemas(
+    opts: _Options, join_side: str, state_var_name: str | None, read_timers: bool
+) -> tuple[str | None, str | None]:
+    """``keySchema`` and ``valueSchema``: both or neither, each a schema in DDL, for one store."""
+    key, value = opts.get(KEY_SCHEMA), opts.get(VALUE_SCHEMA)
+    if key is None and value is None:
+        return None, None
+    if key is None or value is None:
+        given, missing = (KEY_SCHEMA, VALUE_SCHEMA) if value is None else (VALUE_SCHEMA, KEY_SCHEMA)
+        raise RequiredOptionError(
+            f"'{missing}' must be specified with {given}: a store without a schema file is read with both."
+        )
+    for name, given_too in (
+        (JOIN_SIDE, join_side != "none"),
+        (STATE_VAR_NAME, state_var_name is not None),
+        (READ_REGISTERED_TIMERS, read_timers),
+    ):
+        if given_too:
+            why = (
+                "a join side is read from two stores with schemas of their own; read each store with storeName"
+                if name == JOIN_SIDE
+                else "transformWithState keeps its schemas in the operator's schema files, which these do not replace"
+            )
+            raise ConflictingOptionsError(f"Options '{name}' and '{KEY_SCHEMA}' cannot be specified together ({why}).")
+    for name, text in ((KEY_SCHEMA, key), (VALUE_SCHEMA, value)):
+        try:
+            parse_ddl(text)
+        except ValueError as exc:
+            raise InvalidOptionError(
+                f"Invalid value for option '{name}': not a schema in DDL such as 'user STRING, n BIGINT' ({exc})"
+            ) from None
+    return key.strip(), value.strip()
 
 
 @dataclass(frozen=True)

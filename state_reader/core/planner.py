@@ -14,15 +14,15 @@ from typing import Any
 
 from state_reader.core.options import StateStoreOptions, from_kwargs
 from state_reader.errors import (
-    BatchNotRetainedError,
     InvalidOptionError,
+    MissingSchemaFileError,
     MissingStateFileError,
     NoPartitionError,
     RequiredOptionError,
     SchemaReadError,
 )
 from state_reader.formats.schema_files import ColumnFamilySchema, read_schema_v1v2
-from state_reader.formats.spark_types import StructType
+from state_reader.formats.spark_types import StructType, parse_ddl
 from state_reader.io.storage import Storage
 from state_reader.model import operators
 from state_reader.model.checkpoint import (
@@ -61,6 +61,14 @@ def detect_provider(cp: CheckpointDir, recorded: str | None, operator_id: int) -
     return HDFS_PROVIDER
 
 
+# what the error for a store without a schema file says to do
+GIVE_SCHEMAS = (
+    "give the key and value schemas as DDL with the options keySchema and valueSchema (key_schema and "
+    "value_schema in Python, --key-schema and --value-schema on the command line), e.g. "
+    "keySchema='user STRING', valueSchema='count BIGINT'"
+)
+
+
 def store_schema(cp: CheckpointDir, operator_id: int, store_name: str) -> tuple[StructType, StructType]:
     """(key, value) schema of one store, from its v1/v2 schema file."""
     rel = cp.schema_file(operator_id, store_name)
@@ -68,15 +76,15 @@ def store_schema(cp: CheckpointDir, operator_id: int, store_name: str) -> tuple[
     try:
         data = cp.read_once(rel)
     except FileNotFoundError:
-        if operator_id not in cp.operator_ids:
-            known = ", ".join(map(str, cp.operator_ids)) or "none"
-            raise SchemaReadError(
-                f"Failed to read the state schema of operator {operator_id}, store '{store_name}': "
-                f"the checkpoint {cp.location} has no state for operator {operator_id} "
-                f"(operators: {known})",
+        _require_operator(cp, operator_id, store_name, shown)
+        stores = store_names_on_disk(cp, operator_id)
+        if store_name in stores:  # the state is there, its schema file is not
+            raise MissingSchemaFileError(
+                f"Failed to read the state schema of operator {operator_id}, store '{store_name}': {shown} does "
+                "not exist (Spark writes schema files from 3.1 on: state that no query of Spark 3.1 or later ran "
+                f"on has none, and Spark's reader cannot read it). To read this store, {GIVE_SCHEMAS}",
                 path=shown,
             ) from None
-        stores = store_names_on_disk(cp, operator_id)
         join = any(s in JOIN_STORES for s in stores)
         hint = "; read one with storeName, or the buffered rows of a side with joinSide=left|right" if join else ""
         raise SchemaReadError(
@@ -85,6 +93,40 @@ def store_schema(cp: CheckpointDir, operator_id: int, store_name: str) -> tuple[
             path=shown,
         ) from None
     return read_schema_v1v2(data, shown)
+
+
+def given_schema(
+    cp: CheckpointDir, operator_id: int, store_name: str, key: str, value: str
+) -> tuple[StructType, StructType]:
+    """(key, value) schema of one store as the options ``keySchema`` and ``valueSchema`` give them, in place
+    of its schema file; the store must be on disk."""
+    shown = cp.storage.display(cp.schema_file(operator_id, store_name))
+    _require_operator(cp, operator_id, store_name, shown)
+    stores = store_names_on_disk(cp, operator_id)
+    if stores and store_name not in stores:
+        join = any(s in JOIN_STORES for s in stores)
+        raise InvalidOptionError(
+            f"Invalid value for option 'storeName': operator {operator_id} of {cp.location} has no store "
+            f"'{store_name}' (stores: {', '.join(stores)})"
+            + (
+                "; keySchema and valueSchema give the schemas of one store of a join: read each with storeName"
+                if join
+                else ""
+            ),
+            path=shown,
+        )
+    return parse_ddl(key), parse_ddl(value)
+
+
+def _require_operator(cp: CheckpointDir, operator_id: int, store_name: str, shown: str) -> None:
+    if operator_id not in cp.operator_ids:
+        known = ", ".join(map(str, cp.operator_ids)) or "none"
+        raise SchemaReadError(
+            f"Failed to read the state schema of operator {operator_id}, store '{store_name}': "
+            f"the checkpoint {cp.location} has no state for operator {operator_id} "
+            f"(operators: {known})",
+            path=shown,
+        )
 
 
 def store_names_on_disk(cp: CheckpointDir, operator_id: int) -> list[str]:
@@ -190,6 +232,15 @@ def plan_state_read(
     variable = None
     join_families = _join_families(cp, metadata)
     store_name = opts.store_name
+    given = (
+        (opts.key_schema, opts.value_schema) if opts.key_schema is not None and opts.value_schema is not None else None
+    )
+    if given is not None and (operators.is_transform_with_state(operator_name) or join_families is not None):
+        raise InvalidOptionError(
+            f"Invalid value for option 'keySchema': operator {opts.operator_id} ({operator_name}) of {cp.location} "
+            "keeps its stores as column families whose schemas are in its schema files (state schema v3); "
+            "keySchema and valueSchema stand in for the schema file of a store of its own (schema v1 and v2)"
+        )
     if operators.is_transform_with_state(operator_name) and metadata is not None and store_meta is not None:
         variable = plan_variable(
             cp, metadata, store_meta, opts.state_var_name, opts.read_registered_timers, opts.flatten_collection_types
@@ -219,6 +270,8 @@ def plan_state_read(
     elif opts.join_side != "none":
         join = _join_side_plan(cp, opts.operator_id, opts.join_side)
         key_schema, value_schema = join.count_key_schema, join.shown_value_schema
+    elif given is not None:
+        key_schema, value_schema = given_schema(cp, opts.operator_id, opts.store_name, *given)
     else:
         key_schema, value_schema = store_schema(cp, opts.operator_id, opts.store_name)
 
@@ -234,6 +287,12 @@ def plan_state_read(
     else:  # no metadata (written before Spark 4.0): recognise session windows by their schema
         inferred = operators.infer_operator_name([opts.store_name], value_schema)
         num_cols_prefix_key = operators.infer_num_cols_prefix_key(inferred, key_schema)
+    if given is not None and num_cols_prefix_key >= len(key_schema.fields):
+        raise InvalidOptionError(
+            f"Invalid value for option 'keySchema': {given[0]!r} has {len(key_schema.fields)} fields, and operator "
+            f"{opts.operator_id} of {cp.location} is a session window, whose key is its first "
+            f"{num_cols_prefix_key} fields (the grouping) and a session's start time after them"
+        )
     partitions = cp.partition_ids(opts.operator_id)
     if not partitions:
         raise NoPartitionError(
@@ -252,8 +311,18 @@ def plan_state_read(
         snapshot_start_version = opts.snapshot_start_batch_id + 1
     provider = detect_provider(cp, store_conf.provider, opts.operator_id)
     if opts.change_start_batch_id is not None:  # a change feed
-        _require_change_start(
-            cp, opts.change_start_batch_id, [cp.store_dir(opts.operator_id, p, store_name) for p in partitions]
+        _require_retained_start(
+            cp,
+            opts.change_start_batch_id,
+            "changeStartBatchId",
+            cp.store_dir(opts.operator_id, partitions[0], store_name),
+        )
+    if opts.snapshot_start_batch_id is not None:
+        _require_retained_start(
+            cp,
+            opts.snapshot_start_batch_id,
+            "snapshotStartBatchId",
+            cp.store_dir(opts.operator_id, partitions[0], store_name),
         )
     if provider == ROCKSDB_PROVIDER:
         replays = snapshot_start_version is not None and snapshot_start_version < batch_id + 1
@@ -287,6 +356,7 @@ def plan_state_read(
         change_feed_from_snapshots=opts.change_feed_from_snapshots,
         value_long_slots=long_slots,
         num_partitions=store_meta.num_partitions if store_meta is not None else store_conf.shuffle_partitions,
+        schemas_given=given,
     )
 
 
@@ -314,31 +384,26 @@ def _require_changelogs(cp: CheckpointDir, store_dir: str, conf: Mapping[str, st
     )
 
 
-def _require_change_start(cp: CheckpointDir, start: int, store_dirs: list[str]) -> None:
-    """Refuse, while planning, a change feed whose first batch the query has cleaned up.
+def _require_retained_start(cp: CheckpointDir, start: int, option: str, store_dir: str) -> None:
+    """Refuse, while planning, a read that starts at a batch older than the oldest in the commit log.
 
-    Batch ``start``'s changes are the delta (changelog) of version ``start + 1``. Once the
-    commit log no longer holds ``start``, the query's cleanup may have deleted that file
-    too: then no state file of that version or an older one is left in a store directory,
-    and the read is refused as the read of any other batch that is gone, naming what the
-    checkpoint still keeps (not as a missing file, which would read like damage).
+    The same rule as for ``batchId`` (``CheckpointDir.require_committed``) and as Spark's reader: a batch
+    without its commit entry is not read, even while state files of its version are still on disk. The
+    message says so when they are, so nobody takes the refusal for lost data.
     """
     committed = cp.committed_batches
     if not committed or start >= committed[0]:
-        return  # still in the commit log: its files are kept as long (a missing one is damage)
-    for store_dir in store_dirs:
-        names = cp.storage.list_names(store_dir) or []
-        versions = [parsed[0] for parsed in map(parse_state_file_name, names) if parsed is not None]
-        if versions and min(versions) > start + 1:
-            shown = cp.storage.display(store_dir)
-            raise BatchNotRetainedError(
-                f"batch {start} of {cp.location} is no longer retained: the change feed from batch {start} "
-                f"starts with the changes of version {start + 1}, and {shown} keeps versions from "
-                f"{min(versions)} on (the query's cleanup deleted the older ones). Committed batches now: "
-                f"{committed[0]}..{committed[-1]}; start the change feed at a batch in that range, or raise "
-                f"spark.sql.streaming.minBatchesToRetain on the query.",
-                path=shown,
-            )
+        return
+    names = cp.storage.list_names(store_dir) or []
+    versions = [parsed[0] for parsed in map(parse_state_file_name, names) if parsed is not None]
+    kept = [v for v in versions if v <= start + 1]
+    why = (
+        f"; {cp.storage.display(store_dir)} still holds state files of versions from {min(kept)} "
+        f"(batch {min(kept) - 1}), which nothing in the commit log vouches for any longer"
+        if kept
+        else ""
+    )
+    raise cp.not_retained(start, option, why)
 
 
 @dataclass

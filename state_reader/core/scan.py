@@ -316,17 +316,22 @@ def iter_batches(
     chosen = partitions_to_read(plan, flt, partitions)
     remaining = limit
     what = label or f"operator {plan.operator_id} · batch {plan.batch_id}"
-    with progress(f"reading {what}", len(chosen), enabled=show_progress) as bar:
-        for batches in _decoded_in_order(plan, chosen, flt, threads or read_threads()):
-            for batch in batches:
-                if remaining is not None:
-                    if batch.num_rows > remaining:
-                        batch = batch.slice(0, remaining)
-                    remaining -= batch.num_rows
-                yield batch
-                if remaining is not None and remaining <= 0:
-                    return
-            bar.advance()
+    try:
+        with progress(f"reading {what}", len(chosen), enabled=show_progress) as bar:
+            for batches in _decoded_in_order(plan, chosen, flt, threads or read_threads()):
+                for batch in batches:
+                    if remaining is not None:
+                        if batch.num_rows > remaining:
+                            batch = batch.slice(0, remaining)
+                        remaining -= batch.num_rows
+                    yield batch
+                    if remaining is not None and remaining <= 0:
+                        return
+                bar.advance()
+    finally:
+        # checksum files that were not checksum files, named once for the whole read (a read
+        # within checksum_report, such as read_state, names them when that ends instead)
+        plan.storage.warn_malformed_checksums()
 
 
 def result_metadata(plan: StateReadPlan) -> dict[str, str]:

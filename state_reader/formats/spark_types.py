@@ -418,3 +418,228 @@ def from_arrow(arrow_type: pa.DataType, path: str = "") -> DataType:
             return _atomic(_FROM_ARROW_NAMES[kind])
     where = f" (field {path.lstrip('.')})" if path else ""
     raise SchemaReadError(f"no Spark type stands for the Arrow type {t}{where}", path=path.lstrip(".") or None)
+
+
+# --- DDL: "user STRING, window STRUCT<start: TIMESTAMP, end: TIMESTAMP>" ------------------------
+
+# DDL type names -> the JSON names schema files write (Spark's SQL parser's aliases)
+_DDL_NAMES = {
+    "boolean": "boolean",
+    "tinyint": "byte",
+    "byte": "byte",
+    "smallint": "short",
+    "short": "short",
+    "int": "integer",
+    "integer": "integer",
+    "bigint": "long",
+    "long": "long",
+    "float": "float",
+    "real": "float",
+    "double": "double",
+    "date": "date",
+    "timestamp": "timestamp",
+    "timestamp_ltz": "timestamp",
+    "timestamp_ntz": "timestamp_ntz",
+    "string": "string",
+    "binary": "binary",
+    "void": "void",
+    "variant": "variant",
+}
+_DDL_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|('(?:[^'\\]|\\.)*')|([,:<>()])|([^\s,:<>()`']+))")
+
+
+class _DdlParser:
+    """Recursive descent over the tokens of a DDL schema; errors say where, in the text's own words."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens: list[tuple[str, int, str]] = []  # (kind, position, text)
+        pos = 0
+        while pos < len(text):
+            m = _DDL_TOKEN.match(text, pos)
+            if m is None:
+                if text[pos:].strip() == "":
+                    break
+                at = len(text) - len(text[pos:].lstrip())
+                raise self.error(at, f"unexpected {text[at]!r} (a quote or back quote that is not closed?)")
+            quoted, literal, punct, word = m.groups()
+            start = m.end() - len(quoted or literal or punct or word)
+            if quoted is not None:
+                self.tokens.append(("name", start, quoted[1:-1].replace("``", "`")))
+            elif literal is not None:
+                self.tokens.append(("literal", start, re.sub(r"\\(.)", r"\1", literal[1:-1])))
+            elif punct is not None:
+                self.tokens.append(("punct", start, punct))
+            else:
+                self.tokens.append(("word", start, word))
+            pos = m.end()
+        self.at = 0
+
+    def error(self, pos: int, what: str) -> ValueError:
+        return ValueError(f"{what} at character {pos + 1} of {self.text!r}")
+
+    def peek(self, ahead: int = 0) -> tuple[str, int, str] | None:
+        i = self.at + ahead
+        return self.tokens[i] if i < len(self.tokens) else None
+
+    def next(self, expected: str) -> tuple[str, int, str]:
+        token = self.peek()
+        if token is None:
+            raise self.error(len(self.text), f"{expected} expected, the text ends")
+        self.at += 1
+        return token
+
+    def punct(self, char: str) -> bool:
+        """Take ``char`` when it comes next."""
+        token = self.peek()
+        if token is not None and token[0] == "punct" and token[2] == char:
+            self.at += 1
+            return True
+        return False
+
+    def expect(self, char: str) -> None:
+        if not self.punct(char):
+            token = self.peek()
+            where = token[1] if token is not None else len(self.text)
+            found = f"found {token[2]!r}" if token is not None else "the text ends"
+            raise self.error(where, f"'{char}' expected, {found}")
+
+    def keyword(self, *words: str) -> bool:
+        """Take the words (case-insensitive) when they come next."""
+        for i, word in enumerate(words):
+            token = self.peek(i)
+            if token is None or token[0] != "word" or token[2].lower() != word:
+                return False
+        self.at += len(words)
+        return True
+
+    def integer(self) -> int:
+        kind, pos, text = self.next("a number")
+        if kind != "word" or not text.isdigit():
+            raise self.error(pos, f"a number expected, found {text!r}")
+        return int(text)
+
+    def fields(self, end: str | None) -> StructType:
+        """Fields up to ``end`` (a closing '>'), or to the end of the text."""
+        out: list[StructField] = []
+        token = self.peek()
+        empty = end is not None and token is not None and token[0] == "punct" and token[2] == end
+        while not empty:  # STRUCT<> has no fields; a schema and a field list after a comma have one more
+            out.append(self.field())
+            if not self.punct(","):
+                break
+        if end is not None:
+            self.expect(end)
+        return StructType(out)
+
+    def field(self) -> StructField:
+        kind, pos, name = self.next("a field name")
+        if kind not in ("word", "name"):
+            raise self.error(pos, f"a field name expected, found {name!r}")
+        self.punct(":")
+        data_type = self.data_type()
+        nullable, metadata = True, {}
+        while True:
+            if self.keyword("not", "null"):
+                nullable = False
+            elif self.keyword("comment"):
+                kind, pos, text = self.next("a comment")
+                if kind != "literal":
+                    raise self.error(pos, f"a quoted comment expected, found {text!r}")
+                metadata["comment"] = text
+            else:
+                return StructField(name, data_type, nullable, metadata)
+
+    def data_type(self) -> DataType:
+        kind, pos, word = self.next("a type")
+        if kind != "word":
+            raise self.error(pos, f"a type expected, found {word!r}")
+        name = word.lower()
+        if name == "struct":
+            self.expect("<")
+            return self.fields(">")
+        if name == "array":
+            self.expect("<")
+            element = self.data_type()
+            self.expect(">")
+            return ArrayType(element)
+        if name == "map":
+            self.expect("<")
+            key = self.data_type()
+            self.expect(",")
+            value = self.data_type()
+            self.expect(">")
+            return MapType(key, value)
+        if name in ("decimal", "dec", "numeric"):
+            precision, scale = 10, 0
+            if self.punct("("):
+                precision = self.integer()
+                if self.punct(","):
+                    scale = self.integer()
+                self.expect(")")
+            return self.atomic(f"decimal({precision},{scale})", pos)
+        if name in ("char", "varchar"):  # kept as strings, as Spark keeps them in state
+            self.expect("(")
+            self.integer()
+            self.expect(")")
+            return _atomic("string")
+        if name == "time":
+            precision = 6
+            if self.punct("("):
+                precision = self.integer()
+                self.expect(")")
+            return self.atomic(f"time({precision})", pos)
+        if name == "interval":  # alone: a calendar interval; with units: a year-month or day-time one
+            first = self.unit()
+            if first is None:
+                return self.atomic("interval", pos)
+            if not self.keyword("to"):
+                return self.atomic(f"interval {first}", pos)
+            last = self.unit()
+            if last is None:
+                token = self.peek()
+                raise self.error(token[1] if token is not None else len(self.text), "an interval unit expected")
+            return self.atomic(f"interval {first} to {last}", pos)
+        if name == "string" and self.keyword("collate"):
+            self.next("a collation")  # the bytes are UTF-8 whatever the collation
+        if name not in _DDL_NAMES:
+            raise self.error(pos, f"unknown type {word!r}")
+        return _atomic(_DDL_NAMES[name])
+
+    def unit(self) -> str | None:
+        """Take the interval unit that comes next, if one does."""
+        token = self.peek()
+        if token is None or token[0] != "word" or token[2].lower() not in (*_YM_UNITS, *_DT_UNITS):
+            return None
+        self.at += 1
+        return token[2].lower()
+
+    def atomic(self, json_name: str, pos: int) -> DataType:
+        try:
+            return _atomic(json_name)
+        except ValueError as exc:
+            raise self.error(pos, str(exc)) from None
+
+
+def parse_ddl(text: str) -> StructType:
+    """A schema written as DDL, as Spark's ``StructType.toDDL`` writes it
+    (``user STRING, window STRUCT<start: TIMESTAMP, end: TIMESTAMP>``), or as one struct type
+    (``struct<user:string,n:bigint>``, its ``simpleString``). Type names are Spark SQL's, in any
+    case; `back quotes` for names of other characters; ``NOT NULL`` and ``COMMENT '...'`` after a
+    field's type. Raises ``ValueError`` saying where the text is wrong."""
+    parser = _DdlParser(text)
+    first, second = parser.peek(), parser.peek(1)
+    whole_struct = (
+        first is not None
+        and first[0] == "word"
+        and first[2].lower() == "struct"
+        and second is not None
+        and second[0] == "punct"
+        and second[2] == "<"
+    )
+    schema = parser.data_type() if whole_struct else parser.fields(None)
+    rest = parser.peek()
+    if rest is not None:
+        raise parser.error(rest[1], f"unexpected {rest[2]!r}")
+    assert isinstance(schema, StructType)
+    return schema

@@ -218,7 +218,7 @@ class _Decoder:
                 word, slot = words[:, n_bits + i], base
             else:
                 word, slot = None, np.where(child_valid, base + n_bits * 8 + 8 * i, 0)
-            children.append(self.value(f.data_type, slot, base, limit, child_valid, child_path, word))
+            children.append(self.value(f.data_type, slot, base, limit, child_valid, child_path, word, base + fixed))
         arrow_type = st.to_arrow()
         validity, nulls = _validity(valid)
         return pa.StructArray.from_buffers(arrow_type, len(base), [validity], null_count=nulls, children=children)
@@ -239,13 +239,15 @@ class _Decoder:
         valid: np.ndarray,
         path: str,
         word: np.ndarray | None = None,
+        floor: np.ndarray | None = None,
     ) -> pa.Array:
         """Decode values of ``dt`` whose slot (or packed element) is at ``slot``.
 
         ``container`` is the start of the row or array that variable-length
         offsets are relative to, ``limit`` where that row or array ends.
         ``word`` is the 8-byte slot already read (struct fields), which lies in
-        the row's checked fixed region.
+        the row's checked fixed region; ``floor`` (struct fields) is where that
+        region ends, before which no variable-length value can start.
         """
         n = len(slot)
         kind = dt.kind
@@ -260,6 +262,18 @@ class _Decoder:
             word = _read(self.buf, slot, "<u8")
         start = np.where(valid, container + (word >> np.uint64(32)).astype(np.int64), 0)
         size = np.where(valid, (word & np.uint64(0xFFFFFFFF)).astype(np.int64), 0)
+        if floor is not None:
+            # Spark writes variable-length values after the null bits and slots: an offset into them is a
+            # slot that holds something else (a schema with fields the rows do not have, or other types)
+            inside = valid & (size > 0) & (start < floor)
+            if inside.any():
+                i = int(np.argmax(inside))
+                raise self.fail(
+                    f"a variable-length value of {int(size[i])} bytes at byte {int(start[i] - container[i])} of its "
+                    f"row starts inside the row's first {int(floor[i] - container[i])} bytes, its null bits and "
+                    "slots",
+                    path,
+                )
         self.check_span(start, size, limit, valid, path, "a variable-length value")
         end = start + size
         if kind in ("string", "binary"):
@@ -511,6 +525,17 @@ def decode_rows(rows: RowBuffer, schema: StructType, what: str = "", valid: np.n
     bad = valid & ((rows.starts < 0) | (limit > rows.size))
     if bad.any():
         raise decoder.fail("row lies outside its buffer", what)
+    n_fields = len(schema.fields)
+    fixed = (n_fields + 63) // 64 * 8 + 8 * n_fields
+    short = valid & (rows.lengths < fixed)
+    if short.any():
+        i = int(np.argmax(short))
+        raise decoder.fail(
+            f"a row of {n_fields} field{'s' if n_fields != 1 else ''} needs at least {fixed} fixed bytes (null "
+            f"bits, then 8 bytes a field); row {i} has {int(rows.lengths[i])}"
+            + (f", and {int(short.sum()) - 1} more rows are short too" if short.sum() > 1 else ""),
+            what,
+        )
     return decoder.struct(schema, starts, limit, valid, what)
 
 

@@ -16,6 +16,7 @@ from state_reader.core.live import cleaned_up_during_read as _cleaned_up_during_
 from state_reader.core.live import read_consistently as _read_consistently
 from state_reader.core.metadata import read_metadata_table as _read_metadata_table
 from state_reader.core.options import from_kwargs as _from_kwargs
+from state_reader.core.options import python_api as _public_api
 from state_reader.core.planner import plan_state_read as _plan_state_read
 from state_reader.core.rewrite import rewrite_checkpoint as _rewrite_checkpoint
 from state_reader.core.rewrite.report import RewriteReport
@@ -25,7 +26,6 @@ from state_reader.core.scan import iter_batches as _iter_batches
 from state_reader.core.scan import read_table as _read_table
 from state_reader.core.scan import result_metadata as _result_metadata
 from state_reader.errors import InvalidOptionError as _InvalidOptionError
-from state_reader.errors import public_api as _public_api
 from state_reader.errors import unexpected_errors_as_ours as _unexpected_errors_as_ours
 from state_reader.fronts.spark_rewrite import rewrite_with_spark as _rewrite_with_spark
 from state_reader.inspect.doctor import Diagnosis
@@ -35,6 +35,7 @@ from state_reader.inspect.flatten import unique_schema as _unique_schema
 from state_reader.inspect.flatten import with_unique_field_names
 from state_reader.io.destination import Destination as _Destination
 from state_reader.io.storage import Storage as _Storage
+from state_reader.io.storage import with_checksum_report as _with_checksum_report
 from state_reader.model.checkpoint import CheckpointDir as _Checkpoint
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 
 
 @_public_api
+@_with_checksum_report  # one warning for all the files read
 def read_state(
     checkpoint: str,
     *,
@@ -62,6 +64,8 @@ def read_state(
     flatten_collection_types: bool | None = None,
     change_feed_from_snapshots: bool | None = None,
     timeout_timestamp_as_long: bool | None = None,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
     storage_options: dict[str, Any] | None = None,
     verify_checksums: bool | None = None,
     key_filter: KeyFilterSpec | None = None,
@@ -75,6 +79,11 @@ def read_state(
     URL (``s3://``, ``s3a://``, ``gs://``, ``abfs://``, ``file://``);
     ``storage_options`` go to fsspec. ``verify_checksums`` (default on) checks every
     file against its ``.crc`` sidecars where there are any.
+
+    ``key_schema`` and ``value_schema`` (DDL, both or neither, e.g. ``"user STRING, window
+    STRUCT<start: TIMESTAMP, end: TIMESTAMP>"``) read a store without a schema file (written by
+    Spark before 3.1, or lost); given, they are used instead of the store's schema file, and a
+    row that cannot fit them raises :class:`~state_reader.errors.RowDecodeError` naming them.
 
     ``key_filter`` keeps only matching keys, checked partition by partition as
     they are decoded: a callable taking the keys (``pyarrow.StructArray``) and
@@ -114,6 +123,8 @@ def scan_state(
     flatten_collection_types: bool | None = None,
     change_feed_from_snapshots: bool | None = None,
     timeout_timestamp_as_long: bool | None = None,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
     storage_options: dict[str, Any] | None = None,
     verify_checksums: bool | None = None,
     key_filter: KeyFilterSpec | None = None,
@@ -179,6 +190,7 @@ def diagnose(
 
 
 @_public_api
+@_with_checksum_report  # one warning for all the files read
 def read_metadata(
     checkpoint: str,
     *,
@@ -203,6 +215,7 @@ def read_metadata(
 
 
 @_public_api
+@_with_checksum_report  # one warning for all the files read
 def rewrite(
     checkpoint: str,
     destination: str | None = None,

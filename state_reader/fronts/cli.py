@@ -42,6 +42,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_DAMAGED = 2
 EXIT_FINDINGS = 3  # doctor: a warning or worse
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report an interrupted command
 DEFAULT_LIMIT = 50
 
 
@@ -116,8 +117,28 @@ STATE_VAR_NAME = click.option(
 )
 
 
+# keySchema / valueSchema: a store without a schema file (written before Spark 3.1, or lost)
+GIVEN_SCHEMAS = (
+    click.option(
+        "--key-schema",
+        metavar="DDL",
+        help='The store\'s key schema, e.g. "user STRING, n INT", for a store without a schema file '
+        "(with --value-schema).",
+    ),
+    click.option("--value-schema", metavar="DDL", help="The store's value schema (with --key-schema)."),
+)
+
+
+def given_schema_flags(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--key-schema`` and ``--value-schema``."""
+    for option in reversed(GIVEN_SCHEMAS):
+        func = option(func)
+    return func
+
+
 def store_read_flags(func: Callable[..., Any]) -> Callable[..., Any]:
-    """What to read (``show``, ``export``): operator, store, batch, partitions, key filter, variable, join side."""
+    """What to read (``show``, ``export``): operator, store, batch, partitions, key filter, variable, join side,
+    and the schemas of a store without a schema file."""
     options = [
         click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0)."),
         click.option("--store", "-s", "store_name", help="Store name (default 'default')."),
@@ -139,6 +160,7 @@ def store_read_flags(func: Callable[..., Any]) -> Callable[..., Any]:
             type=click.Choice(["left", "right"]),
             help="A stream-stream join's buffered input rows of one side.",
         ),
+        *GIVEN_SCHEMAS,
     ]
     for option in reversed(options):  # the first listed shows first in --help
         func = option(func)
@@ -228,6 +250,8 @@ def show(
     state_var_name: str | None,
     read_registered_timers: bool | None,
     join_side: str | None,
+    key_schema: str | None,
+    value_schema: str | None,
     limit: int,
     layout: str,
     as_json: bool,
@@ -259,6 +283,8 @@ def show(
         state_var_name=state_var_name,
         join_side=join_side,
         read_registered_timers=read_registered_timers,
+        key_schema=key_schema,
+        value_schema=value_schema,
     )
     console.render_show(
         plan,
@@ -348,6 +374,7 @@ def stats(
 @click.option("--store", "-s", "store_name", help="Store name (default 'default').")
 @STATE_VAR_NAME
 @click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann'\".")
+@given_schema_flags
 @click.option(
     "--limit",
     "-n",
@@ -369,14 +396,18 @@ def changes_command(
     store_name: str | None,
     state_var_name: str | None,
     key_filter: str | None,
+    key_schema: str | None,
+    value_schema: str | None,
     limit: int,
     layout: str,
     as_json: bool,
     debug: bool,
     storage_option: Sequence[str],
 ) -> int:
-    """The change feed: what batches FROM..TO changed; with --follow, each batch's changes as it commits
-    (--json: one JSON object a row, a line each, for piping)."""
+    """The change feed: what batches FROM..TO changed; with --follow, each batch's changes as it commits.
+
+    --json prints one JSON document ({"rows", "counts", "row_count", ...}); with --follow it prints JSON
+    lines instead, one object a row as each batch commits (and one a skip, with --skip-lost), for piping."""
     from state_reader.inspect.changefeed import change_counts, changes
 
     if follow:
@@ -390,6 +421,8 @@ def changes_command(
             store_name=store_name,
             state_var_name=state_var_name,
             key_filter=key_filter,
+            key_schema=key_schema,
+            value_schema=value_schema,
             skip_lost=skip_lost,
             start_with_snapshot=start_with_snapshot,
             as_json=as_json,
@@ -408,6 +441,8 @@ def changes_command(
         store_name=store_name,
         state_var_name=state_var_name,
         key_filter=key_filter,
+        key_schema=key_schema,
+        value_schema=value_schema,
         storage_options=_storage_options(storage_option),
     )
     console.render_changes(
@@ -452,6 +487,8 @@ def export(
     state_var_name: str | None,
     read_registered_timers: bool | None,
     join_side: str | None,
+    key_schema: str | None,
+    value_schema: str | None,
     as_json: bool,
     debug: bool,
     storage_option: Sequence[str],
@@ -472,6 +509,8 @@ def export(
         state_var_name=state_var_name,
         join_side=join_side,
         read_registered_timers=read_registered_timers,
+        key_schema=key_schema,
+        value_schema=value_schema,
     )
     console.render_export(
         plan,
@@ -680,6 +719,8 @@ _FLAG_PARAMS: dict[str, str] = {
     "store_name": "storeName",
     "state_var_name": "stateVarName",
     "join_side": "joinSide",
+    "key_schema": "keySchema",
+    "value_schema": "valueSchema",
     "key_filter": "key_filter",
     "drop_keys": "drop_keys",
 }
@@ -699,8 +740,20 @@ def flags() -> dict[str, tuple[str, ...]]:
 
 
 @functools.cache
+def _spellings() -> dict[str, str]:
+    """Each way a message may name a read option -> the option: Spark's name, and the Python keyword in
+    the messages of the Spark-free functions the commands call (``core/options.in_python_names``)."""
+    from state_reader.core.options import snake_case
+
+    out = {option: option for option in flags()}
+    out.update({snake_case(option): option for option in flags()})
+    return out
+
+
+@functools.cache
 def _flag_re() -> re.Pattern[str]:
-    return re.compile(r"(?:option |source option )?'?\b(" + "|".join(flags()) + r")\b'?(=(?:true\b)?)?")
+    names = sorted(_spellings(), key=len, reverse=True)
+    return re.compile(r"(?:option |source option )?'?\b(" + "|".join(names) + r")\b'?(=(?:[Tt]rue\b)?)?")
 
 
 def in_flags(message: str, typed: Sequence[str] = ()) -> str:
@@ -710,8 +763,8 @@ def in_flags(message: str, typed: Sequence[str] = ()) -> str:
     """
     words = {arg.split("=", 1)[0] for arg in typed}
 
-    def flag(option: str) -> str:
-        spellings = flags()[option]
+    def flag(named: str) -> str:
+        spellings = flags()[_spellings()[named]]
         return next((f for f in spellings if f in words), spellings[0])
 
     # "joinSide=left" -> "--join-side left"; "readRegisteredTimers=true" -> "--timers"
@@ -750,8 +803,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         click.echo(f"error: {_one_line(message)}", err=True)
         return EXIT_ERROR
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        return EXIT_ERROR
+        # what click makes of Ctrl-C
+        click.echo("interrupted", err=True)
+        return EXIT_INTERRUPTED
     except click.exceptions.NoArgsIsHelpError as exc:
         # bare `state-reader` (or a group without a command): the help is the answer
         click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
@@ -774,7 +828,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:  # one line for the user, the traceback on request
         if debug:
             traceback.print_exc()

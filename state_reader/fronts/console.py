@@ -440,6 +440,18 @@ def render_follow_batch(batch: int, table: pa.Table, counts: list[dict[str, Any]
     sys.stdout.flush()
 
 
+def render_skipped(first: int, last: int, *, as_json: bool) -> None:
+    """``changes --follow --skip-lost``: batches ``first..last`` skipped because the query cleaned them up
+    before they were read (a warning on stderr; with JSON also a line of its own on stdout)."""
+    reason = "the query cleaned them up before they were read"
+    what = f"batch {first}" if first == last else f"batches {first}..{last}"
+    click.echo(f"warning: skipped {what}: {reason} (--skip-lost)", err=True)
+    if as_json:
+        line = {"skipped": {"first_batch": first, "last_batch": last}, "reason": reason}
+        sys.stdout.write(json.dumps(line) + "\n")
+        sys.stdout.flush()
+
+
 def render_export(
     plan: StateReadPlan, result: ExportResult, *, out: str, shown_store: str, size: int, as_json: bool
 ) -> None:
@@ -489,6 +501,11 @@ def render_verify(report: VerifyReport, *, as_json: bool) -> None:
         )
     for s in report.skipped:
         con.print(Text(f"operator {s['operator_id']} store {s['store_name']} skipped: {s['reason']}", style="dim"))
+    if report.malformed_checksums:  # not damage: said apart from the verdict on the files decoded
+        from state_reader.io.storage import MalformedChecksum, describe_malformed
+
+        found = [MalformedChecksum(**m) for m in report.malformed_checksums]
+        con.print(Text(f"NOT VERIFIED: {describe_malformed(found)}", style="yellow"))
     if report.ok:
         con.print(Text(f"OK: {report.versions_checked} versions decoded without error", style="green bold"))
         return

@@ -136,7 +136,7 @@ class StateStoreReader(DataSourceReader):
         return None
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        ids = list(partition.partition_ids)  # type: ignore[attr-defined]
+        ids = list(partition.partition_ids)
         what = f"partition{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))} of {self.plan.storage.display('')}"
         with shared.spark_worker_errors(what):
             try:

@@ -3,7 +3,10 @@
 Text: a line per batch (its counts of updates, deletes, …) and its rows; ``--json``:
 one JSON object a row, a line each (``batch_id``, ``change_type``, ``key``, ``value``,
 ``partition_id``), flushed as each batch commits, for piping into ``jq`` or a file.
-Interrupting (Ctrl-C) ends it; ``--to`` ends it after that batch.
+Interrupting (Ctrl-C) ends it; ``--to`` ends it after that batch. With ``--skip-lost``,
+batches the query cleaned up before they were read are named on stderr and, with
+``--json``, in a line of their own: ``{"skipped": {"first_batch", "last_batch"},
+"reason"}``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 import click
 
 from state_reader.core.key_filter import KeyFilter
-from state_reader.fronts.console import render_follow_batch
+from state_reader.fronts.console import render_follow_batch, render_skipped
 from state_reader.inspect.changefeed import change_counts, follow
 
 
@@ -30,6 +33,8 @@ def follow_changes(
     start_with_snapshot: bool,
     as_json: bool,
     storage_options: dict[str, Any] | None,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
 ) -> int:
     """Print each committed batch's changes until interrupted or past ``end``; the command's exit code."""
     items = follow(
@@ -40,6 +45,8 @@ def follow_changes(
         start=start,
         fail_on_data_loss=not skip_lost,
         start_with_snapshot=start_with_snapshot,
+        key_schema=key_schema,
+        value_schema=value_schema,
         storage_options=storage_options,
     )
     keys: KeyFilter | None = None
@@ -48,7 +55,12 @@ def follow_changes(
             f"following {checkpoint}" + (f" · key filter: {key_filter}" if key_filter else "") + " (Ctrl-C stops)",
             err=True,
         )
+    # follow() hands out every batch it reads, in order: a gap is batches skipped as lost (--skip-lost)
+    expected = None if start is None else start - 1 if start_with_snapshot else start
     for batch, table in items:
+        if expected is not None and batch > expected:
+            render_skipped(expected, batch - 1, as_json=as_json)
+        expected = batch + 1
         if key_filter:
             if keys is None:
                 keys = KeyFilter(key_filter, table.schema.field("key").type)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from state_reader.errors import public_api
+from state_reader.core.options import python_api
 from state_reader.inspect.stats import stats
 from state_reader.units import byte_unit
 
@@ -106,7 +106,7 @@ def figure_from_stats(
     return fig
 
 
-@public_api
+@python_api
 def plot_state_size(
     checkpoint: str,
     *,

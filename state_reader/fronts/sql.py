@@ -15,7 +15,7 @@ source or :func:`state_reader.spark.read_state`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from state_reader.core import live
@@ -102,7 +102,7 @@ class ReadStateMetadata:
 
 def register_functions(spark: Any) -> None:
     """Register :data:`READ_STATESTORE` and :data:`READ_STATE_METADATA` with ``spark`` (pyspark 4.0+)."""
-    udtf: Callable[..., Any]  # Spark Connect's or the classic one, each typed with its own classes
+    # Spark Connect's or the classic one
     if type(spark).__module__.startswith("pyspark.sql.connect"):
         from pyspark.sql.connect.functions import udtf
     else:

@@ -44,7 +44,7 @@ try:  # pyspark 4.2+: read limits and Trigger.AvailableNow for Python streaming 
     _MIXINS: tuple[type, ...] = (SupportsTriggerAvailableNow,)
     READ_LIMITS = True
 except ImportError:  # pyspark 4.0, 4.1
-    ReadAllAvailable = ReadMaxFiles = None  # type: ignore[assignment,misc]
+    ReadAllAvailable = ReadMaxFiles = None
     _MIXINS = ()
     READ_LIMITS = False
 
@@ -125,9 +125,9 @@ class StateChangeStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore
             ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        ids = list(partition.partition_ids)  # type: ignore[attr-defined]
-        snapshot: StateReadPlan | None = partition.snapshot  # type: ignore[attr-defined]
-        changes: StateReadPlan | None = partition.changes  # type: ignore[attr-defined]
+        ids = list(partition.partition_ids)
+        snapshot: StateReadPlan | None = partition.snapshot
+        changes: StateReadPlan | None = partition.changes
         what = f"partition{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))} of {self.where}"
         with shared.spark_worker_errors(what):
             try:

@@ -20,10 +20,11 @@ import pyarrow.compute as pc
 from state_reader.core.follow import Follow, follow_batches
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
 from state_reader.core.live import read_consistently
-from state_reader.core.options import from_kwargs
+from state_reader.core.options import from_kwargs, in_python_names, python_api
 from state_reader.core.scan import read_table
-from state_reader.errors import public_api, unexpected_errors_as_ours
+from state_reader.errors import StateReaderError, renamed, unexpected_errors_as_ours
 from state_reader.inspect.flatten import with_unique_field_names
+from state_reader.io.storage import with_checksum_report
 
 
 def change_options(
@@ -34,6 +35,8 @@ def change_options(
     operator_id: int | None = None,
     store_name: str | None = None,
     state_var_name: str | None = None,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The data source options of the change feed ``start``..``end`` (end: the latest committed batch)."""
@@ -46,6 +49,8 @@ def change_options(
             "operator_id": operator_id,
             "store_name": store_name,
             "state_var_name": state_var_name,
+            "key_schema": key_schema,
+            "value_schema": value_schema,
             "storage_options": storage_options,
         },
     )
@@ -64,7 +69,8 @@ def sort_changes(table: pa.Table) -> pa.Table:
     return table.take(order)
 
 
-@public_api
+@python_api
+@with_checksum_report  # one warning for all the files read
 def changes(
     checkpoint: str,
     start: int,
@@ -74,6 +80,8 @@ def changes(
     store_name: str | None = None,
     state_var_name: str | None = None,
     key_filter: KeyFilterSpec | KeyFilter | None = None,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
     storage_options: dict[str, Any] | None = None,
     show_progress: bool | None = None,
     exact_schema: bool = False,
@@ -83,7 +91,8 @@ def changes(
     Columns as Spark's change feed: ``batch_id``, ``change_type`` (``update``,
     ``delete``, …), ``key``, ``value`` (null for deletes), ``partition_id``;
     sorted by batch and partition. ``end`` defaults to the latest committed
-    batch; ``state_var_name`` (a transformWithState variable), ``key_filter`` and
+    batch; ``state_var_name`` (a transformWithState variable), ``key_filter``,
+    ``key_schema`` and ``value_schema`` (a store without a schema file) and
     ``exact_schema`` as in ``read_state``.
     """
     options = change_options(
@@ -93,6 +102,8 @@ def changes(
         operator_id=operator_id,
         store_name=store_name,
         state_var_name=state_var_name,
+        key_schema=key_schema,
+        value_schema=value_schema,
         storage_options=storage_options,
     )
     table = read_consistently(
@@ -117,7 +128,7 @@ def change_counts(table: pa.Table) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["batch_id"], str(r["change_type"])))
 
 
-@public_api
+@python_api
 def follow(
     checkpoint: str,
     *,
@@ -129,6 +140,8 @@ def follow(
     fail_on_data_loss: bool = True,
     start_with_snapshot: bool = False,
     change_feed_from_snapshots: bool | None = None,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
     poll_seconds: float = 1.0,
     max_poll_seconds: float = 30.0,
     stop: threading.Event | Callable[[], bool] | None = None,
@@ -152,7 +165,8 @@ def follow(
     rows with ``change_type = 'snapshot'``. Errors for a location that is no
     checkpoint, a query that has not committed a batch, or an operator, store or
     variable that does not exist are raised by this call, before iterating.
-    Nothing is written to the checkpoint.
+    ``key_schema`` and ``value_schema`` as in ``read_state``. Nothing is written
+    to the checkpoint.
     """
     options = from_kwargs(
         checkpoint,
@@ -165,6 +179,8 @@ def follow(
             "fail_on_data_loss": fail_on_data_loss,
             "start_with_snapshot": start_with_snapshot,
             "change_feed_from_snapshots": change_feed_from_snapshots,
+            "key_schema": key_schema,
+            "value_schema": value_schema,
             "storage_options": storage_options,
         },
     )
@@ -174,11 +190,19 @@ def follow(
     stopped = stop.is_set if isinstance(stop, threading.Event) else stop
 
     def items() -> Iterator[tuple[int, pa.Table]]:
-        with unexpected_errors_as_ours(str(checkpoint)):
-            for batch, table in follow_batches(
-                spec, poll_seconds=poll_seconds, max_poll_seconds=max_poll_seconds, stop=stopped, sleep=_sleeper(stop)
-            ):
-                yield batch, table if exact_schema else with_unique_field_names(table)
+        try:
+            with unexpected_errors_as_ours(str(checkpoint)):
+                for batch, table in follow_batches(
+                    spec,
+                    poll_seconds=poll_seconds,
+                    max_poll_seconds=max_poll_seconds,
+                    stop=stopped,
+                    sleep=_sleeper(stop),
+                ):
+                    yield batch, table if exact_schema else with_unique_field_names(table)
+        except StateReaderError as exc:  # raised while iterating: in the caller's words too
+            renamed(exc, in_python_names)
+            raise
 
     return items()
 

@@ -2,9 +2,9 @@
 decided from its checkpoint alone.
 
 Each check reads the logs (offsets, commits), the file listings and the state of
-the latest committed batch (plus, for growth, the oldest batch still on disk), and
-turns what it finds into :class:`Finding` objects with a severity, the operator and
-store concerned, the evidence in numbers and what to do. The thresholds are named
+the latest committed batch (plus, for growth, the oldest batch still on disk and the
+change feed since), and turns what it finds into :class:`Finding` objects with a
+severity, the operator and store concerned, the evidence in numbers and what to do. The thresholds are named
 in :data:`THRESHOLDS` and can be overridden per call.
 """
 
@@ -23,17 +23,19 @@ import pyarrow.compute as pc
 
 from state_reader.core import live
 from state_reader.core.options import from_kwargs
-from state_reader.core.planner import plan_state_read, store_read_options
+from state_reader.core.planner import plan_state_read, plan_store_read, store_read_options
 from state_reader.core.scan import read_table
 from state_reader.core.skew import is_skewed, skew
-from state_reader.errors import InvalidOptionError, StateReaderError
+from state_reader.errors import InvalidOptionError, MissingSchemaFileError, StateReaderError
 from state_reader.formats.snapshot_zip import SST_DIR
 from state_reader.grouping import group_ids
 from state_reader.inspect.doctor_thresholds import THRESHOLDS
 from state_reader.inspect.stats import operator_stores
-from state_reader.io.storage import Storage, with_one_listing
+from state_reader.io.storage import MalformedChecksum, Storage, checksum_report, with_one_listing
 from state_reader.model import operators
 from state_reader.model.checkpoint import (
+    JOIN_STORES,
+    JOIN_V4_STORES,
     CheckpointDir,
     OffsetEntry,
     numeric_names,
@@ -56,6 +58,7 @@ KINDS = (
     "uncommitted-batch",
     "large-rows",
     "overdue-timers",
+    "malformed-checksum-file",
 )
 
 
@@ -708,11 +711,16 @@ def _never_evicted(
     store: _Store,
     entries: dict[int, OffsetEntry],
     limit: float,
+    feeds: dict[tuple[int, str, int, int], int | None] | None = None,
 ) -> list[Finding]:
+    """A store that grew over ``limit`` batches with nothing removed, whose operator has no way to evict.
+
+    ``feeds``: the deletes each store's change feed holds, kept across the stores of one diagnosis.
+    """
     latest = store.plan.batch_id
     if not cp.committed_batches or latest - cp.committed_batches[0] < limit:
         return []
-    reason = _no_eviction_reason(store, entries)
+    reason = _no_eviction_reason(cp, store, entries)
     if reason is None:
         return []
     first_batch = _first_retained(cp, store.plan)  # the oldest state still on disk, read only when it matters
@@ -740,6 +748,12 @@ def _never_evicted(
     removed = len(set(ids[: earlier.num_rows].tolist()) - set(ids[earlier.num_rows :].tolist()))
     if removed:
         return []
+    # a key removed and written again is in both reads, and a join reuses its row indexes: the change
+    # feed shows the removal itself
+    deletes = _deletes(cp, store, first_batch, {} if feeds is None else feeds)
+    if deletes:
+        return []
+    join = _join_stores(store) is not None
     return [
         Finding(
             "never-evicted",
@@ -754,17 +768,78 @@ def _never_evicted(
                 "rows_first": earlier.num_rows,
                 "rows_latest": store.table.num_rows,
                 "keys_removed": 0,
+                "deletes_in_change_feed": deletes,  # None: no change feed (RocksDB without changelogs)
                 "why": reason,
             },
-            "this state only grows until the query runs out of memory or slows down. Give the operator a way to "
-            "evict: withWatermark on an event-time column that is part of the key (dropDuplicates, aggregation), "
-            "timeouts (flatMapGroupsWithState), or TTL (transformWithState)",
+            "this state only grows until the query runs out of memory or slows down. "
+            + (
+                "Give the join a way to evict: withWatermark on both inputs and a join condition that bounds "
+                "each side's event time by the other's (a time range), or a watermarked event-time column "
+                "(a window) in the join key"
+                if join
+                else "Give the operator a way to evict: withWatermark on an event-time column that is part of the "
+                "key (dropDuplicates, aggregation), timeouts (flatMapGroupsWithState), or TTL (transformWithState)"
+            ),
         )
     ]
 
 
-def _no_eviction_reason(store: _Store, entries: dict[int, OffsetEntry]) -> str | None:
-    """Why this store cannot shrink, or None when it has a way to."""
+def _deletes(
+    cp: CheckpointDir, store: _Store, first_batch: int, feeds: dict[tuple[int, str, int, int], int | None]
+) -> int | None:
+    """Deletes in the change feed of the batches after ``first_batch``, of this store or of a store Spark
+    evicts with it (a join side's row store); None when no change feed can be read."""
+    latest = store.plan.batch_id
+    names = [store.store_name]
+    stores = _join_stores(store)
+    if stores is not None:  # a side's rows leave its row store whenever they leave its count store
+        side = store.store_name.split("-", 1)[0]
+        names += [n for n in stores if n.startswith(f"{side}-") and n != store.store_name]
+    total: int | None = None
+    for name in names:
+        seen = (store.operator_id, name, first_batch, latest)
+        if seen not in feeds:
+            try:
+                feed = read_table(
+                    plan_store_read(
+                        cp,
+                        store.operator_id,
+                        name,
+                        None,
+                        store.operator_name,
+                        read_change_feed=True,
+                        change_start_batch_id=first_batch + 1,
+                        change_end_batch_id=latest,
+                    ),
+                    show_progress=False,
+                )
+                feeds[seen] = int(pc.sum(pc.equal(feed.column("change_type"), "delete")).as_py() or 0)
+            except StateReaderError:  # no change feed: RocksDB without changelogs, a timer family
+                feeds[seen] = None
+        found = feeds[seen]
+        if found is not None:
+            total = (total or 0) + found
+        if total:
+            return total
+    return total
+
+
+def _join_stores(store: _Store) -> tuple[str, ...] | None:
+    """The four stores of the stream-stream join ``store`` belongs to (its state format's), else None."""
+    for stores in (JOIN_STORES, JOIN_V4_STORES):
+        if store.store_name in stores:
+            return stores
+    return None
+
+
+def _no_eviction_reason(cp: CheckpointDir, store: _Store, entries: dict[int, OffsetEntry]) -> str | None:
+    """Why this store cannot shrink, or None when it has a way to.
+
+    Each operator evicts its own way: aggregations, deduplication and session windows
+    drop a key once the watermark passes its event time (:func:`_event_times`); a
+    stream-stream join drops rows by the event time in its rows (:func:`_join_no_eviction`);
+    flatMapGroupsWithState by timeouts, transformWithState by TTL, and both by removal.
+    """
     if operators.is_transform_with_state(store.operator_name):
         # a variable with TTL expires; one without may still be cleared by the processor, which the
         # "no key removed" evidence rules out
@@ -781,18 +856,85 @@ def _no_eviction_reason(store: _Store, entries: dict[int, OffsetEntry]) -> str |
         return "no group has a timeout set" if pc.max(timeouts).as_py() in (None, -1) else None
     if all(e.watermark_ms <= 0 for e in entries.values()):
         return "the query defines no watermark, so no key can expire"
+    if _join_stores(store) is not None:
+        return _join_no_eviction(cp, store)
+    if store.operator_name == operators.JOIN:
+        return None  # a join's store of a layout not known here: nothing tells how it evicts
     if _event_times(store) is None:
         return "the key holds no event-time column, so the watermark cannot expire any key"
     return None
 
 
+def _join_no_eviction(cp: CheckpointDir, store: _Store) -> str | None:
+    """Why a side of a stream-stream join cannot shrink, or None when it may.
+
+    Spark evicts a side's rows by the join key when the key holds a watermarked column
+    of either input (both sides then), else by the event time in the side's rows when
+    that input has a watermark and the condition bounds it by the other input's
+    watermarked column. Each input's watermarked column carries the watermark delay in
+    the schema of the side's rows; the join key's schema keeps no such mark, only its
+    types. The condition is not in the checkpoint: a side that may evict by it is taken
+    to, and the change feed says whether it did.
+    """
+    stores = _join_stores(store) or ()
+    side = store.store_name.split("-", 1)[0]
+    other = "right" if side == "left" else "left"
+    marked = {"left": False, "right": False}
+    for name in stores:
+        try:
+            plan = (
+                store.plan
+                if name == store.store_name
+                else plan_store_read(cp, store.operator_id, name, store.plan.batch_id, store.operator_name)
+            )
+        except StateReaderError:
+            return None  # a side's schema unknown: nothing to decide by
+        watermarked = any(WATERMARK_METADATA in (f.metadata or {}) for f in plan.value_schema.fields)
+        marked[name.split("-", 1)[0]] |= watermarked
+    if (marked[side] or marked[other]) and any(_holds_time(f.data_type) for f in store.plan.key_schema.fields):
+        return None  # a watermarked join key evicts both sides
+    if marked[side] and marked[other]:
+        return None
+    if not marked[side]:
+        return (
+            f"the {side} input has no watermark and the join key holds no event-time column, so no watermark "
+            f"can evict the {side} side's rows"
+        )
+    return (
+        f"the {other} input has no watermark, so the join condition cannot bound the {side} side's event time by "
+        f"it, and the join key holds no event-time column: no watermark can evict the {side} side's rows"
+    )
+
+
+def _holds_time(data_type: Any) -> bool:
+    """Whether a join key's field can be an event-time column: a timestamp, or a window of them."""
+    if data_type.kind == "timestamp":
+        return True
+    return data_type.kind == "struct" and any(_holds_time(f.data_type) for f in data_type.fields)
+
+
 # --- the whole diagnosis ---------------------------------------------------------------------------
 
 
-@with_one_listing  # each directory of a remote checkpoint listed once
 def _unreadable(op: int, store_name: str, batch_id: int | None, exc: StateReaderError) -> Finding:
-    """A store whose latest batch cannot be read: no other check can look at it, and Spark cannot
-    restart the query from it either."""
+    """A store whose latest batch cannot be read: no other check can look at it. A missing or damaged
+    state file keeps Spark from restarting the query too; a missing schema file does not, as Spark
+    writes one when the query starts and finds none."""
+    if isinstance(exc, MissingSchemaFileError):
+        action = (
+            "reading this store (with state_reader, or with Spark's reader) needs its key and value schemas: "
+            "give them as DDL with the read options keySchema and valueSchema (key_schema and value_schema in "
+            "Python, --key-schema and --value-schema on the command line). Restarting the query does not need "
+            "the file: when a query starts and finds no schema file for a store, Spark writes one from the "
+            "query's own schemas (its schema compatibility check, on by default)"
+        )
+    else:
+        action = (
+            "Spark cannot restart the query from this checkpoint until the file is back. `state-reader verify` "
+            "lists every missing or damaged file; restore them from a copy of the checkpoint, or, if the newest "
+            "commits are what is wrong (a commit past the state files), remove those commits and offsets with "
+            "the query stopped so that it runs those batches again"
+        )
     return Finding(
         "unreadable-store",
         "error",
@@ -800,17 +942,68 @@ def _unreadable(op: int, store_name: str, batch_id: int | None, exc: StateReader
         store_name,
         f"the state of batch {batch_id} cannot be read: {exc.message}",
         {"error": type(exc).__name__, "file": getattr(exc, "path", None)},
-        "Spark cannot restart the query from this checkpoint until the file is back. `state-reader verify` "
-        "lists every missing or damaged file; restore them from a copy of the checkpoint, or, if the newest "
-        "commits are what is wrong (a commit past the state files), remove those commits and offsets with the "
-        "query stopped so that it runs those batches again",
+        action,
     )
 
 
+def _malformed_checksums(found: list[MalformedChecksum]) -> Finding:
+    """Checksum sidecars the reads met that are not checksum files: not damage (the files beside them
+    were read, unverified), but Spark fails on its own sidecars (checkpoint format 2) when they are."""
+    spark_own = [f for f in found if f.kind == "spark"]
+    reasons = list(dict.fromkeys(f.reason for f in found))
+    one = len(found) == 1
+    action = (
+        "restore the real checksum files (a repository that keeps *.crc in Git LFS holds pointers in their "
+        "place until `git lfs pull`), or delete these with the query stopped: a missing checksum file is "
+        "skipped by Spark and by state_reader alike"
+    )
+    if spark_own:
+        action = (
+            f"Spark cannot load the {_n(len(spark_own), 'RocksDB file')} whose own <name>.crc is not a checksum "
+            f"file (a restarted query and Spark's statestore reader fail on them): {action}"
+        )
+    return Finding(
+        "malformed-checksum-file",
+        "warning" if spark_own else "info",
+        None,
+        None,
+        f"{_n(len(found), '.crc file')} read {'is not a checksum file' if one else 'are not checksum files'} "
+        f"({'; '.join(reasons[:3])}): the file{'' if one else 's'} beside {'it was' if one else 'them were'} read "
+        f"without verification, and nothing says {'it is' if one else 'they are'} damaged",
+        {
+            "checksum_files": len(found),
+            "spark_checksum_files": len(spark_own),
+            "examples": [f.sidecar for f in found[:5]],
+            "reasons": reasons,
+        },
+        action,
+    )
+
+
+@with_one_listing  # each directory of a remote checkpoint listed once
 def diagnose(
     checkpoint: str, *, thresholds: dict[str, Any] | None = None, storage_options: dict[str, Any] | None = None
 ) -> Diagnosis:
     """Check a checkpoint for the problems in :data:`KINDS`; see the module docstring."""
+    with checksum_report(warn=False) as malformed:  # a finding of its own, not a warning
+        result = _diagnose(checkpoint, thresholds=thresholds, storage_options=storage_options)
+    found = malformed.found()
+    if found:
+        result.findings.append(_malformed_checksums(found))
+        _sort(result.findings)
+    result.checked.append("the checksum files beside every file read")
+    return result
+
+
+def _sort(findings: list[Finding]) -> None:
+    """Worst first, then in the order of :data:`KINDS`, then by operator."""
+    order = {s: i for i, s in enumerate(SEVERITIES)}
+    findings.sort(key=lambda f: (order[f.severity], KINDS.index(f.kind), f.operator_id or 0))
+
+
+def _diagnose(
+    checkpoint: str, *, thresholds: dict[str, Any] | None = None, storage_options: dict[str, Any] | None = None
+) -> Diagnosis:
     limits = parse_thresholds(thresholds)
     storage = Storage(checkpoint, dict(storage_options or {}))
     cp = CheckpointDir(storage)
@@ -831,6 +1024,7 @@ def diagnose(
 
     event_time: int | None = None
     file_checked: set[str | None] = set()
+    feeds: dict[tuple[int, str, int, int], int | None] = {}  # deletes per change feed read
     for op, store_name, op_name in operator_stores(cp, batch_id=latest):
         planned: list[StateReadPlan] = []
 
@@ -868,7 +1062,9 @@ def diagnose(
             unused = _unused_files(cp, store)
             result.findings += _storage_waste(cp, store, unused, limits["waste-files"])
             result.findings += _files_past_commit(cp, store, unused)
-        result.findings += _never_evicted(cp, checkpoint, storage_options, store, entries, limits["growth-batches"])
+        result.findings += _never_evicted(
+            cp, checkpoint, storage_options, store, entries, limits["growth-batches"], feeds
+        )
         result.checked.append(
             f"operator {op} ({op_name or 'unknown'}), store {store_name}: "
             f"{_n(table.num_rows, 'row')} in {_n(len(plan.partitions), 'partition')} at batch "
@@ -880,8 +1076,7 @@ def diagnose(
         )
     result.findings += _watermark_stalled(entries, limits["stalled-batches"], event_time)
     result.checked.append(f"the watermark over batches {min(entries, default=latest)}..{latest}")
-    order = {s: i for i, s in enumerate(SEVERITIES)}
-    result.findings.sort(key=lambda f: (order[f.severity], KINDS.index(f.kind), f.operator_id or 0))
+    _sort(result.findings)
     return result
 
 

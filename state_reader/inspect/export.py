@@ -155,7 +155,11 @@ class _JsonArrayWriter(_JsonlWriter):
 def _batches_with_progress(
     plan: StateReadPlan, flt: KeyFilter | None, partitions: list[int], show_progress: bool | None, path: str
 ) -> Iterator[pa.RecordBatch]:
-    with progress(f"exporting to {os.path.basename(path)}", len(partitions), enabled=show_progress) as bar:
+    # a read per partition, and one warning for them all about checksum files that are not checksums
+    with (
+        plan.storage.malformed.held(),
+        progress(f"exporting to {os.path.basename(path)}", len(partitions), enabled=show_progress) as bar,
+    ):
         for pid in partitions:
             yield from iter_batches(plan, key_filter=flt, partitions=[pid], show_progress=False)
             bar.advance()

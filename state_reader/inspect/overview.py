@@ -15,7 +15,7 @@ from state_reader.core.metadata import metadata_rows
 from state_reader.core.planner import detect_provider
 from state_reader.errors import OffsetLogUnavailableError, OffsetMetadataUnavailableError, StateReaderError
 from state_reader.formats.codecs import DEFAULT_CODEC
-from state_reader.io.storage import Storage, with_one_listing
+from state_reader.io.storage import Storage, with_checksum_report, with_one_listing
 from state_reader.model import operators as operator_names
 from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.conf import (
@@ -70,6 +70,7 @@ def _properties(text: str | None) -> dict[str, Any]:
 
 
 @with_one_listing  # each directory of a remote checkpoint listed once
+@with_checksum_report  # one warning for all the files read
 def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """Everything ``state-reader overview`` shows, as a JSON-ready dict."""
     storage = Storage(checkpoint, dict(storage_options or {}))

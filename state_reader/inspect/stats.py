@@ -22,7 +22,7 @@ import pyarrow as pa
 from state_reader.core import live
 from state_reader.core.decode import measure_partition
 from state_reader.core.metadata import infer_operator_metadata
-from state_reader.core.options import from_kwargs
+from state_reader.core.options import from_kwargs, python_api
 from state_reader.core.planner import join_column_families, plan_store_read, store_read_options
 from state_reader.core.scan import fetched_ahead
 from state_reader.core.skew import partition_skew
@@ -34,9 +34,8 @@ from state_reader.errors import (
     SchemaReadError,
     StateReaderError,
     UnsupportedOptionError,
-    public_api,
 )
-from state_reader.io.storage import Storage
+from state_reader.io.storage import Storage, with_checksum_report
 from state_reader.model import operators
 from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.plan import StateReadPlan
@@ -186,6 +185,7 @@ def _default_batches(cp: CheckpointDir, files: list[StoreFiles]) -> list[int]:
     return [b for b in committed if b >= first_batch]
 
 
+@with_checksum_report  # one warning for all the files read
 def collect_stats(checkpoint: str, **kwargs: Any) -> StatsResult:
     """Compute the :data:`STATS_SCHEMA` table; see :func:`stats`.
 
@@ -339,7 +339,7 @@ def _collect_stats(
     return result
 
 
-@public_api
+@python_api
 def stats(
     checkpoint: str,
     *,

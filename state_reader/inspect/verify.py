@@ -6,6 +6,9 @@ delta or oldest snapshot up to the latest committed batch) is rebuilt and
 decoded exactly as ``read_state`` would, so a corrupt, truncated or missing
 file shows up in every version that needs it. Errors are collected, not
 raised: the report lists each failing version with the file and the error.
+A checksum sidecar that is not a checksum file (a Git LFS pointer in its place)
+is no such error: the file beside it is decoded without that check, and the
+report lists the sidecar under ``malformed_checksums``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from state_reader.core.options import from_kwargs
 from state_reader.core.planner import plan_state_read
 from state_reader.errors import RequiredOptionError, StateReaderError, UnsupportedOptionError
 from state_reader.inspect.stats import operator_stores
-from state_reader.io.storage import Storage
+from state_reader.io.storage import Storage, checksum_report
 from state_reader.model import operators
 from state_reader.model.checkpoint import DEFAULT_STORE, CheckpointDir
 from state_reader.model.plan import StateReadPlan
@@ -59,6 +62,9 @@ class VerifyReport:
     stores: list[dict[str, Any]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
+    # checksum sidecars that are not checksum files: the files beside them were decoded unverified,
+    # which says nothing against them (``ok`` is about the files decoded, not these)
+    malformed_checksums: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -84,6 +90,7 @@ class VerifyReport:
             "problems": [p.as_dict() for p in self.problems],
             "damaged_files": self.damaged_files(),
             "skipped": self.skipped,
+            "malformed_checksums": self.malformed_checksums,
         }
 
 
@@ -142,8 +149,20 @@ def verify_checkpoint(
 
     Raises only when the checkpoint itself cannot be opened (no commit log);
     everything else becomes a :class:`Problem` in the report. Operators this
-    reader does not support yet are listed in ``skipped``.
+    reader does not support yet are listed in ``skipped``; checksum sidecars that
+    are not checksum files, in ``malformed_checksums`` (no warning is logged).
     """
+    with checksum_report(warn=False) as malformed:
+        report = _verify(checkpoint, operator_id, storage_options, show_progress)
+    report.malformed_checksums = [
+        {"sidecar": m.sidecar, "file": m.file, "kind": m.kind, "reason": m.reason} for m in malformed.found()
+    ]
+    return report
+
+
+def _verify(
+    checkpoint: str, operator_id: int | None, storage_options: dict[str, Any] | None, show_progress: bool | None
+) -> VerifyReport:
     storage = Storage(checkpoint, dict(storage_options or {}))
     cp = CheckpointDir(storage)
     latest = cp.latest_committed_batch()

@@ -11,7 +11,11 @@ Two kinds exist (see the state format notes, sections 1.8 and 1.9):
   RocksDB ``.zip`` and ``.changelog`` files: one JSON object whose ``value`` is the
   CRC-32C of the whole file as a signed int32, with ``mainFileSize``.
 
-Object stores usually have neither; a missing sidecar is never an error.
+Object stores usually have neither; a missing sidecar is never an error. Nor is a
+sidecar that is not a checksum file of its kind at all (a repository that keeps ``*.crc``
+through Git LFS holds pointer text in their place): it tells nothing about the file beside
+it, so the verifiers raise :class:`NotAChecksumFileError` and the caller reads that file
+unverified. A well-formed sidecar that disagrees with its file is ChecksumMismatchError.
 """
 
 from __future__ import annotations
@@ -32,7 +36,27 @@ _HADOOP_HEADER = struct.Struct(">4si")
 _MAX_BYTES_PER_CHECKSUM = 1 << 24
 
 SIDECAR_SUFFIX = ".crc"
-_BYPASS = "read with verifyChecksums=false (verify_checksums=False) to skip the check"
+
+# what a repository tracking a file through Git LFS holds in its place until `git lfs pull`
+_LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+
+class NotAChecksumFileError(Exception):
+    """A sidecar that is not a checksum file of its kind: nothing can be verified against it, and
+    nothing is known to be wrong with the file beside it. ``reason`` says what was found."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _found(sidecar: bytes) -> str:
+    """What a sidecar that is not a checksum file holds, in a few words."""
+    if sidecar.startswith(_LFS_POINTER):
+        return "a Git LFS pointer"
+    if not sidecar:
+        return "an empty file"
+    return f"{len(sidecar)} bytes starting {sidecar[:8]!r}"
 
 
 def hadoop_sidecar(name: str) -> str:
@@ -184,21 +208,17 @@ def _combined_crc32(stored: np.ndarray, chunk: int, size: int) -> int:
 
 
 def verify_hadoop(data: bytes, sidecar: bytes, shown: str, sidecar_shown: str) -> None:
-    """Check ``data`` against a Hadoop ``.crc`` file; ChecksumMismatchError names the first bad chunk."""
+    """Check ``data`` against a Hadoop ``.crc`` file; ChecksumMismatchError names the first bad chunk.
+
+    NotAChecksumFileError when ``sidecar`` is not a Hadoop checksum file (no magic, an impossible
+    chunk size, checksums that are not whole 4-byte words).
+    """
     if len(sidecar) < _HADOOP_HEADER.size or sidecar[:4] != HADOOP_MAGIC:
-        raise ChecksumMismatchError(
-            f"{sidecar_shown} is not a Hadoop checksum file (expected the magic 'crc\\0' and a chunk size, "
-            f"found {sidecar[:8]!r}), so {shown} cannot be verified; {_BYPASS}",
-            path=shown,
-        )
+        raise NotAChecksumFileError(f"{_found(sidecar)} where a Hadoop checksum file belongs")
     _, chunk = _HADOOP_HEADER.unpack_from(sidecar)
     body = len(sidecar) - _HADOOP_HEADER.size
     if not 0 < chunk <= _MAX_BYTES_PER_CHECKSUM or body % 4:
-        raise ChecksumMismatchError(
-            f"{sidecar_shown} is malformed (chunk size {chunk}, {body} bytes of checksums), so {shown} cannot "
-            f"be verified; {_BYPASS}",
-            path=shown,
-        )
+        raise NotAChecksumFileError(f"a Hadoop checksum header with chunk size {chunk} and {body} bytes of checksums")
     stored = np.frombuffer(sidecar, dtype=">u4", offset=_HADOOP_HEADER.size)
     needed = -(-len(data) // chunk)
     if needed != len(stored):
@@ -265,7 +285,10 @@ class HadoopChecksums:
 
 
 def verify_spark(data: bytes, sidecar: bytes, shown: str, sidecar_shown: str) -> None:
-    """Check ``data`` against a Spark checksum sidecar (JSON with the CRC-32C of the whole file)."""
+    """Check ``data`` against a Spark checksum sidecar (JSON with the CRC-32C of the whole file).
+
+    NotAChecksumFileError when ``sidecar`` is not such a JSON object.
+    """
     try:
         doc = json.loads(sidecar.decode("utf-8"))
         algorithm = str(doc["algorithm"])
@@ -273,11 +296,8 @@ def verify_spark(data: bytes, sidecar: bytes, shown: str, sidecar_shown: str) ->
         size = doc.get("mainFileSize")
         size = None if size is None else int(size)
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError) as exc:
-        raise ChecksumMismatchError(
-            f"{sidecar_shown} is not a readable Spark checksum file ({exc!r}), so {shown} cannot be verified; "
-            f"{_BYPASS}",
-            path=shown,
-        ) from exc
+        what = _found(sidecar) if sidecar.startswith(_LFS_POINTER) or not sidecar else f"{exc!r}"
+        raise NotAChecksumFileError(f"{what} where a Spark checksum file (JSON) belongs") from exc
     if algorithm.upper().replace("-", "") != "CRC32C":
         return  # written by a later Spark with another algorithm: nothing we can check
     if size is not None and size != len(data):

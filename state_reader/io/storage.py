@@ -6,6 +6,10 @@ no locks, no renames.
 
 With ``verify_checksums`` (the default) every file read is checked against the
 checksum sidecars beside it, when there are any (see :mod:`state_reader.io.integrity`).
+A sidecar that is not a checksum file at all (a Git LFS pointer in its place) says
+nothing about the file: that file is read unverified, and one warning on the
+``state_reader.io`` logger names such sidecars when the read ends
+(:class:`MalformedChecksums`, :func:`checksum_report`).
 
 On anything but a local disk every call is a round trip (tens of milliseconds on
 an object store), so a remote ``Storage`` lists each operator's state directory
@@ -33,7 +37,14 @@ from functools import partial, wraps
 from typing import Any, TypeVar
 
 from state_reader.errors import StateReaderError, StorageError
-from state_reader.io.integrity import SIDECAR_SUFFIX, hadoop_sidecar, spark_sidecar, verify_hadoop, verify_spark
+from state_reader.io.integrity import (
+    SIDECAR_SUFFIX,
+    NotAChecksumFileError,
+    hadoop_sidecar,
+    spark_sidecar,
+    verify_hadoop,
+    verify_spark,
+)
 
 # Hadoop's scheme names for S3 that fsspec does not know under those names.
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
@@ -50,6 +61,22 @@ def io_threads() -> int:
     """Files fetched at once from a remote filesystem: STATE_READER_IO_THREADS, else 64 (1: one by one)."""
     setting = os.environ.get("STATE_READER_IO_THREADS", "").strip()
     return int(setting) if setting.isdigit() and int(setting) > 0 else 64
+
+
+def filesystem_options(protocol: str, storage_options: dict[str, Any]) -> dict[str, Any]:
+    """The options a filesystem is opened with: the user's, and on S3 (s3fs) a connection pool as
+    wide as the fetches in flight (:func:`io_threads`) unless ``config_kwargs`` sets
+    ``max_pool_connections``. botocore's default pool of 10 holds every fetch past the tenth
+    back, silently, until a connection is free: a read latency-bound at 100 ms per request took
+    1.7x-1.9x as long (benchmarks/bench_s3.py)."""
+    if protocol != "s3":
+        return storage_options
+    config = storage_options.get("config_kwargs")
+    if config is None:
+        config = {}
+    if not isinstance(config, dict) or "max_pool_connections" in config:
+        return storage_options  # the user's setting, or a value s3fs refuses with its own error
+    return {**storage_options, "config_kwargs": {**config, "max_pool_connections": io_threads()}}
 
 
 class _Counts:
@@ -145,6 +172,110 @@ def with_one_listing(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class MalformedChecksum:
+    """A checksum sidecar that is not a checksum file: the file beside it was read unverified."""
+
+    sidecar: str  # as shown to the user
+    file: str  # the file it should have verified
+    kind: str  # "hadoop" (the hidden .<name>.crc) or "spark" (<name>.crc, checkpoint format 2)
+    reason: str
+
+
+class MalformedChecksums:
+    """The checksum sidecars met that are not checksum files, shared by the storages of one
+    operation (several threads verify at once), and which of them a warning has named."""
+
+    SHOWN = 5  # sidecars a warning names; the rest are counted
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._found: dict[str, MalformedChecksum] = {}
+        self._warned: set[str] = set()
+        self.deferred = False  # within held(): its end gives the warning
+
+    def add(self, found: MalformedChecksum) -> None:
+        with self._lock:
+            self._found.setdefault(found.sidecar, found)
+
+    def found(self) -> list[MalformedChecksum]:
+        """Every one met so far, by path (reads on several threads meet them in no fixed order)."""
+        with self._lock:
+            return sorted(self._found.values(), key=lambda f: f.sidecar)
+
+    @contextmanager
+    def held(self, *, warn: bool = True) -> Iterator[MalformedChecksums]:
+        """Within it, the reads that end keep what they met for one warning at its end (``warn=False``:
+        none; the caller reports them). Nested uses: the outermost one's end."""
+        if self.deferred:
+            yield self
+            return
+        self.deferred = True
+        try:
+            yield self
+        finally:
+            self.deferred = False
+            if warn:
+                self.warn()
+
+    def warn(self) -> None:
+        """One warning naming those that no warning has named yet, if any."""
+        with self._lock:
+            new = sorted((f for key, f in self._found.items() if key not in self._warned), key=lambda f: f.sidecar)
+            self._warned.update(f.sidecar for f in new)
+        if new:
+            log.warning("%s", describe_malformed(new))
+
+
+def describe_malformed(found: list[MalformedChecksum]) -> str:
+    """The warning about checksum sidecars that are not checksum files: how many, why, the first few."""
+    reasons = list(dict.fromkeys(f.reason for f in found))
+    shown = ", ".join(f.sidecar for f in found[: MalformedChecksums.SHOWN])
+    more = len(found) - MalformedChecksums.SHOWN
+    one = len(found) == 1
+    text = (
+        f"{len(found)} .crc file{' is not a checksum file' if one else 's are not checksum files'} "
+        f"({'; '.join(reasons[:3])}{'; …' if len(reasons) > 3 else ''}), so the "
+        f"file{'' if one else 's'} beside {'it was' if one else 'them were'} read without checksum "
+        f"verification: {shown}{f' and {more} more' if more > 0 else ''}. Nothing says "
+        f"{'that file is' if one else 'those files are'} damaged; restore the real checksum files "
+        "(`git lfs pull` where a repository keeps *.crc in Git LFS) to have them verified"
+    )
+    if any(f.kind == "spark" for f in found):
+        text += "; Spark itself fails to load RocksDB files whose own <name>.crc is not a checksum file"
+    return text
+
+
+@contextmanager
+def checksum_report(*, warn: bool = True) -> Iterator[MalformedChecksums]:
+    """Within it, the storages made on this thread share one :class:`MalformedChecksums`; at its
+    end one warning names the sidecars they met that are not checksum files (``warn=False``: the
+    caller reports them itself, as ``doctor`` and ``verify`` do). Nested uses share the
+    outermost one's."""
+    outer = getattr(_SHARED, "malformed", None)
+    if outer is not None:
+        yield outer
+        return
+    record = MalformedChecksums()
+    _SHARED.malformed = record
+    try:
+        with record.held(warn=warn):
+            yield record
+    finally:
+        _SHARED.malformed = None
+
+
+def with_checksum_report(func: F) -> F:
+    """``func`` run within :func:`checksum_report`: one warning for all it reads."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with checksum_report():
+            return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 def _recursive_root(rel: str) -> str | None:
     """The directory listed recursively that holds ``rel`` (``state/<op>``), or None."""
     m = _RECURSIVE_ROOT.match(rel)
@@ -199,6 +330,9 @@ class Storage:
         # remote only: files being fetched ahead of their read (rel -> its bytes, or the error)
         self._pending: dict[str, Future[bytes]] = {}
         self._pending_lock = threading.Lock()
+        # the sidecars met that are not checksum files: the operation's, or this storage's own
+        record = getattr(_SHARED, "malformed", None)
+        self.malformed: MalformedChecksums = record if record is not None else MalformedChecksums()
         shared = getattr(_SHARED, "listings", None)
         if shared is not None and protocol != "file":
             key = (protocol, self.root, repr(sorted(self.storage_options.items())))
@@ -221,7 +355,7 @@ class Storage:
 
         protocol = self.protocol
         try:
-            return fsspec.filesystem(protocol, **self.storage_options)
+            return fsspec.filesystem(protocol, **filesystem_options(protocol, self.storage_options))
         except ImportError as exc:
             raise StorageError(
                 f"cannot open {self.url!r}: the fsspec implementation of '{protocol}://' is not installed "
@@ -727,7 +861,10 @@ class Storage:
         if name.endswith(SIDECAR_SUFFIX):
             return
         names = self._names_for_sidecars(directory, name)
-        for sidecar, check in ((hadoop_sidecar(name), verify_hadoop), (spark_sidecar(name), verify_spark)):
+        for kind, sidecar, check in (
+            ("hadoop", hadoop_sidecar(name), verify_hadoop),
+            ("spark", spark_sidecar(name), verify_spark),
+        ):
             if names is not None and sidecar not in names:
                 continue
             sidecar_rel = posixpath.join(directory, sidecar)
@@ -735,7 +872,19 @@ class Storage:
                 raw = self._read_raw(sidecar_rel)
             except FileNotFoundError:
                 continue  # removed since the listing (maintenance): nothing to check against
-            check(data, raw, self.display(rel), self.display(sidecar_rel))
+            try:
+                check(data, raw, self.display(rel), self.display(sidecar_rel))
+            except NotAChecksumFileError as exc:
+                # no evidence against the file (Hadoop's reader, too, reads on without such a
+                # sidecar): it is read unverified, and a warning names the sidecar once
+                log.debug("%s: %s; %s read unverified", self.display(sidecar_rel), exc.reason, self.display(rel))
+                self.malformed.add(MalformedChecksum(self.display(sidecar_rel), self.display(rel), kind, exc.reason))
+
+    def warn_malformed_checksums(self) -> None:
+        """One warning naming the sidecars met that are not checksum files and that no warning has
+        named yet; none while a :func:`checksum_report` that names them at its end is under way."""
+        if not self.malformed.deferred:
+            self.malformed.warn()
 
     def read_text(self, rel: str) -> str:
         return self.read_bytes(rel).decode("utf-8")

@@ -24,6 +24,7 @@ from functools import cached_property
 from typing import Any
 
 from state_reader.errors import (
+    BatchNotRetainedError,
     CommittedBatchUnavailableError,
     CorruptFileError,
     IncompleteRewriteError,
@@ -34,6 +35,7 @@ from state_reader.errors import (
 )
 from state_reader.io.destination import incomplete_rewrite_in
 from state_reader.io.storage import Storage
+from state_reader.model.conf import CONF_MIN_BATCHES_TO_RETAIN
 
 DEFAULT_STORE = "default"
 JOIN_STORES = ("left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue")
@@ -217,15 +219,31 @@ class CheckpointDir:
         return "; ".join(parts)
 
     def require_committed(self, batch_id: int, option: str = "batchId") -> None:
-        """CommittedBatchUnavailableError unless ``batch_id`` (given as ``option``) has a commit log entry."""
+        """CommittedBatchUnavailableError unless ``batch_id`` (given as ``option``) has a commit log entry;
+        BatchNotRetainedError when it is older than the oldest entry (the query's cleanup removed it)."""
         if batch_id not in self.committed_batches:
             have = self.committed_batches
+            if have and batch_id < have[0]:
+                raise self.not_retained(batch_id, option)
             span = f"{have[0]}..{have[-1]}" if have else "none"
             raise CommittedBatchUnavailableError(
                 f"No committed batch found for {option} {batch_id} in "
                 f"{self.storage.display('commits')} (committed batches: {span})",
                 path=self.location,
             )
+
+    def not_retained(self, batch_id: int, option: str, why: str = "") -> BatchNotRetainedError:
+        """The error for a read that starts or ends at ``batch_id`` (given as ``option``), older than the oldest
+        batch in the commit log. One rule for every option: such a batch is refused, as Spark's reader refuses
+        it, even while state files of its version are still on disk (``why`` may say which)."""
+        have = self.committed_batches
+        return BatchNotRetainedError(
+            f"{option} {batch_id} of {self.location} is no longer retained: the oldest batch in its commit log is "
+            f"{have[0]} (committed batches: {have[0]}..{have[-1]}), the query's cleanup "
+            f"({CONF_MIN_BATCHES_TO_RETAIN}) removed the older entries{why}. Spark's reader refuses such a batch "
+            f"too; read from batch {have[0]} on, or raise {CONF_MIN_BATCHES_TO_RETAIN} on the query",
+            path=self.location,
+        )
 
     def _readable_log(self, log: str, batch: int) -> bool:
         try:

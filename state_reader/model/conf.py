@@ -28,6 +28,8 @@ CONF_ENCODING = "spark.sql.streaming.stateStore.encodingFormat"
 CONF_MERGE_OPERATOR = "spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion"
 CONF_CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 CONF_CHECKPOINT_FORMAT = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+# how many batches a query keeps (its logs and the state files they need); older ones are cleaned up
+CONF_MIN_BATCHES_TO_RETAIN = "spark.sql.streaming.minBatchesToRetain"
 
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"

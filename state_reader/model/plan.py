@@ -86,6 +86,8 @@ class StateReadPlan:
     num_partitions: int | None = None
     # value fields ``value_schema`` declares int whose slots hold longs (flatMapGroupsWithState format 1)
     value_long_slots: tuple[str, ...] = ()
+    # the key and value schemas as the read options gave them (DDL), when they stand in for the schema file
+    schemas_given: tuple[str, str] | None = None
 
     @property
     def stored_value_schema(self) -> StructType:

@@ -31,6 +31,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 FILES = 8
+RETAIN = "spark.sql.streaming.minBatchesToRetain"
 FILE_EVERY_SECONDS = 0.3
 SOURCE = "state_reader.statestore"
 
@@ -318,21 +319,105 @@ def test_a_follower_behind_retention_skips_ahead_when_told(spark, short_retentio
         ).writeStream.format("noop").trigger(availableNow=True).start().awaitTermination(60)
 
 
-def test_a_stream_that_skips_lost_batches(spark, short_retention, tmp_path):
-    cp = short_retention
+@pytest.fixture(scope="module")
+def long_past_retention(spark, tmp_path_factory):
+    """A finished aggregation of 30 batches that kept 2: cleanup passed batch 5 by far more batches than a
+    follower reads at once, so a follower started at 5 has to skip (or report) batches 5..26 in one go."""
+    from tests.support.streaming_queries import Query
+
+    def batches():
+        return [
+            [{"ts": T0 + b * 8 + i, "grp": "abc"[(b + i) % 3], "amount": i, "user": f"u{i}"} for i in range(3)]
+            for b in range(30)
+        ]
+
+    query = Query(QUERIES["agg_fmt2"].build, confs={**HDFS, RETAIN: "2"}, batches=batches)
+    cp = run_query(spark, query, tmp_path_factory.mktemp("long_past_retention"))
+    for _ in range(50):  # maintenance deletes the old files in the background
+        if _committed(Path(cp))[0] > 20:
+            break
+        time.sleep(0.1)
+    return cp
+
+
+def test_a_follower_far_behind_retention_names_every_lost_batch(long_past_retention):
+    cp = long_past_retention
     committed = _committed(Path(cp))
+    with pytest.raises(state_reader.ChangesLostError, match=f"batches 5..{committed[0] - 1} of"):
+        _followed(cp, committed[-1], start=5)
+
+
+def test_a_follower_far_behind_retention_skips_to_the_oldest_batch(spark, long_past_retention, caplog, tmp_path):
+    cp = long_past_retention
+    committed = _committed(Path(cp))
+    with caplog.at_level(logging.WARNING, logger="state_reader.follow"):
+        items = _followed(cp, committed[-1], start=5, fail_on_data_loss=False)
+    assert [b for b, _ in items] == committed
+    assert f"skipping batches 5..{committed[0] - 1}" in caplog.text
+    builtin = _builtin_changes(spark, cp, committed[0], committed[-1])
+    assert builtin and _rows_of(items) == builtin
+    # the command line: the same batches, the skip named on stderr and, with --json, in a record of its own
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "state_reader",
+            "changes",
+            cp,
+            "--follow",
+            "--json",
+            "--skip-lost",
+            "--from",
+            "5",
+            "--to",
+            str(committed[-1]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert lines[0] == {
+        "skipped": {"first_batch": 5, "last_batch": committed[0] - 1},
+        "reason": "the query cleaned them up before they were read",
+    }
+    assert f"skipped batches 5..{committed[0] - 1}" in done.stderr
+    assert sorted(canon(r) for r in lines[1:]) == builtin
+    failed = subprocess.run(
+        [sys.executable, "-m", "state_reader", "changes", cp, "--follow", "--from", "5", "--to", str(committed[-1])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert failed.returncode != 0 and f"batches 5..{committed[0] - 1}" in failed.stderr
+    # the streaming source skips the same batches
+    assert _skipping_stream(spark, cp, tmp_path, 5) == builtin
+
+
+def _skipping_stream(spark, cp: str, tmp_path: Path, start: int) -> list[str]:
+    """What the streaming source writes from ``start`` with ``failOnDataLoss=false``, run to the end."""
     query = _reader(
         spark,
         Path(cp),
         tmp_path / "out",
         tmp_path / "own",
         {"availableNow": True},
-        changeStartBatchId="0",
+        changeStartBatchId=str(start),
         failOnDataLoss="false",
     )
-    query.awaitTermination(60)
+    query.awaitTermination(120)
     assert query.exception() is None
-    rows = spark_rows(spark.read.parquet(str(tmp_path / "out")))
+    return spark_rows(spark.read.parquet(str(tmp_path / "out")))
+
+
+def test_a_stream_that_skips_lost_batches(spark, short_retention, tmp_path):
+    cp = short_retention
+    committed = _committed(Path(cp))
+    rows = _skipping_stream(spark, cp, tmp_path, 0)
     first = min(json.loads(r)["batch_id"] for r in rows)
     assert rows == _builtin_changes(spark, cp, first, committed[-1])
 

@@ -9,6 +9,7 @@ import pytest
 
 import state_reader
 from state_reader import errors
+from tests.support.oracle import arrow_rows
 
 BAD_OPTIONS = [
     ({"batchId": "-1"}, errors.NegativeOptionError),
@@ -85,7 +86,9 @@ def test_offset_log_entry_missing(checkpoints, tmp_path):
     (cp / "offsets" / "2").unlink()
     with pytest.raises(errors.OffsetLogUnavailableError, match="offsets/2"):
         state_reader.read_state(str(cp), batch_id=2)
-    assert state_reader.read_state(str(cp), batch_id=3).num_rows >= 0
+    # the other batches read as before
+    original = state_reader.read_state(checkpoints("agg_window"), batch_id=3, exact_schema=True)
+    assert arrow_rows(state_reader.read_state(str(cp), batch_id=3, exact_schema=True)) == arrow_rows(original)
 
 
 def test_offset_log_without_metadata(checkpoints, tmp_path):
@@ -137,6 +140,37 @@ def test_stale_checksum_sidecar_is_reported(checkpoints, tmp_path):
         state_reader.read_state(str(cp), verify_checksums=False)
 
 
+GIVEN = {"keySchema": "user STRING", "valueSchema": "n BIGINT"}
+BAD_GIVEN_SCHEMAS = [
+    ({"keySchema": "user STRING"}, errors.RequiredOptionError, "'valueSchema' must be specified with keySchema"),
+    ({"valueSchema": "n BIGINT"}, errors.RequiredOptionError, "'keySchema' must be specified with valueSchema"),
+    ({**GIVEN, "joinSide": "left"}, errors.ConflictingOptionsError, "read each store with storeName"),
+    ({**GIVEN, "stateVarName": "count"}, errors.ConflictingOptionsError, "'stateVarName' and 'keySchema'"),
+    ({**GIVEN, "readRegisteredTimers": "true"}, errors.ConflictingOptionsError, "'readRegisteredTimers'"),
+    (
+        {**GIVEN, "valueSchema": "n BIGNUM"},
+        errors.InvalidOptionError,
+        "option 'valueSchema': not a schema in DDL such as 'user STRING, n BIGINT' (unknown type 'BIGNUM'",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"), BAD_GIVEN_SCHEMAS, ids=[str(o) for o, _, _ in BAD_GIVEN_SCHEMAS]
+)
+def test_given_schemas_come_in_pairs_for_one_store(options, error, message):
+    """Checked with the other options, before the checkpoint is looked at (it does not exist here)."""
+    from state_reader.core.options import StateStoreOptions
+
+    with pytest.raises(error) as caught:
+        StateStoreOptions.parse({"path": "/no/checkpoint", **options})
+    assert message in caught.value.message
+    parsed = StateStoreOptions.parse(
+        {"path": "/no/checkpoint", "KEYSCHEMA": " user STRING ", "valueschema": "n BIGINT"}
+    )
+    assert (parsed.key_schema, parsed.value_schema) == ("user STRING", "n BIGINT")
+
+
 def test_snake_case_options_map_mechanically():
     from state_reader.core.options import camel_case, snake_case
 
@@ -179,3 +213,15 @@ def test_misspelled_options_name_the_closest_valid_one(spark, checkpoints):
         .count()
         > 0
     )
+
+
+def test_python_errors_name_python_keywords(agg):
+    """The Spark-free functions' errors name the keywords the caller typed, Spark's fronts Spark's options."""
+    from state_reader.core.options import in_python_names
+
+    with pytest.raises(errors.RequiredOptionError) as caught:
+        state_reader.read_state(agg, read_change_feed=True)
+    assert "change_start_batch_id" in str(caught.value) and "changeStartBatchId" not in str(caught.value)
+    with pytest.raises(errors.CommittedBatchUnavailableError, match="batch_id 99"):
+        state_reader.read_state(agg, batch_id=99)
+    assert in_python_names("set failOnDataLoss=false or 'operatorId'") == "set fail_on_data_loss=False or operator_id"

@@ -48,8 +48,12 @@ def test_lz4_block_checksum_is_verified(checkpoints):
 def test_truncated_streams_raise_our_errors(checkpoints, name):
     raw = _delta(checkpoints, name)
     for cut in (len(raw) // 3, len(raw) - 3):
-        with pytest.raises(errors.StateReaderError):
+        with pytest.raises(errors.StateReaderError) as caught:
             parse_records(codecs.decompress(raw[:cut], None, "1.delta"), "1.delta")
+        if isinstance(caught.value, errors.TruncatedFileError):  # called so, whichever format noticed
+            assert "truncated" in caught.value.message
+    with pytest.raises(errors.TruncatedFileError, match="truncated"):
+        codecs.decompress(raw[:-3], None, "1.delta")
 
 
 def test_unknown_codec_names_itself():

@@ -65,6 +65,34 @@ def test_unsaferow_rejects_rows_that_do_not_fit():
         decode_rows(RowBuffer.from_rows([huge], "bad.delta"), array_schema)
 
 
+def test_a_schema_with_more_fields_than_the_rows_does_not_fit():
+    """Rows of one string field ("abc") read with schemas of two and three fields."""
+    row = bytes(8) + struct.pack("<II", 3, 16) + b"abc".ljust(8, b"\0")  # size 3, at byte 16
+    rows = RowBuffer.from_rows([row, row], "0.delta key")
+    # two fields: the fixed region is 24 bytes, where the string's bytes start at byte 16
+    two = parse_struct('{"type":"struct","fields":[{"name":"s","type":"string"},{"name":"t","type":"string"}]}', "s")
+    with pytest.raises(errors.RowDecodeError) as caught:
+        decode_rows(rows, two)
+    assert str(caught.value).endswith(
+        "0.delta key: a variable-length value of 3 bytes at byte 16 of its row starts inside the row's first "
+        "24 bytes, its null bits and slots (field s)"
+    )
+    # three fields: 32 fixed bytes, more than the 24-byte rows hold
+    three = parse_struct(
+        '{"type":"struct","fields":[{"name":"s","type":"string"},{"name":"n","type":"long"},'
+        '{"name":"m","type":"long"}]}',
+        "s",
+    )
+    with pytest.raises(errors.RowDecodeError) as caught:
+        decode_rows(rows, three)
+    assert str(caught.value).endswith(
+        "0.delta key: a row of 3 fields needs at least 32 fixed bytes (null bits, then 8 bytes a field); row 0 "
+        "has 24, and 1 more rows are short too (field <row>)"
+    )
+    one = parse_struct('{"type":"struct","fields":[{"name":"s","type":"string"}]}', "s")
+    assert decode_rows(rows, one).field(0).to_pylist() == ["abc", "abc"]
+
+
 def _typed_state(checkpoints) -> tuple[pa.StructArray, pa.StructArray]:
     """Keys and values of the typed aggregation's partition 0 and 1 at the latest version."""
     root = Path(checkpoints("types"))

@@ -14,6 +14,7 @@ import pytest
 
 import state_reader
 from tests.support.cli import assert_one_line_error, console_script, png_size, run, run_json
+from tests.support.damage import without_schema_files
 
 # -- overview ------------------------------------------------------------------
 
@@ -67,6 +68,24 @@ def test_show_filters_limits_and_records(agg):
     assert few["rows_shown"] == 2 and few["row_count"] == state_reader.changes(agg, 1, 3).num_rows > 2
     records = run("show", agg, "--limit", "1", "--layout", "records").stdout
     assert "row 1" in records and "key.window.end" in records and "there are more" in records
+
+
+def test_a_store_without_schema_file_shows_with_the_schema_flags(agg, tmp_path):
+    (stored,) = run_json("schema", agg)["stores"]  # struct<...> text, which the flags take as it is
+    cp = tmp_path / "cp"
+    shutil.copytree(agg, cp)
+    assert without_schema_files(cp)
+    assert_one_line_error(run("show", cp), "_metadata/schema does not exist", "--key-schema", "--value-schema")
+    flags = ("--key-schema", stored["key"], "--value-schema", stored["value"])
+    doc = run_json("show", cp, *flags, "--limit", "0")
+    assert doc["rows"] == run_json("show", agg, "--limit", "0")["rows"] and doc["row_count"] > 0
+    changes = run_json("changes", cp, "--from", "1", *flags, "--limit", "0")
+    assert changes["rows"] == run_json("changes", agg, "--from", "1", "--limit", "0")["rows"]
+    # a schema the rows cannot hold: the error names it as the flag it came from
+    wide = stored["value"].removesuffix(">") + ",extra:bigint>"
+    proc = run("show", cp, "--key-schema", stored["key"], "--value-schema", wide)
+    assert_one_line_error(proc, f"--value-schema '{wide}'", "needs at least")
+    assert_one_line_error(run("show", cp, "--key-schema", stored["key"]), "--value-schema", "must be specified")
 
 
 # -- errors ------------------------------------------------------------------------
@@ -281,3 +300,28 @@ def test_rewrite_dry_run_then_rewrite(agg, tmp_path):
     text = run("rewrite", agg, tmp_path / "moved", "--provider", "rocksdb")
     assert text.returncode == 0 and "hdfs -> rocksdb" in text.stdout, text.stdout
     assert run_json("overview", tmp_path / "moved")["provider"] == "rocksdb"
+
+
+def test_ctrl_c_on_follow_exits_130(agg):
+    """An interrupted command exits as shells report an interrupt (128 + SIGINT), not as an error."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "state_reader", "changes", agg, "--follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while "following" not in line and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+        assert "following" in line, "the follower did not start"
+        time.sleep(1)  # past the first reads, into the polling
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+    finally:
+        proc.kill()
+        proc.communicate()

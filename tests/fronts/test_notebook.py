@@ -115,10 +115,11 @@ def test_a_damaged_checkpoint_shows_its_error(checkpoints, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(checkpoints("agg_window"), broken)
     for entry in (broken / "offsets").iterdir():
-        entry.write_text("v1\nnot json\n")
+        if not entry.name.startswith("."):  # a hand edit: the checksum files stay as they were
+            entry.write_text("v1\nnot json\n")
     cp = state_reader.open(str(broken))
     page = cp._repr_html_()
-    assert "sr-error" in page and "Traceback" not in page
+    assert '<div class="sr-error">' in page and "Traceback" not in page
     assert "offsets" in _text(page)
     assert "state_reader.Checkpoint" in repr(cp)
 

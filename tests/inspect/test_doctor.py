@@ -18,7 +18,17 @@ import pytest
 from pyspark.sql import functions as F
 
 import state_reader
-from tests.support.keyed_queries import BATCHES, SCHEMA, keyed_rows, new_keys, run_keyed
+from state_reader.model.checkpoint import JOIN_STORES
+from tests.support.keyed_queries import (
+    BATCHES,
+    SCHEMA,
+    close_event_times,
+    growing_keys,
+    keyed_join,
+    keyed_rows,
+    new_keys,
+    run_keyed,
+)
 from tests.support.paths import ROOT
 from tests.support.streaming_queries import ROCKSDB, T0, Query, run_query
 
@@ -54,6 +64,90 @@ def test_never_evicted_dedup_without_watermark(spark, tmp_path):
     assert found and found[0].evidence["rows_latest"] > found[0].evidence["rows_first"], found
     assert "watermark" in found[0].evidence["why"]
     assert "never-evicted" not in _kinds(healthy)
+
+
+def _grew_keeping_every_key(path: str, **options) -> bool:
+    """Whether a store holds more rows at the latest batch than at batch 0, with every key of batch 0."""
+    first = state_reader.read_state(path, batch_id=0, **options)
+    last = state_reader.read_state(path, **options)
+    return last.num_rows > first.num_rows and set(map(str, first.column("key"))) <= set(map(str, last.column("key")))
+
+
+def test_never_evicted_join_with_watermarks_against_one_without(spark, tmp_path):
+    """A stream-stream join evicts each side's rows by the event time in the rows, not in its key: with
+    keys that keep coming back, its state grows and keeps every key while the watermark evicts rows."""
+    batches = keyed_rows(growing_keys, event_time=close_event_times)
+
+    def run(name: str, left: bool, right: bool) -> str:
+        build = keyed_join(left, right)
+        return run_keyed(spark, tmp_path, name, build, output_mode="append", batches=batches, sources=2)
+
+    healthy = run("watermarks", True, True)
+    problem = run("no_watermarks", False, False)
+    for store in JOIN_STORES:  # what a rule by the key alone sees: more rows, and every key still there
+        assert _grew_keeping_every_key(healthy, store_name=store), store
+    feed = state_reader.changes(healthy, 1, store_name="left-keyWithIndexToValue")
+    assert "delete" in feed.column("change_type").to_pylist()  # yet rows were evicted
+    diagnosis = state_reader.diagnose(healthy)
+    assert not [f for f in diagnosis.findings if f.kind == "never-evicted"], diagnosis.findings
+    proc = subprocess.run(
+        [sys.executable, "-m", "state_reader", "doctor", healthy], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0 and "nothing found" in proc.stdout, proc.stdout + proc.stderr
+    found = [f for f in state_reader.diagnose(problem).findings if f.kind == "never-evicted"]
+    assert {f.store_name for f in found} == set(JOIN_STORES), found
+    assert all("no watermark" in f.evidence["why"] and f.evidence["deletes_in_change_feed"] == 0 for f in found)
+    assert all("join" in f.action for f in found)
+
+
+def test_never_evicted_join_side_whose_watermark_no_condition_can_use(spark, tmp_path):
+    """A watermark on one input only: Spark bounds a side's event time by the other input's watermark,
+    so neither side is evicted, though the query has a watermark."""
+    batches = keyed_rows(growing_keys, event_time=close_event_times)
+    one_sided = run_keyed(
+        spark, tmp_path, "left_only", keyed_join(True, False), output_mode="append", batches=batches, sources=2
+    )
+    found = {f.store_name: f for f in state_reader.diagnose(one_sided).findings if f.kind == "never-evicted"}
+    assert set(found) == set(JOIN_STORES), found
+    assert "right input has no watermark" in found["left-keyWithIndexToValue"].evidence["why"]
+    assert "right input has no watermark" in found["right-keyToNumValues"].evidence["why"]
+
+
+def _counter(restart: bool):
+    """applyInPandasWithState without timeouts counting each key's rows; with ``restart``, a key's state
+    is removed at its third row, and its next row starts it again."""
+
+    def build(df):
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        def update(key, pdfs, state):
+            import pandas as pd
+
+            count = (state.get[0] if state.exists else 0) + sum(len(pdf) for pdf in pdfs)
+            if restart and count % 3 == 0:
+                state.remove()
+            else:
+                state.update((count,))
+            yield pd.DataFrame({"k": [key[0]], "n": [count]})
+
+        return df.groupBy("k").applyInPandasWithState(
+            update, "k string, n long", "n long", "update", GroupStateTimeout.NoTimeout
+        )
+
+    return build
+
+
+def test_never_evicted_judged_by_the_change_feed(spark, tmp_path):
+    """A key removed and added again is in the oldest and the latest state alike: the change feed shows
+    its removal, and a state that removes keys is not called never evicted."""
+    batches = keyed_rows(growing_keys)
+    healthy = run_keyed(spark, tmp_path, "removes", _counter(True), batches=batches)
+    problem = run_keyed(spark, tmp_path, "keeps", _counter(False), batches=batches)
+    assert _grew_keeping_every_key(healthy)
+    assert "delete" in state_reader.changes(healthy, 1).column("change_type").to_pylist()
+    assert "never-evicted" not in _kinds(healthy)
+    found = [f for f in state_reader.diagnose(problem).findings if f.kind == "never-evicted"]
+    assert found and found[0].evidence["deletes_in_change_feed"] == 0, found
 
 
 def test_watermark_stalled_when_event_time_stops(spark, tmp_path):
@@ -365,3 +459,55 @@ def test_never_evicted_state_variable_without_ttl(spark, tmp_path):
     found = [f for f in state_reader.diagnose(problem).findings if f.kind == "never-evicted"]
     assert found and "TTL" in found[0].evidence["why"], found
     assert "never-evicted" not in _kinds(healthy)
+
+
+@pytest.mark.parametrize(("name", "severity"), [("agg_window", "info"), ("rocksdb_v2_agg_window", "warning")])
+def test_checksum_files_that_are_lfs_pointers(checkpoints, tmp_path, caplog, name, severity):
+    """.crc files held as Git LFS pointers are a finding of their own, not damage: the state is read and
+    every other check runs. Spark's own .crc files (checkpoint format 2) as pointers are a warning, as
+    Spark fails to load the files beside them; Hadoop's, which Spark reads past, are info. The
+    untouched checkpoint has no such finding."""
+    from tests.support.damage import checksums_as_lfs_pointers
+
+    healthy = checkpoints(name)
+    assert "malformed-checksum-file" not in _kinds(healthy)
+    copy = tmp_path / "cp"
+    shutil.copytree(healthy, copy)
+    replaced = {str(p) for p in checksums_as_lfs_pointers(copy)}
+    with caplog.at_level("WARNING", logger="state_reader.io"):
+        diagnosis = state_reader.diagnose(str(copy))
+    assert not [r for r in caplog.records if r.name == "state_reader.io"], "a finding, not a warning as well"
+    found = [f for f in diagnosis.findings if f.kind == "malformed-checksum-file"]
+    assert len(found) == 1 and found[0].severity == severity, diagnosis.findings
+    evidence = found[0].evidence
+    assert evidence["examples"] and set(evidence["examples"]) <= replaced, evidence
+    assert evidence["checksum_files"] >= len(evidence["examples"])
+    assert (evidence["spark_checksum_files"] > 0) == (severity == "warning"), evidence
+    assert "Git LFS pointer" in found[0].summary and "nothing says they are damaged" in found[0].summary
+    assert "git lfs pull" in found[0].action
+    assert "unreadable-store" not in {f.kind for f in diagnosis.findings}
+    assert not any("not read" in c for c in diagnosis.checked), diagnosis.checked
+    assert {f.kind for f in diagnosis.findings} - {"malformed-checksum-file"} == _kinds(healthy)
+
+
+def test_a_missing_schema_file_blocks_reading_the_store_not_restarting_the_query(spark, checkpoints, tmp_path):
+    from tests.support.damage import without_schema_files
+    from tests.support.resume import add_input, new_batches, resume
+    from tests.support.streaming_queries import QUERIES
+
+    # the query's folder: its checkpoint and the input it read, so that it can run on
+    healthy = Path(checkpoints("agg_window"))
+    shutil.copytree(healthy.parent, tmp_path / "query")
+    cp = tmp_path / "query" / healthy.name
+    (schema,) = without_schema_files(cp)
+    (found,) = [f for f in state_reader.diagnose(str(cp)).findings if f.kind == "unreadable-store"]
+    assert found.evidence["error"] == "MissingSchemaFileError" and "_metadata/schema does not exist" in found.summary
+    for told in ("keySchema", "valueSchema", "key_schema", "--key-schema", "Restarting the query does not need"):
+        assert told in found.action, found.action
+    assert "cannot restart" not in found.action
+    # as the finding says: the query restarts from the checkpoint, and Spark writes the schema file again
+    query = QUERIES["agg_window"]
+    add_input(tmp_path / "query" / "input", new_batches(query))
+    assert resume(spark, query, str(cp), tmp_path / "query" / "input"), "the restarted query ran no batch"
+    assert schema.exists()
+    assert "unreadable-store" not in _kinds(str(cp))

@@ -19,6 +19,7 @@ import state_reader
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table
 from state_reader.errors import ChecksumMismatchError, CorruptFileError, StorageError
+from state_reader.io.storage import Storage, io_threads
 from tests.support.damage import StallingProxy, free_port
 from tests.support.oracle import arrow_rows, spark_rows
 
@@ -124,6 +125,23 @@ def test_nested_client_kwargs_reach_the_filesystem(s3, checkpoints):
     options["client_kwargs"] = {**CREDENTIALS["client_kwargs"], "endpoint_url": dead}
     with pytest.raises(StorageError, match=f"s3://{BUCKET}/agg_window"):
         state_reader.read_state(f"s3://{BUCKET}/agg_window", storage_options=options)
+
+
+def test_connection_pool_as_wide_as_the_fetches_in_flight(s3):
+    """The S3 client gets as many connections as a read has fetches in flight (botocore's own
+    default is 10, which would hold the rest back), beside the other client settings given; a
+    pool size given is kept."""
+    from fsspec.asyn import sync
+
+    def client_config(options: dict):  # botocore's Config of the client s3fs made
+        fs = Storage(f"s3://{BUCKET}/agg_window", options).fs
+        return sync(fs.loop, fs.set_session).meta.config
+
+    config = client_config(s3.options())
+    assert config.max_pool_connections == io_threads() == 64
+    assert (config.connect_timeout, config.read_timeout) == (1, 1)  # TIMEOUTS still there
+    given = {**s3.options(), "config_kwargs": {**TIMEOUTS["config_kwargs"], "max_pool_connections": 7}}
+    assert client_config(given).max_pool_connections == 7
 
 
 def test_checksums_verified_on_s3(s3, checkpoints, tmp_path):

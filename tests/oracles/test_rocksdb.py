@@ -172,8 +172,8 @@ def test_reading_leaves_checkpoint_unchanged(spark, checkpoints, v2_checkpoints,
     for op in range(ops):
         for batch in _batches(path):
             options = {"operatorId": str(op), "batchId": str(batch)}
-            assert spark.read.format("state_reader.statestore").options(**options).load(path).count() >= 0
-            state_reader.read_state(path, operator_id=op, batch_id=batch)
+            rows = state_reader.read_state(path, operator_id=op, batch_id=batch).num_rows
+            assert spark.read.format("state_reader.statestore").options(**options).load(path).count() == rows
     assert _fingerprint(path) == before
 
 

@@ -2,7 +2,8 @@
 
 Written from the format notes, independently of the decoders under test: an
 lz4-java block stream writer, the delta/changelog (v1) record framing, Hadoop
-``.crc`` sidecars, and a fingerprint of every file of a directory tree.
+``.crc`` sidecars (and the Git LFS pointers a repository may hold in their place), and a
+fingerprint of every file of a directory tree.
 """
 
 from __future__ import annotations
@@ -216,3 +217,48 @@ def golden_copy_with_damaged_ssts(tmp_path: Path) -> Path:
         sst.write_bytes(bytes(data))
         (sst.parent / f".{sst.name}.crc").unlink(missing_ok=True)  # no sidecar to catch it first
     return copy
+
+
+def lfs_pointer(data: bytes) -> bytes:
+    """The Git LFS pointer text that a repository tracking a file through LFS holds in its place."""
+    oid = hashlib.sha256(data).hexdigest()
+    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {len(data)}\n".encode("ascii")
+
+
+def checksums_as_lfs_pointers(root: str | Path) -> list[Path]:
+    """Every ``*.crc`` file under ``root`` (Hadoop's hidden ``.<name>.crc``, Spark's ``<name>.crc``
+    and Hadoop's ``.<name>.crc.crc`` beside those) replaced by its Git LFS pointer, as a clone of a
+    repository that tracks ``*.crc`` through LFS holds them without ``git lfs pull``. Returns the
+    files replaced, sorted."""
+    replaced = sorted(Path(root).rglob("*.crc"))
+    for path in replaced:
+        data = path.read_bytes()
+        path.chmod(0o644)
+        path.write_bytes(lfs_pointer(data))
+    return replaced
+
+
+def without_schema_files(root: str | Path) -> list[Path]:
+    """The key and value schema files of every store under ``root`` (``state/<op>/<p>/_metadata/schema``,
+    ``state/<op>/<p>/<store>/_metadata/schema`` for the stores of a join) deleted with their ``.crc``
+    sidecars, as in a checkpoint written before Spark 3.1 or one that lost them. Returns the files
+    deleted, sorted."""
+    state = Path(root) / "state"
+    schemas = sorted([*state.glob("*/*/_metadata/schema"), *state.glob("*/*/*/_metadata/schema")])
+    for path in schemas:
+        path.unlink()
+        hadoop_sidecar_path(path).unlink(missing_ok=True)
+    return schemas
+
+
+def logs_cleaned_below(root: str | Path, batch: int) -> list[Path]:
+    """Remove the commit and offset log entries (and their ``.crc`` sidecars) of batches before ``batch``,
+    keeping every state file, as a copy published without its oldest log entries holds; what was removed."""
+    removed = []
+    for log in ("commits", "offsets"):
+        for path in sorted((Path(root) / log).iterdir()):
+            number = path.name.lstrip(".").split(".")[0]
+            if number.isdigit() and int(number) < batch:
+                path.unlink()
+                removed.append(path)
+    return removed

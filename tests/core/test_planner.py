@@ -1,0 +1,116 @@
+"""Planning a read of a store that has no schema file, with the key and value schemas given as
+options (``keySchema`` / ``valueSchema``), against Spark's reader on the same state before the
+schema files were deleted."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import state_reader
+from state_reader import errors
+from tests.support.damage import without_schema_files
+from tests.support.oracle import arrow_rows, spark_rows
+
+
+def _damaged(src: str, tmp_path: Path) -> str:
+    cp = tmp_path / "cp"
+    shutil.copytree(src, cp)
+    assert without_schema_files(cp), "the copy had no schema files to delete"
+    return str(cp)
+
+
+def _given(builtin) -> tuple[str, str]:
+    """The key and value schemas as DDL, as Spark's reader shows them."""
+    return builtin.schema["key"].dataType.toDDL(), builtin.schema["value"].dataType.toDDL()
+
+
+@pytest.mark.parametrize("name", ["agg_window", "rocksdb_cl_session_window"])
+def test_a_store_without_schema_files_reads_with_the_schemas_given(spark, checkpoints, tmp_path, name):
+    src = checkpoints(name)
+    builtin = spark.read.format("statestore").load(src)
+    expected = spark_rows(builtin)
+    assert expected
+    changes = {"readChangeFeed": "true", "changeStartBatchId": "1"}
+    expected_changes = spark_rows(spark.read.format("statestore").options(**changes).load(src))
+    assert expected_changes
+    key, value = _given(builtin)
+    cp = _damaged(src, tmp_path)
+
+    # neither reader can read it as it is; ours says what to give
+    with pytest.raises(Exception, match="STDS_FAILED_TO_READ_STATE_SCHEMA"):
+        spark.read.format("statestore").load(cp).collect()
+    with pytest.raises(errors.MissingSchemaFileError) as caught:
+        state_reader.read_state(cp)
+    for named in ("state/0/0/_metadata/schema", "keySchema", "valueSchema", "key_schema", "value_schema"):
+        assert named in caught.value.message
+    assert "--key-schema" in caught.value.message and "--value-schema" in caught.value.message
+
+    table = state_reader.read_state(cp, key_schema=key, value_schema=value, exact_schema=True)
+    assert arrow_rows(table) == expected
+    feed = state_reader.read_state(
+        cp, read_change_feed=True, change_start_batch_id=1, key_schema=key, value_schema=value, exact_schema=True
+    )
+    assert arrow_rows(feed) == expected_changes
+    ours = spark.read.format("state_reader.statestore").options(keySchema=key, valueSchema=value).load(cp)
+    assert ours.schema.simpleString() == builtin.schema.simpleString()
+    assert spark_rows(ours) == expected
+    assert not list(Path(cp).rglob("schema")), "reading wrote a schema file"
+
+
+def test_given_schemas_are_used_instead_of_a_schema_file(checkpoints):
+    src = checkpoints("agg_window")
+    renamed = "w STRUCT<s: TIMESTAMP, e: TIMESTAMP>, who STRING"
+    value = "count BIGINT, sum BIGINT, sum DOUBLE, count BIGINT, max DOUBLE, min BOOLEAN"
+    table = state_reader.read_state(src, key_schema=renamed, value_schema=value, exact_schema=True)
+    stored = state_reader.read_state(src, exact_schema=True)
+    assert table.schema.field("key").type.names == ["w", "who"]
+    assert table.column("key").to_pylist() == [
+        {"w": {"s": k["window"]["start"], "e": k["window"]["end"]}, "who": k["user"]}
+        for k in stored.column("key").to_pylist()
+    ]
+
+
+def test_schemas_with_more_fields_than_the_rows_give_a_clear_error(checkpoints, tmp_path):
+    cp = _damaged(checkpoints("agg_window"), tmp_path)
+    key = "window STRUCT<start: TIMESTAMP, end: TIMESTAMP>, user STRING"
+    value = "count BIGINT, sum BIGINT, sum DOUBLE, count BIGINT, max DOUBLE, min BOOLEAN"
+
+    # one value field too many: the null bits and slots of 7 fields are longer than the 56-byte rows
+    wide_value = value + ", extra BIGINT"
+    with pytest.raises(errors.RowDecodeError) as caught:
+        state_reader.read_state(cp, key_schema=key, value_schema=wide_value)
+    message = caught.value.message
+    assert "a row of 7 fields needs at least 64 fixed bytes" in message and "has 56" in message, message
+    assert f"keySchema='{key}', valueSchema='{wide_value}'" in message
+    assert "value" in message and "(version " in message and caught.value.path.startswith(cp)
+
+    # two key fields too many: the rows are long enough, but the window's bytes sit where the slots would be
+    wide_key = key + ", a STRING, b STRING"
+    with pytest.raises(errors.RowDecodeError) as caught:
+        state_reader.read_state(cp, key_schema=wide_key, value_schema=value)
+    message = caught.value.message
+    assert "starts inside the row's first 40 bytes" in message and "field window" in message, message
+    assert f"keySchema='{wide_key}'" in message and " key:" in message
+
+
+def test_a_join_store_reads_with_its_own_schemas_given_by_store_name(spark, checkpoints, tmp_path):
+    src = checkpoints("join_inner")
+    store = "left-keyWithIndexToValue"
+    batch = "2"  # a batch whose buffered rows are not all evicted yet
+    builtin = spark.read.format("statestore").options(storeName=store, batchId=batch).load(src)
+    expected = spark_rows(builtin)
+    assert expected
+    key, value = _given(builtin)
+    cp = _damaged(src, tmp_path)
+    table = state_reader.read_state(
+        cp, store_name=store, batch_id=int(batch), key_schema=key, value_schema=value, exact_schema=True
+    )
+    assert arrow_rows(table) == expected
+    # the four stores have schemas of their own: not the default store, not a side (two stores) at once
+    with pytest.raises(errors.InvalidOptionError, match="read each with storeName"):
+        state_reader.read_state(cp, key_schema=key, value_schema=value)
+    with pytest.raises(errors.ConflictingOptionsError, match="joinSide"):
+        state_reader.read_state(cp, join_side="left", key_schema=key, value_schema=value)
