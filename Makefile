@@ -34,8 +34,8 @@ $(LINT_STAMP): setup.cfg pyproject.toml
 
 install: java $(STAMP) ## Create .venv and install state_reader with its Spark and test extras
 
-demo: install ## Run a streaming aggregation into a temporary checkpoint and read its state back both ways
-	$(PY) examples/demo.py
+demo: install ## Run a streaming aggregation and read its state back both ways (KEEP=DIR keeps the checkpoint)
+	$(PY) examples/demo.py $(if $(KEEP),--keep $(KEEP))
 
 test: install ## Run the test suite (real Spark, real checkpoints)
 	$(PY) -m pytest

@@ -106,13 +106,14 @@ def main() -> int:
         print(f"\nSpark's built-in reader sees {builtin} rows; state_reader sees {table.num_rows}.")
         if args.keep:
             print(
-                f"\nNext, from a terminal: state-reader overview {checkpoint}\n"
-                f"                      state-reader stats {checkpoint}"
+                f"\nNext, from a terminal: .venv/bin/state-reader overview {checkpoint}\n"
+                f"                      .venv/bin/state-reader stats {checkpoint}\n"
+                "(or `. .venv/bin/activate` once, then state-reader ...)"
             )
         else:
             print(
-                "\nThe checkpoint is deleted now; run with --keep DIR to keep it and try the state-reader "
-                "command line on it."
+                "\nThe checkpoint is deleted now; run `make demo KEEP=DIR` (or examples/demo.py --keep DIR) to keep "
+                "it and try the state-reader command line on it."
             )
         return 0 if builtin == table.num_rows else 1
     finally:

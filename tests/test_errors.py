@@ -27,15 +27,16 @@ import pytest
 import state_reader
 from state_reader import errors
 from state_reader.io import integrity
-from tests.support.damage import frame, hadoop_sidecar_path, lz4_java, lz4_java_decode, parse_frames
+from tests.support.damage import (
+    copy_of,
+    frame,
+    hadoop_sidecar_path,
+    lz4_java,
+    lz4_java_decode,
+    parse_frames,
+)
 from tests.support.oracle import arrow_rows
 from tests.support.paths import ROOT
-
-
-def _copy(checkpoints, tmp_path: Path, name: str = "agg_window") -> Path:
-    dst = tmp_path / name
-    shutil.copytree(checkpoints(name), dst)
-    return dst
 
 
 def _latest_version(cp: Path) -> int:
@@ -89,7 +90,7 @@ def test_location_that_is_not_a_checkpoint(checkpoints, tmp_path):
 
 def test_batch_planned_but_not_committed(checkpoints, tmp_path):
     """A batch in offsets/ without a commit is in flight: refused when asked for, skipped by default."""
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     last = _latest_version(cp) - 1
     (cp / "commits" / str(last)).unlink()
     with pytest.raises(
@@ -101,7 +102,7 @@ def test_batch_planned_but_not_committed(checkpoints, tmp_path):
 
 
 def test_partition_directory_emptied(checkpoints, tmp_path):
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     part = cp / "state" / "0" / "1"
     for child in part.iterdir():
         if child.is_file():
@@ -116,7 +117,7 @@ def test_partition_directory_emptied(checkpoints, tmp_path):
 
 
 def test_truncated_delta(spark, checkpoints, tmp_path):
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     delta = _delta_in_use(cp)
     delta.write_bytes(delta.read_bytes()[:-30])
     with pytest.raises(errors.ChecksumMismatchError) as caught:
@@ -130,7 +131,7 @@ def test_truncated_delta(spark, checkpoints, tmp_path):
 
 
 def test_corrupt_lz4_block(spark, checkpoints, tmp_path):
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     delta = _delta_in_use(cp)
     data = bytearray(delta.read_bytes())
     data[30] ^= 0x04  # inside the first block's payload
@@ -148,7 +149,7 @@ def test_corrupt_lz4_block(spark, checkpoints, tmp_path):
 def test_equivalent_rewrite_is_refused_only_with_verification(spark, checkpoints, tmp_path):
     """Same records, other bytes (stored instead of compressed blocks): the sidecar no longer
     matches, so verification refuses it, and without verification the rows are unchanged."""
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     clean = arrow_rows(state_reader.read_state(str(cp)))
     delta = _delta_in_use(cp)
     content = lz4_java_decode(delta.read_bytes())
@@ -165,7 +166,7 @@ def test_equivalent_rewrite_is_refused_only_with_verification(spark, checkpoints
 
 def test_missing_sidecars_are_fine(checkpoints, tmp_path):
     """Object stores have no .crc files: reading without them gives the same rows."""
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     clean = arrow_rows(state_reader.read_state(str(cp)))
     sidecars = list(cp.rglob("*.crc"))
     assert sidecars
@@ -187,7 +188,7 @@ def test_missing_sidecars_are_fine(checkpoints, tmp_path):
 def test_malformed_hadoop_sidecar(checkpoints, tmp_path, caplog, sidecar, expected):
     """A .crc that is not a checksum file says nothing about the file beside it, as Hadoop's reader
     also holds: that file is read unverified, and a warning names the .crc and what it holds."""
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     clean = arrow_rows(state_reader.read_state(str(cp)))
     delta = _delta_in_use(cp)
     hadoop_sidecar_path(delta).write_bytes(sidecar)
@@ -307,7 +308,7 @@ def test_codec_package_missing_names_the_package(checkpoints, query, module, pac
 
 
 def test_unknown_codec_names_itself_and_the_file(checkpoints, tmp_path):
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     latest = _latest_version(cp) - 1
     offsets = cp / "offsets" / str(latest)
     offsets.write_text(offsets.read_text().replace('"lz4"', '"brotli"'))
@@ -371,7 +372,7 @@ DEEP = "[" * 100_000 + "]" * 100_000
     ],
 )
 def test_damaged_text_files(checkpoints, tmp_path, rel, content, error, expected):
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     path = cp / rel.format(latest=_latest_version(cp) - 1)
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(error) as caught:
@@ -383,7 +384,7 @@ def test_damaged_text_files(checkpoints, tmp_path, rel, content, error, expected
 
 
 def test_schema_file_missing(checkpoints, tmp_path):
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     schema = cp / "state" / "0" / "0" / "_metadata" / "schema"
     schema.unlink()
     with pytest.raises(errors.SchemaReadError) as caught:
@@ -393,7 +394,7 @@ def test_schema_file_missing(checkpoints, tmp_path):
 
 def test_rows_that_do_not_fit_the_schema(spark, checkpoints, tmp_path):
     """A schema that promises more value fields than the rows hold: refused, naming the field."""
-    cp = _copy(checkpoints, tmp_path, "agg_fmt2")
+    cp = copy_of(checkpoints, tmp_path, "agg_fmt2")
     schema = cp / "state" / "0" / "0" / "_metadata" / "schema"
     key = '{"type":"struct","fields":[{"name":"grp","type":"string","nullable":true}]}'
     value = json.dumps(
@@ -424,7 +425,7 @@ def _rewrite_zip_metadata(zip_path: Path, change) -> None:
 
 @pytest.mark.parametrize("dfs_name", ["../../../../../../etc/passwd", "/etc/passwd", "..", "a/../../b.sst"])
 def test_snapshot_metadata_naming_outside_files(checkpoints, tmp_path, dfs_name):
-    cp = _copy(checkpoints, tmp_path, "rocksdb_agg_window")
+    cp = copy_of(checkpoints, tmp_path, "rocksdb_agg_window")
     zip_path = cp / "state" / "0" / "0" / f"{_latest_version(cp)}.zip"
 
     def rename_first_sst(metadata: bytes) -> bytes:
@@ -463,7 +464,7 @@ def test_unexpected_failures_become_ours():
 
 
 def test_record_size_past_the_end_end_to_end(checkpoints, tmp_path):
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     delta = _delta_in_use(cp)
     records = parse_frames(lz4_java_decode(delta.read_bytes()))
     delta.write_bytes(lz4_java(frame(records, {(len(records) - 1, "value"): 10_000})))
@@ -477,7 +478,7 @@ def test_record_size_past_the_end_end_to_end(checkpoints, tmp_path):
 
 
 def test_invalid_utf8_in_a_string_is_not_returned_as_is(checkpoints, tmp_path):
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     found: list = []
     # the newest delta with a put whose key holds a user name (how the query splits its input into
     # batches decides which version that is: the last ones may only evict)
@@ -521,7 +522,7 @@ def test_invalid_utf8_in_a_string_is_not_returned_as_is(checkpoints, tmp_path):
 
 @pytest.mark.parametrize("body", ['{"sstFiles":[],"numKeys":1e999}', "[" * 100_000 + "]" * 100_000])
 def test_snapshot_metadata_json_edge_cases(checkpoints, tmp_path, body):
-    cp = _copy(checkpoints, tmp_path, "rocksdb_agg_window")
+    cp = copy_of(checkpoints, tmp_path, "rocksdb_agg_window")
     zip_path = cp / "state" / "0" / "0" / f"{_latest_version(cp)}.zip"
     _rewrite_zip_metadata(zip_path, lambda _: ("v1\n" + body).encode())
     with pytest.raises(errors.CorruptFileError, match=str(zip_path)):
@@ -557,7 +558,7 @@ def _damage_zip_metadata_bytes(zip_path: Path) -> None:
 
 
 def test_damaged_snapshot_zip_gives_our_error_from_every_entry_point(checkpoints, tmp_path):
-    cp = _copy(checkpoints, tmp_path, "rocksdb_agg_window")
+    cp = copy_of(checkpoints, tmp_path, "rocksdb_agg_window")
     version = _latest_version(cp)
     zip_path = cp / "state" / "0" / "0" / f"{version}.zip"
     _damage_zip_metadata_bytes(zip_path)

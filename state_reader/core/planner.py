@@ -217,8 +217,14 @@ def plan_state_read(
     operator_name = metadata.operator_name if metadata and store_meta else None
     if opts.state_var_name is not None or opts.read_registered_timers:
         if not operators.is_transform_with_state(operator_name):
+            # named as given: a read of timers names its own option, not the variable's
+            option, what = (
+                ("stateVarName", "Providing state variable names")
+                if opts.state_var_name is not None
+                else ("readRegisteredTimers", "Reading registered timers")
+            )
             raise InvalidOptionError(
-                "Invalid value for option 'stateVarName': Providing state variable names is only supported "
+                f"Invalid value for option '{option}': {what} is only supported "
                 f"with the transformWithState operator. Found operator={operator_name} "
                 f"(operator {opts.operator_id} of {cp.location})."
             )

@@ -272,23 +272,27 @@ def test_follow_a_variable_and_a_join_store(spark, checkpoints, name, options):
     assert builtin and _rows_of(items) == builtin
 
 
-@pytest.fixture(scope="module")
-def short_retention(spark, tmp_path_factory):
-    """A finished aggregation that kept 2 batches: its first batches' files are gone."""
+def _kept_two(spark, out: Path, cleaned, **query) -> str:
+    """The checkpoint of the plain aggregation run to its end keeping 2 batches, once ``cleaned(cp)`` says
+    maintenance (in the background) has deleted what it should."""
     from tests.support.streaming_queries import Query
 
-    query = QUERIES["agg_fmt2"]
-    cp = run_query(
-        spark,
-        Query(query.build, confs={**HDFS, "spark.sql.streaming.minBatchesToRetain": "2"}),
-        tmp_path_factory.mktemp("retention"),
-    )
-    for _ in range(50):  # maintenance deletes the old files in the background
-        names = os.listdir(Path(cp) / "state" / "0" / "0")
-        if not any(n.startswith("1.") for n in names):
+    cp = run_query(spark, Query(QUERIES["agg_fmt2"].build, confs={**HDFS, RETAIN: "2"}, **query), out)
+    for _ in range(50):
+        if cleaned(cp):
             break
         time.sleep(0.1)
     return cp
+
+
+@pytest.fixture(scope="module")
+def short_retention(spark, tmp_path_factory):
+    """A finished aggregation that kept 2 batches: its first batches' files are gone."""
+    return _kept_two(
+        spark,
+        tmp_path_factory.mktemp("retention"),
+        lambda cp: not any(n.startswith("1.") for n in os.listdir(Path(cp) / "state" / "0" / "0")),
+    )
 
 
 def test_a_follower_behind_retention_fails_naming_the_lost_batches(short_retention):
@@ -323,7 +327,6 @@ def test_a_follower_behind_retention_skips_ahead_when_told(spark, short_retentio
 def long_past_retention(spark, tmp_path_factory):
     """A finished aggregation of 30 batches that kept 2: cleanup passed batch 5 by far more batches than a
     follower reads at once, so a follower started at 5 has to skip (or report) batches 5..26 in one go."""
-    from tests.support.streaming_queries import Query
 
     def batches():
         return [
@@ -331,13 +334,9 @@ def long_past_retention(spark, tmp_path_factory):
             for b in range(30)
         ]
 
-    query = Query(QUERIES["agg_fmt2"].build, confs={**HDFS, RETAIN: "2"}, batches=batches)
-    cp = run_query(spark, query, tmp_path_factory.mktemp("long_past_retention"))
-    for _ in range(50):  # maintenance deletes the old files in the background
-        if _committed(Path(cp))[0] > 20:
-            break
-        time.sleep(0.1)
-    return cp
+    return _kept_two(
+        spark, tmp_path_factory.mktemp("long_past_retention"), lambda cp: _committed(Path(cp))[0] > 20, batches=batches
+    )
 
 
 def test_a_follower_far_behind_retention_names_every_lost_batch(long_past_retention):

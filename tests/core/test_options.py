@@ -9,6 +9,7 @@ import pytest
 
 import state_reader
 from state_reader import errors
+from tests.support.damage import copy_of
 from tests.support.oracle import arrow_rows
 
 BAD_OPTIONS = [
@@ -69,12 +70,6 @@ def test_checkpoint_that_does_not_exist(tmp_path):
         state_reader.read_metadata(str(tmp_path / "nothing-here"))
 
 
-def _copy(checkpoints, tmp_path, name="agg_window"):
-    dst = tmp_path / "cp"
-    shutil.copytree(checkpoints(name), dst)
-    return dst
-
-
 def _rewrite(path, content: bytes) -> None:
     """Replace a file's bytes and drop Hadoop's checksum sidecar, as a hand edit would."""
     path.write_bytes(content)
@@ -82,7 +77,7 @@ def _rewrite(path, content: bytes) -> None:
 
 
 def test_offset_log_entry_missing(checkpoints, tmp_path):
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     (cp / "offsets" / "2").unlink()
     with pytest.raises(errors.OffsetLogUnavailableError, match="offsets/2"):
         state_reader.read_state(str(cp), batch_id=2)
@@ -92,35 +87,35 @@ def test_offset_log_entry_missing(checkpoints, tmp_path):
 
 
 def test_offset_log_without_metadata(checkpoints, tmp_path):
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     _rewrite(cp / "offsets" / "2", b"v1\n")
     with pytest.raises(errors.OffsetMetadataUnavailableError, match="offsets/2"):
         state_reader.read_state(str(cp), batch_id=2)
 
 
 def test_unparseable_operator_metadata(checkpoints, tmp_path):
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     _rewrite(cp / "state" / "0" / "_metadata" / "metadata", b"v1\n{not json")
     with pytest.raises(errors.OperatorMetadataReadError, match="_metadata/metadata"):
         state_reader.read_state(str(cp))
 
 
 def test_unreadable_schema_file(checkpoints, tmp_path):
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     _rewrite(cp / "state" / "0" / "0" / "_metadata" / "schema", b"\x00\x02v2\x00\x00")
     with pytest.raises(errors.SchemaReadError, match="_metadata/schema"):
         state_reader.read_state(str(cp))
 
 
 def test_no_committed_batch(checkpoints, tmp_path):
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     shutil.rmtree(cp / "commits")
     with pytest.raises(errors.CommittedBatchUnavailableError, match="No committed batch"):
         state_reader.read_state(str(cp))
 
 
 def test_missing_delta_names_the_file_and_what_exists(checkpoints, tmp_path):
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     part = cp / "state" / "0" / "0"
     for snap in part.glob("*.snapshot"):
         snap.unlink()
@@ -132,7 +127,7 @@ def test_missing_delta_names_the_file_and_what_exists(checkpoints, tmp_path):
 
 
 def test_stale_checksum_sidecar_is_reported(checkpoints, tmp_path):
-    cp = _copy(checkpoints, tmp_path)
+    cp = copy_of(checkpoints, tmp_path)
     (cp / "state" / "0" / "_metadata" / "metadata").write_text("v1\n{not json")  # .crc left as it was
     with pytest.raises(errors.ChecksumMismatchError, match="_metadata/metadata"):
         state_reader.read_state(str(cp))

@@ -253,6 +253,10 @@ def test_one_name_for_a_state_variable_and_errors_name_the_flag_typed(agg):
         assert_one_line_error(proc, f"Invalid value for {flag}: Providing state variable names")
         assert "stateVarName" not in proc.stderr
     assert_one_line_error(run("changes", agg, "--from", "1", "--state-var=count"), "Invalid value for --state-var:")
+    # timers of an operator that has none: the error names --timers, the flag typed
+    proc = run("show", agg, "--timers")
+    assert_one_line_error(proc, "Invalid value for --timers: Reading registered timers")
+    assert "--state-var" not in proc.stderr
     proc = run("rewrite", agg, "--dry-run", "--drop-keys", "nope = 1")
     assert_one_line_error(proc, "Invalid value for --drop-keys: key field nope does not exist")
     assert "--key-filter" not in proc.stderr and "key_filter" not in proc.stderr

@@ -4,8 +4,6 @@ latest and earlier batches, and checkpoint format version 2."""
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
 import uuid
 from pathlib import Path
@@ -15,6 +13,7 @@ import pytest
 import state_reader
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
+from tests.support.damage import fingerprint
 from tests.support.oracle import arrow_rows, assert_same_as_builtin, diff, spark_rows
 from tests.support.streaming_queries import CHECKPOINT_V2, CHECKPOINT_V2_QUERIES, QUERIES, run_query
 
@@ -153,28 +152,18 @@ def test_checkpoint_v2_ignores_files_of_other_ids(spark, v2_checkpoints, tmp_pat
     assert api == expected, diff(expected, api)
 
 
-def _fingerprint(root: str) -> dict[str, tuple[int, str]]:
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for name in names:
-            full = os.path.join(dirpath, name)
-            with open(full, "rb") as fh:
-                out[os.path.relpath(full, root)] = (os.path.getsize(full), hashlib.sha256(fh.read()).hexdigest())
-    return out
-
-
 @pytest.mark.parametrize("name", ["rocksdb_agg_window", "rocksdb_cl_session_window", "rocksdb_v2_multi"])
 def test_reading_leaves_checkpoint_unchanged(spark, checkpoints, v2_checkpoints, name):
     """Names, sizes and bytes of every file are the same after reading through both fronts."""
     path = v2_checkpoints(name) if name in CHECKPOINT_V2_QUERIES else checkpoints(name)
     ops = (CHECKPOINT_V2_QUERIES.get(name) or QUERIES[name]).operators
-    before = _fingerprint(path)
+    before = fingerprint(path)
     for op in range(ops):
         for batch in _batches(path):
             options = {"operatorId": str(op), "batchId": str(batch)}
             rows = state_reader.read_state(path, operator_id=op, batch_id=batch).num_rows
             assert spark.read.format("state_reader.statestore").options(**options).load(path).count() == rows
-    assert _fingerprint(path) == before
+    assert fingerprint(path) == before
 
 
 @pytest.mark.parametrize(

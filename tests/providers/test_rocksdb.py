@@ -20,11 +20,6 @@ from state_reader.model.checkpoint import CheckpointDir
 from tests.support.oracle import arrow_rows
 
 
-def _copy(src: str, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst
-
-
 def _latest_version(path: Path) -> int:
     return CheckpointDir(Storage(str(path))).committed_batches[-1] + 1
 
@@ -63,7 +58,7 @@ def redirected_tmp(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("kind", ["dotdot", "absolute", "symlink", "metadata_sst", "metadata_log"])
 def test_hostile_zip_is_refused(checkpoints, tmp_path, redirected_tmp, kind):
-    copy = _copy(checkpoints("rocksdb_agg_fmt2"), tmp_path / "checkpoint")
+    copy = shutil.copytree(checkpoints("rocksdb_agg_fmt2"), tmp_path / "checkpoint")
     version = _latest_version(copy)
     zip_path = copy / "state" / "0" / "0" / f"{version}.zip"
     outside = tmp_path / "escaped"
@@ -99,7 +94,7 @@ def test_hostile_zip_is_refused(checkpoints, tmp_path, redirected_tmp, kind):
 
 
 def test_oversized_zip_is_refused(checkpoints, tmp_path, monkeypatch, redirected_tmp):
-    copy = _copy(checkpoints("rocksdb_agg_fmt2"), tmp_path / "checkpoint")
+    copy = shutil.copytree(checkpoints("rocksdb_agg_fmt2"), tmp_path / "checkpoint")
     version = _latest_version(copy)
     monkeypatch.setattr(snapshot_zip, "MAX_ZIP_BYTES", 1024)
     with pytest.raises(UnsafeArchiveError, match=rf"{version}\.zip.*more than the 1024"):
@@ -122,7 +117,7 @@ def _versions(directory: Path, suffix: str) -> list[int]:
 
 
 def test_missing_changelog_is_named(checkpoints, tmp_path):
-    copy = _copy(checkpoints("rocksdb_cl_agg_window"), tmp_path / "checkpoint")
+    copy = shutil.copytree(checkpoints("rocksdb_cl_agg_window"), tmp_path / "checkpoint")
     # a version that only a changelog holds, so reading it needs that changelog
     part, version = next(
         (part, v)
@@ -145,7 +140,7 @@ def _sst_names(zip_path: Path) -> list[str]:
 
 
 def test_missing_zip_and_sst_are_named(checkpoints, tmp_path):
-    copy = _copy(checkpoints("rocksdb_agg_window"), tmp_path / "checkpoint")
+    copy = shutil.copytree(checkpoints("rocksdb_agg_window"), tmp_path / "checkpoint")
     version = _latest_version(copy)
     part = copy / "state" / "0" / "0"
     victim = part / f"{version}.zip"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import socket
 import struct
 import zlib
@@ -108,6 +109,11 @@ def hadoop_crc(data: bytes, chunk: int = 512) -> bytes:
 
 def hadoop_sidecar_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.crc")
+
+
+def copy_of(checkpoints, tmp_path: Path, name: str = "agg_window") -> Path:
+    """A copy, to damage, of the test checkpoint ``name`` (``checkpoints``: the session's fixture)."""
+    return Path(shutil.copytree(checkpoints(name), tmp_path / name))
 
 
 def fingerprint(root: str | Path) -> dict[str, tuple]:
