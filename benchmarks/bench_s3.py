@@ -253,7 +253,7 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one operation: locally twice, then through the proxy once on new connections and
     ``runs`` times more. Before and after each remote run the parent is asked to note the proxy's
     counts (a line ``@@mark`` on standard output, answered by a line on standard input)."""
-    from state_reader.io.storage import io_counts, io_counts_since
+    from state_reader.io.calls import io_counts, io_counts_since
 
     caught = _Warnings()
     logging.getLogger().addHandler(caught)

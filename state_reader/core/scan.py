@@ -34,7 +34,7 @@ from state_reader.core.key_filter import OPTION as KEY_FILTER_OPTION
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec, as_key_filter
 from state_reader.core.pruning import lookup_partitions
 from state_reader.errors import InvalidOptionError, MissingStateFileError, StorageError
-from state_reader.io.storage import io_threads
+from state_reader.io.calls import io_threads
 from state_reader.model.plan import StateReadPlan
 from state_reader.progress import progress
 from state_reader.providers.store_files import StoreFiles, files_to_read, unique_id_for

@@ -22,6 +22,10 @@ Both return the same positions and the same status for every input. numba is
 imported lazily and only for reads big enough to repay its start-up (about
 0.2 s for the import and the cached machine code), or when it is already
 loaded; ``STATE_READER_NUMBA=0`` / ``1`` turns it off / on regardless.
+
+The compiled code is loaded here alone: the walks above from :mod:`state_reader.formats._numba_walk`,
+and the SST reader's kernels (:mod:`state_reader.formats.sst`) from
+:mod:`state_reader.formats._numba_sst` (:func:`sst_kernels`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import os
 import struct
 import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -85,6 +90,16 @@ def _compile() -> Callable[..., Any] | None:
     _numba_gather_spans = gather_spans
     _numba_walk = walk
     return walk
+
+
+def sst_kernels() -> ModuleType:
+    """The SST reader's kernels (:mod:`state_reader.formats._numba_sst`), loaded with the others on
+    first use; ImportError without numba. Whether a read takes them is :func:`numba_wanted`'s to say."""
+    if _compile() is None:
+        raise ImportError("numba is not available")
+    from state_reader.formats import _numba_sst
+
+    return _numba_sst
 
 
 def _setting() -> str | None:

@@ -34,8 +34,8 @@ from state_reader.inspect.flatten import renamed_batch as _renamed_batch
 from state_reader.inspect.flatten import unique_schema as _unique_schema
 from state_reader.inspect.flatten import with_unique_field_names
 from state_reader.io.destination import Destination as _Destination
+from state_reader.io.integrity import with_checksum_report as _with_checksum_report
 from state_reader.io.storage import Storage as _Storage
-from state_reader.io.storage import with_checksum_report as _with_checksum_report
 from state_reader.model.checkpoint import CheckpointDir as _Checkpoint
 
 if TYPE_CHECKING:

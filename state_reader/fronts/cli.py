@@ -773,7 +773,7 @@ def in_flags(message: str, typed: Sequence[str] = ()) -> str:
 
 def _counted(args: list[str]) -> int:
     """:func:`main` of ``args``, then the filesystem calls it made and the bytes it fetched, on stderr."""
-    from state_reader.io.storage import describe_counts, io_counts, io_counts_since
+    from state_reader.io.calls import describe_counts, io_counts, io_counts_since
 
     before, started = io_counts(), time.monotonic()
     try:

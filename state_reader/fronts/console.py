@@ -502,7 +502,7 @@ def render_verify(report: VerifyReport, *, as_json: bool) -> None:
     for s in report.skipped:
         con.print(Text(f"operator {s['operator_id']} store {s['store_name']} skipped: {s['reason']}", style="dim"))
     if report.malformed_checksums:  # not damage: said apart from the verdict on the files decoded
-        from state_reader.io.storage import MalformedChecksum, describe_malformed
+        from state_reader.io.integrity import MalformedChecksum, describe_malformed
 
         found = [MalformedChecksum(**m) for m in report.malformed_checksums]
         con.print(Text(f"NOT VERIFIED: {describe_malformed(found)}", style="yellow"))

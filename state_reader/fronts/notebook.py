@@ -37,7 +37,8 @@ from state_reader.inspect.changefeed import changes
 from state_reader.inspect.flatten import flatten_table
 from state_reader.inspect.overview import describe_checkpoint
 from state_reader.inspect.stats import stats
-from state_reader.io.storage import Storage, with_one_listing
+from state_reader.io.calls import with_one_listing
+from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir as _Logs
 from state_reader.model.state_variables import TIMERS
 from state_reader.progress import progress

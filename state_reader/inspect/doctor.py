@@ -31,7 +31,9 @@ from state_reader.formats.snapshot_zip import SST_DIR
 from state_reader.grouping import group_ids
 from state_reader.inspect.doctor_thresholds import THRESHOLDS
 from state_reader.inspect.stats import operator_stores
-from state_reader.io.storage import MalformedChecksum, Storage, checksum_report, with_one_listing
+from state_reader.io.calls import with_one_listing
+from state_reader.io.integrity import MalformedChecksum, checksum_report
+from state_reader.io.storage import Storage
 from state_reader.model import operators
 from state_reader.model.checkpoint import (
     JOIN_STORES,

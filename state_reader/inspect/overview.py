@@ -15,7 +15,9 @@ from state_reader.core.metadata import metadata_rows
 from state_reader.core.planner import detect_provider
 from state_reader.errors import OffsetLogUnavailableError, OffsetMetadataUnavailableError, StateReaderError
 from state_reader.formats.codecs import DEFAULT_CODEC
-from state_reader.io.storage import Storage, with_checksum_report, with_one_listing
+from state_reader.io.calls import with_one_listing
+from state_reader.io.integrity import with_checksum_report
+from state_reader.io.storage import Storage
 from state_reader.model import operators as operator_names
 from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.conf import (

@@ -35,7 +35,8 @@ from state_reader.errors import (
     StateReaderError,
     UnsupportedOptionError,
 )
-from state_reader.io.storage import Storage, with_checksum_report
+from state_reader.io.integrity import with_checksum_report
+from state_reader.io.storage import Storage
 from state_reader.model import operators
 from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.plan import StateReadPlan

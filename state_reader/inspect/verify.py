@@ -22,7 +22,8 @@ from state_reader.core.options import from_kwargs
 from state_reader.core.planner import plan_state_read
 from state_reader.errors import RequiredOptionError, StateReaderError, UnsupportedOptionError
 from state_reader.inspect.stats import operator_stores
-from state_reader.io.storage import Storage, checksum_report
+from state_reader.io.integrity import checksum_report
+from state_reader.io.storage import Storage
 from state_reader.model import operators
 from state_reader.model.checkpoint import DEFAULT_STORE, CheckpointDir
 from state_reader.model.plan import StateReadPlan

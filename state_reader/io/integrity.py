@@ -16,15 +16,23 @@ sidecar that is not a checksum file of its kind at all (a repository that keeps 
 through Git LFS holds pointer text in their place): it tells nothing about the file beside
 it, so the verifiers raise :class:`NotAChecksumFileError` and the caller reads that file
 unverified. A well-formed sidecar that disagrees with its file is ChecksumMismatchError.
+The storages of one operation collect the sidecars met that are not checksum files
+(:class:`MalformedChecksums`), and one warning on the ``state_reader.io`` logger names them
+when the operation ends (:func:`checksum_report`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import struct
 import threading
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import wraps
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -313,3 +321,120 @@ def verify_spark(data: bytes, sidecar: bytes, shown: str, sidecar_shown: str) ->
             f"computed 0x{actual:08x}): the file is damaged",
             path=shown,
         )
+
+
+# -- sidecars that are not checksum files, reported ------------------------------------------
+
+log = logging.getLogger("state_reader.io")
+F = TypeVar("F", bound=Callable[..., Any])
+# this thread's checksum_report() under way (``.malformed``: its MalformedChecksums, else None)
+_REPORT = threading.local()
+
+
+@dataclass(frozen=True)
+class MalformedChecksum:
+    """A checksum sidecar that is not a checksum file: the file beside it was read unverified."""
+
+    sidecar: str  # as shown to the user
+    file: str  # the file it should have verified
+    kind: str  # "hadoop" (the hidden .<name>.crc) or "spark" (<name>.crc, checkpoint format 2)
+    reason: str
+
+
+class MalformedChecksums:
+    """The checksum sidecars met that are not checksum files, shared by the storages of one
+    operation (several threads verify at once), and which of them a warning has named."""
+
+    SHOWN = 5  # sidecars a warning names; the rest are counted
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._found: dict[str, MalformedChecksum] = {}
+        self._warned: set[str] = set()
+        self.deferred = False  # within held(): its end gives the warning
+
+    def add(self, found: MalformedChecksum) -> None:
+        with self._lock:
+            self._found.setdefault(found.sidecar, found)
+
+    def found(self) -> list[MalformedChecksum]:
+        """Every one met so far, by path (reads on several threads meet them in no fixed order)."""
+        with self._lock:
+            return sorted(self._found.values(), key=lambda f: f.sidecar)
+
+    @contextmanager
+    def held(self, *, warn: bool = True) -> Iterator[MalformedChecksums]:
+        """Within it, the reads that end keep what they met for one warning at its end (``warn=False``:
+        none; the caller reports them). Nested uses: the outermost one's end."""
+        if self.deferred:
+            yield self
+            return
+        self.deferred = True
+        try:
+            yield self
+        finally:
+            self.deferred = False
+            if warn:
+                self.warn()
+
+    def warn(self) -> None:
+        """One warning naming those that no warning has named yet, if any."""
+        with self._lock:
+            new = sorted((f for key, f in self._found.items() if key not in self._warned), key=lambda f: f.sidecar)
+            self._warned.update(f.sidecar for f in new)
+        if new:
+            log.warning("%s", describe_malformed(new))
+
+
+def describe_malformed(found: list[MalformedChecksum]) -> str:
+    """The warning about checksum sidecars that are not checksum files: how many, why, the first few."""
+    reasons = list(dict.fromkeys(f.reason for f in found))
+    shown = ", ".join(f.sidecar for f in found[: MalformedChecksums.SHOWN])
+    more = len(found) - MalformedChecksums.SHOWN
+    one = len(found) == 1
+    text = (
+        f"{len(found)} .crc file{' is not a checksum file' if one else 's are not checksum files'} "
+        f"({'; '.join(reasons[:3])}{'; …' if len(reasons) > 3 else ''}), so the "
+        f"file{'' if one else 's'} beside {'it was' if one else 'them were'} read without checksum "
+        f"verification: {shown}{f' and {more} more' if more > 0 else ''}. Nothing says "
+        f"{'that file is' if one else 'those files are'} damaged; restore the real checksum files "
+        "(`git lfs pull` where a repository keeps *.crc in Git LFS) to have them verified"
+    )
+    if any(f.kind == "spark" for f in found):
+        text += "; Spark itself fails to load RocksDB files whose own <name>.crc is not a checksum file"
+    return text
+
+
+@contextmanager
+def checksum_report(*, warn: bool = True) -> Iterator[MalformedChecksums]:
+    """Within it, the storages made on this thread share one :class:`MalformedChecksums`; at its
+    end one warning names the sidecars they met that are not checksum files (``warn=False``: the
+    caller reports them itself, as ``doctor`` and ``verify`` do). Nested uses share the
+    outermost one's."""
+    outer = getattr(_REPORT, "malformed", None)
+    if outer is not None:
+        yield outer
+        return
+    record = MalformedChecksums()
+    _REPORT.malformed = record
+    try:
+        with record.held(warn=warn):
+            yield record
+    finally:
+        _REPORT.malformed = None
+
+
+def with_checksum_report(func: F) -> F:
+    """``func`` run within :func:`checksum_report`: one warning for all it reads."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with checksum_report():
+            return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def current_report() -> MalformedChecksums | None:
+    """The :class:`MalformedChecksums` of the :func:`checksum_report` under way on this thread, or None."""
+    return getattr(_REPORT, "malformed", None)

@@ -9,7 +9,7 @@ checksum sidecars beside it, when there are any (see :mod:`state_reader.io.integ
 A sidecar that is not a checksum file at all (a Git LFS pointer in its place) says
 nothing about the file: that file is read unverified, and one warning on the
 ``state_reader.io`` logger names such sidecars when the read ends
-(:class:`MalformedChecksums`, :func:`checksum_report`).
+(``MalformedChecksums``, ``checksum_report`` in :mod:`state_reader.io.integrity`).
 
 On anything but a local disk every call is a round trip (tens of milliseconds on
 an object store), so a remote ``Storage`` lists each operator's state directory
@@ -17,8 +17,8 @@ once, recursively (one paginated listing on S3, ADLS and GCS: names and sizes),
 and answers every later question about a directory, a file's existence or size
 from that listing for as long as it lives (one plan and its read); and files are
 fetched concurrently (:meth:`Storage.prefetch`, :meth:`Storage.read_many`).
-Calls and bytes are counted (:func:`io_counts`) and logged at debug level on the
-``state_reader.io`` logger.
+Calls and bytes are counted (``io_counts`` in :mod:`state_reader.io.calls`, which also holds
+the pools fetches run on) and logged at debug level on the ``state_reader.io`` logger.
 """
 
 from __future__ import annotations
@@ -29,17 +29,24 @@ import os
 import posixpath
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from functools import partial, wraps
-from typing import Any, TypeVar
+from functools import partial
+from typing import Any
 
 from state_reader.errors import StateReaderError, StorageError
+from state_reader.io.calls import count_call, fetch_pool, io_threads, shared_listings
+
+# the names docs/reading.md gave these counters before they moved: user scripts keep working
+from state_reader.io.calls import io_counts as io_counts
+from state_reader.io.calls import io_counts_since as io_counts_since
 from state_reader.io.integrity import (
     SIDECAR_SUFFIX,
+    MalformedChecksum,
+    MalformedChecksums,
     NotAChecksumFileError,
+    current_report,
     hadoop_sidecar,
     spark_sidecar,
     verify_hadoop,
@@ -57,12 +64,6 @@ log = logging.getLogger("state_reader.io")
 _RECURSIVE_ROOT = re.compile(r"^state/\d+(?=/|$)")
 
 
-def io_threads() -> int:
-    """Files fetched at once from a remote filesystem: STATE_READER_IO_THREADS, else 64 (1: one by one)."""
-    setting = os.environ.get("STATE_READER_IO_THREADS", "").strip()
-    return int(setting) if setting.isdigit() and int(setting) > 0 else 64
-
-
 def filesystem_options(protocol: str, storage_options: dict[str, Any]) -> dict[str, Any]:
     """The options a filesystem is opened with: the user's, and on S3 (s3fs) a connection pool as
     wide as the fetches in flight (:func:`io_threads`) unless ``config_kwargs`` sets
@@ -77,203 +78,6 @@ def filesystem_options(protocol: str, storage_options: dict[str, Any]) -> dict[s
     if not isinstance(config, dict) or "max_pool_connections" in config:
         return storage_options  # the user's setting, or a value s3fs refuses with its own error
     return {**storage_options, "config_kwargs": {**config, "max_pool_connections": io_threads()}}
-
-
-class _Counts:
-    """Calls made to filesystems and bytes fetched, in this process (all threads)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.values = {"list": 0, "get": 0, "info": 0, "bytes": 0}
-
-    def add(self, kind: str, n: int = 1, nbytes: int = 0) -> None:
-        with self._lock:
-            self.values[kind] += n
-            self.values["bytes"] += nbytes
-
-
-_COUNTS = _Counts()
-
-
-def io_counts() -> dict[str, int]:
-    """Calls made so far by this process: listings (``list``), file fetches (``get``), existence
-    or type checks (``info``), and the ``bytes`` fetched. A local disk's calls are counted too."""
-    with _COUNTS._lock:
-        return dict(_COUNTS.values)
-
-
-def io_counts_since(before: dict[str, int]) -> dict[str, int]:
-    """What :func:`io_counts` grew by since ``before`` (an earlier :func:`io_counts`)."""
-    now = io_counts()
-    return {k: now[k] - before.get(k, 0) for k in now}
-
-
-def describe_counts(counts: dict[str, int]) -> str:
-    """'12 listings, 410 fetches (3.2 MB), 0 info calls' for a log line or ``--verbose``."""
-    mb = counts.get("bytes", 0) / 1e6
-    return (
-        f"{counts.get('list', 0)} listings, {counts.get('get', 0)} fetches ({mb:,.1f} MB), "
-        f"{counts.get('info', 0)} info calls"
-    )
-
-
-_POOL_LOCK = threading.Lock()
-_POOL: ThreadPoolExecutor | None = None
-_SMALL_POOL: ThreadPoolExecutor | None = None
-# small files looked into for what they name (snapshot zips, to size a display) are fetched with
-# a wider bound than state: nothing decodes them in the pool, so more at once costs no CPU
-SMALL_FETCHES_PER_FETCH = 4
-
-
-def _fetch_pool(small: bool = False) -> ThreadPoolExecutor:
-    """The process's pool of file fetches (``small``: of small files looked into, a wider one).
-    Its tasks are single fetches that never wait on each other, so any thread (but its own) may
-    wait on them without a deadlock."""
-    global _POOL, _SMALL_POOL
-    with _POOL_LOCK:
-        if small:
-            if _SMALL_POOL is None:
-                _SMALL_POOL = ThreadPoolExecutor(
-                    io_threads() * SMALL_FETCHES_PER_FETCH, thread_name_prefix="state_reader_io_small"
-                )
-            return _SMALL_POOL
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(io_threads(), thread_name_prefix="state_reader_io")
-        return _POOL
-
-
-_SHARED = threading.local()
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-@contextmanager
-def one_listing() -> Iterator[None]:
-    """Within it, the storages made (on this thread) for the same remote location share what
-    they list: one operation made of several reads (the notebook's display, the doctor) lists
-    each directory once. Nested uses share the outermost one's."""
-    if getattr(_SHARED, "listings", None) is not None:
-        yield
-        return
-    _SHARED.listings = {}
-    try:
-        yield
-    finally:
-        _SHARED.listings = None
-
-
-def with_one_listing(func: F) -> F:
-    """``func`` run within :func:`one_listing`."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with one_listing():
-            return func(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
-@dataclass(frozen=True)
-class MalformedChecksum:
-    """A checksum sidecar that is not a checksum file: the file beside it was read unverified."""
-
-    sidecar: str  # as shown to the user
-    file: str  # the file it should have verified
-    kind: str  # "hadoop" (the hidden .<name>.crc) or "spark" (<name>.crc, checkpoint format 2)
-    reason: str
-
-
-class MalformedChecksums:
-    """The checksum sidecars met that are not checksum files, shared by the storages of one
-    operation (several threads verify at once), and which of them a warning has named."""
-
-    SHOWN = 5  # sidecars a warning names; the rest are counted
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._found: dict[str, MalformedChecksum] = {}
-        self._warned: set[str] = set()
-        self.deferred = False  # within held(): its end gives the warning
-
-    def add(self, found: MalformedChecksum) -> None:
-        with self._lock:
-            self._found.setdefault(found.sidecar, found)
-
-    def found(self) -> list[MalformedChecksum]:
-        """Every one met so far, by path (reads on several threads meet them in no fixed order)."""
-        with self._lock:
-            return sorted(self._found.values(), key=lambda f: f.sidecar)
-
-    @contextmanager
-    def held(self, *, warn: bool = True) -> Iterator[MalformedChecksums]:
-        """Within it, the reads that end keep what they met for one warning at its end (``warn=False``:
-        none; the caller reports them). Nested uses: the outermost one's end."""
-        if self.deferred:
-            yield self
-            return
-        self.deferred = True
-        try:
-            yield self
-        finally:
-            self.deferred = False
-            if warn:
-                self.warn()
-
-    def warn(self) -> None:
-        """One warning naming those that no warning has named yet, if any."""
-        with self._lock:
-            new = sorted((f for key, f in self._found.items() if key not in self._warned), key=lambda f: f.sidecar)
-            self._warned.update(f.sidecar for f in new)
-        if new:
-            log.warning("%s", describe_malformed(new))
-
-
-def describe_malformed(found: list[MalformedChecksum]) -> str:
-    """The warning about checksum sidecars that are not checksum files: how many, why, the first few."""
-    reasons = list(dict.fromkeys(f.reason for f in found))
-    shown = ", ".join(f.sidecar for f in found[: MalformedChecksums.SHOWN])
-    more = len(found) - MalformedChecksums.SHOWN
-    one = len(found) == 1
-    text = (
-        f"{len(found)} .crc file{' is not a checksum file' if one else 's are not checksum files'} "
-        f"({'; '.join(reasons[:3])}{'; …' if len(reasons) > 3 else ''}), so the "
-        f"file{'' if one else 's'} beside {'it was' if one else 'them were'} read without checksum "
-        f"verification: {shown}{f' and {more} more' if more > 0 else ''}. Nothing says "
-        f"{'that file is' if one else 'those files are'} damaged; restore the real checksum files "
-        "(`git lfs pull` where a repository keeps *.crc in Git LFS) to have them verified"
-    )
-    if any(f.kind == "spark" for f in found):
-        text += "; Spark itself fails to load RocksDB files whose own <name>.crc is not a checksum file"
-    return text
-
-
-@contextmanager
-def checksum_report(*, warn: bool = True) -> Iterator[MalformedChecksums]:
-    """Within it, the storages made on this thread share one :class:`MalformedChecksums`; at its
-    end one warning names the sidecars they met that are not checksum files (``warn=False``: the
-    caller reports them itself, as ``doctor`` and ``verify`` do). Nested uses share the
-    outermost one's."""
-    outer = getattr(_SHARED, "malformed", None)
-    if outer is not None:
-        yield outer
-        return
-    record = MalformedChecksums()
-    _SHARED.malformed = record
-    try:
-        with record.held(warn=warn):
-            yield record
-    finally:
-        _SHARED.malformed = None
-
-
-def with_checksum_report(func: F) -> F:
-    """``func`` run within :func:`checksum_report`: one warning for all it reads."""
-
-    @wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with checksum_report():
-            return func(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
 
 
 def _recursive_root(rel: str) -> str | None:
@@ -331,9 +135,9 @@ class Storage:
         self._pending: dict[str, Future[bytes]] = {}
         self._pending_lock = threading.Lock()
         # the sidecars met that are not checksum files: the operation's, or this storage's own
-        record = getattr(_SHARED, "malformed", None)
+        record = current_report()
         self.malformed: MalformedChecksums = record if record is not None else MalformedChecksums()
-        shared = getattr(_SHARED, "listings", None)
+        shared = shared_listings()
         if shared is not None and protocol != "file":
             key = (protocol, self.root, repr(sorted(self.storage_options.items())))
             self._tree, self._recursive, self._tree_lock, self._inflight = shared.setdefault(
@@ -505,7 +309,7 @@ class Storage:
                 if top is not None
                 else (f"ls:{rel}", lambda rel=rel: self._list_one(rel))
             )
-            _fetch_pool().submit(self._quietly, key, call)
+            fetch_pool().submit(self._quietly, key, call)
 
     def _quietly(self, key: str, call: Callable[[], None]) -> None:
         try:
@@ -548,7 +352,7 @@ class Storage:
             found = {}
         except Exception as exc:
             raise self._wrap(exc, rel, "listing") from exc
-        _COUNTS.add("list")
+        count_call("list")
         tree: dict[str, dict[str, int | None] | None] = {}
         prefix = full.rstrip("/") + "/"
         for path, info in found.items():
@@ -585,7 +389,7 @@ class Storage:
             listed = None
         except Exception as exc:
             raise self._wrap(exc, rel, "listing") from exc
-        _COUNTS.add("list")
+        count_call("list")
         entries: dict[str, int | None] | None = None
         if listed is not None:
             entries = {}
@@ -623,7 +427,7 @@ class Storage:
     # A local disk is read with the os module directly: fsspec's local filesystem normalises
     # every path again on each call, which cost about a third of a millisecond per partition.
     def _list_local(self, rel: str) -> list[str] | None:
-        _COUNTS.add("list")
+        count_call("list")
         try:
             names = os.listdir(self.full(rel))
         except (FileNotFoundError, NotADirectoryError):
@@ -636,7 +440,7 @@ class Storage:
     def _sizes_local(self, rel: str) -> dict[str, int] | None:
         out: dict[str, int] = {}
         seen: set[str] = set()
-        _COUNTS.add("list")
+        count_call("list")
         try:
             with os.scandir(self.full(rel)) as entries:
                 for entry in entries:
@@ -660,7 +464,7 @@ class Storage:
         rel = rel.strip("/")
         if rel:
             return self._entries(rel) is not None
-        _COUNTS.add("info")
+        count_call("info")
         try:
             return bool(self.fs.isdir(self.full(rel)))
         except Exception as exc:
@@ -674,7 +478,7 @@ class Storage:
         if rel:
             directory, name = posixpath.split(rel)
             return name in (self._entries(directory) or {})
-        _COUNTS.add("info")
+        count_call("info")
         try:
             return bool(self.fs.exists(self.full(rel)))
         except Exception as exc:
@@ -732,12 +536,12 @@ class Storage:
         """Start fetching ``rels`` (and their checksum sidecars) concurrently; the next read of
         each takes its bytes, or the error its fetch met (a file gone since the listing is
         FileNotFoundError then, as it would have been). ``small``: small files looked into for what
-        they name, :data:`SMALL_FETCHES_PER_FETCH` times as many at once. A local disk is read when
+        they name, ``calls.SMALL_FETCHES_PER_FETCH`` times as many at once. A local disk is read when
         asked instead, as is everything with STATE_READER_IO_THREADS=1."""
         if self.protocol == "file" or io_threads() <= 1:
             return
         wanted = self._with_sidecars(rels) if sidecars else list(rels)
-        pool = _fetch_pool(small)
+        pool = fetch_pool(small)
         with self._pending_lock:
             for rel in wanted:
                 if rel not in self._pending:
@@ -781,17 +585,17 @@ class Storage:
         try:
             data = self._get_s3(self.full(rel)) if self._s3_get else self.fs.cat_file(self.full(rel))
         except FileNotFoundError:
-            _COUNTS.add("get")
+            count_call("get")
             log.debug("fetch %s: gone", self.display(rel))
             raise
         except IsADirectoryError:
-            _COUNTS.add("get")
+            count_call("get")
             raise FileNotFoundError(self.display(rel)) from None
         except Exception as exc:
-            _COUNTS.add("get")
+            count_call("get")
             log.debug("fetch %s failed: %s", self.display(rel), exc)
             raise self._wrap(exc, rel, "reading") from exc
-        _COUNTS.add("get", nbytes=len(data))
+        count_call("get", nbytes=len(data))
         log.debug("fetched %s: %d bytes", self.display(rel), len(data))
         return bytes(data)
 
@@ -836,7 +640,7 @@ class Storage:
             raise FileNotFoundError(self.display(rel)) from None
         except Exception as exc:
             raise self._wrap(exc, rel, "reading") from exc
-        _COUNTS.add("get", nbytes=len(data))
+        count_call("get", nbytes=len(data))
         return data
 
     def _names_for_sidecars(self, directory: str, name: str) -> set[str] | None:
@@ -882,7 +686,8 @@ class Storage:
 
     def warn_malformed_checksums(self) -> None:
         """One warning naming the sidecars met that are not checksum files and that no warning has
-        named yet; none while a :func:`checksum_report` that names them at its end is under way."""
+        named yet; none while a ``checksum_report`` (in :mod:`state_reader.io.integrity`) that names
+        them at its end is under way."""
         if not self.malformed.deferred:
             self.malformed.warn()
 

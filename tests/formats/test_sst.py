@@ -98,14 +98,13 @@ def test_sst_files_read_like_rocksdb(tmp_path, compression, checksum, format_ver
 
 def test_kernels_run_as_plain_python(tmp_path, monkeypatch):
     """The kernels are plain Python too: uncompiled they give what the compiled code gives."""
+    from state_reader.formats import _numba_sst
+
     expected = _write_db(tmp_path / "db", seed=1)
     compiled = _rows(*read_sst_rows(_ssts(tmp_path / "db"), "test"))
-    plain = {"_k_varint": sst._read_varint, "_k_le32": sst._le32, "_k_compare": sst._compare, "_k_emit": sst._emit}
-    for name, fn in plain.items():
-        monkeypatch.setattr(sst, name, fn)
-    monkeypatch.setattr(
-        sst, "_sst_kernels", sst._Kernels(sst._index_handles, sst._block_sizes, sst._sst_walk, sst._sst_merge)
-    )
+    # each kernel and each helper they call, as its Python source: the calls between them go through the module
+    for name in ("_read_varint", "_le32", "_compare", "_emit", "index_handles", "block_sizes", "walk", "merge"):
+        monkeypatch.setattr(_numba_sst, name, getattr(_numba_sst, name).py_func)
     assert _rows(*read_sst_rows(_ssts(tmp_path / "db"), "test")) == compiled == expected
 
 
@@ -189,8 +188,6 @@ def test_reader_leaves_no_temporary_directory(tmp_path, numba_on, monkeypatch):
 def test_damage_past_the_checksums_gives_our_errors(tmp_path, monkeypatch):
     """Blocks whose checksums hold but whose contents are wrong reach the compiled loops;
     they must answer with our errors (or leave the file to rocksdict), never crash."""
-    from state_reader.formats import sst
-
     _write_db(tmp_path / "db", compression="lz4", checksum="crc32c", seed=3)
     datas = [data for data, _ in _ssts(tmp_path / "db")]
     monkeypatch.setattr(sst._SstFile, "verify", lambda self, *args: None)

@@ -19,7 +19,7 @@ from state_reader.core.key_filter import And, Comparison, NullCheck, Predicate
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table
 from state_reader.errors import MissingStateFileError
-from state_reader.io.storage import io_counts, io_counts_since
+from state_reader.io.calls import io_counts, io_counts_since
 from tests.support import latency_fs
 
 FS = latency_fs.LatencyFileSystem

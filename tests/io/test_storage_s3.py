@@ -19,7 +19,8 @@ import state_reader
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table
 from state_reader.errors import ChecksumMismatchError, CorruptFileError, StorageError
-from state_reader.io.storage import Storage, io_threads
+from state_reader.io.calls import io_threads
+from state_reader.io.storage import Storage
 from tests.support.damage import StallingProxy, free_port
 from tests.support.oracle import arrow_rows, spark_rows
 
