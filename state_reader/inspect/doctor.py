@@ -6,46 +6,50 @@ the latest committed batch (plus, for growth, the oldest batch still on disk and
 change feed since), and turns what it finds into :class:`Finding` objects with a
 severity, the operator and store concerned, the evidence in numbers and what to do. The thresholds are named
 in :data:`THRESHOLDS` and can be overridden per call.
+
+This module holds the diagnosis and runs the checks; the checks on the files are in
+:mod:`~state_reader.inspect.doctor_files`, those on the logs and the state in
+:mod:`~state_reader.inspect.doctor_state`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import math
-import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from state_reader.core import live
 from state_reader.core.options import from_kwargs
-from state_reader.core.planner import plan_state_read, plan_store_read, store_read_options
+from state_reader.core.planner import store_read_options
 from state_reader.core.scan import read_table
-from state_reader.core.skew import is_skewed, skew
-from state_reader.errors import InvalidOptionError, MissingSchemaFileError, StateReaderError
-from state_reader.formats.snapshot_zip import SST_DIR
-from state_reader.grouping import group_ids
+from state_reader.errors import InvalidOptionError, StateReaderError
+from state_reader.inspect.doctor_files import (
+    files_past_commit,
+    long_chain,
+    malformed_checksums,
+    storage_waste,
+    unused_files,
+)
+from state_reader.inspect.doctor_findings import Finding, Store, plural
+from state_reader.inspect.doctor_state import (
+    expired_rows,
+    large_rows,
+    never_evicted,
+    overdue_timers,
+    skewed_partition,
+    uncommitted,
+    unreadable,
+    watermark_stalled,
+)
 from state_reader.inspect.doctor_thresholds import THRESHOLDS
 from state_reader.inspect.stats import operator_stores
 from state_reader.io.calls import with_one_listing
-from state_reader.io.integrity import MalformedChecksum, checksum_report
+from state_reader.io.integrity import checksum_report
 from state_reader.io.storage import Storage
-from state_reader.model import operators
-from state_reader.model.checkpoint import (
-    JOIN_STORES,
-    JOIN_V4_STORES,
-    CheckpointDir,
-    OffsetEntry,
-    numeric_names,
-    parse_state_file_name,
-    version_ranges,
-)
+from state_reader.model.checkpoint import CheckpointDir, OffsetEntry
 from state_reader.model.plan import StateReadPlan
-from state_reader.providers.store_files import StoreFiles, look_ahead, unique_id_for
 
 SEVERITIES = ("error", "warning", "info")
 KINDS = (
@@ -62,19 +66,6 @@ KINDS = (
     "overdue-timers",
     "malformed-checksum-file",
 )
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One thing ``doctor`` found: its kind, how bad, where, the numbers, and what to do."""
-
-    kind: str
-    severity: str
-    operator_id: int | None
-    store_name: str | None
-    summary: str
-    evidence: dict[str, Any]
-    action: str
 
 
 @dataclass
@@ -135,851 +126,7 @@ def parse_thresholds(given: dict[str, Any] | None) -> dict[str, float]:
     return values
 
 
-def _n(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
-
-
-def _iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat(timespec="seconds")
-
-
-# --- the log checks ----------------------------------------------------------------------------------
-
-
-def _uncommitted(cp: CheckpointDir, committed: list[int]) -> list[Finding]:
-    planned = numeric_names(cp.storage.list_names("offsets"))
-    pending = [b for b in planned if b > committed[-1]]
-    if not pending:
-        return []
-    return [
-        Finding(
-            "uncommitted-batch",
-            "info",
-            None,
-            None,
-            f"batch {pending[0]} was planned (offsets/{pending[0]}) but never committed",
-            {"planned_batches": pending, "last_committed_batch": committed[-1]},
-            "the query stopped during that batch, or is running it now; on restart it runs the batch again "
-            "from the same offsets, so nothing is lost. If it keeps failing there, its driver log says why",
-        )
-    ]
-
-
-def _watermark_stalled(entries: dict[int, OffsetEntry], limit: float, event_time_ms: int | None) -> list[Finding]:
-    batches = sorted(entries)
-    last = entries[batches[-1]].watermark_ms
-    if last <= 0:
-        return []  # no watermark defined
-    since, with_input = batches[-1], 0
-    for prev, batch in zip(reversed(batches[:-1]), reversed(batches[1:]), strict=True):
-        if entries[batch].watermark_ms != last:
-            break
-        since = batch
-        with_input += entries[batch].sources != entries[prev].sources
-        if entries[prev].watermark_ms != last:
-            break
-    if with_input < limit:
-        return []
-    evidence: dict[str, Any] = {
-        "watermark": _iso(last),
-        "unchanged_since_batch": since,
-        "batches_with_input": with_input,
-        "latest_batch": batches[-1],
-    }
-    if event_time_ms is not None:
-        evidence["latest_event_time_in_state"] = _iso(event_time_ms)
-    return [
-        Finding(
-            "watermark-stalled",
-            "warning",
-            None,
-            None,
-            f"the watermark has stayed at {_iso(last)} since batch {since}, over {with_input} batches that took input",
-            evidence,
-            "the watermark is the minimum over every input's event time (minus its delay): an input, a Kafka "
-            "partition or a join side whose event time stopped moving holds it back. Find that input; for idle "
-            "ones consider spark.sql.streaming.multipleWatermarkPolicy=max, or a smaller withWatermark delay",
-        )
-    ]
-
-
-# --- the state checks --------------------------------------------------------------------------------
-
-
-WATERMARK_METADATA = "spark.watermarkDelayMs"  # on the event-time column of a key, in the schema file
-
-
-def _event_times(store: _Store) -> tuple[np.ndarray, str, bool] | None:
-    """(event time of each row in ms, what it is, whether rows at the watermark itself expire), or None.
-
-    The event-time column of a key carries the watermark delay in its field
-    metadata: a window (its end counts) or a timestamp. A session window keeps
-    its window in the value; dropDuplicatesWithinWatermark keeps an expiry.
-    """
-    table = store.table
-    for f in store.plan.key_schema.fields:
-        if WATERMARK_METADATA in (f.metadata or {}):
-            column = pc.struct_field(table.column("key"), f.name)
-            if pa.types.is_struct(column.type):
-                return _millis(pc.struct_field(column, "end")), "window end", True
-            if pa.types.is_timestamp(column.type):
-                return _millis(column), f"event time ({f.name})", True
-    value_type = table.schema.field("value").type if "value" in table.column_names else None
-    if value_type is None or not pa.types.is_struct(value_type):
-        return None
-    names = [f.name for f in value_type]
-    if "expiresAtMicros" in names:
-        expires = pc.struct_field(table.column("value"), "expiresAtMicros").cast(pa.int64())
-        return np.asarray(expires.fill_null(_NONE_MS * 1000).to_numpy(zero_copy_only=False)) // 1000, "expiry", False
-    if "session_window" in names:
-        window = pc.struct_field(table.column("value"), "session_window")
-        return _millis(pc.struct_field(window, "end")), "session end", True
-    return None
-
-
-_NONE_MS = np.iinfo(np.int64).max // 1000
-
-
-def _millis(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    micros = pc.cast(column, pa.timestamp("us", tz=getattr(column.type, "tz", None))).cast(pa.int64())
-    return np.asarray(micros.fill_null(_NONE_MS * 1000).to_numpy(zero_copy_only=False)) // 1000
-
-
-def _row_bytes(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Approximate bytes of each value: fixed-width leaves at their width, strings and binaries at their length."""
-    if isinstance(array, pa.ChunkedArray):
-        parts = [_row_bytes(c) for c in array.chunks]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    typ, n = array.type, len(array)
-    if pa.types.is_struct(typ):
-        total = np.zeros(n, np.int64)
-        for child in array.flatten():
-            total += _row_bytes(child)
-        return total
-    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_map(typ):
-        values = (
-            array.values
-            if not pa.types.is_map(typ)
-            else pa.StructArray.from_arrays([array.keys, array.items], names=["k", "v"])
-        )
-        inner = np.concatenate([[0], np.cumsum(_row_bytes(values))])
-        offsets = np.asarray(array.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
-        return inner[offsets[1:]] - inner[offsets[:-1]]
-    if (
-        pa.types.is_string(typ)
-        or pa.types.is_binary(typ)
-        or pa.types.is_large_string(typ)
-        or pa.types.is_large_binary(typ)
-    ):
-        return np.asarray(pc.binary_length(array).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    width = getattr(typ, "bit_width", 8) // 8 if pa.types.is_primitive(typ) else 8
-    return np.full(n, max(width, 1), np.int64)
-
-
-def _short(value: Any, limit: int = 120) -> str:
-    text = json.dumps(value, default=str, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-@dataclass
-class _Store:
-    operator_id: int
-    store_name: str
-    operator_name: str | None
-    plan: StateReadPlan
-    table: pa.Table
-
-
-def _skew(store: _Store, limits: dict[str, float]) -> list[Finding]:
-    counts = dict.fromkeys(store.plan.partitions, 0)
-    for pid, n in zip(*np.unique(store.table.column("partition_id").to_numpy(), return_counts=True), strict=True):
-        counts[int(pid)] = int(n)
-    rows = list(counts.values())
-    worst = max(counts, key=lambda p: counts[p])
-    median = statistics.median(rows)
-    if not is_skewed(counts[worst], median, limits["skew"], limits["skew-min-rows"]) or len(rows) < 2:
-        return []
-    ratio = skew(counts[worst], median)
-    # more than half the partitions empty: the ratio is infinite, say how many are empty instead
-    evidence: dict[str, Any] = {
-        "partition": worst,
-        "rows": counts[worst],
-        "median_rows": median,
-        "ratio": round(ratio, 1) if math.isfinite(ratio) else None,
-        "partitions": len(rows),
-        "empty_partitions": sum(n == 0 for n in rows),
-    }
-    versus = (
-        f"{ratio:.1f}× the median partition ({median:g})"
-        if math.isfinite(ratio)
-        else f"while {evidence['empty_partitions']} of {len(rows)} partitions are empty"
-    )
-    in_worst = store.table.filter(pc.equal(store.table.column("partition_id"), worst))
-    keys = in_worst.column("key").combine_chunks()
-    ids = group_ids(keys)
-    per_key = np.bincount(ids)
-    if per_key.size and per_key.max() > 1:  # several rows per key (list state, join buffers): the heavy keys
-        heavy = np.argsort(per_key)[::-1][:3]
-        first_row = {int(g): int(np.argmax(ids == g)) for g in heavy}
-        evidence["heaviest_keys"] = [
-            {"key": _short(keys[first_row[int(g)]].as_py()), "rows": int(per_key[g])} for g in heavy
-        ]
-    else:  # a row per key: the keys whose rows are largest
-        evidence["keys_in_partition"] = int(per_key.size)
-        if "value" in in_worst.column_names:
-            sizes = _row_bytes(in_worst.column("value")) + _row_bytes(in_worst.column("key"))
-            evidence["largest_keys"] = [
-                {"key": _short(keys[int(i)].as_py()), "bytes": int(sizes[i])} for i in np.argsort(sizes)[::-1][:3]
-            ]
-    return [
-        Finding(
-            "skew",
-            "warning",
-            store.operator_id,
-            store.store_name,
-            f"partition {worst} holds {counts[worst]} rows, {versus}",
-            evidence,
-            "one task does most of this operator's work in every batch. Spread the hot keys (add a salt column to "
-            "the grouping key and aggregate twice), or, when keys are many but land unevenly, change the number of "
-            "state partitions (a rewrite of the checkpoint)",
-        )
-    ]
-
-
-def _expired(store: _Store, watermark_ms: int) -> tuple[list[Finding], int | None]:
-    """(findings, latest event time held in the state) for a store whose rows expire with the watermark."""
-    if store.table.num_rows == 0:
-        return [], None
-    found = _event_times(store)
-    if found is None:
-        return [], None
-    times, what, inclusive = found
-    valid = times[times != _NONE_MS]
-    latest = int(valid.max()) if valid.size else None
-    if watermark_ms <= 0:
-        return [], latest
-    expired = valid[valid <= watermark_ms] if inclusive else valid[valid < watermark_ms]
-    if not expired.size:
-        return [], latest
-    return [
-        Finding(
-            "expired-rows",
-            "warning",
-            store.operator_id,
-            store.store_name,
-            f"{expired.size} of {store.table.num_rows} rows have a {what} {'at or ' if inclusive else ''}before the "
-            f"watermark ({_iso(watermark_ms)}) and should have been evicted",
-            {
-                "expired_rows": int(expired.size),
-                "rows": store.table.num_rows,
-                "oldest": _iso(int(expired.min())),
-                "of": what,
-                "watermark": _iso(watermark_ms),
-            },
-            "Spark evicts these rows in the batch whose watermark passes them, except in complete output mode, "
-            "which keeps every key forever: use update or append mode with withWatermark on the event-time "
-            "column",
-        )
-    ], latest
-
-
-def _large_rows(store: _Store, limit: float) -> list[Finding]:
-    if store.table.num_rows == 0:
-        return []
-    out = []
-    for column in ("key", "value"):
-        if column not in store.table.column_names:
-            continue
-        sizes = _row_bytes(store.table.column(column))
-        if not sizes.size or sizes.max() < limit:
-            continue
-        top = np.argsort(sizes)[::-1][:3]
-        keys = store.table.column("key")
-        parts = store.table.column("partition_id")
-        out.append(
-            Finding(
-                "large-rows",
-                "warning",
-                store.operator_id,
-                store.store_name,
-                f"{_n(int((sizes >= limit).sum()), column)} of at least {int(limit)} bytes; the largest is "
-                f"{int(sizes.max())} bytes",
-                {
-                    "column": column,
-                    "largest": [
-                        {
-                            "bytes": int(sizes[i]),
-                            "partition": parts[int(i)].as_py(),
-                            "key": _short(keys[int(i)].as_py()),
-                        }
-                        for i in top
-                    ],
-                    "at_least_limit": int((sizes >= limit).sum()),
-                },
-                "every update of such a row rewrites it whole, in memory, in the changelog or delta file and in "
-                "the next snapshot; keep large payloads out of state (store a reference), or split them",
-            )
-        )
-    return out
-
-
-def _long_chain(cp: CheckpointDir, store: _Store, limit: float) -> list[Finding]:
-    plan = store.plan
-    chains = {}
-    stores = {pid: StoreFiles(cp.storage, plan.store_dir(pid), plan.provider, plan.codec) for pid in plan.partitions}
-    uids = {
-        pid: unique_id_for(cp, f, plan.version, store.operator_id, pid, plan.store_name) for pid, f in stores.items()
-    }
-    look_ahead((stores[pid], plan.version, uids[pid]) for pid in stores)  # every partition's snapshot at once
-    for pid in plan.partitions:
-        files = stores[pid]
-        uid = uids[pid]
-        chains[pid] = files.version_files(plan.version, uid)
-    worst = max(chains, key=lambda p: chains[p].delta_chain)
-    if chains[worst].delta_chain < limit:
-        return []
-    kind = "changelog" if plan.provider.endswith("RocksDBStateStoreProvider") else "delta"
-    return [
-        Finding(
-            "long-chain",
-            "warning",
-            store.operator_id,
-            store.store_name,
-            f"partition {worst} replays {chains[worst].delta_chain} {kind} files "
-            + (
-                f"after its last snapshot (version {chains[worst].snapshot_version})"
-                if chains[worst].snapshot_version
-                else "from the first version on, as it has no snapshot"
-            )
-            + f" to load version {plan.version}",
-            {
-                "partition": worst,
-                "chain": chains[worst].delta_chain,
-                "snapshot_version": chains[worst].snapshot_version,
-                "files_to_replay": sum(v.delta_chain for v in chains.values()),
-                "version": plan.version,
-                "partitions_over_limit": sum(v.delta_chain >= limit for v in chains.values()),
-            },
-            "restarts and task retries replay every file of the chain: snapshot maintenance is not keeping up. "
-            "Check spark.sql.streaming.stateStore.minDeltasForSnapshot and maintenanceInterval, and executor "
-            "time for maintenance",
-        )
-    ]
-
-
-@dataclass
-class _UnusedFiles:
-    """A store's state files no committed batch reads, by why: older than every retained batch, or newer."""
-
-    old: dict[str, int] = field(default_factory=dict)  # path -> bytes
-    past_commit: dict[str, int] = field(default_factory=dict)
-    past_versions: set[int] = field(default_factory=set)
-    past_partitions: set[int] = field(default_factory=set)
-    unique_ids: bool = False  # checkpoint format 2: the commit log names each version's files
-
-
-def _unused_files(cp: CheckpointDir, store: _Store) -> _UnusedFiles:
-    """Sort out the files of every partition of ``store`` that no batch in the commit log needs.
-
-    Old: older than the oldest retained batch's base snapshot, and SSTs no retained
-    snapshot lists. Past the commit: versions after the last committed batch's
-    (``batch + 1``), with the SSTs only their snapshots list. Files at or after the
-    oldest retained batch's base snapshot are kept on purpose (a delta beside a
-    snapshot of the same version, say) and are neither.
-    """
-    plan = store.plan
-    committed = cp.committed_batches
-    last_version = committed[-1] + 1
-    out = _UnusedFiles()
-    stores = {pid: StoreFiles(cp.storage, plan.store_dir(pid), plan.provider, plan.codec) for pid in plan.partitions}
-    look_ahead(
-        (f, batch + 1, unique_id_for(cp, f, batch + 1, store.operator_id, pid, plan.store_name))
-        for pid, f in stores.items()
-        for batch in committed
-    )  # the snapshots of every batch, at once
-    for pid in plan.partitions:
-        files = stores[pid]
-        out.unique_ids |= files.has_unique_ids
-        needed: set[str] = set()
-        oldest_base: int | None = None
-        for batch in committed:
-            uid = unique_id_for(cp, files, batch + 1, store.operator_id, pid, plan.store_name)
-            version = files.version_files(batch + 1, uid)
-            needed.update(version.files)
-            if oldest_base is None:
-                oldest_base = version.snapshot_version or 0
-        past_data: set[str] = set()
-        for name, size in files.sizes.items():
-            parsed = parse_state_file_name(name)
-            if parsed is None or name in needed:
-                continue
-            if parsed[0] > last_version:
-                out.past_commit[f"{plan.store_dir(pid)}/{name}"] = size
-                out.past_versions.add(parsed[0])
-                out.past_partitions.add(pid)
-                if files.rocksdb and parsed[2] == "zip":
-                    past_data.update(files.snapshot_data_files(name))
-            elif parsed[0] < (oldest_base or 0):
-                out.old[f"{plan.store_dir(pid)}/{name}"] = size
-        if files.rocksdb:
-            ssts = cp.storage.list_sizes(f"{plan.store_dir(pid)}/{SST_DIR}") or {}
-            for name, size in ssts.items():
-                rel = f"{SST_DIR}/{name}"
-                if name.startswith(".") or rel in needed:
-                    continue
-                (out.past_commit if rel in past_data else out.old)[f"{plan.store_dir(pid)}/{rel}"] = size
-    return out
-
-
-def _storage_waste(cp: CheckpointDir, store: _Store, unused: _UnusedFiles, limit: float) -> list[Finding]:
-    """State files older than any committed batch in the logs can use, and SSTs no retained snapshot lists.
-
-    Spark's maintenance deletes them; their piling up means it is not running or not
-    keeping up.
-    """
-    committed = cp.committed_batches
-    wasted = unused.old
-    if len(wasted) < limit:
-        return []
-    return [
-        Finding(
-            "storage-waste",
-            "warning",
-            store.operator_id,
-            store.store_name,
-            f"{len(wasted)} state files ({sum(wasted.values())} bytes) are needed by no batch the logs still hold "
-            f"({committed[0]}..{committed[-1]})",
-            {
-                "files": len(wasted),
-                "bytes": sum(wasted.values()),
-                "retained_batches": [committed[0], committed[-1]],
-                "examples": sorted(wasted)[:3],
-            },
-            "Spark deletes old state files in its maintenance task, which is not keeping up or not running: check "
-            "spark.sql.streaming.stateStore.maintenanceInterval and the executors' logs for maintenance errors. "
-            "No batch the query can restart from reads them",
-        )
-    ]
-
-
-def _files_past_commit(cp: CheckpointDir, store: _Store, unused: _UnusedFiles) -> list[Finding]:
-    """State files of versions after the last committed batch's: a batch that did not commit, or was undone.
-
-    A batch that is planned (``offsets/<n>``) but not committed wrote them, or is
-    writing them now: the query runs it again on restart, so that is only worth
-    knowing. Any other version is left from a run the logs no longer record: commits
-    (and offsets) removed to reprocess, or a checkpoint rolled back to a copy of its logs.
-    """
-    if not unused.past_commit:
-        return []
-    committed = cp.committed_batches
-    last = committed[-1]
-    planned = {b for b in numeric_names(cp.storage.list_names("offsets")) if b > last}
-    versions = sorted(unused.past_versions)
-    in_flight = all(v - 1 in planned for v in versions)
-    batches = version_ranges({v - 1 for v in versions})
-    size = sum(unused.past_commit.values())
-    evidence: dict[str, Any] = {
-        "files": len(unused.past_commit),
-        "bytes": size,
-        "versions": versions,
-        "batches": [v - 1 for v in versions],
-        "last_committed_batch": last,
-        "planned_batches": sorted(planned),
-        "partitions": len(unused.past_partitions),
-        "examples": sorted(unused.past_commit)[:3],
-    }
-    several = len(versions) > 1
-    summary = (
-        f"{_n(len(unused.past_commit), 'state file')} ({size} bytes) of version{'s' if several else ''} "
-        f"{version_ranges(set(versions))} (batch{'es' if several else ''} {batches}) lie past the last "
-        f"committed batch, {last} (version {last + 1})"
-    )
-    kinds = _file_kinds(unused.past_commit)
-    which = f"the files of version{'s' if several else ''} {version_ranges(set(versions))}"
-    # a snapshot of a version the query runs again may not be written again, and loading that version prefers it
-    stale_snapshot = not unused.unique_ids and any(n.endswith((".snapshot", ".zip")) for n in unused.past_commit)
-    if in_flight:
-        return [
-            Finding(
-                "files-past-commit",
-                "info",
-                store.operator_id,
-                store.store_name,
-                summary,
-                evidence,
-                f"batch {batches} is planned but not committed: its tasks wrote these {kinds} before the query "
-                "stopped (or are writing them now). On restart the query runs the batch again from the same offsets "
-                "and writes its files anew"
-                + (
-                    f". If you change the query before it runs the batch again, first delete {which} from every "
-                    "partition of this store: a snapshot among them would stand in for the new run's state"
-                    if stale_snapshot
-                    else "; nothing reads these in the meantime"
-                ),
-            )
-        ]
-    if unused.unique_ids:
-        harm = (
-            "Spark takes the files the commit log names, so it never reads these, but tools that list the "
-            "store see versions that were never committed. "
-        )
-    else:
-        harm = "When the query runs those batches again it writes their deltas or changelogs anew"
-        if stale_snapshot:
-            harm += (
-                ", but a snapshot among these files can stay (snapshots are written only now and then), and "
-                "a restarted query that loads that version takes the snapshot over the new file: the "
-                "earlier run's state"
-            )
-        harm += ". "
-        if not store.plan.provider.endswith("RocksDBStateStoreProvider"):
-            harm += "Spark's cleanup also counts the versions it keeps back from the newest file on disk. "
-    return [
-        Finding(
-            "files-past-commit",
-            "warning",
-            store.operator_id,
-            store.store_name,
-            summary,
-            evidence,
-            f"these {kinds} belong to batches the commit and offset logs no longer record: commits removed to "
-            "reprocess, a checkpoint rolled back, or a batch whose files outlived its log entries. No read of a "
-            f"committed batch uses them, and they cost storage. {harm}With the query stopped, delete {which} from "
-            "every partition of this store",
-        )
-    ]
-
-
-def _file_kinds(paths: dict[str, int]) -> str:
-    """'.delta and .snapshot files' for the kinds of state files among ``paths``."""
-    kinds = sorted(
-        {"SST" if f"/{SST_DIR}/" in p else "." + p.rsplit(".", 1)[-1] for p in paths}, key=lambda k: (k == "SST", k)
-    )
-    return (", ".join(kinds[:-1]) + " and " + kinds[-1] if len(kinds) > 1 else kinds[0]) + " files"
-
-
-def _overdue_timers(store: _Store, entry: OffsetEntry | None) -> list[Finding]:
-    """Timers (transformWithState) and timeouts (flatMapGroupsWithState) the last batch should have fired."""
-    if entry is None or store.table.num_rows == 0:
-        return []
-    table = store.table
-    if "expiration_timestamp_ms" in table.column_names:  # a transformWithState timer family
-        event_time = "event" in store.store_name.lower()
-        due = table.column("expiration_timestamp_ms")
-    else:
-        if "value" not in table.column_names:
-            return []
-        value_type = table.schema.field("value").type
-        if not (pa.types.is_struct(value_type) and "timeoutTimestamp" in [f.name for f in value_type]):
-            return []
-        due = pc.struct_field(table.column("value"), "timeoutTimestamp")
-        due = due.filter(pc.not_equal(due, -1))  # -1: no timeout set
-        event_time = False  # processing-time or event-time timeouts: both are late once behind both clocks
-    now = entry.watermark_ms if event_time else entry.timestamp_ms
-    if not event_time and entry.watermark_ms > 0 and "expiration_timestamp_ms" not in table.column_names:
-        now = min(now, entry.watermark_ms)
-    values = np.asarray(due.to_numpy(zero_copy_only=False), dtype=np.int64) if len(due) else np.zeros(0, np.int64)
-    late = values[values < now] if now > 0 else values[:0]
-    if not late.size:
-        return []
-    clock = "watermark" if event_time else "processing time"
-    return [
-        Finding(
-            "overdue-timers",
-            "warning",
-            store.operator_id,
-            store.store_name,
-            f"{_n(int(late.size), 'timer')} due before the last batch's {clock} ({_iso(now)}) have not fired; the "
-            f"oldest was due at {_iso(int(late.min()))}",
-            {
-                "overdue": int(late.size),
-                "timers": len(values),
-                "oldest_due": _iso(int(late.min())),
-                clock.replace(" ", "_"): _iso(now),
-            },
-            "a timer fires in the first batch at or after its time; one set in the past fires only in the next "
-            "batch, and never if no batch runs. Set processing-time timers from the current processing time "
-            "(not from event time), and check that batches keep running "
-            "(spark.sql.streaming.noDataMicroBatches.enabled)",
-        )
-    ]
-
-
-def _never_evicted(
-    cp: CheckpointDir,
-    path: str,
-    storage_options: dict[str, Any] | None,
-    store: _Store,
-    entries: dict[int, OffsetEntry],
-    limit: float,
-    feeds: dict[tuple[int, str, int, int], int | None] | None = None,
-) -> list[Finding]:
-    """A store that grew over ``limit`` batches with nothing removed, whose operator has no way to evict.
-
-    ``feeds``: the deletes each store's change feed holds, kept across the stores of one diagnosis.
-    """
-    latest = store.plan.batch_id
-    if not cp.committed_batches or latest - cp.committed_batches[0] < limit:
-        return []
-    reason = _no_eviction_reason(cp, store, entries)
-    if reason is None:
-        return []
-    first_batch = _first_retained(cp, store.plan)  # the oldest state still on disk, read only when it matters
-    if first_batch is None or latest - first_batch < limit:
-        return []
-    try:
-        earlier = read_table(
-            plan_state_read(
-                from_kwargs(
-                    path,
-                    store_read_options(
-                        store.operator_id, store.store_name, first_batch, storage_options, store.operator_name
-                    ),
-                ),
-                cp,
-            ),
-            show_progress=False,
-        )
-    except StateReaderError:
-        return []
-    if store.table.num_rows <= earlier.num_rows:
-        return []
-    keys = pa.concat_arrays([earlier.column("key").combine_chunks(), store.table.column("key").combine_chunks()])
-    ids = group_ids(keys)
-    removed = len(set(ids[: earlier.num_rows].tolist()) - set(ids[earlier.num_rows :].tolist()))
-    if removed:
-        return []
-    # a key removed and written again is in both reads, and a join reuses its row indexes: the change
-    # feed shows the removal itself
-    deletes = _deletes(cp, store, first_batch, {} if feeds is None else feeds)
-    if deletes:
-        return []
-    join = _join_stores(store) is not None
-    return [
-        Finding(
-            "never-evicted",
-            "warning",
-            store.operator_id,
-            store.store_name,
-            f"state grew from {earlier.num_rows} to {store.table.num_rows} rows over batches {first_batch}..{latest} "
-            f"and no key was removed: {reason}",
-            {
-                "first_batch": first_batch,
-                "latest_batch": latest,
-                "rows_first": earlier.num_rows,
-                "rows_latest": store.table.num_rows,
-                "keys_removed": 0,
-                "deletes_in_change_feed": deletes,  # None: no change feed (RocksDB without changelogs)
-                "why": reason,
-            },
-            "this state only grows until the query runs out of memory or slows down. "
-            + (
-                "Give the join a way to evict: withWatermark on both inputs and a join condition that bounds "
-                "each side's event time by the other's (a time range), or a watermarked event-time column "
-                "(a window) in the join key"
-                if join
-                else "Give the operator a way to evict: withWatermark on an event-time column that is part of the "
-                "key (dropDuplicates, aggregation), timeouts (flatMapGroupsWithState), or TTL (transformWithState)"
-            ),
-        )
-    ]
-
-
-def _deletes(
-    cp: CheckpointDir, store: _Store, first_batch: int, feeds: dict[tuple[int, str, int, int], int | None]
-) -> int | None:
-    """Deletes in the change feed of the batches after ``first_batch``, of this store or of a store Spark
-    evicts with it (a join side's row store); None when no change feed can be read."""
-    latest = store.plan.batch_id
-    names = [store.store_name]
-    stores = _join_stores(store)
-    if stores is not None:  # a side's rows leave its row store whenever they leave its count store
-        side = store.store_name.split("-", 1)[0]
-        names += [n for n in stores if n.startswith(f"{side}-") and n != store.store_name]
-    total: int | None = None
-    for name in names:
-        seen = (store.operator_id, name, first_batch, latest)
-        if seen not in feeds:
-            try:
-                feed = read_table(
-                    plan_store_read(
-                        cp,
-                        store.operator_id,
-                        name,
-                        None,
-                        store.operator_name,
-                        read_change_feed=True,
-                        change_start_batch_id=first_batch + 1,
-                        change_end_batch_id=latest,
-                    ),
-                    show_progress=False,
-                )
-                feeds[seen] = int(pc.sum(pc.equal(feed.column("change_type"), "delete")).as_py() or 0)
-            except StateReaderError:  # no change feed: RocksDB without changelogs, a timer family
-                feeds[seen] = None
-        found = feeds[seen]
-        if found is not None:
-            total = (total or 0) + found
-        if total:
-            return total
-    return total
-
-
-def _join_stores(store: _Store) -> tuple[str, ...] | None:
-    """The four stores of the stream-stream join ``store`` belongs to (its state format's), else None."""
-    for stores in (JOIN_STORES, JOIN_V4_STORES):
-        if store.store_name in stores:
-            return stores
-    return None
-
-
-def _no_eviction_reason(cp: CheckpointDir, store: _Store, entries: dict[int, OffsetEntry]) -> str | None:
-    """Why this store cannot shrink, or None when it has a way to.
-
-    Each operator evicts its own way: aggregations, deduplication and session windows
-    drop a key once the watermark passes its event time (:func:`_event_times`); a
-    stream-stream join drops rows by the event time in its rows (:func:`_join_no_eviction`);
-    flatMapGroupsWithState by timeouts, transformWithState by TTL, and both by removal.
-    """
-    if operators.is_transform_with_state(store.operator_name):
-        # a variable with TTL expires; one without may still be cleared by the processor, which the
-        # "no key removed" evidence rules out
-        value = store.table.schema.field("value").type if "value" in store.table.column_names else None
-        has_ttl = value is not None and pa.types.is_struct(value) and "ttlExpirationMs" in [f.name for f in value]
-        return None if has_ttl or store.store_name.startswith("$") else "the state variable has no TTL"
-    value_type = store.plan.arrow_schema.field("value").type
-    has_timeouts = pa.types.is_struct(value_type) and "timeoutTimestamp" in [f.name for f in value_type]
-    if has_timeouts or store.operator_name in operators.FLAT_MAP_GROUPS_WITH_STATE:
-        # flatMapGroupsWithState: a group leaves the state when its timeout fires (or the function removes it)
-        if not has_timeouts:
-            return "the operator runs without timeouts (GroupStateTimeout.NoTimeout)"
-        timeouts = pc.struct_field(store.table.column("value"), "timeoutTimestamp")
-        return "no group has a timeout set" if pc.max(timeouts).as_py() in (None, -1) else None
-    if all(e.watermark_ms <= 0 for e in entries.values()):
-        return "the query defines no watermark, so no key can expire"
-    if _join_stores(store) is not None:
-        return _join_no_eviction(cp, store)
-    if store.operator_name == operators.JOIN:
-        return None  # a join's store of a layout not known here: nothing tells how it evicts
-    if _event_times(store) is None:
-        return "the key holds no event-time column, so the watermark cannot expire any key"
-    return None
-
-
-def _join_no_eviction(cp: CheckpointDir, store: _Store) -> str | None:
-    """Why a side of a stream-stream join cannot shrink, or None when it may.
-
-    Spark evicts a side's rows by the join key when the key holds a watermarked column
-    of either input (both sides then), else by the event time in the side's rows when
-    that input has a watermark and the condition bounds it by the other input's
-    watermarked column. Each input's watermarked column carries the watermark delay in
-    the schema of the side's rows; the join key's schema keeps no such mark, only its
-    types. The condition is not in the checkpoint: a side that may evict by it is taken
-    to, and the change feed says whether it did.
-    """
-    stores = _join_stores(store) or ()
-    side = store.store_name.split("-", 1)[0]
-    other = "right" if side == "left" else "left"
-    marked = {"left": False, "right": False}
-    for name in stores:
-        try:
-            plan = (
-                store.plan
-                if name == store.store_name
-                else plan_store_read(cp, store.operator_id, name, store.plan.batch_id, store.operator_name)
-            )
-        except StateReaderError:
-            return None  # a side's schema unknown: nothing to decide by
-        watermarked = any(WATERMARK_METADATA in (f.metadata or {}) for f in plan.value_schema.fields)
-        marked[name.split("-", 1)[0]] |= watermarked
-    if (marked[side] or marked[other]) and any(_holds_time(f.data_type) for f in store.plan.key_schema.fields):
-        return None  # a watermarked join key evicts both sides
-    if marked[side] and marked[other]:
-        return None
-    if not marked[side]:
-        return (
-            f"the {side} input has no watermark and the join key holds no event-time column, so no watermark "
-            f"can evict the {side} side's rows"
-        )
-    return (
-        f"the {other} input has no watermark, so the join condition cannot bound the {side} side's event time by "
-        f"it, and the join key holds no event-time column: no watermark can evict the {side} side's rows"
-    )
-
-
-def _holds_time(data_type: Any) -> bool:
-    """Whether a join key's field can be an event-time column: a timestamp, or a window of them."""
-    if data_type.kind == "timestamp":
-        return True
-    return data_type.kind == "struct" and any(_holds_time(f.data_type) for f in data_type.fields)
-
-
 # --- the whole diagnosis ---------------------------------------------------------------------------
-
-
-def _unreadable(op: int, store_name: str, batch_id: int | None, exc: StateReaderError) -> Finding:
-    """A store whose latest batch cannot be read: no other check can look at it. A missing or damaged
-    state file keeps Spark from restarting the query too; a missing schema file does not, as Spark
-    writes one when the query starts and finds none."""
-    if isinstance(exc, MissingSchemaFileError):
-        action = (
-            "reading this store (with state_reader, or with Spark's reader) needs its key and value schemas: "
-            "give them as DDL with the read options keySchema and valueSchema (key_schema and value_schema in "
-            "Python, --key-schema and --value-schema on the command line). Restarting the query does not need "
-            "the file: when a query starts and finds no schema file for a store, Spark writes one from the "
-            "query's own schemas (its schema compatibility check, on by default)"
-        )
-    else:
-        action = (
-            "Spark cannot restart the query from this checkpoint until the file is back. `state-reader verify` "
-            "lists every missing or damaged file; restore them from a copy of the checkpoint, or, if the newest "
-            "commits are what is wrong (a commit past the state files), remove those commits and offsets with "
-            "the query stopped so that it runs those batches again"
-        )
-    return Finding(
-        "unreadable-store",
-        "error",
-        op,
-        store_name,
-        f"the state of batch {batch_id} cannot be read: {exc.message}",
-        {"error": type(exc).__name__, "file": getattr(exc, "path", None)},
-        action,
-    )
-
-
-def _malformed_checksums(found: list[MalformedChecksum]) -> Finding:
-    """Checksum sidecars the reads met that are not checksum files: not damage (the files beside them
-    were read, unverified), but Spark fails on its own sidecars (checkpoint format 2) when they are."""
-    spark_own = [f for f in found if f.kind == "spark"]
-    reasons = list(dict.fromkeys(f.reason for f in found))
-    one = len(found) == 1
-    action = (
-        "restore the real checksum files (a repository that keeps *.crc in Git LFS holds pointers in their "
-        "place until `git lfs pull`), or delete these with the query stopped: a missing checksum file is "
-        "skipped by Spark and by state_reader alike"
-    )
-    if spark_own:
-        action = (
-            f"Spark cannot load the {_n(len(spark_own), 'RocksDB file')} whose own <name>.crc is not a checksum "
-            f"file (a restarted query and Spark's statestore reader fail on them): {action}"
-        )
-    return Finding(
-        "malformed-checksum-file",
-        "warning" if spark_own else "info",
-        None,
-        None,
-        f"{_n(len(found), '.crc file')} read {'is not a checksum file' if one else 'are not checksum files'} "
-        f"({'; '.join(reasons[:3])}): the file{'' if one else 's'} beside {'it was' if one else 'them were'} read "
-        f"without verification, and nothing says {'it is' if one else 'they are'} damaged",
-        {
-            "checksum_files": len(found),
-            "spark_checksum_files": len(spark_own),
-            "examples": [f.sidecar for f in found[:5]],
-            "reasons": reasons,
-        },
-        action,
-    )
 
 
 @with_one_listing  # each directory of a remote checkpoint listed once
@@ -991,7 +138,7 @@ def diagnose(
         result = _diagnose(checkpoint, thresholds=thresholds, storage_options=storage_options)
     found = malformed.found()
     if found:
-        result.findings.append(_malformed_checksums(found))
+        result.findings.append(malformed_checksums(found))
         _sort(result.findings)
     result.checked.append("the checksum files beside every file read")
     return result
@@ -1012,7 +159,7 @@ def _diagnose(
     latest = cp.latest_committed_batch()
     committed = cp.committed_batches
     result = Diagnosis(cp.location, latest, thresholds=limits)
-    result.findings += _uncommitted(cp, committed)
+    result.findings += uncommitted(cp, committed)
     result.checked.append("batches planned but not committed")
 
     entries: dict[int, OffsetEntry] = {}
@@ -1043,54 +190,40 @@ def _diagnose(
             )
         except StateReaderError as exc:
             result.checked.append(f"operator {op}, store {store_name}: not read ({exc.message})")
-            result.findings.append(_unreadable(op, store_name, latest, exc))
+            result.findings.append(unreadable(op, store_name, latest, exc))
             continue
         plan = planned[-1]
-        store = _Store(op, store_name, op_name, plan, table)
-        result.findings += _skew(store, limits)
-        expired, held = _expired(store, watermark)
+        store = Store(op, store_name, op_name, plan, table)
+        result.findings += skewed_partition(store, limits)
+        expired, held = expired_rows(store, watermark)
         if len(cp.operator_ids) == 1:
             # with several stateful operators, each later one evicts by a watermark Spark derives from the
             # operator before it, which the offset log does not hold
             result.findings += expired
         if held is not None:
             event_time = held if event_time is None else max(event_time, held)
-        result.findings += _large_rows(store, limits["large-row-bytes"])
-        result.findings += _overdue_timers(store, entries.get(plan.batch_id))
+        result.findings += large_rows(store, limits["large-row-bytes"])
+        result.findings += overdue_timers(store, entries.get(plan.batch_id))
         store_dir = plan.store_dir(plan.partitions[0]) if plan.partitions else None
         if store_dir not in file_checked:  # transformWithState variables share their store's files
             file_checked.add(store_dir)
-            result.findings += _long_chain(cp, store, limits["long-chain"])
-            unused = _unused_files(cp, store)
-            result.findings += _storage_waste(cp, store, unused, limits["waste-files"])
-            result.findings += _files_past_commit(cp, store, unused)
-        result.findings += _never_evicted(
+            result.findings += long_chain(cp, store, limits["long-chain"])
+            unused = unused_files(cp, store)
+            result.findings += storage_waste(cp, store, unused, limits["waste-files"])
+            result.findings += files_past_commit(cp, store, unused)
+        result.findings += never_evicted(
             cp, checkpoint, storage_options, store, entries, limits["growth-batches"], feeds
         )
         result.checked.append(
             f"operator {op} ({op_name or 'unknown'}), store {store_name}: "
-            f"{_n(table.num_rows, 'row')} in {_n(len(plan.partitions), 'partition')} at batch "
+            f"{plural(table.num_rows, 'row')} in {plural(len(plan.partitions), 'partition')} at batch "
             f"{plan.batch_id}"
         )
     if len(cp.operator_ids) > 1:
         result.checked.append(
             "expired rows: not checked, as each of several stateful operators evicts by its own watermark"
         )
-    result.findings += _watermark_stalled(entries, limits["stalled-batches"], event_time)
+    result.findings += watermark_stalled(entries, limits["stalled-batches"], event_time)
     result.checked.append(f"the watermark over batches {min(entries, default=latest)}..{latest}")
     _sort(result.findings)
     return result
-
-
-def _first_retained(cp: CheckpointDir, plan: StateReadPlan) -> int | None:
-    """The oldest committed batch whose state every partition can still rebuild."""
-    committed = cp.committed_batches
-    firsts = []
-    for pid in plan.partitions:
-        files = StoreFiles(cp.storage, plan.store_dir(pid), plan.provider, plan.codec)
-        versions = files.retained_versions(plan.version, {b + 1 for b in committed})
-        if not versions:
-            return None
-        firsts.append(min(versions))
-    candidates = [b for b in committed if b + 1 >= max(firsts)]
-    return candidates[0] if candidates else None

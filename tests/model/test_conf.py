@@ -12,7 +12,8 @@ from pathlib import Path
 
 import state_reader
 from state_reader.formats.codecs import DEFAULT_CODEC, codec_name
-from state_reader.fronts.cli import _FLAG_PARAMS, flags
+from state_reader.fronts.cli import cli
+from state_reader.fronts.cli_flags import _FLAG_PARAMS, flags
 from state_reader.inspect.overview import describe_checkpoint
 from state_reader.model.checkpoint import JOIN_STORES
 from state_reader.model.conf import (
@@ -69,9 +70,9 @@ def test_default_encoding_one_constant():
 
 def test_cli_flags_are_the_declared_ones():
     # every read option an error may name is still a flag some command declares
-    assert set(flags()) == set(_FLAG_PARAMS.values())
-    assert flags()["stateVarName"] == ("--state-var-name", "--state-var")
-    assert flags()["changeStartBatchId"] == ("--from",)
+    assert set(flags(cli)) == set(_FLAG_PARAMS.values())
+    assert flags(cli)["stateVarName"] == ("--state-var-name", "--state-var")
+    assert flags(cli)["changeStartBatchId"] == ("--from",)
 
 
 def test_unrecorded_provider_and_partitions(checkpoints, tmp_path):
