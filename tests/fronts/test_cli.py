@@ -231,40 +231,6 @@ def test_show_with_a_limit_does_not_hide_an_unreadable_partition(checkpoints, tm
         assert_one_line_error(proc, str(last))
 
 
-def test_errors_name_the_flags_that_were_typed(agg):
-    assert_one_line_error(run("show", agg, "--batch", "-1"), "--batch cannot be negative")
-    proc = run("changes", agg, "--from", "4", "--to", "2")
-    assert_one_line_error(proc, "--to", "--from")
-    assert "changeEndBatchId" not in proc.stderr
-    proc = run("show", agg, "--key-filter", "nope=")
-    assert_one_line_error(proc, "--key-filter")
-    assert "key_filter" not in proc.stderr
-
-
-def test_one_name_for_a_state_variable_and_errors_name_the_flag_typed(agg):
-    """--state-var-name is the state variable's flag, as state_var_name and stateVarName are its names in Python
-    and Spark; --state-var, its earlier spelling, still works, and an error names the flag the user typed.
-    The keys a rewrite drops come as --drop-keys (drop_keys in Python), and that is what their errors name."""
-    for command in ("show", "changes", "export"):
-        shown = run(command, "--help").stdout
-        assert "--state-var-name" in shown and "--state-var " not in shown and "--state-var," not in shown, shown
-    for flag in ("--state-var-name", "--state-var"):
-        proc = run("show", agg, flag, "count")
-        assert_one_line_error(proc, f"Invalid value for {flag}: Providing state variable names")
-        assert "stateVarName" not in proc.stderr
-    assert_one_line_error(run("changes", agg, "--from", "1", "--state-var=count"), "Invalid value for --state-var:")
-    # timers of an operator that has none: the error names --timers, the flag typed
-    proc = run("show", agg, "--timers")
-    assert_one_line_error(proc, "Invalid value for --timers: Reading registered timers")
-    assert "--state-var" not in proc.stderr
-    proc = run("rewrite", agg, "--dry-run", "--drop-keys", "nope = 1")
-    assert_one_line_error(proc, "Invalid value for --drop-keys: key field nope does not exist")
-    assert "--key-filter" not in proc.stderr and "key_filter" not in proc.stderr
-    with pytest.raises(state_reader.InvalidOptionError, match="option 'drop_keys': key field nope") as caught:
-        state_reader.rewrite(agg, None, dry_run=True, drop_keys="nope = 1")
-    assert "key_filter" not in str(caught.value)
-
-
 @pytest.mark.parametrize("name", ["join_inner", "join_v3"])
 def test_reading_a_join_without_a_side_suggests_one(checkpoints, name):
     proc = run("show", checkpoints(name))

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import state_reader
 from state_reader.formats.codecs import DEFAULT_CODEC, codec_name
-from state_reader.fronts.cli import cli
-from state_reader.fronts.cli_flags import _FLAG_PARAMS, flags
 from state_reader.inspect.overview import describe_checkpoint
 from state_reader.model.checkpoint import JOIN_STORES
 from state_reader.model.conf import (
@@ -66,13 +64,6 @@ def test_default_codec_one_constant():
 
 def test_default_encoding_one_constant():
     assert StoreConf.parse({}).encoding == DEFAULT_ENCODING == "unsaferow"
-
-
-def test_cli_flags_are_the_declared_ones():
-    # every read option an error may name is still a flag some command declares
-    assert set(flags(cli)) == set(_FLAG_PARAMS.values())
-    assert flags(cli)["stateVarName"] == ("--state-var-name", "--state-var")
-    assert flags(cli)["changeStartBatchId"] == ("--from",)
 
 
 def test_unrecorded_provider_and_partitions(checkpoints, tmp_path):

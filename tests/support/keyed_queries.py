@@ -77,3 +77,32 @@ def run_keyed(
         sources=sources,
     )
     return run_query(spark, query, tmp_path / name)
+
+
+def kinds(path: str, **thresholds) -> set[str]:
+    """The kinds of the findings ``doctor`` reports on ``path``."""
+    import state_reader
+
+    return {f.kind for f in state_reader.diagnose(path, thresholds=thresholds).findings}
+
+
+def windowed(df):
+    """A windowed count with a watermark: evicts, unless its output mode keeps every window (complete)."""
+    return df.withWatermark("ts", "5 seconds").groupBy(F.window("ts", "10 seconds")).agg(F.count("*").alias("n"))
+
+
+def stats_text(path: str) -> str:
+    """What ``state-reader stats`` prints for ``path``, wide enough for every column."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "state_reader", "stats", path],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
