@@ -94,7 +94,7 @@ def test_batch_planned_but_not_committed(checkpoints, tmp_path):
     last = _latest_version(cp) - 1
     (cp / "commits" / str(last)).unlink()
     with pytest.raises(
-        errors.CommittedBatchUnavailableError, match=rf"batchId {last}.*committed batches: 0\.\.{last - 1}"
+        errors.CommittedBatchUnavailableError, match=rf"batch_id {last}.*committed batches: 0\.\.{last - 1}"
     ):
         state_reader.read_state(str(cp), batch_id=last)
     previous = arrow_rows(state_reader.read_state(str(cp), batch_id=last - 1))
@@ -160,7 +160,7 @@ def test_equivalent_rewrite_is_refused_only_with_verification(spark, checkpoints
     assert "STATE_READER_CHECKSUM_MISMATCH" in _spark_error(spark, cp)
     df = spark.read.format("state_reader.statestore").option("verifyChecksums", "false").load(str(cp))
     assert df.count() == len(clean)
-    with pytest.raises(errors.InvalidOptionError, match="verifyChecksums"):
+    with pytest.raises(errors.InvalidOptionError, match="verify_checksums"):
         state_reader.read_state(str(cp), verify_checksums="sometimes")
 
 
@@ -537,7 +537,7 @@ def test_rocksdict_missing_names_the_package(checkpoints):
 
 
 def test_storage_options_of_the_wrong_type(tmp_path):
-    with pytest.raises(errors.InvalidOptionError, match="storageOptions"):
+    with pytest.raises(errors.InvalidOptionError, match="storage_options"):
         state_reader.read_state(str(tmp_path), storage_options=["not", "a", "mapping"])
 
 
@@ -663,7 +663,7 @@ def test_change_feed_start_cleaned_up_or_past_the_end_from_every_entry_point(spa
     assert committed[0] > 1, committed  # the query purged its early batches from the commit log ...
     assert not list((Path(cp) / "state" / "0").glob("*/1.delta"))  # ... and their state files
 
-    gone = rf"changeStartBatchId 0 of .* is no longer retained.*committed batches: {committed[0]}\.\.{latest}"
+    gone = rf"change_start_batch_id 0 of .* is no longer retained.*committed batches: {committed[0]}\.\.{latest}"
     for read in (
         lambda: state_reader.read_state(cp, read_change_feed=True, change_start_batch_id=0),
         lambda: state_reader.changes(cp, 0),

@@ -303,7 +303,7 @@ def test_a_follower_behind_retention_fails_naming_the_lost_batches(short_retenti
         _followed(cp, committed[-1], start=0)
     message = str(caught.value)
     assert "batches 0.." in message and "spark.sql.streaming.minBatchesToRetain" in message
-    assert "failOnDataLoss=false" in message
+    assert "fail_on_data_loss=False" in message  # the Python keyword
 
 
 def test_a_follower_behind_retention_skips_ahead_when_told(spark, short_retention, caplog):

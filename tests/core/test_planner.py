@@ -44,7 +44,7 @@ def test_a_store_without_schema_files_reads_with_the_schemas_given(spark, checkp
         spark.read.format("statestore").load(cp).collect()
     with pytest.raises(errors.MissingSchemaFileError) as caught:
         state_reader.read_state(cp)
-    for named in ("state/0/0/_metadata/schema", "keySchema", "valueSchema", "key_schema", "value_schema"):
+    for named in ("state/0/0/_metadata/schema", "key_schema", "value_schema"):  # the Python keywords
         assert named in caught.value.message
     assert "--key-schema" in caught.value.message and "--value-schema" in caught.value.message
 
@@ -84,7 +84,7 @@ def test_schemas_with_more_fields_than_the_rows_give_a_clear_error(checkpoints, 
         state_reader.read_state(cp, key_schema=key, value_schema=wide_value)
     message = caught.value.message
     assert "a row of 7 fields needs at least 64 fixed bytes" in message and "has 56" in message, message
-    assert f"keySchema='{key}', valueSchema='{wide_value}'" in message
+    assert f"key_schema='{key}', value_schema='{wide_value}'" in message
     assert "value" in message and "(version " in message and caught.value.path.startswith(cp)
 
     # two key fields too many: the rows are long enough, but the window's bytes sit where the slots would be
@@ -93,7 +93,7 @@ def test_schemas_with_more_fields_than_the_rows_give_a_clear_error(checkpoints, 
         state_reader.read_state(cp, key_schema=wide_key, value_schema=value)
     message = caught.value.message
     assert "starts inside the row's first 40 bytes" in message and "field window" in message, message
-    assert f"keySchema='{wide_key}'" in message and " key:" in message
+    assert f"key_schema='{wide_key}'" in message and " key:" in message
 
 
 def test_a_join_store_reads_with_its_own_schemas_given_by_store_name(spark, checkpoints, tmp_path):
@@ -110,7 +110,7 @@ def test_a_join_store_reads_with_its_own_schemas_given_by_store_name(spark, chec
     )
     assert arrow_rows(table) == expected
     # the four stores have schemas of their own: not the default store, not a side (two stores) at once
-    with pytest.raises(errors.InvalidOptionError, match="read each with storeName"):
+    with pytest.raises(errors.InvalidOptionError, match="read each with store_name"):
         state_reader.read_state(cp, key_schema=key, value_schema=value)
-    with pytest.raises(errors.ConflictingOptionsError, match="joinSide"):
+    with pytest.raises(errors.ConflictingOptionsError, match="join_side"):
         state_reader.read_state(cp, join_side="left", key_schema=key, value_schema=value)

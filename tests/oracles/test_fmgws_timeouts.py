@@ -34,7 +34,7 @@ def test_a_timeout_beyond_the_declared_int_is_an_error_not_a_wrapped_value(spark
         with pytest.raises(RowDecodeError) as err:
             state_reader.read_state(path, **kwargs)
         message = str(err.value)
-        assert "timeoutTimestamp" in message and "int range" in message and "timeoutTimestampAsLong" in message
+        assert "timeoutTimestamp" in message and "int range" in message and "timeout_timestamp_as_long" in message
         assert "/state/0/" in message  # names the file
     with pytest.raises(Exception, match="timeoutTimestampAsLong"):
         spark.read.format("state_reader.statestore").load(path).collect()

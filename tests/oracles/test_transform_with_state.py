@@ -56,7 +56,7 @@ def test_snapshot_replay_matches_builtin(spark, tws):
 
 
 def test_variable_errors(tws):
-    with pytest.raises(state_reader.RequiredOptionError, match="stateVarName"):
+    with pytest.raises(state_reader.RequiredOptionError, match="state_var_name"):
         state_reader.read_state(tws)
     with pytest.raises(state_reader.InvalidOptionError, match="not defined"):
         state_reader.read_state(tws, state_var_name="nope")
