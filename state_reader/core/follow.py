@@ -171,10 +171,13 @@ class Follow:
         latest = self.committed()[-1]
         return plan_state_read(self._range_options(latest, latest))
 
-    def latest_offset(self, start: int, *, limited: bool = True, target: int | None = None) -> int:
+    def latest_offset(
+        self, start: int, *, limited: bool = True, target: int | None = None, committed: list[int] | None = None
+    ) -> int:
         """The offset to read up to from ``start``: the latest committed batch, at most ``max_batches`` on
-        (when ``limited``) and at most ``target`` (Trigger.AvailableNow's end); never before ``start``."""
-        end = self.committed()[-1]
+        (when ``limited``) and at most ``target`` (Trigger.AvailableNow's end); never before ``start``.
+        ``committed``: a listing the caller just made (else the commit log is listed here)."""
+        end = (committed or self.committed())[-1]
         if target is not None:
             end = min(end, target)
         if limited and self.max_batches is not None:
@@ -186,12 +189,14 @@ class Follow:
     def _range_options(self, first: int, last: int) -> dict[str, Any]:
         return {**self.options, READ_CHANGE_FEED: "true", CHANGE_START_BATCH_ID: first, CHANGE_END_BATCH_ID: last}
 
-    def past_lost(self, offset: int) -> int:
+    def past_lost(self, offset: int, committed: list[int] | None = None) -> int:
         """The offset to read on from: ``offset`` itself, or when the query's cleanup has passed it, the one
         before the oldest batch in its commit log (the one rule of every read: a batch without its commit entry
         is not read). With ``failOnDataLoss`` the skipped batches raise :class:`ChangesLostError` instead; else
-        a warning in the ``state_reader.follow`` log names them."""
-        committed = live.committed_now(self.storage())
+        a warning in the ``state_reader.follow`` log names them. ``committed``: a listing the caller just
+        made (else the commit log is listed here)."""
+        if committed is None:
+            committed = live.committed_now(self.storage())
         if not committed or offset + 1 >= committed[0]:
             return offset
         first, last = offset + 1, committed[0] - 1
@@ -199,7 +204,7 @@ class Follow:
             raise self.lost(first, last, None)
         log.warning(
             "skipping %s of %s: the query cleaned them up before they were read (%s sets how many batches it retains)",
-            _batches(first, last),
+            batch_span(first, last),
             self.storage().display(""),
             live.RETENTION_CONF,
         )
@@ -227,7 +232,7 @@ class Follow:
         committed = live.committed_now(self.storage())
         span = f"{committed[0]}..{committed[-1]}" if committed else "none"
         return ChangesLostError(
-            f"the changes of {_batches(first, last)} of {where} were lost: the query cleaned them up before they "
+            f"the changes of {batch_span(first, last)} of {where} were lost: the query cleaned them up before they "
             f"were read (committed batches now: {span}). Raise {live.RETENTION_CONF} on the query so it "
             f"retains more batches, read more often (or more batches at a time, {MAX_BATCHES_PER_TRIGGER}), or "
             f"set {FAIL_ON_DATA_LOSS}=false to skip ahead to the oldest retained batch"
@@ -247,7 +252,8 @@ class Follow:
             raise self.lost(batch, batch, None) from exc
 
 
-def _batches(first: int, last: int) -> str:
+def batch_span(first: int, last: int) -> str:
+    """``batch 5`` or ``batches 5..26``, as messages name a run of batches."""
     return f"batch {first}" if last <= first else f"batches {first}..{last}"
 
 
@@ -339,9 +345,10 @@ def follow_batches(
     wait = poll_seconds
     limit = follow.max_batches or batches_per_read
     while not (stop is not None and stop()):
+        committed = follow.committed()  # one listing a poll, for the skip and the range both
         if not snapshot:  # a skip moves the range on, so that it starts at the oldest batch kept
-            offset = follow.past_lost(offset)
-        end = min(follow.latest_offset(offset, limited=False), offset + limit)
+            offset = follow.past_lost(offset, committed)
+        end = min(follow.latest_offset(offset, limited=False, committed=committed), offset + limit)
         if end <= offset and not snapshot:
             sleep(wait)
             wait = min(max_poll_seconds, wait * 2)

@@ -443,9 +443,10 @@ def render_follow_batch(batch: int, table: pa.Table, counts: list[dict[str, Any]
 def render_skipped(first: int, last: int, *, as_json: bool) -> None:
     """``changes --follow --skip-lost``: batches ``first..last`` skipped because the query cleaned them up
     before they were read (a warning on stderr; with JSON also a line of its own on stdout)."""
+    from state_reader.core.follow import batch_span
+
     reason = "the query cleaned them up before they were read"
-    what = f"batch {first}" if first == last else f"batches {first}..{last}"
-    click.echo(f"warning: skipped {what}: {reason} (--skip-lost)", err=True)
+    click.echo(f"warning: skipped {batch_span(first, last)}: {reason} (--skip-lost)", err=True)
     if as_json:
         line = {"skipped": {"first_batch": first, "last_batch": last}, "reason": reason}
         sys.stdout.write(json.dumps(line) + "\n")
