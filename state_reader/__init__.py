@@ -147,7 +147,7 @@ def register(spark: Any) -> None:
     ``read_statestore`` and ``read_state_metadata`` with ``spark`` (pyspark 4.0+).
 
     On pyspark 3.4 and 3.5, which have no Python data sources, use
-    :func:`state_reader.spark.read_state` and :func:`state_reader.spark.read_metadata`.
+    :func:`state_reader.spark.read_statestore` and :func:`state_reader.spark.read_state_metadata`.
     """
     try:
         from state_reader.fronts.datasource import register as _register
@@ -156,7 +156,8 @@ def register(spark: Any) -> None:
 
         raise SparkSetupError(
             f"pyspark {pyspark.__version__} has no Python data sources (pyspark 4.0+): read with "
-            "state_reader.spark.read_state(spark, path, **options) and state_reader.spark.read_metadata(spark, path)"
+            "state_reader.spark.read_statestore(spark, path, **options) and "
+            "state_reader.spark.read_state_metadata(spark, path)"
         ) from exc
     _register(spark)
 

@@ -566,7 +566,7 @@ def test_damaged_snapshot_zip_gives_our_error_from_every_entry_point(checkpoints
         state_reader.read_state(str(cp), verify_checksums=False, key_filter=lambda keys: pa.array([True] * len(keys)))
     assert str(zip_path) in str(caught.value)
     with pytest.raises(errors.CorruptFileError) as caught:
-        state_reader.stats(str(cp), start_batch=version - 1, end_batch=version - 1)
+        state_reader.stats(str(cp), change_start_batch_id=version - 1, change_end_batch_id=version - 1)
     assert str(zip_path) in str(caught.value)
     proc = subprocess.run(
         [sys.executable, "-m", "state_reader", "verify", str(cp)],

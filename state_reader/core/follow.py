@@ -86,7 +86,7 @@ class Follow:
     """What to follow (the change feed options without a range) and how.
 
     ``start``: the first producer batch whose changes to hand out (None: the
-    oldest the checkpoint can still serve); ``max_batches``: at most this many
+    oldest the checkpoint can still serve); ``max_batches_per_trigger``: at most this many
     producer batches per read (None: all committed); ``fail_on_data_loss``:
     raise when batches not yet handed out were cleaned up (else skip them);
     ``start_with_snapshot``: hand out the state at batch ``start - 1`` first.
@@ -94,7 +94,7 @@ class Follow:
 
     options: dict[str, Any]
     start: int | None = None
-    max_batches: int | None = None
+    max_batches_per_trigger: int | None = None
     fail_on_data_loss: bool = True
     start_with_snapshot: bool = False
 
@@ -174,14 +174,14 @@ class Follow:
     def latest_offset(
         self, start: int, *, limited: bool = True, target: int | None = None, committed: list[int] | None = None
     ) -> int:
-        """The offset to read up to from ``start``: the latest committed batch, at most ``max_batches`` on
+        """The offset to read up to from ``start``: the latest committed batch, at most ``max_batches_per_trigger`` on
         (when ``limited``) and at most ``target`` (Trigger.AvailableNow's end); never before ``start``.
         ``committed``: a listing the caller just made (else the commit log is listed here)."""
         end = (committed or self.committed())[-1]
         if target is not None:
             end = min(end, target)
-        if limited and self.max_batches is not None:
-            end = min(end, start + self.max_batches)
+        if limited and self.max_batches_per_trigger is not None:
+            end = min(end, start + self.max_batches_per_trigger)
         return max(start, end)
 
     # -- planning a range ------------------------------------------------------
@@ -343,7 +343,7 @@ def follow_batches(
     offset = follow.initial_offset()
     snapshot = follow.start_with_snapshot
     wait = poll_seconds
-    limit = follow.max_batches or batches_per_read
+    limit = follow.max_batches_per_trigger or batches_per_read
     while not (stop is not None and stop()):
         committed = follow.committed()  # one listing a poll, for the skip and the range both
         if not snapshot:  # a skip moves the range on, so that it starts at the oldest batch kept

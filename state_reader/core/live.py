@@ -119,8 +119,10 @@ def cleaned_up_during_read(plan: StateReadPlan, exc: BaseException) -> BatchNotR
 
 
 def moved_on(before: list[int], now: list[int]) -> bool:
-    """Whether the query committed a newer batch between two listings of the commit log."""
-    return bool(before) and bool(now) and now[-1] > before[-1]
+    """Whether the query moved on between two listings of the commit log: it committed a newer batch, or
+    it cleaned up older ones (Spark purges the logs when it plans a batch, before that batch commits, so a
+    cleanup can come with no newer commit yet)."""
+    return bool(before) and bool(now) and (now[-1] > before[-1] or now[0] > before[0])
 
 
 def _committed_in(checkpoint: CheckpointDir) -> list[int]:

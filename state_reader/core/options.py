@@ -225,7 +225,6 @@ OPTIONS: tuple[ReaderOption, ...] = (
         "producer batches per micro-batch, also under `Trigger.AvailableNow` (Spark 4.2+ only: Spark 4.0 "
         "and 4.1 give Python streaming sources no read limits)",
         (STREAM,),
-        python="max_batches",
         spark_builtin=False,
     ),
     ReaderOption(
@@ -278,6 +277,19 @@ def python_api(func: F) -> F:
     """The error boundary of a Spark-free public function (:func:`state_reader.errors.public_api`), whose
     errors name the Python keywords the caller typed, not Spark's option names."""
     return public_api(func, rename=in_python_names)
+
+
+def check_batch_range(start: int | None, end: int | None) -> None:
+    """The batch range's rules, as Spark's reader words them: neither end negative, the end not before the
+    start. Every front that takes a range (the change feed, ``stats``, ``plot``) checks it here."""
+    for name, value in ((CHANGE_START_BATCH_ID, start), (CHANGE_END_BATCH_ID, end)):
+        if value is not None and value < 0:
+            raise NegativeOptionError(f"'{name}' cannot be negative (got {value}).")
+    if start is not None and end is not None and end < start:
+        raise InvalidOptionError(
+            f"Invalid value for option '{CHANGE_END_BATCH_ID}': {CHANGE_END_BATCH_ID} cannot be "
+            f"smaller than {CHANGE_START_BATCH_ID} ({end} < {start})."
+        )
 
 
 def closest(name: str, known: Iterable[str]) -> str | None:
@@ -449,13 +461,7 @@ class StateStoreOptions:
                     )
             if change_start is None:
                 raise RequiredOptionError(f"'{CHANGE_START_BATCH_ID}' must be specified with {READ_CHANGE_FEED}.")
-            if change_start < 0:
-                raise NegativeOptionError(f"'{CHANGE_START_BATCH_ID}' cannot be negative (got {change_start}).")
-            if change_end is not None and change_end < change_start:
-                raise InvalidOptionError(
-                    f"Invalid value for option '{CHANGE_END_BATCH_ID}': {CHANGE_END_BATCH_ID} cannot be "
-                    f"smaller than {CHANGE_START_BATCH_ID} ({change_end} < {change_start})."
-                )
+            check_batch_range(change_start, change_end)
         else:
             for name, value in ((CHANGE_START_BATCH_ID, change_start), (CHANGE_END_BATCH_ID, change_end)):
                 if value is not None:

@@ -29,9 +29,14 @@ from state_reader.fronts.cli_flags import (
     KEY_FILTER_HELP,
     LAYOUT,
     STATE_VAR_NAME,
+    batch_range_flags,
+    chosen_batch_range,
     common_options,
+    deprecated_batches_flag,
+    deprecated_flag,
     given_schema_flags,
     in_flags,
+    instead_of,
     store_read_flags,
 )
 from state_reader.inspect.doctor_thresholds import THRESHOLDS
@@ -208,18 +213,18 @@ def show(
 @click.argument("checkpoint")
 @click.option("--operator", "-O", "operator_id", type=int, help="Only this operator (default: all).")
 @click.option("--store", "-s", "store_name", help="Only this store (default: all).")
-@click.option(
-    "--batches",
-    "batch_range",
-    metavar="A..B",
-    help="Batches A..B, A.., ..B or B (default: every batch whose state is on disk).",
+@batch_range_flags(
+    "First batch (default: the oldest whose state is on disk).", "Last batch (default: the latest committed)."
 )
+@deprecated_batches_flag
 @click.option("--detail", is_flag=True, help="Also list every (batch, partition).")
 @common_options
 def stats(
     checkpoint: str,
     operator_id: int | None,
     store_name: str | None,
+    change_start_batch_id: int | None,
+    change_end_batch_id: int | None,
     batch_range: str | None,
     detail: bool,
     as_json: bool,
@@ -227,15 +232,15 @@ def stats(
     storage_option: Sequence[str],
 ) -> int:
     """State size per partition and batch: growth, skew."""
-    from state_reader.inspect.stats import batch_summary, collect_stats, parse_batch_range
+    from state_reader.inspect.stats import batch_summary, collect_stats
 
-    start, end = parse_batch_range(batch_range)
+    start, end = chosen_batch_range(change_start_batch_id, change_end_batch_id, batch_range)
     result = collect_stats(
         checkpoint,
         operator_id=operator_id,
         store_name=store_name,
-        start_batch=start,
-        end_batch=end,
+        change_start_batch_id=start,
+        change_end_batch_id=end,
         storage_options=_storage_options(storage_option),
     )
     console.render_stats(result, batch_summary(result.table), detail=detail, as_json=as_json)
@@ -244,14 +249,9 @@ def stats(
 
 @cli.command(name="changes", epilog=KEY_FILTER_HELP)
 @click.argument("checkpoint")
-@click.option(
-    "--from", "start", type=click.IntRange(min=0), help="First batch of the change feed (required without --follow)."
-)
-@click.option(
-    "--to",
-    "end",
-    type=click.IntRange(min=0),
-    help="Last batch (default: the latest committed; with --follow: follow until it is printed).",
+@batch_range_flags(
+    "First batch of the change feed (required without --follow).",
+    "Last batch (default: the latest committed; with --follow: follow until it is printed).",
 )
 @click.option(
     "--follow",
@@ -290,8 +290,8 @@ def stats(
 @common_options
 def changes_command(
     checkpoint: str,
-    start: int | None,
-    end: int | None,
+    change_start_batch_id: int | None,
+    change_end_batch_id: int | None,
     follow: bool,
     skip_lost: bool,
     start_with_snapshot: bool,
@@ -318,8 +318,8 @@ def changes_command(
 
         return follow_changes(
             checkpoint,
-            start,
-            end,
+            change_start_batch_id,
+            change_end_batch_id,
             operator_id=operator_id,
             store_name=store_name,
             state_var_name=state_var_name,
@@ -333,13 +333,13 @@ def changes_command(
         )
     if skip_lost or start_with_snapshot:
         raise click.UsageError("--skip-lost and --snapshot go with --follow")
-    if start is None:
+    if change_start_batch_id is None:
         raise click.UsageError("Missing option '--from' (it may be left out with --follow only)")
 
     table = changes(
         checkpoint,
-        start,
-        end,
+        change_start_batch_id,
+        change_end_batch_id,
         operator_id=operator_id,
         store_name=store_name,
         state_var_name=state_var_name,
@@ -351,8 +351,8 @@ def changes_command(
     console.render_changes(
         table,
         change_counts(table),
-        start=start,
-        end=end,
+        start=change_start_batch_id,
+        end=change_end_batch_id,
         key_filter=key_filter,
         limit=limit,
         layout=layout,
@@ -364,12 +364,11 @@ def changes_command(
 @cli.command(epilog=KEY_FILTER_HELP)
 @click.argument("checkpoint")
 @click.option(
-    "--to",
-    "out",
-    required=True,
+    "--out",
     metavar="FILE",
-    help="Output file: .parquet, .csv, .json (one JSON array) or .jsonl (one JSON object a line).",
+    help="Output file: .parquet, .csv, .json (one JSON array) or .jsonl (one JSON object a line). Required.",
 )
+@deprecated_flag("--to", "--out", "deprecated_to", metavar="FILE")
 @click.option(
     "--format",
     "fmt",
@@ -380,7 +379,8 @@ def changes_command(
 @common_options
 def export(
     checkpoint: str,
-    out: str,
+    out: str | None,
+    deprecated_to: str | None,
     fmt: str | None,
     operator_id: int | None,
     store_name: str | None,
@@ -399,6 +399,9 @@ def export(
     """Write the state of one store at one batch to a file."""
     from state_reader.inspect.export import export_state
 
+    out = instead_of(out, deprecated_to, "--out", "--to")
+    if out is None:
+        raise click.UsageError("Missing option '--out'")
     plan, result = _read(
         checkpoint,
         storage_option,
@@ -444,13 +447,16 @@ def verify(checkpoint: str, operator_id: int | None, as_json: bool, debug: bool,
 @click.option("--out", required=True, metavar="FILE.png", help="Image file to write (PNG, SVG or PDF by extension).")
 @click.option("--operator", "-O", "operator_id", type=int, help="Only this operator (default: all).")
 @click.option("--store", "-s", "store_name", help="Only this store (default: all).")
-@click.option("--batches", "batch_range", metavar="A..B", help="Batches A..B, A.., ..B or B.")
+@batch_range_flags("First batch (default: the oldest whose state is on disk).", "Last batch (default: the latest).")
+@deprecated_batches_flag
 @common_options
 def plot(
     checkpoint: str,
     out: str,
     operator_id: int | None,
     store_name: str | None,
+    change_start_batch_id: int | None,
+    change_end_batch_id: int | None,
     batch_range: str | None,
     as_json: bool,
     debug: bool,
@@ -458,7 +464,7 @@ def plot(
 ) -> int:
     """Plot state rows and bytes per partition over batches."""
     from state_reader.fronts.plotting import PLOT_NEEDS, figure_from_stats
-    from state_reader.inspect.stats import collect_stats, parse_batch_range
+    from state_reader.inspect.stats import collect_stats
 
     try:
         import matplotlib
@@ -466,13 +472,13 @@ def plot(
         raise click.ClickException(PLOT_NEEDS) from None
     matplotlib.use("Agg")  # files only, never a window
 
-    start, end = parse_batch_range(batch_range)
+    start, end = chosen_batch_range(change_start_batch_id, change_end_batch_id, batch_range)
     result = collect_stats(
         checkpoint,
         operator_id=operator_id,
         store_name=store_name,
-        start_batch=start,
-        end_batch=end,
+        change_start_batch_id=start,
+        change_end_batch_id=end,
         storage_options=_storage_options(storage_option),
     )
     fig = figure_from_stats(result.table, title=f"state of {checkpoint}")
@@ -489,11 +495,11 @@ def plot(
 @click.argument("destination", required=False)
 @click.option(
     "--partitions",
-    "-n",
     "num_partitions",
     type=click.IntRange(min=1),
     help="New number of state partitions (default: unchanged).",
 )
+@deprecated_flag("-n", "--partitions", "deprecated_n", type=click.IntRange(min=1))
 @click.option("--provider", type=click.Choice(list(PROVIDER_NAMES)), help="Write the state in this provider's files.")
 @click.option("--drop-keys", metavar="EXPR", help="Leave out the keys matching this key filter, from every store.")
 @click.option("--batch", "batch_id", type=int, help="Committed batch to rewrite (default: the last).")
@@ -505,6 +511,7 @@ def rewrite(
     checkpoint: str,
     destination: str | None,
     num_partitions: int | None,
+    deprecated_n: int | None,
     provider: str | None,
     drop_keys: str | None,
     batch_id: int | None,
@@ -519,6 +526,7 @@ def rewrite(
     (CHECKPOINT is only read; DESTINATION must not exist or be empty)."""
     from state_reader.fronts.api import rewrite as rewrite_checkpoint
 
+    num_partitions = instead_of(num_partitions, deprecated_n, "--partitions", "-n")
     if destination is None and not dry_run:
         raise click.UsageError("DESTINATION is required unless --dry-run is given")
     if plot_out is not None:

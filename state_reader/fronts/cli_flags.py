@@ -15,6 +15,8 @@ from typing import Any
 
 import click
 
+from state_reader.deprecation import renamed_message
+
 # ---------------------------------------------------------------------------
 # the options several commands declare alike
 
@@ -71,6 +73,52 @@ STATE_VAR_NAME = click.option(
     cls=_OneName,
     help="State variable of a transformWithState operator.",
 )
+
+
+def deprecated_flag(old: str, new: str, dest: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``old``, a flag's earlier spelling: hidden from ``--help``, it still sets ``dest`` (the command
+    reads it in place of ``new``) and warns on stderr that ``new`` replaces it."""
+
+    def warn(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value not in (None, (), False):
+            click.echo(f"warning: {renamed_message(old, new)}", err=True)
+        return value
+
+    return click.option(old, dest, hidden=True, callback=warn, **kwargs)
+
+
+def instead_of(new: Any, old: Any, new_flag: str, old_flag: str) -> Any:
+    """The value of a flag or of its deprecated spelling, not both."""
+    if new is not None and old is not None:
+        raise click.UsageError(f"give {new_flag}, not both {old_flag} and {new_flag}")
+    return old if new is None else new
+
+
+def batch_range_flags(first: str, last: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--from`` and ``--to``, the batch range (``changeStartBatchId`` and ``changeEndBatchId``, in Python
+    ``change_start_batch_id`` and ``change_end_batch_id``), with each command's help."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        func = click.option("--to", "change_end_batch_id", type=click.IntRange(min=0), help=last)(func)
+        return click.option("--from", "change_start_batch_id", type=click.IntRange(min=0), help=first)(func)
+
+    return decorate
+
+
+def deprecated_batches_flag(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--batches A..B``, the earlier spelling of ``--from A --to B`` (``stats``, ``plot``)."""
+    return deprecated_flag("--batches", "--from/--to", "batch_range", metavar="A..B")(func)
+
+
+def chosen_batch_range(start: int | None, end: int | None, batches: str | None) -> tuple[int | None, int | None]:
+    """``--from``/``--to``, or what the deprecated ``--batches A..B`` says (not both)."""
+    if batches is None:
+        return start, end
+    if start is not None or end is not None:
+        raise click.UsageError("give --from/--to, not both --batches and --from/--to")
+    from state_reader.inspect.stats import parse_batch_range
+
+    return parse_batch_range(batches)
 
 
 # keySchema / valueSchema: a store without a schema file (written before Spark 3.1, or lost)
@@ -132,8 +180,8 @@ def store_read_flags(func: Callable[..., Any]) -> Callable[..., Any]:
 _FLAG_PARAMS: dict[str, str] = {
     "read_registered_timers": "readRegisteredTimers",
     "batch_id": "batchId",
-    "start": "changeStartBatchId",
-    "end": "changeEndBatchId",
+    "change_start_batch_id": "changeStartBatchId",
+    "change_end_batch_id": "changeEndBatchId",
     "operator_id": "operatorId",
     "store_name": "storeName",
     "state_var_name": "stateVarName",

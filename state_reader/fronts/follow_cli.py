@@ -42,7 +42,7 @@ def follow_changes(
         operator_id=operator_id,
         store_name=store_name,
         state_var_name=state_var_name,
-        start=start,
+        change_start_batch_id=start,
         fail_on_data_loss=not skip_lost,
         start_with_snapshot=start_with_snapshot,
         key_schema=key_schema,

@@ -1,4 +1,4 @@
-"""The DataFrame front: ``state_reader.spark.read_state`` and ``read_metadata``.
+"""The DataFrame front: ``state_reader.spark.read_statestore`` and ``read_state_metadata``.
 
 For every Spark from 3.4 on, classic or Spark Connect, with or without the Python
 Data Source API (pyspark 4.0+). The read is planned on the driver, exactly as
@@ -75,7 +75,7 @@ class _Decoder:
                 raise cleaned_up from exc
 
 
-def read_state(spark: Any, path: str, **options: Any) -> Any:
+def read_statestore(spark: Any, path: str, **options: Any) -> Any:
     """The state of one store as a Spark DataFrame, as ``spark.read.format("state_reader.statestore")``.
 
     ``options`` are the data source's, by its names (``operatorId=0, batchId=3``,
@@ -122,7 +122,7 @@ def _unique_json(schema_json: Any) -> Any:
     return schema_json
 
 
-def read_metadata(spark: Any, path: str, **options: Any) -> Any:
+def read_state_metadata(spark: Any, path: str, **options: Any) -> Any:
     """Operators and stores of a checkpoint as a Spark DataFrame, as ``state_reader.state-metadata``.
 
     Read on the driver (the metadata is small); ``options`` by the data source's

@@ -30,6 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from state_reader.deprecation import renamed_keywords, warn_renamed
 from state_reader.errors import StateReaderError
 from state_reader.fronts.api import diagnose, read_metadata, read_state
 from state_reader.fronts.plotting import plot_state_size
@@ -234,24 +235,41 @@ class Checkpoint:
 
     # -- reads, each the public function of the same name ------------------------------------------
 
+    @renamed_keywords("Checkpoint.state", operator="operator_id", batch="batch_id")
     def state(
-        self, operator: int | None = None, batch: int | None = None, *, key_filter: Any = None, **options: Any
+        self, operator_id: int | None = None, batch_id: int | None = None, *, key_filter: Any = None, **options: Any
     ) -> StateTable:
         """``read_state`` of one store (``store_name=``, ``state_var_name=``, ``join_side=`` as there)."""
         table = read_state(
             self.path,
-            operator_id=operator,
-            batch_id=batch,
+            operator_id=operator_id,
+            batch_id=batch_id,
             key_filter=key_filter,
             storage_options=self.storage_options,
             **options,
         )
-        return StateTable(table, f"state of operator {operator or 0}")
+        return StateTable(table, f"state of operator {operator_id or 0}")
 
-    def changes(self, start: int, end: int | None = None, operator: int | None = None, **options: Any) -> StateTable:
+    @renamed_keywords(
+        "Checkpoint.changes", start="change_start_batch_id", end="change_end_batch_id", operator="operator_id"
+    )
+    def changes(
+        self,
+        change_start_batch_id: int,
+        change_end_batch_id: int | None = None,
+        operator_id: int | None = None,
+        **options: Any,
+    ) -> StateTable:
         """``changes`` of one store between two batches."""
-        table = changes(self.path, start, end, operator_id=operator, storage_options=self.storage_options, **options)
-        return StateTable(table, f"changes of operator {operator or 0}")
+        table = changes(
+            self.path,
+            change_start_batch_id,
+            change_end_batch_id,
+            operator_id=operator_id,
+            storage_options=self.storage_options,
+            **options,
+        )
+        return StateTable(table, f"changes of operator {operator_id or 0}")
 
     def stats(self, **options: Any) -> pa.Table:
         """``stats``: rows and state bytes per partition and batch (loads every batch it measures);
@@ -259,8 +277,11 @@ class Checkpoint:
         self.measured = stats(self.path, storage_options=self.storage_options, **options)
         return self.measured
 
-    def doctor(self, **thresholds: float) -> Any:
-        """``diagnose``; the display shows its findings from then on."""
+    def doctor(self, thresholds: dict[str, float] | None = None, **deprecated: float) -> Any:
+        """``diagnose`` (``thresholds`` as there); the display shows its findings from then on."""
+        if deprecated:
+            warn_renamed("Checkpoint.doctor(name=value)", "doctor(thresholds={name: value})")
+            thresholds = {**deprecated, **(thresholds or {})}
         self.diagnosis = diagnose(self.path, thresholds=thresholds or None, storage_options=self.storage_options)
         return self.diagnosis
 
@@ -555,6 +576,10 @@ def _view_html(view: SizeView, tops: dict[str, int]) -> str:
     )
 
 
-def open_checkpoint(path: str, **storage_options: Any) -> Checkpoint:
-    """``state_reader.open(cp, **storage_options)``: a :class:`Checkpoint` to look at."""
-    return Checkpoint(path, storage_options)
+@renamed_keywords("open", path="checkpoint")
+def open_checkpoint(checkpoint: str, storage_options: dict[str, Any] | None = None, **deprecated: Any) -> Checkpoint:
+    """``state_reader.open(cp, storage_options={...})``: a :class:`Checkpoint` to look at."""
+    if deprecated:  # the storage options were once given as keyword arguments of their own
+        warn_renamed("open(cp, key=value)", "open(cp, storage_options={key: value})")
+        storage_options = {**deprecated, **(storage_options or {})}
+    return Checkpoint(checkpoint, storage_options)

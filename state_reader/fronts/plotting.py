@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from state_reader.core.options import python_api
+from state_reader.deprecation import renamed_keywords
 from state_reader.inspect.stats import stats
 from state_reader.units import byte_unit
 
@@ -106,14 +107,15 @@ def figure_from_stats(
     return fig
 
 
+@renamed_keywords("plot_state_size", start_batch="change_start_batch_id", end_batch="change_end_batch_id")
 @python_api
 def plot_state_size(
     checkpoint: str,
     *,
     operator_id: int | None = None,
     store_name: str | None = None,
-    start_batch: int | None = None,
-    end_batch: int | None = None,
+    change_start_batch_id: int | None = None,
+    change_end_batch_id: int | None = None,
     storage_options: dict[str, Any] | None = None,
     title: str | None = None,
 ) -> Any:
@@ -126,8 +128,8 @@ def plot_state_size(
         checkpoint,
         operator_id=operator_id,
         store_name=store_name,
-        start_batch=start_batch,
-        end_batch=end_batch,
+        change_start_batch_id=change_start_batch_id,
+        change_end_batch_id=change_end_batch_id,
         storage_options=storage_options,
     )
     return figure_from_stats(table, title=title or f"state of {checkpoint}")

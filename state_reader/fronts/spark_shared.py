@@ -197,7 +197,7 @@ def repeated_names_error(where: str, remote: bool) -> SparkSetupError:
         )
     return SparkSetupError(
         f"the state of {where} has structs that repeat a field name (an aggregation buffer), and {why}: {fix}. "
-        "state_reader.spark.read_state(spark, path) reads it without any setting.",
+        "state_reader.spark.read_statestore(spark, path) reads it without any setting.",
         path=where,
     )
 

@@ -10,7 +10,7 @@ They give the rows and columns of ``state_reader.statestore`` and
 Python worker on the driver) and runs ``eval`` once, in one task: a table function
 with only scalar arguments is not split across executors, and filters on its
 output are not pushed into it, so a large state is better read with the data
-source or :func:`state_reader.spark.read_state`.
+source or :func:`state_reader.spark.read_statestore`.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ class StateChangeStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore
         self.cores = cores
         self.target: int | None = None  # Trigger.AvailableNow: the latest batch when the query started
         self.where = follow.storage().display("")
-        if follow.max_batches is not None and not READ_LIMITS:
+        if follow.max_batches_per_trigger is not None and not READ_LIMITS:
             import pyspark
 
             raise InvalidOptionError(
@@ -90,9 +90,9 @@ class StateChangeStreamReader(DataSourceStreamReader, *_MIXINS):  # type: ignore
 
     def getDefaultReadLimit(self):  # noqa: N802
         # any limit but ReadAllAvailable means "maxBatchesPerTrigger": Spark has no limit counted in batches
-        if self.follow.max_batches is None or not READ_LIMITS:
+        if self.follow.max_batches_per_trigger is None or not READ_LIMITS:
             return ReadAllAvailable() if READ_LIMITS else None
-        return ReadMaxFiles(self.follow.max_batches)
+        return ReadMaxFiles(self.follow.max_batches_per_trigger)
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         with shared.spark_worker_errors(self.where):

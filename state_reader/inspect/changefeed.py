@@ -2,7 +2,7 @@
 changes of a running query as it commits them (:func:`follow`).
 
 :func:`changes` is ``read_state(cp, read_change_feed=True,
-change_start_batch_id=start, change_end_batch_id=end)`` with its rows sorted by
+change_start_batch_id=..., change_end_batch_id=...)`` with its rows sorted by
 batch and partition, plus :func:`change_counts`, the per-batch tally of
 updates and deletes the CLI prints above the rows.
 """
@@ -22,6 +22,7 @@ from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
 from state_reader.core.live import read_consistently
 from state_reader.core.options import from_kwargs, in_python_names, python_api
 from state_reader.core.scan import read_table
+from state_reader.deprecation import renamed_keywords
 from state_reader.errors import StateReaderError, renamed, unexpected_errors_as_ours
 from state_reader.inspect.flatten import with_unique_field_names
 from state_reader.io.integrity import with_checksum_report
@@ -29,8 +30,8 @@ from state_reader.io.integrity import with_checksum_report
 
 def change_options(
     checkpoint: str,
-    start: int,
-    end: int | None = None,
+    change_start_batch_id: int,
+    change_end_batch_id: int | None = None,
     *,
     operator_id: int | None = None,
     store_name: str | None = None,
@@ -39,13 +40,14 @@ def change_options(
     value_schema: str | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The data source options of the change feed ``start``..``end`` (end: the latest committed batch)."""
+    """The data source options of the change feed ``change_start_batch_id``..``change_end_batch_id``
+    (the end: the latest committed batch)."""
     return from_kwargs(
         checkpoint,
         {
             "read_change_feed": True,
-            "change_start_batch_id": start,
-            "change_end_batch_id": end,
+            "change_start_batch_id": change_start_batch_id,
+            "change_end_batch_id": change_end_batch_id,
             "operator_id": operator_id,
             "store_name": store_name,
             "state_var_name": state_var_name,
@@ -69,12 +71,13 @@ def sort_changes(table: pa.Table) -> pa.Table:
     return table.take(order)
 
 
+@renamed_keywords("changes", start="change_start_batch_id", end="change_end_batch_id")
 @python_api
 @with_checksum_report  # one warning for all the files read
 def changes(
     checkpoint: str,
-    start: int,
-    end: int | None = None,
+    change_start_batch_id: int,
+    change_end_batch_id: int | None = None,
     *,
     operator_id: int | None = None,
     store_name: str | None = None,
@@ -86,19 +89,19 @@ def changes(
     show_progress: bool | None = None,
     exact_schema: bool = False,
 ) -> pa.Table:
-    """What batches ``start``..``end`` changed in a store, as a ``pyarrow.Table``.
+    """What batches ``change_start_batch_id``..``change_end_batch_id`` changed in a store, as a ``pyarrow.Table``.
 
     Columns as Spark's change feed: ``batch_id``, ``change_type`` (``update``,
     ``delete``, …), ``key``, ``value`` (null for deletes), ``partition_id``;
-    sorted by batch and partition. ``end`` defaults to the latest committed
-    batch; ``state_var_name`` (a transformWithState variable), ``key_filter``,
+    sorted by batch and partition. ``change_end_batch_id`` defaults to the latest
+    committed batch; ``state_var_name`` (a transformWithState variable), ``key_filter``,
     ``key_schema`` and ``value_schema`` (a store without a schema file) and
     ``exact_schema`` as in ``read_state``.
     """
     options = change_options(
         checkpoint,
-        start,
-        end,
+        change_start_batch_id,
+        change_end_batch_id,
         operator_id=operator_id,
         store_name=store_name,
         state_var_name=state_var_name,
@@ -128,6 +131,7 @@ def change_counts(table: pa.Table) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["batch_id"], str(r["change_type"])))
 
 
+@renamed_keywords("follow", start="change_start_batch_id", max_batches="max_batches_per_trigger")
 @python_api
 def follow(
     checkpoint: str,
@@ -135,8 +139,8 @@ def follow(
     operator_id: int | None = None,
     store_name: str | None = None,
     state_var_name: str | None = None,
-    start: int | None = None,
-    max_batches: int | None = None,
+    change_start_batch_id: int | None = None,
+    max_batches_per_trigger: int | None = None,
     fail_on_data_loss: bool = True,
     start_with_snapshot: bool = False,
     change_feed_from_snapshots: bool | None = None,
@@ -151,17 +155,18 @@ def follow(
     """The changes of a running query's store as its batches commit: ``(batch_id, pyarrow.Table)``.
 
     One item per committed producer batch, in order, a batch without changes as an
-    empty table (so the last batch seen says where to resume: ``start=batch + 1``).
-    ``start`` defaults to the oldest batch the checkpoint still serves. The commit
-    log is polled every ``poll_seconds``, the wait doubling up to
+    empty table (so the last batch seen says where to resume:
+    ``change_start_batch_id=batch + 1``). ``change_start_batch_id`` defaults to the
+    oldest batch the checkpoint still serves. The commit log is polled every
+    ``poll_seconds``, the wait doubling up to
     ``max_poll_seconds`` while nothing commits; the iteration ends when ``stop``
     (a ``threading.Event`` or a callable) says so, or when the caller stops
-    iterating. At most ``max_batches`` producer batches are read at once.
+    iterating. At most ``max_batches_per_trigger`` producer batches are read at once.
 
     Batches the query cleaned up before they were read raise
     :class:`~state_reader.errors.ChangesLostError`; with ``fail_on_data_loss=False``
     they are skipped (a warning in the ``state_reader.follow`` log names them).
-    ``start_with_snapshot``: the first item is ``(start - 1, the whole state then)``,
+    ``start_with_snapshot``: the first item is ``(change_start_batch_id - 1, the whole state then)``,
     rows with ``change_type = 'snapshot'``. Errors for a location that is no
     checkpoint, a query that has not committed a batch, or an operator, store or
     variable that does not exist are raised by this call, before iterating.
@@ -174,8 +179,8 @@ def follow(
             "operator_id": operator_id,
             "store_name": store_name,
             "state_var_name": state_var_name,
-            "change_start_batch_id": start,
-            "max_batches_per_trigger": max_batches,
+            "change_start_batch_id": change_start_batch_id,
+            "max_batches_per_trigger": max_batches_per_trigger,
             "fail_on_data_loss": fail_on_data_loss,
             "start_with_snapshot": start_with_snapshot,
             "change_feed_from_snapshots": change_feed_from_snapshots,

@@ -22,10 +22,11 @@ import pyarrow as pa
 from state_reader.core import live
 from state_reader.core.decode import measure_partition
 from state_reader.core.metadata import infer_operator_metadata
-from state_reader.core.options import from_kwargs, python_api
+from state_reader.core.options import check_batch_range, from_kwargs, python_api
 from state_reader.core.planner import join_column_families, plan_store_read, store_read_options
 from state_reader.core.scan import fetched_ahead
 from state_reader.core.skew import partition_skew
+from state_reader.deprecation import renamed_keywords
 from state_reader.errors import (
     CommittedBatchUnavailableError,
     InvalidOptionError,
@@ -216,11 +217,12 @@ def _collect_stats(
     *,
     operator_id: int | None = None,
     store_name: str | None = None,
-    start_batch: int | None = None,
-    end_batch: int | None = None,
+    change_start_batch_id: int | None = None,
+    change_end_batch_id: int | None = None,
     storage_options: dict[str, Any] | None = None,
     show_progress: bool | None = None,
 ) -> StatsResult:
+    check_batch_range(change_start_batch_id, change_end_batch_id)
     storage = Storage(checkpoint, dict(storage_options or {}))
     cp = CheckpointDir(storage)
     latest = cp.latest_committed_batch()  # fails clearly for a missing or empty checkpoint
@@ -245,15 +247,15 @@ def _collect_stats(
         raise UnsupportedOptionError(f"operator {op}, store '{store}': {why}")
 
     batches_by_store = {}
-    lo = start_batch if start_batch is not None else committed[0]
-    hi = end_batch if end_batch is not None else latest
+    lo = change_start_batch_id if change_start_batch_id is not None else committed[0]
+    hi = change_end_batch_id if change_end_batch_id is not None else latest
     for op, store, _plan_latest, files in work:
         # a range wider than what is committed and on disk is clamped to it (and said so)
         batches_by_store[(op, store)] = [b for b in _default_batches(cp, list(files.values())) if lo <= b <= hi]
     result.batches = sorted({b for bs in batches_by_store.values() for b in bs})
     if (
         result.batches
-        and (start_batch is not None or end_batch is not None)
+        and (change_start_batch_id is not None or change_end_batch_id is not None)
         and (lo < result.batches[0] or hi > result.batches[-1])
     ):
         result.notes.append(
@@ -262,8 +264,9 @@ def _collect_stats(
         )
     if work and not result.batches:
         raise CommittedBatchUnavailableError(
-            f"No committed batch with its state on disk in the range {'' if start_batch is None else start_batch}.."
-            f"{'' if end_batch is None else end_batch} of {cp.storage.display('commits')} "
+            f"No committed batch with its state on disk in the range "
+            f"{'' if change_start_batch_id is None else change_start_batch_id}.."
+            f"{'' if change_end_batch_id is None else change_end_batch_id} of {cp.storage.display('commits')} "
             f"(committed batches: {committed[0]}..{committed[-1]})",
             path=cp.location,
         )
@@ -306,7 +309,7 @@ def _collect_stats(
 
             # newest first: on a running query, the batches cleanup takes next are the oldest
             for batch in reversed(batches_by_store[(op, store)]):
-                if batch == latest and end_batch is None:
+                if batch == latest and change_end_batch_id is None:
                     # the latest batch moves on with a running query: measured as read_state reads it
                     rows_out.extend(
                         live.read_consistently(
@@ -326,7 +329,7 @@ def _collect_stats(
                     )
                 except live.GONE:
                     # a running query cleaned this batch up while we walked the others: leave it out, say so
-                    if not live.moved_on([latest], live.committed_now(storage)):
+                    if not live.moved_on(committed, live.committed_now(storage)):
                         raise
                     result.notes.append(
                         f"batch {batch} of operator {op}, store {store} was cleaned up by the "
@@ -340,14 +343,15 @@ def _collect_stats(
     return result
 
 
+@renamed_keywords("stats", start_batch="change_start_batch_id", end_batch="change_end_batch_id")
 @python_api
 def stats(
     checkpoint: str,
     *,
     operator_id: int | None = None,
     store_name: str | None = None,
-    start_batch: int | None = None,
-    end_batch: int | None = None,
+    change_start_batch_id: int | None = None,
+    change_end_batch_id: int | None = None,
     storage_options: dict[str, Any] | None = None,
     show_progress: bool | None = None,
 ) -> pa.Table:
@@ -362,7 +366,7 @@ def stats(
     ``snapshot_version`` (null: rebuilt from the empty state).
 
     Every operator and store unless ``operator_id`` / ``store_name`` is given;
-    batches ``start_batch``..``end_batch`` (committed ones), by default every
+    batches ``change_start_batch_id``..``change_end_batch_id`` (committed ones), by default every
     committed batch whose state files are still on disk. Each (batch, partition)
     is loaded, so narrow the range on large checkpoints. Operators this reader
     cannot read yet are left out (an error if nothing else is left).
@@ -372,8 +376,8 @@ def stats(
         checkpoint,
         operator_id=operator_id,
         store_name=store_name,
-        start_batch=start_batch,
-        end_batch=end_batch,
+        change_start_batch_id=change_start_batch_id,
+        change_end_batch_id=change_end_batch_id,
         storage_options=storage_options,
         show_progress=show_progress,
     ).table

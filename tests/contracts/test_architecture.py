@@ -14,7 +14,7 @@ from tests.support.paths import PACKAGE
 
 # bottom to top; a module's layer is its sub-package, or the entry for a top-level module
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "grouping", "progress", "units", "_version"),  # leaves every layer uses
+    ("errors", "deprecation", "grouping", "progress", "units", "_version"),  # leaves every layer uses
     ("io",),
     ("formats",),
     ("model",),

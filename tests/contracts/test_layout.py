@@ -24,6 +24,7 @@ NO_TESTS = {"support", "golden", "compat"}
 TESTED_IN: dict[str, tuple[str, ...]] = {
     "__init__": ("contracts/test_packaging.py",),
     "__main__": ("fronts/test_cli.py",),
+    "deprecation": ("contracts/test_vocabulary.py",),
     "_version": ("contracts/test_packaging.py", "fronts/test_cli.py"),
     "progress": ("fronts/test_cli.py",),
     "spark": ("oracles/test_spark_fronts.py",),

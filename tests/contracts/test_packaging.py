@@ -82,7 +82,7 @@ def test_bare_install_gives_a_working_command_line(checkpoints, tmp_path):
         ["stats", path],
         ["changes", path, "--from", "0"],
         ["verify", path],
-        ["export", path, "--to", str(tmp_path / "s.csv")],
+        ["export", path, "--out", str(tmp_path / "s.csv")],
     ):
         proc = run(exe, *args)
         assert proc.returncode == 0, (args, proc.stderr)

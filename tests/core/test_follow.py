@@ -300,7 +300,7 @@ def test_a_follower_behind_retention_fails_naming_the_lost_batches(short_retenti
     committed = _committed(Path(cp))
     assert committed[0] > 1, committed
     with pytest.raises(state_reader.ChangesLostError) as caught:
-        _followed(cp, committed[-1], start=0)
+        _followed(cp, committed[-1], change_start_batch_id=0)
     message = str(caught.value)
     assert "batches 0.." in message and "spark.sql.streaming.minBatchesToRetain" in message
     assert "fail_on_data_loss=False" in message  # the Python keyword
@@ -310,7 +310,7 @@ def test_a_follower_behind_retention_skips_ahead_when_told(spark, short_retentio
     cp = short_retention
     committed = _committed(Path(cp))
     with caplog.at_level(logging.WARNING, logger="state_reader.follow"):
-        items = _followed(cp, committed[-1], start=0, fail_on_data_loss=False)
+        items = _followed(cp, committed[-1], change_start_batch_id=0, fail_on_data_loss=False)
     first = items[0][0]
     assert 0 < first <= committed[0]
     assert [b for b, _ in items] == list(range(first, committed[-1] + 1))
@@ -343,14 +343,14 @@ def test_a_follower_far_behind_retention_names_every_lost_batch(long_past_retent
     cp = long_past_retention
     committed = _committed(Path(cp))
     with pytest.raises(state_reader.ChangesLostError, match=f"batches 5..{committed[0] - 1} of"):
-        _followed(cp, committed[-1], start=5)
+        _followed(cp, committed[-1], change_start_batch_id=5)
 
 
 def test_a_follower_far_behind_retention_skips_to_the_oldest_batch(spark, long_past_retention, caplog, tmp_path):
     cp = long_past_retention
     committed = _committed(Path(cp))
     with caplog.at_level(logging.WARNING, logger="state_reader.follow"):
-        items = _followed(cp, committed[-1], start=5, fail_on_data_loss=False)
+        items = _followed(cp, committed[-1], change_start_batch_id=5, fail_on_data_loss=False)
     assert [b for b, _ in items] == committed
     assert f"skipping batches 5..{committed[0] - 1}" in caplog.text
     builtin = _builtin_changes(spark, cp, committed[0], committed[-1])

@@ -45,7 +45,7 @@ def test_change_feed_and_sliced_tables_keep_every_field(agg):
 def test_parquet_export_keeps_every_field(agg, tmp_path):
     out = tmp_path / "state.parquet"
     proc = subprocess.run(
-        [sys.executable, "-m", "state_reader", "export", agg, "--to", str(out)],
+        [sys.executable, "-m", "state_reader", "export", agg, "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,

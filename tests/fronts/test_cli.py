@@ -97,8 +97,8 @@ def test_bad_input_exits_1_with_one_line(agg, tmp_path):
     assert_one_line_error(run("show", agg, "--key-filter", "nope = 1"), "nope", "key fields")
     assert_one_line_error(run("show", agg, "--partition", "7"), "partition 7")
     assert_one_line_error(run("show", agg, "--operator", "3"), "operator 3")
-    assert_one_line_error(run("stats", agg, "--batches", "5..2"), "end is before the start")
-    assert_one_line_error(run("export", agg, "--to", tmp_path / "out.xlsx"), ".parquet")
+    assert_one_line_error(run("stats", agg, "--from", "5", "--to", "2"), "--to cannot be smaller than --from")
+    assert_one_line_error(run("export", agg, "--out", tmp_path / "out.xlsx"), ".parquet")
     assert_one_line_error(run("show", agg, "--no-such-option"), "--no-such-option")
     # --json: a parseable error object too; --debug: the traceback
     proc = run("show", agg, "--batch", "99", "--json")
@@ -128,7 +128,7 @@ def test_stats_text_and_json(agg):
     last = doc["summary"][-1]
     assert last["rows"] == state_reader.read_state(agg).num_rows
     assert last["max_partition_rows"] == max(p["rows"] for p in doc["partitions"] if p["batch_id"] == committed[-1])
-    text = run("stats", agg, "--batches", f"{committed[1]}..{committed[3]}", "--detail").stdout
+    text = run("stats", agg, "--from", committed[1], "--to", committed[3], "--detail").stdout
     assert "stateStoreSave" in text and "skew at batch" in text and "largest/median" in text
     assert "every batch and partition" in text
     assert f"over batches {committed[1]}..{committed[3]}" in text
@@ -252,10 +252,10 @@ def test_rewrite_dry_run_then_rewrite(agg, tmp_path):
     assert plan["current"]["partitions"] == 2 and plan["new"]["partitions"] == 5
     assert plan["new"]["rows"] == plan["current"]["rows"] > 0
     assert png_size(tmp_path / "plan.png")[0] > 500
-    text = run("rewrite", agg, "-n", "5", "--dry-run")
+    text = run("rewrite", agg, "--partitions", "5", "--dry-run")
     assert text.returncode == 0 and "nothing written" in text.stdout and "skew (max/median)" in text.stdout
     # most of 40 partitions get no row: the median is empty, and a ratio to it says nothing
-    text = run("rewrite", agg, "-n", "40", "--dry-run")
+    text = run("rewrite", agg, "--partitions", "40", "--dry-run")
     assert text.returncode == 0 and "inf" not in text.stdout, text.stdout
     assert [line for line in text.stdout.splitlines() if "new:" in line and "of 40 partitions empty" in line]
     dst = tmp_path / "dst"

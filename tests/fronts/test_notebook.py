@@ -63,7 +63,7 @@ def test_display_reads_no_state_and_shows_doctor_once_run(checkpoints, monkeypat
     cp = state_reader.open(checkpoints("agg_window"))
     assert "call .doctor()" in _text(cp._repr_html_())
     monkeypatch.undo()
-    diagnosis = cp.doctor(**{"skew-min-rows": 1, "skew": 1.01})
+    diagnosis = cp.doctor(thresholds={"skew-min-rows": 1, "skew": 1.01})
     assert diagnosis is cp.diagnosis
     shown = _text(cp._repr_html_())
     assert "doctor:" in shown
@@ -79,8 +79,8 @@ def test_reads_are_the_public_functions(checkpoints):
     def same(a, b) -> bool:  # NaN in the state: compare what the rows print as
         return a.schema == b.schema and repr(a.to_pylist()) == repr(b.to_pylist())
 
-    assert same(cp.state(batch=2).table, state_reader.read_state(path, batch_id=2))
-    table = cp.state(batch=2)
+    assert same(cp.state(batch_id=2).table, state_reader.read_state(path, batch_id=2))
+    table = cp.state(batch_id=2)
     assert len(table) == table.num_rows and "at batch 2" in repr(table)
     shown = _text(table._repr_html_())
     assert f"{table.num_rows} rows" in shown and "key.window.start" in shown
@@ -95,7 +95,7 @@ def test_changes_are_headed_by_the_batches_they_cover(checkpoints):
     assert repr(feed).startswith("changes of operator 0 in batches 1..3:")
     assert "in batches 1..3" in _text(feed._repr_html_()) and "at batch" not in _text(feed._repr_html_())
     assert repr(cp.changes(3, 3)).startswith("changes of operator 0 in batch 3:")
-    assert repr(cp.state(batch=3)).startswith("state of operator 0 at batch 3:")
+    assert repr(cp.state(batch_id=3)).startswith("state of operator 0 at batch 3:")
 
 
 def test_names_from_the_checkpoint_are_escaped(checkpoints, tmp_path):
@@ -255,7 +255,7 @@ def test_partition_bars_share_one_scale_and_an_empty_partition_has_none(checkpoi
 
 def test_open_takes_storage_options(checkpoints):
     path = Path(checkpoints("agg_window"))
-    cp = state_reader.open(f"file://{path}", auto_mkdir=False)
+    cp = state_reader.open(f"file://{path}", storage_options={"auto_mkdir": False})
     assert cp.storage_options == {"auto_mkdir": False}
     assert "stateStoreSave" in _text(cp._repr_html_())
 

@@ -65,13 +65,13 @@ def test_stats_selects_operator_store_and_batches():
     multi = str(GOLDEN / "spark-4.0.5" / "multi_op_hdfs")
     both = state_reader.stats(multi)
     assert sorted(set(both.column("operator_id").to_pylist())) == [0, 1]
-    one = state_reader.stats(multi, operator_id=1, start_batch=2, end_batch=4)
+    one = state_reader.stats(multi, operator_id=1, change_start_batch_id=2, change_end_batch_id=4)
     assert set(one.column("operator_id").to_pylist()) == {1}
     assert sorted(set(one.column("batch_id").to_pylist())) == [2, 3, 4]
     join = state_reader.stats(str(GOLDEN / "spark-3.5.8" / "join_inner_hdfs"), store_name="left-keyToNumValues")
     assert set(join.column("store_name").to_pylist()) == {"left-keyToNumValues"}
     with pytest.raises(state_reader.CommittedBatchUnavailableError, match=r"range 99\.\. .*committed batches: 0\.\.7"):
-        state_reader.stats(multi, start_batch=99)
+        state_reader.stats(multi, change_start_batch_id=99)
     with pytest.raises(state_reader.SchemaReadError, match="operator 5"):
         state_reader.stats(multi, operator_id=5)
     with pytest.raises(state_reader.SchemaReadError, match="no store 'nope'"):
@@ -146,7 +146,7 @@ def test_a_batch_range_wider_than_the_checkpoint_is_clamped_and_said(checkpoints
 
     path = checkpoints("agg_window")
     proc = subprocess.run(
-        [sys.executable, "-m", "state_reader", "stats", path, "--batches", "0..99", "--json"],
+        [sys.executable, "-m", "state_reader", "stats", path, "--from", "0", "--to", "99", "--json"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -68,7 +68,7 @@ def test_show_and_export_read_an_avro_variable(avro_tws, tmp_path):
     doc = run_json("show", avro_tws, "--state-var", "bymap", "--limit", "0")
     assert doc["row_count"] == expected.num_rows > 0
     out = tmp_path / "bymap.parquet"
-    assert run_json("export", avro_tws, "--state-var", "bymap", "--to", out)["rows"] == expected.num_rows
+    assert run_json("export", avro_tws, "--state-var", "bymap", "--out", out)["rows"] == expected.num_rows
     assert arrow_rows(pq.read_table(out)) == arrow_rows(expected)
 
 

@@ -104,7 +104,7 @@ def test_reads_through_connect_equal_classic(spark, checkpoints, connect, name):
     options = {"joinSide": "left"} if name.startswith("join") else {"batchId": "2"}
     schema, rows = _expected(spark, path, options)
     repeats = "agg" in name  # an aggregation buffer repeats field names (count, sum, sum, count)
-    front = state_reader.spark.read_state(remote, path, **options)
+    front = state_reader.spark.read_statestore(remote, path, **options)
     assert front.schema.json() == schema
     assert spark_rows(front) == rows
     named = "".join(f", {k} => '{v}'" for k, v in options.items())
@@ -117,7 +117,7 @@ def test_reads_through_connect_equal_classic(spark, checkpoints, connect, name):
         with pytest.raises(Exception, match="STATE_READER_SPARK_SETUP") as caught:
             source.schema  # noqa: B018 (analysis raises)
         assert f"spark.driver.extraJavaOptions={JAVA_OPTION_FIX}" in str(caught.value)
-        assert "state_reader.spark.read_state" in str(caught.value)
+        assert "state_reader.spark.read_statestore" in str(caught.value)
         return
     assert source.schema.json() == schema
     assert spark_rows(source) == rows
@@ -130,7 +130,7 @@ def test_metadata_through_connect_equals_classic(spark, checkpoints, connect):
     for frame in (
         remote.read.format("state_reader.state-metadata").load(path),
         remote.sql(f"SELECT * FROM read_state_metadata('{path}')"),
-        state_reader.spark.read_metadata(remote, path),
+        state_reader.spark.read_state_metadata(remote, path),
     ):
         assert frame.schema.json() == builtin.schema.json()
         assert spark_rows(frame) == spark_rows(builtin)

@@ -40,7 +40,7 @@ def _sql_literal(value: str) -> str:
 
 def _fronts(spark, path: str, options: dict[str, str]):
     """(name, DataFrame) of each of our fronts this Spark has."""
-    yield "state_reader.spark.read_state", state_reader.spark.read_state(spark, path, **options)
+    yield "state_reader.spark.read_statestore", state_reader.spark.read_statestore(spark, path, **options)
     if SPARK_4:
         yield "data source", spark.read.format("state_reader.statestore").options(**options).load(path)
         named = "".join(f", {k} => {_sql_literal(v)}" for k, v in options.items())
@@ -93,14 +93,14 @@ def test_transform_with_state_fronts_match_builtin(spark, checkpoints):
 
 def test_front_shares_partitions_among_tasks(spark, checkpoints):
     path = checkpoints("agg_window")
-    frame = state_reader.spark.read_state(spark, path, partitionsPerTask=1)
+    frame = state_reader.spark.read_statestore(spark, path, partitionsPerTask=1)
     assert frame.rdd.getNumPartitions() == 2
     assert sorted(r.partition_id for r in frame.select("partition_id").distinct().collect()) == [0, 1]
 
 
 def test_metadata_fronts_match_builtin(spark, checkpoints):
     path = checkpoints("rocksdb_cl_multi")
-    ours = state_reader.spark.read_metadata(spark, path)
+    ours = state_reader.spark.read_state_metadata(spark, path)
     if SPARK_4:
         builtin = spark.read.format("state-metadata").load(path)
         assert ours.schema.json() == builtin.schema.json()
@@ -112,13 +112,13 @@ def test_metadata_fronts_match_builtin(spark, checkpoints):
         # Spark 3.5 checkpoints hold no operator metadata: no rows, as Spark's reader gives
         expected = state_reader.read_metadata(path)
         assert len(ours.collect()) == expected.num_rows
-        inferred = state_reader.spark.read_metadata(spark, path, inferMissingMetadata=True).collect()
+        inferred = state_reader.spark.read_state_metadata(spark, path, inferMissingMetadata=True).collect()
         assert sorted(r.operatorId for r in inferred) == [0, 1]
 
 
 def test_front_refuses_unknown_options_by_name(spark, checkpoints):
     with pytest.raises(state_reader.InvalidOptionError, match=r"batchIdd.*batchId"):
-        state_reader.spark.read_state(spark, checkpoints("agg_window"), batchIdd="3")
+        state_reader.spark.read_statestore(spark, checkpoints("agg_window"), batchIdd="3")
 
 
 @pytest.mark.skipif(SPARK_4, reason="pyspark 4.0+ has Python data sources")

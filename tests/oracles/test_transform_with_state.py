@@ -141,7 +141,7 @@ def test_every_command_line_command_handles_every_variable(tws, tmp_path):
     assert all(var in proc.stderr for var in VARIABLES) and "--timers" in proc.stderr
     timers = json.loads(run("show", tws, "--timers", "--limit", "0", "--json").stdout)
     assert timers["row_count"] == state_reader.read_state(tws, read_registered_timers=True).num_rows > 0
-    exported = run("export", tws, "--timers", "--to", tmp_path / "timers.jsonl", "--json")
+    exported = run("export", tws, "--timers", "--out", tmp_path / "timers.jsonl", "--json")
     assert exported.returncode == 0 and json.loads(exported.stdout)["rows"] == timers["row_count"]
     for var in VARIABLES:
         feed = json.loads(run("changes", tws, "--from", "0", "--state-var", var, "--limit", "0", "--json").stdout)

@@ -1,0 +1,254 @@
+"""The vocabulary (docs/vocabulary.md) against the code: every name a user types, in every front.
+
+The table is the one place a concept's names are written down; these tests keep it and the fronts
+in step. A public Python signature or a command's flag that spells a concept differently, a flag
+that means two things, or an earlier spelling that stopped working (or stopped warning) fails here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+import pytest
+
+import state_reader
+import state_reader.spark
+from state_reader.core.options import OPTIONS, snake_case
+from state_reader.deprecation import DeprecatedNameWarning
+from state_reader.errors import StateReaderError
+from state_reader.fronts.cli import cli
+from state_reader.fronts.notebook import Checkpoint
+from tests.support.paths import DOCS
+
+START, END = "<!-- vocabulary table", "<!-- end of vocabulary table -->"
+
+
+@dataclass(frozen=True)
+class Row:
+    concept: str
+    spark: tuple[str, ...]
+    python: tuple[str, ...]
+    cli: tuple[str, ...]
+    notebook: tuple[str, ...]
+    earlier: tuple[str, ...]
+
+
+def _names(cell: str) -> tuple[str, ...]:
+    return tuple(re.findall(r"`([^`]+)`", cell))
+
+
+def _rows() -> list[Row]:
+    text = (DOCS / "vocabulary.md").read_text()
+    table = text[text.index(START) : text.index(END)]
+    rows = []
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 6 or cells[0] in ("concept", "---"):
+            continue
+        rows.append(Row(cells[0], *(_names(c) for c in cells[1:])))
+    return rows
+
+
+ROWS = _rows()
+
+# the public functions a user calls with keywords, and the notebook's
+PYTHON: list[Callable[..., Any]] = [
+    state_reader.read_state,
+    state_reader.scan_state,
+    state_reader.read_metadata,
+    state_reader.changes,
+    state_reader.follow,
+    state_reader.stats,
+    state_reader.plot_state_size,
+    state_reader.diagnose,
+    state_reader.rewrite,
+    state_reader.repartition,
+]
+NOTEBOOK: list[Callable[..., Any]] = [
+    state_reader.open,
+    Checkpoint.state,
+    Checkpoint.changes,
+    Checkpoint.stats,
+    Checkpoint.doctor,
+    Checkpoint.plot,
+]
+# what the notebook's methods hand their other keywords to
+NOTEBOOK_PASSES_TO = {"state": state_reader.read_state, "changes": state_reader.changes, "stats": state_reader.stats}
+
+
+def _params(func: Callable[..., Any]) -> set[str]:
+    return {
+        p.name
+        for p in inspect.signature(func).parameters.values()
+        if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and p.name != "self"
+    }
+
+
+def _flags() -> dict[str, set[str]]:
+    """Each visible flag of every command -> the parameters it sets."""
+    out: dict[str, set[str]] = {}
+    for command in cli.commands.values():
+        for param in command.params:
+            if isinstance(param, click.Option) and not param.hidden:
+                for flag in (*param.opts, *param.secondary_opts):
+                    out.setdefault(flag, set()).add(param.name or "")
+    return out
+
+
+def test_the_table_has_every_concept_the_issue_names():
+    concepts = {row.concept for row in ROWS}
+    for concept in (
+        "batch",
+        "batch range",
+        "operator",
+        "store",
+        "state variable",
+        "storage options",
+        "key filter",
+        "partition count",
+    ):
+        assert concept in concepts
+
+
+def test_spark_options_exist_and_python_keywords_are_their_snake_case():
+    known = {o.name: o for o in OPTIONS}
+    for row in ROWS:
+        if row.spark == ("load(path)",):  # the checkpoint: an argument everywhere, not an option
+            continue
+        for name in row.spark:
+            assert name in known, f"{row.concept}: {name} is no option of the readers"
+        if row.spark and row.python:
+            assert row.python == tuple(snake_case(n) for n in row.spark), row.concept
+            for name in row.spark:
+                assert known[name].python == snake_case(name), f"the options table gives {name} another keyword"
+
+
+def test_python_keywords_are_the_public_signatures():
+    taken = set().union(*(_params(f) for f in PYTHON))
+    for row in ROWS:
+        for name in row.python:
+            assert name in taken, f"{row.concept}: no public function takes {name}"
+
+
+def test_no_public_signature_keeps_an_earlier_spelling():
+    earlier = {
+        word.rstrip("=") for row in ROWS for spelled in row.earlier for word in re.findall(r"(\w+)=", spelled)
+    } - {"key", "name"}  # open(cp, key=value) and doctor(name=value) stand for any name
+    for func in PYTHON + NOTEBOOK:
+        stale = _params(func) & earlier
+        assert not stale, f"{func.__qualname__} still names {stale}"
+
+
+def test_the_notebook_takes_the_python_keywords():
+    taken = set().union(*(_params(f) for f in NOTEBOOK), *(_params(f) for f in NOTEBOOK_PASSES_TO.values()))
+    for row in ROWS:
+        for name in row.notebook:
+            assert name in taken, f"{row.concept}: the notebook does not take {name}"
+        assert not row.notebook or row.notebook == row.python, f"{row.concept}: the notebook spells it differently"
+
+
+def test_every_flag_exists_and_none_means_two_things():
+    flags = _flags()
+    for row in ROWS:
+        for flag in row.cli:
+            if not flag.startswith("-"):  # an argument
+                assert any(
+                    isinstance(p, click.Argument) and p.name == flag.lower()
+                    for c in cli.commands.values()
+                    for p in c.params
+                ), flag
+                continue
+            assert flag in flags, f"{row.concept}: no command has {flag}"
+    two = {flag: params for flag, params in flags.items() if len(params) > 1}
+    assert not two, f"flags that set different things in different commands: {two}"
+
+
+def test_a_concept_with_a_python_keyword_sets_it_from_its_flag():
+    """A command's flag for a concept fills the parameter of the Python keyword (no third name inside)."""
+    flags = _flags()
+    for row in ROWS:
+        if not row.python or not row.cli or not row.cli[0].startswith("-"):
+            continue
+        for flag in row.cli:
+            assert flags[flag] <= set(row.python) | {"storage_option"}, (row.concept, flag)
+
+
+# -- earlier spellings still work, with a warning naming the new one ---------------------------
+
+
+def _warns_then_reads(call: Callable[[], Any], new: str) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(StateReaderError):  # the warning comes before the read, of nothing here
+            call()
+    messages = [str(w.message) for w in caught if issubclass(w.category, DeprecatedNameWarning)]
+    assert messages and new in messages[0], messages
+
+
+@pytest.mark.parametrize(
+    ("call", "new"),
+    [
+        (lambda cp: state_reader.changes(cp, start=1, end=2), "change_start_batch_id"),
+        (lambda cp: state_reader.follow(cp, start=1), "change_start_batch_id"),
+        (lambda cp: state_reader.follow(cp, max_batches=1), "max_batches_per_trigger"),
+        (lambda cp: state_reader.stats(cp, start_batch=1), "change_start_batch_id"),
+        (lambda cp: state_reader.stats(cp, end_batch=1), "change_end_batch_id"),
+        (lambda cp: state_reader.open(cp, anon=True).state(batch=1), "storage_options"),
+        (lambda cp: state_reader.open(cp).state(operator=0), "operator_id"),
+        (lambda cp: state_reader.open(cp).changes(start=0), "change_start_batch_id"),
+        (lambda cp: state_reader.open(cp).doctor(skew=2.0), "thresholds"),
+    ],
+)
+def test_earlier_python_spellings_warn_and_still_work(tmp_path, call, new):
+    _warns_then_reads(lambda: call(str(tmp_path / "missing")), new)
+
+
+def test_an_earlier_and_a_new_spelling_together_are_refused(tmp_path):
+    with pytest.raises(StateReaderError, match="not both start and change_start_batch_id"):
+        state_reader.changes(str(tmp_path), start=1, change_start_batch_id=1)
+
+
+def test_the_spark_fronts_earlier_names_warn(tmp_path):
+    # an option no reader knows stops either before Spark is asked for anything
+    with pytest.warns(DeprecatedNameWarning, match="read_statestore"):
+        with pytest.raises(StateReaderError, match="batchIdd"):
+            state_reader.spark.read_state(None, str(tmp_path), batchIdd=1)
+    with pytest.warns(DeprecatedNameWarning, match="read_state_metadata"):
+        with pytest.raises(StateReaderError, match="batchIdd"):
+            state_reader.spark.read_metadata(None, str(tmp_path), batchIdd=1)
+
+
+@pytest.mark.parametrize(
+    ("args", "new"),
+    [
+        (["stats", "{cp}", "--batches", "0..1"], "--from/--to"),
+        (["plot", "{cp}", "--out", "{cp}.png", "--batches", "0..1"], "--from/--to"),
+        (["export", "{cp}", "--to", "{cp}.csv"], "--out"),
+        (["rewrite", "{cp}", "-n", "2", "--dry-run"], "--partitions"),
+    ],
+)
+def test_earlier_flags_warn_on_stderr_and_still_parse(tmp_path, args, new):
+    cp = str(tmp_path / "missing")
+    proc = subprocess.run(
+        [sys.executable, "-m", "state_reader", *(a.format(cp=cp) for a in args)], capture_output=True, text=True
+    )
+    # parsed: the command ran and failed on the checkpoint, not on its flags
+    assert proc.returncode == 1 and "does not exist" in proc.stderr, proc.stderr
+    assert f"is deprecated and will be removed in the release after next: use {new}" in proc.stderr
+
+
+def test_a_deprecated_flag_with_its_replacement_is_refused(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "state_reader", "stats", str(tmp_path), "--batches", "0..1", "--from", "0"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1 and "not both --batches and --from/--to" in proc.stderr
