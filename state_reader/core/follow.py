@@ -30,9 +30,11 @@ import pyarrow as pa
 
 from state_reader.core import live
 from state_reader.core.options import (
+    BATCH_ID,
     CHANGE_END_BATCH_ID,
     CHANGE_START_BATCH_ID,
     FAIL_ON_DATA_LOSS,
+    FLATTEN_COLLECTION_TYPES,
     MAX_BATCHES_PER_TRIGGER,
     READ_CHANGE_FEED,
     START_WITH_SNAPSHOT,
@@ -40,7 +42,10 @@ from state_reader.core.options import (
     STREAM,
     StateStoreOptions,
     _Options,
+    given_key,
+    is_set_true,
     option_names,
+    without,
 )
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import iter_batches
@@ -67,18 +72,14 @@ _SKIP_ATTEMPTS = 5
 
 def is_follow(options: Mapping[str, Any]) -> bool:
     """Whether ``options`` only make sense for a follower (a change feed without a start, or a follow option)."""
-    lower = {str(k).lower(): v for k, v in options.items() if v is not None}
-    if any(name.lower() in lower for name in FOLLOW_OPTIONS):
+    if any(given_key(options, name) is not None for name in FOLLOW_OPTIONS):
         return True
-    feed = str(lower.get(READ_CHANGE_FEED.lower(), "false")).strip().lower() == "true"
-    return feed and CHANGE_START_BATCH_ID.lower() not in lower
+    return is_set_true(options, READ_CHANGE_FEED) and given_key(options, CHANGE_START_BATCH_ID) is None
 
 
 def may_follow(options: Mapping[str, Any]) -> bool:
     """Whether ``options`` could be a follower's: a change feed with no end."""
-    lower = {str(k).lower(): v for k, v in options.items() if v is not None}
-    feed = str(lower.get(READ_CHANGE_FEED.lower(), "false")).strip().lower() == "true"
-    return feed and CHANGE_END_BATCH_ID.lower() not in lower
+    return is_set_true(options, READ_CHANGE_FEED) and given_key(options, CHANGE_END_BATCH_ID) is None
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,8 @@ class Follow:
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> Follow:
         """Validate the options of a follower: the change feed's, less its range, plus :data:`FOLLOW_OPTIONS`."""
-        own = {k: v for k, v in options.items() if str(k).lower() in {n.lower() for n in FOLLOW_OPTIONS}}
-        rest = {k: v for k, v in options.items() if k not in own}
+        rest = without(options, *FOLLOW_OPTIONS)
+        own = {k: v for k, v in options.items() if k not in rest}
         mine = _Options(own, FOLLOW_OPTIONS)
         max_batches = mine.long(MAX_BATCHES_PER_TRIGGER)
         if max_batches is not None and max_batches < 1:
@@ -110,13 +111,12 @@ class Follow:
                 f"Invalid value for option '{MAX_BATCHES_PER_TRIGGER}': at least 1 producer batch per "
                 f"micro-batch (got {max_batches})"
             )
-        lowered = {str(k).lower(): k for k in rest}
-        if CHANGE_END_BATCH_ID.lower() in lowered:
+        if given_key(rest, CHANGE_END_BATCH_ID) is not None:
             raise InvalidOptionError(
                 f"Invalid value for option '{CHANGE_END_BATCH_ID}': a stream of changes follows the query as it "
                 "commits and has no last batch; read a closed range with spark.read (a batch query)"
             )
-        start_key = lowered.get(CHANGE_START_BATCH_ID.lower())
+        start_key = given_key(rest, CHANGE_START_BATCH_ID)
         start = rest.pop(start_key) if start_key is not None else None
         if start is not None:
             try:
@@ -127,12 +127,10 @@ class Follow:
                 ) from None
             if start < 0:
                 raise NegativeOptionError(f"'{CHANGE_START_BATCH_ID}' cannot be negative (got {start}).")
-        rest = {k: v for k, v in rest.items() if str(k).lower() != READ_CHANGE_FEED.lower()}
+        rest = without(rest, READ_CHANGE_FEED)
         # validate the rest now, as a change feed from batch 0, so a typo fails before anything is read
         StateStoreOptions.parse({**rest, READ_CHANGE_FEED: "true", CHANGE_START_BATCH_ID: 0})
-        return cls(
-            rest, start, max_batches, mine.boolean(FAIL_ON_DATA_LOSS, True), mine.boolean(START_WITH_SNAPSHOT, False)
-        )
+        return cls(rest, start, max_batches, mine.boolean(FAIL_ON_DATA_LOSS), mine.boolean(START_WITH_SNAPSHOT))
 
     # -- the producer's checkpoint ----------------------------------------------
 
@@ -244,10 +242,10 @@ class Follow:
         """The state at ``batch`` that a history starts from (None before batch 0: nothing yet)."""
         if batch < 0:
             return None
-        options = {k: v for k, v in self.options.items() if str(k).lower() != "flattencollectiontypes"}
+        options = without(self.options, FLATTEN_COLLECTION_TYPES)
         try:
             # collections one row per item, as in the change feed
-            return plan_state_read({**options, "batchId": batch, "flattenCollectionTypes": "true"})
+            return plan_state_read({**options, BATCH_ID: batch, FLATTEN_COLLECTION_TYPES: "true"})
         except CommittedBatchUnavailableError as exc:
             raise self.lost(batch, batch, None) from exc
 

@@ -24,7 +24,6 @@ from state_reader.errors import (
     RequiredOptionError,
     public_api,
 )
-from state_reader.formats.spark_types import parse_ddl
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -245,6 +244,14 @@ OPTIONS: tuple[ReaderOption, ...] = (
 )
 
 
+def boolean_default(name: str) -> bool:
+    """The default of the boolean option ``name``, as :data:`OPTIONS` gives it (``true`` or ``false``)."""
+    default = next(o.default for o in OPTIONS if o.name == name)
+    if default not in ("true", "false"):
+        raise ValueError(f"{name} is not a boolean option (default {default!r})")
+    return default == "true"
+
+
 def option_names(reader: str) -> tuple[str, ...]:
     """The names ``reader`` accepts, in table order (``storage.<name>`` aside)."""
     return tuple(o.name for o in OPTIONS if reader in o.readers)
@@ -292,6 +299,23 @@ def check_batch_range(start: int | None, end: int | None) -> None:
         )
 
 
+def given_key(options: Mapping[str, Any], name: str) -> Any:
+    """The key under which ``options`` set ``name``, in any case (as Spark reads options), or None."""
+    return next((k for k, v in options.items() if v is not None and str(k).lower() == name.lower()), None)
+
+
+def is_set_true(options: Mapping[str, Any], name: str) -> bool:
+    """Whether ``options`` set the boolean option ``name`` to true (``"true"`` in any case, or ``True``)."""
+    key = given_key(options, name)
+    return key is not None and str(options[key]).strip().lower() == "true"
+
+
+def without(options: Mapping[str, Any], *names: str) -> dict[str, Any]:
+    """``options`` less the options ``names``, however their case was given."""
+    dropped = {name.lower() for name in names}
+    return {k: v for k, v in options.items() if str(k).lower() not in dropped}
+
+
 def closest(name: str, known: Iterable[str]) -> str | None:
     """The known name ``name`` most likely misspells (case-insensitive), or None."""
     by_lower = {k.lower(): k for k in known}
@@ -337,10 +361,11 @@ class _Options:
         except ValueError:
             raise InvalidOptionError(f"Invalid value for option '{name}': {text!r} is not an integer") from None
 
-    def boolean(self, name: str, default: bool) -> bool:
+    def boolean(self, name: str) -> bool:
+        """The boolean option ``name``; unset, its default in :data:`OPTIONS` (the one place it is written)."""
         text = self.get(name)
         if text is None:
-            return default
+            return boolean_default(name)
         lowered = text.strip().lower()
         if lowered not in ("true", "false"):
             raise InvalidOptionError(f"Invalid value for option '{name}': {text!r}. Boolean value is expected")
@@ -426,12 +451,12 @@ class StateStoreOptions:
             raise EmptyOptionError(f"'{STORE_NAME}' cannot be empty.")
         state_var_name = opts.get(STATE_VAR_NAME)
         state_var_name = state_var_name.strip() if state_var_name is not None else None
-        read_timers = opts.boolean(READ_REGISTERED_TIMERS, False)
+        read_timers = opts.boolean(READ_REGISTERED_TIMERS)
         if read_timers and state_var_name is not None:
             raise ConflictingOptionsError(
                 f"Options '{READ_REGISTERED_TIMERS}' and '{STATE_VAR_NAME}' cannot be specified together."
             )
-        flatten = opts.boolean(FLATTEN_COLLECTION_TYPES, True)
+        flatten = opts.boolean(FLATTEN_COLLECTION_TYPES)
         join_side = opts.get(JOIN_SIDE) or "none"
         if join_side not in JOIN_SIDES:
             raise InvalidOptionError(
@@ -445,7 +470,7 @@ class StateStoreOptions:
         batch_id = opts.long(BATCH_ID)
         snap_start = opts.long(SNAPSHOT_START_BATCH_ID)
         snap_part = opts.long(SNAPSHOT_PARTITION_ID)
-        read_change_feed = opts.boolean(READ_CHANGE_FEED, False)
+        read_change_feed = opts.boolean(READ_CHANGE_FEED)
         change_start = opts.long(CHANGE_START_BATCH_ID)
         change_end = opts.long(CHANGE_END_BATCH_ID)
         if read_change_feed:
@@ -503,12 +528,12 @@ class StateStoreOptions:
             state_var_name=state_var_name,
             read_registered_timers=read_timers,
             flatten_collection_types=flatten,
-            change_feed_from_snapshots=opts.boolean(CHANGE_FEED_FROM_SNAPSHOTS, False),
-            timeout_timestamp_as_long=opts.boolean(TIMEOUT_TIMESTAMP_AS_LONG, False),
+            change_feed_from_snapshots=opts.boolean(CHANGE_FEED_FROM_SNAPSHOTS),
+            timeout_timestamp_as_long=opts.boolean(TIMEOUT_TIMESTAMP_AS_LONG),
             key_schema=key_schema,
             value_schema=value_schema,
             storage_options=opts.storage_options(),
-            verify_checksums=opts.boolean(VERIFY_CHECKSUMS, True),
+            verify_checksums=opts.boolean(VERIFY_CHECKSUMS),
         )
 
 
@@ -536,6 +561,9 @@ def _given_schemas(
                 else "transformWithState keeps its schemas in the operator's schema files, which these do not replace"
             )
             raise ConflictingOptionsError(f"Options '{name}' and '{KEY_SCHEMA}' cannot be specified together ({why}).")
+    # here, not at the top: the command line names options from this module and starts without pyarrow
+    from state_reader.formats.spark_types import parse_ddl
+
     for name, text in ((KEY_SCHEMA, key), (VALUE_SCHEMA, value)):
         try:
             parse_ddl(text)
@@ -570,10 +598,10 @@ class StateMetadataOptions:
         return cls(
             path=path,
             batch_id=batch_id,
-            infer_missing_metadata=opts.boolean(INFER_MISSING_METADATA, False),
-            include_hidden_columns=opts.boolean(INCLUDE_HIDDEN_COLUMNS, False),
+            infer_missing_metadata=opts.boolean(INFER_MISSING_METADATA),
+            include_hidden_columns=opts.boolean(INCLUDE_HIDDEN_COLUMNS),
             storage_options=opts.storage_options(),
-            verify_checksums=opts.boolean(VERIFY_CHECKSUMS, True),
+            verify_checksums=opts.boolean(VERIFY_CHECKSUMS),
         )
 
 

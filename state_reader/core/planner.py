@@ -12,7 +12,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from state_reader.core.options import StateStoreOptions, from_kwargs
+from state_reader.core.options import (
+    BATCH_ID,
+    CHANGE_END_BATCH_ID,
+    CHANGE_START_BATCH_ID,
+    READ_REGISTERED_TIMERS,
+    SNAPSHOT_START_BATCH_ID,
+    STATE_VAR_NAME,
+    StateStoreOptions,
+    from_kwargs,
+)
 from state_reader.errors import (
     InvalidOptionError,
     MissingSchemaFileError,
@@ -197,7 +206,7 @@ def plan_state_read(
             batch_id = cp.latest_committed_batch()
     else:
         batch_id = opts.batch_id if opts.batch_id is not None else cp.latest_committed_batch()
-    cp.require_committed(batch_id, "changeEndBatchId" if opts.read_change_feed else "batchId")
+    cp.require_committed(batch_id, CHANGE_END_BATCH_ID if opts.read_change_feed else BATCH_ID)
     cp.fetch_ahead(batch_id, opts.operator_id)  # logs, metadata and schemas at once on an object store
     if opts.change_start_batch_id is not None and opts.change_start_batch_id > batch_id:  # a change feed
         # an end the caller gave was checked against the start with the options; this one defaulted
@@ -219,9 +228,9 @@ def plan_state_read(
         if not operators.is_transform_with_state(operator_name):
             # named as given: a read of timers names its own option, not the variable's
             option, what = (
-                ("stateVarName", "Providing state variable names")
+                (STATE_VAR_NAME, "Providing state variable names")
                 if opts.state_var_name is not None
-                else ("readRegisteredTimers", "Reading registered timers")
+                else (READ_REGISTERED_TIMERS, "Reading registered timers")
             )
             raise InvalidOptionError(
                 f"Invalid value for option '{option}': {what} is only supported "
@@ -320,14 +329,14 @@ def plan_state_read(
         _require_retained_start(
             cp,
             opts.change_start_batch_id,
-            "changeStartBatchId",
+            CHANGE_START_BATCH_ID,
             cp.store_dir(opts.operator_id, partitions[0], store_name),
         )
     if opts.snapshot_start_batch_id is not None:
         _require_retained_start(
             cp,
             opts.snapshot_start_batch_id,
-            "snapshotStartBatchId",
+            SNAPSHOT_START_BATCH_ID,
             cp.store_dir(opts.operator_id, partitions[0], store_name),
         )
     if provider == ROCKSDB_PROVIDER:

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from state_reader.core.options import OPTIONS, snake_case
 from state_reader.deprecation import renamed_message
 
 # ---------------------------------------------------------------------------
@@ -178,16 +179,24 @@ def store_read_flags(func: Callable[..., Any]) -> Callable[..., Any]:
 # the read options that errors name as flags, by the parameter of the commands that takes each; the flags
 # themselves are the ones the commands declare (written once, in their decorators)
 _FLAG_PARAMS: dict[str, str] = {
-    "read_registered_timers": "readRegisteredTimers",
-    "batch_id": "batchId",
-    "change_start_batch_id": "changeStartBatchId",
-    "change_end_batch_id": "changeEndBatchId",
-    "operator_id": "operatorId",
-    "store_name": "storeName",
-    "state_var_name": "stateVarName",
-    "join_side": "joinSide",
-    "key_schema": "keySchema",
-    "value_schema": "valueSchema",
+    **{
+        option.python: option.name
+        for option in OPTIONS
+        if option.python
+        in (
+            "read_registered_timers",
+            "batch_id",
+            "change_start_batch_id",
+            "change_end_batch_id",
+            "operator_id",
+            "store_name",
+            "state_var_name",
+            "join_side",
+            "key_schema",
+            "value_schema",
+        )
+    },
+    # the Spark-free API's own keywords, named alike in its messages
     "key_filter": "key_filter",
     "drop_keys": "drop_keys",
 }
@@ -211,8 +220,6 @@ def flags(group: click.Group) -> dict[str, tuple[str, ...]]:
 def _spellings(group: click.Group) -> dict[str, str]:
     """Each way a message may name a read option -> the option: Spark's name, and the Python keyword in
     the messages of the Spark-free functions the commands call (``core/options.in_python_names``)."""
-    from state_reader.core.options import snake_case
-
     out = {option: option for option in flags(group)}
     out.update({snake_case(option): option for option in flags(group)})
     return out

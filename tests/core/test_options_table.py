@@ -96,6 +96,26 @@ def test_every_field_the_parsers_fill_is_in_the_table():
         assert fields == in_table, f"{cls.__name__}: parsed but not in the table, or in the table but not parsed"
 
 
+def test_a_boolean_options_default_is_the_tables_everywhere():
+    """The table's default is what the parsers fill in and what the classes default to."""
+    parsed = {
+        STATESTORE: StateStoreOptions.parse({PATH: "/cp"}),
+        STATE_METADATA: StateMetadataOptions.parse({PATH: "/cp"}),
+        STREAM: Follow.parse({PATH: "/cp", "readChangeFeed": "true"}),
+    }
+    classes = {STATESTORE: StateStoreOptions, STATE_METADATA: StateMetadataOptions, STREAM: Follow}
+    booleans = [o for o in OPTIONS if o.default in ("true", "false")]
+    assert len(booleans) >= 10
+    for option in booleans:
+        default = option.default == "true"
+        for reader in option.readers:
+            if reader == STREAM and option.name not in FOLLOW_OPTIONS:
+                continue  # the change feed's, parsed by StateStoreOptions
+            assert getattr(parsed[reader], option.python) is default, (option.name, reader)
+            field = next(f for f in dataclasses.fields(classes[reader]) if f.name == option.python)
+            assert field.default is default, f"{classes[reader].__name__}.{field.name} defaults otherwise"
+
+
 def test_the_stream_options_are_the_tables():
     assert set(FOLLOW_OPTIONS) == set(STREAM_SAMPLES)
     default = Follow.parse({PATH: "/cp", "readChangeFeed": "true"})
