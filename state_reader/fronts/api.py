@@ -25,9 +25,8 @@ from state_reader.core.scan import bind_key_filter as _bind_key_filter
 from state_reader.core.scan import iter_batches as _iter_batches
 from state_reader.core.scan import read_table as _read_table
 from state_reader.core.scan import result_metadata as _result_metadata
-from state_reader.errors import InvalidOptionError as _InvalidOptionError
 from state_reader.errors import unexpected_errors_as_ours as _unexpected_errors_as_ours
-from state_reader.fronts.spark_rewrite import rewrite_with_spark as _rewrite_with_spark
+from state_reader.fronts.spark_rewrite import SparkRows as _SparkRows
 from state_reader.inspect.doctor import Diagnosis
 from state_reader.inspect.doctor import diagnose as _diagnose
 from state_reader.inspect.flatten import renamed_batch as _renamed_batch
@@ -271,20 +270,6 @@ def rewrite(
         if destination is None
         else _Destination(destination, dict(destination_storage_options or storage_options or {}))
     )
-    if spark is not None and not dry_run:
-        if dest is None:
-            raise _InvalidOptionError("a rewrite needs a destination (or dry_run=True)")
-        return _rewrite_with_spark(
-            spark,
-            source,
-            dest,
-            num_partitions=num_partitions,
-            provider=provider,
-            drop_keys=drop_keys,
-            batch_id=batch_id,
-            allow_uncommitted=allow_uncommitted,
-            transform=transform,
-        )
     return _rewrite_checkpoint(
         source,
         dest,
@@ -295,6 +280,7 @@ def rewrite(
         allow_uncommitted=allow_uncommitted,
         dry_run=dry_run,
         transform=transform,
+        mover=None if spark is None else _SparkRows(spark),
     )
 
 

@@ -556,10 +556,65 @@ def render_rewrite(report: RewriteReport, *, plot_out: str | None, as_json: bool
         emit_json({**report.summary(), "plot": plot_out})
         return
     con = new_console()
-    for line in str(report).split("\n"):
+    for line in rewrite_lines(report):
         con.print(Text(line))
     if plot_out is not None:
         con.print(Text(f"wrote {plot_out}"))
+
+
+def rewrite_lines(report: RewriteReport) -> list[str]:
+    """A rewrite's report as text: what was written (or not, dry), today's and the new layout's
+    sizes and skew, and each store's rows."""
+    import math
+    import statistics
+
+    move = (
+        f"{report.source_provider} -> {report.provider}"
+        if report.source_provider != report.provider
+        else report.provider
+    )
+    span = f"{report.old_partitions} -> {report.new_partitions} partitions"
+    if report.dry_run:
+        head = f"dry run: {report.source} at batch {report.batch_id}, {move}, {span} (nothing written)"
+    else:
+        head = (
+            f"rewrote {report.source} at batch {report.batch_id} into {report.destination}: {move}, {span}, "
+            f"{report.files} files, {human_bytes(report.bytes)}"
+        )
+    lines = [head]
+    for label, new in (("today", False), ("new", True)):
+        rows, size = (a.tolist() for a in report.partition_sizes(new))
+        if not rows:
+            continue
+        skew = report.skew(new)
+        # more than half the partitions empty: a ratio to an empty median says nothing
+        skew_text = (
+            f"skew (max/median) {skew:.2f}"
+            if math.isfinite(skew)
+            else f"{sum(s == 0 for s in size)} of {len(size)} partitions empty"
+        )
+        lines.append(
+            f"  {label:>5}: {len(rows)} partitions, {sum(rows):,} rows, {human_bytes(sum(size))}; per partition "
+            f"{human_bytes(min(size))} .. median {human_bytes(statistics.median(size))} .. "
+            f"max {human_bytes(max(size))}, {skew_text}"
+        )
+    for s in report.stores:
+        dropped = f", {s.dropped} dropped" if s.dropped else ""
+        per = s.rows_per_partition
+        shown = (
+            (
+                str(per)
+                if len(per) <= 16
+                else f"{min(per):,} .. median {int(statistics.median(per)):,} .. max {max(per):,}"
+            )
+            if per
+            else "[]"
+        )
+        lines.append(
+            f"  operator {s.operator_id} ({s.operator_name or 'unknown'}) store {s.store_name}: "
+            f"{s.rows:,} rows{dropped}, per partition {shown}"
+        )
+    return lines
 
 
 def render_doctor(result: Diagnosis, *, as_json: bool) -> None:

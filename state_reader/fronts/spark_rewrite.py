@@ -1,7 +1,8 @@
 """The rewrite of a checkpoint run by Spark, for states larger than one machine.
 
-The driver plans and checks the rewrite (:func:`~state_reader.core.rewrite.plan.plan_rewrite`)
-and writes the logs, schema files and metadata at the end, as the Spark-free
+:class:`SparkRows` is the row mover of the one rewrite pipeline
+(:func:`~state_reader.core.rewrite.pipeline.rewrite_checkpoint`): the driver plans and checks
+the rewrite and writes the logs, schema files and metadata at the end, as the Spark-free
 rewrite does; the state itself never passes through the driver. Per store, one
 Spark job:
 
@@ -33,19 +34,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from state_reader import errors
-from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
-from state_reader.core.rewrite.plan import RewritePlan, plan_rewrite
-from state_reader.core.rewrite.report import RewriteReport, StoreReport, store_report
-from state_reader.core.rewrite.rows import StoreRows, Transform, zip_extra_metadata
-from state_reader.core.rewrite.write import Put, counting_writer, failure_marked, finish_checkpoint, write_partition
-from state_reader.core.scan import bind_key_filter
+from state_reader.core.key_filter import KeyFilter
+from state_reader.core.rewrite.pipeline import Target
+from state_reader.core.rewrite.plan import RewritePlan
+from state_reader.core.rewrite.report import StoreReport, store_report
+from state_reader.core.rewrite.rows import StoreRows, store_label, zip_extra_metadata
+from state_reader.core.rewrite.write import write_partition
 from state_reader.core.size import row_bytes
 from state_reader.errors import StateReaderError
 from state_reader.formats.spark_types import StructType, UserDefinedType
 from state_reader.formats.unsaferow import RowBuffer, copy_spans, row_runs
 from state_reader.fronts.spark_shared import spark_worker_errors
 from state_reader.io.destination import Destination
-from state_reader.io.storage import Storage
 from state_reader.providers.hdfs import frame_records
 
 # a batch handed to Spark holds at most this many rows and (about) this many key and value bytes
@@ -73,104 +73,67 @@ _SUMMARY_DDL = (
 _WORKER_ERROR = re.compile(r"state_reader\.errors\.(\w+): \[[\w.]+\] (.*)")
 
 
-def rewrite_with_spark(
-    spark: Any,
-    source: Storage,
-    dest: Destination,
-    *,
-    num_partitions: int | None,
-    provider: str | None,
-    drop_keys: KeyFilterSpec | None,
-    batch_id: int | None,
-    allow_uncommitted: bool,
-    transform: Transform | dict[int, Transform] | None = None,
-) -> RewriteReport:
-    """:func:`~state_reader.core.rewrite.rewrite_checkpoint` with the state read, routed and written
-    by the executors of ``spark`` (a SparkSession); the same files, and the same report.
+class SparkRows:
+    """The :class:`~state_reader.core.rewrite.pipeline.RowMover` that moves each store's rows on the
+    executors of ``spark`` (a SparkSession), one Spark job a store: the same files as the Spark-free
+    rewrite's, and the same counts. A ``transform`` runs on the executors (shipped as Spark ships
+    any Python function)."""
 
-    ``transform`` runs on the executors (shipped as Spark ships any Python function)."""
-    rp = plan_rewrite(
-        source,
-        num_partitions=num_partitions,
-        provider=provider,
-        batch_id=batch_id,
-        allow_uncommitted=allow_uncommitted,
-        transform=transform,
-    )
-    # bound to each store's key up front: a bad filter fails before anything is written or any task runs
-    dropped = [bind_key_filter(rows.plan, drop_keys, "drop_keys") for rows in rp.stores]
-    dest.begin(rp.checkpoint.location)  # marked incomplete: the commit point is the real `metadata`, written last
-    report = rp.report(dest.display(), dry_run=False)
-    put = counting_writer(dest, report)
-    with failure_marked(rp, dest):
-        for rows, drop in zip(rp.stores, dropped, strict=True):
-            report.stores.append(_rewrite_store(spark, rp, rows, dest, drop, report, put))
-        finish_checkpoint(rp, dest, put)
-    return report
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
 
+    def move(self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, target: Target) -> StoreReport:
+        """One Spark job: the old partitions read on executors, routed by Spark, each new one written by one task."""
+        label = store_label(rows.plan, located=True)
+        store = store_report(rows.plan)
+        pids = list(rows.plan.partitions)
+        targets = rows.target_partitions(rp.new_partitions)
+        # checkpoint format 2 names each new partition's files by an id the driver decides (the commit entry lists it)
+        unique_ids = {pid: rp.unique_id(rows.plan, pid) for pid in targets}
+        extra = zip_extra_metadata(rows.plan)
+        try:
+            summaries = _store_job(self.spark, rp, rows, drop, unique_ids, extra, target.dest).collect()
+        except StateReaderError:
+            raise
+        except Exception as exc:  # a failed Spark job: the worker's own error when it is one of ours
+            raise _job_error(exc, f"rewrote {label}") from exc
 
-def _label(rows: StoreRows) -> str:
-    return f"operator {rows.plan.operator_id} store {rows.plan.store_name} of {rows.plan.checkpoint.location}"
-
-
-def _rewrite_store(
-    spark: Any,
-    rp: RewritePlan,
-    rows: StoreRows,
-    dest: Destination,
-    drop: KeyFilter | None,
-    report: RewriteReport,
-    put: Put,
-) -> StoreReport:
-    """One Spark job: the old partitions read on executors, routed by Spark, each new one written by one task."""
-    store = store_report(rows.plan)
-    pids = list(rows.plan.partitions)
-    targets = rows.target_partitions(rp.new_partitions)
-    # checkpoint format 2 names each new partition's files by an id the driver decides (the commit entry lists it)
-    unique_ids = {pid: rp.unique_id(rows.plan, pid) for pid in targets}
-    extra = zip_extra_metadata(rows.plan)
-    try:
-        summaries = _store_job(spark, rp, rows, drop, unique_ids, extra, dest).collect()
-    except StateReaderError:
-        raise
-    except Exception as exc:  # a failed Spark job: the worker's own error when it is one of ours
-        raise _job_error(exc, f"rewrote {_label(rows)}") from exc
-
-    new_rows = dict.fromkeys(targets, 0)
-    new_bytes = dict.fromkeys(targets, 0)
-    reported: set[int] = set()
-    old_counts: dict[int, tuple[int, int, int]] = {}
-    for summary in summaries:
-        pid = summary.partition_id
-        if not summary.new_layout:
-            old_counts[pid] = (summary.rows, summary.bytes, summary.dropped)
-            continue
-        if pid in reported or pid not in new_rows:
+        new_rows = dict.fromkeys(targets, 0)
+        new_bytes = dict.fromkeys(targets, 0)
+        reported: set[int] = set()
+        old_counts: dict[int, tuple[int, int, int]] = {}
+        for summary in summaries:
+            pid = summary.partition_id
+            if not summary.new_layout:
+                old_counts[pid] = (summary.rows, summary.bytes, summary.dropped)
+                continue
+            if pid in reported or pid not in new_rows:
+                raise StateReaderError(
+                    f"the Spark job that rewrote {label} reported new partition {pid} "
+                    f"twice or outside partitions {targets}"
+                )
+            reported.add(pid)
+            new_rows[pid] = summary.rows
+            new_bytes[pid] = summary.bytes
+            # written by the executors, not through target.put: counted here
+            target.report.files += summary.files
+            target.report.bytes += summary.written
+        missing = [p for p in pids if p not in old_counts]
+        if missing:
             raise StateReaderError(
-                f"the Spark job that rewrote {_label(rows)} reported new partition {pid} "
-                f"twice or outside partitions {targets}"
+                f"the Spark job that rewrote {label} reported no counts for old partitions {missing}"
             )
-        reported.add(pid)
-        new_rows[pid] = summary.rows
-        new_bytes[pid] = summary.bytes
-        report.files += summary.files
-        report.bytes += summary.written
-    missing = [p for p in pids if p not in old_counts]
-    if missing:
-        raise StateReaderError(
-            f"the Spark job that rewrote {_label(rows)} reported no counts for old partitions {missing}"
-        )
-    # every new partition needs a snapshot, even an empty one (a Spark may skip the task of an empty partition)
-    for pid in targets:
-        if pid not in reported:
-            write_partition(rows.plan, pid, (), rp.to_rocksdb, extra, put, unique_ids[pid])
-    store.old_rows_per_partition = [old_counts[p][0] for p in pids]
-    store.old_bytes_per_partition = [old_counts[p][1] for p in pids]
-    store.dropped = sum(old_counts[p][2] for p in pids)
-    store.rows_per_partition = [new_rows[p] for p in targets]
-    store.bytes_per_partition = [new_bytes[p] for p in targets]
-    store.rows = sum(store.rows_per_partition)
-    return store
+        # every new partition needs a snapshot, even an empty one (a Spark may skip the task of an empty partition)
+        for pid in targets:
+            if pid not in reported:
+                write_partition(rows.plan, pid, (), rp.to_rocksdb, extra, target.put, unique_ids[pid])
+        store.old_rows_per_partition = [old_counts[p][0] for p in pids]
+        store.old_bytes_per_partition = [old_counts[p][1] for p in pids]
+        store.dropped = sum(old_counts[p][2] for p in pids)
+        store.rows_per_partition = [new_rows[p] for p in targets]
+        store.bytes_per_partition = [new_bytes[p] for p in targets]
+        store.rows = sum(store.rows_per_partition)
+        return store
 
 
 def _store_job(
@@ -303,6 +266,7 @@ class _ReadOld:
         self, rows: StoreRows, pids: list[int], drop: KeyFilter | None, to_rocksdb: bool, transport: pa.Schema
     ) -> None:
         self.rows = rows
+        self.label = store_label(rows.plan, located=True)
         self.pids = pids
         self.drop = drop
         self.to_rocksdb = to_rocksdb
@@ -312,7 +276,7 @@ class _ReadOld:
         for batch in batches:
             for position in batch.column(0).to_pylist():
                 pid = self.pids[position]
-                with spark_worker_errors(f"partition {pid} of {_label(self.rows)}"):
+                with spark_worker_errors(f"partition {pid} of {self.label}"):
                     yield from self._read(position, pid)
 
     def _read(self, position: int, pid: int) -> Iterator[pa.RecordBatch]:
@@ -380,6 +344,7 @@ class _WriteNew:
         storage_options: dict[str, Any],
     ) -> None:
         self.rows = rows
+        self.label = store_label(rows.plan, located=True)
         # the store's new partitions, each with the unique id its files are named by (format 2)
         self.targets = unique_ids
         self.to_rocksdb = to_rocksdb
@@ -393,12 +358,12 @@ class _WriteNew:
         context = TaskContext.get()
         assert context is not None  # called in a Spark task
         pid = context.partitionId()
-        with spark_worker_errors(f"new partition {pid} of {_label(self.rows)}"):
+        with spark_worker_errors(f"new partition {pid} of {self.label}"):
             yield self._write(pid, batches)
 
     def _write(self, pid: int, batches: Iterator[pa.RecordBatch]) -> pa.RecordBatch:
         plan = self.rows.plan
-        source = f"rows routed to partition {pid} of {_label(self.rows)}"
+        source = f"rows routed to partition {pid} of {self.label}"
         counts: list[np.ndarray] = []
         rows = size = 0
 
@@ -415,7 +380,7 @@ class _WriteNew:
                     continue
                 if pid not in self.targets:
                     raise StateReaderError(
-                        f"rows were routed to partition {pid} of {_label(self.rows)}, which is "
+                        f"rows were routed to partition {pid} of {self.label}, which is "
                         f"not among its new partitions {sorted(self.targets)}"
                     )
                 k, v = row_buffer(keys, source + " key"), row_buffer(values, source + " value")

@@ -280,6 +280,20 @@ class Storage:
         entries = self._entries(rel)
         return None if entries is None else dict(entries)
 
+    def files_under(self, rel: str) -> list[str]:
+        """Paths (relative to the root, sorted) of every file below directory ``rel``, at any depth;
+        none when there is no such directory. Remote, the whole tree is one listing call."""
+        rel = rel.strip("/")
+        self.list_tree(rel)
+        found: list[str] = []
+        todo = [rel]
+        while todo:
+            directory = todo.pop()
+            for name, size in (self.list_entries(directory) or {}).items():
+                path = posixpath.join(directory, name) if directory else name
+                (todo if size is None else found).append(path)
+        return sorted(found)
+
     def size(self, rel: str) -> int | None:
         """Size of file ``rel`` as listed, None when it is not there (no call beyond the listing)."""
         directory, name = posixpath.split(rel.strip("/"))

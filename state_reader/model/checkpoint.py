@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -281,6 +282,25 @@ class CheckpointDir:
         """``offsets/<batch_id>``: the batch's watermark, timestamp, confs and source offsets."""
         if batch_id in self._offset_cache:
             return self._offset_cache[batch_id]
+        lines, metadata = self.offset_lines(batch_id)
+
+        def millis(name: str) -> int:
+            value = metadata.get(name, 0)
+            return value if isinstance(value, int) else 0
+
+        entry = OffsetEntry(
+            watermark_ms=millis("batchWatermarkMs"),
+            timestamp_ms=millis("batchTimestampMs"),
+            conf={str(k): str(v) for k, v in (metadata.get("conf") or {}).items()},
+            # one line per source, in the query's source order ("-": no offset yet)
+            sources=tuple(line.strip() for line in lines[2:] if line.strip()),
+        )
+        self._offset_cache[batch_id] = entry
+        return entry
+
+    def offset_lines(self, batch_id: int) -> tuple[list[str], dict[str, Any]]:
+        """``offsets/<batch_id>`` as its lines, and its metadata line (line 2) parsed afresh: what
+        :meth:`offset_entry` reads, for a writer that changes part of it and keeps the rest."""
         rel = f"offsets/{batch_id}"
         try:
             lines = self.storage.read_text(rel).split("\n")
@@ -304,20 +324,7 @@ class CheckpointDir:
                 f"(expected JSON with 'conf' on line 2)",
                 path=self.storage.display(rel),
             )
-
-        def millis(name: str) -> int:
-            value = metadata.get(name, 0)
-            return value if isinstance(value, int) else 0
-
-        entry = OffsetEntry(
-            watermark_ms=millis("batchWatermarkMs"),
-            timestamp_ms=millis("batchTimestampMs"),
-            conf={str(k): str(v) for k, v in (metadata.get("conf") or {}).items()},
-            # one line per source, in the query's source order ("-": no offset yet)
-            sources=tuple(line.strip() for line in lines[2:] if line.strip()),
-        )
-        self._offset_cache[batch_id] = entry
-        return entry
+        return lines, metadata
 
     def latest_conf(self) -> dict[str, str]:
         """Confs of the newest offset log entry, or {} when there is none."""
@@ -436,13 +443,19 @@ class CheckpointDir:
             return self._parse_metadata(f"{base}/metadata", operator_id)
         return None
 
+    def operator_metadata_doc(self, rel: str, operator_id: int) -> tuple[str, Any]:
+        """Operator metadata file ``rel`` (``state/<op>/_metadata/metadata`` or a v2 batch's) as its
+        header line and its JSON body parsed afresh: what :meth:`operator_metadata` reads, for a
+        writer that changes part of it and keeps the rest."""
+        with self._metadata_errors(rel, operator_id):
+            header, _, body = self.read_once(rel).decode("utf-8").partition("\n")
+            int(header.strip().lstrip("v"))  # a header that names no version is no metadata file
+            return header, json.loads(body)
+
     def _parse_metadata(self, rel: str, operator_id: int) -> OperatorMetadata:
-        shown = self.storage.display(rel)
-        try:
-            text = self.read_once(rel).decode("utf-8")
-            header, _, body = text.partition("\n")
+        with self._metadata_errors(rel, operator_id):
+            header, doc = self.operator_metadata_doc(rel, operator_id)
             version = int(header.strip().lstrip("v"))
-            doc = json.loads(body)
             info = doc["operatorInfo"]
             stores = tuple(
                 StoreInfo(
@@ -460,6 +473,15 @@ class CheckpointDir:
                 stores=stores,
                 properties_json=doc.get("operatorPropertiesJson"),
             )
+
+    @contextmanager
+    def _metadata_errors(self, rel: str, operator_id: int) -> Iterator[None]:
+        """What goes wrong reading operator metadata file ``rel``, as an :class:`OperatorMetadataReadError`."""
+        shown = self.storage.display(rel)
+        try:
+            yield
+        except OperatorMetadataReadError:
+            raise
         except FileNotFoundError:
             raise OperatorMetadataReadError(f"operator metadata {shown} is missing", path=shown) from None
         except (

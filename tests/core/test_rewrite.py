@@ -1,5 +1,5 @@
 """The rewrite's own rules, apart from Spark's judgement (``tests/oracles/test_rewrite.py``): what it refuses,
-and its report's sizes equal to ``stats``'s."""
+its report's sizes equal to ``stats``'s, and its one pipeline with another row mover."""
 
 from __future__ import annotations
 
@@ -76,7 +76,8 @@ def test_stats_and_the_rewrite_report_give_one_size(checkpoints, name):
         list(zip(range(today["partitions"]), today["rows_per_partition"], today["bytes_per_partition"], strict=True))
         == by_partition
     )
-    assert f"{today['rows']:,} rows, {today['bytes']:,} bytes" in str(report)
+    # one line of text (what the command line prints is fronts/console's)
+    assert "\n" not in str(report) and f"{today['rows']:,} rows" in str(report)
 
     def noted(batch: pa.RecordBatch) -> pa.RecordBatch:
         value = batch.column(1)
@@ -88,3 +89,63 @@ def test_stats_and_the_rewrite_report_give_one_size(checkpoints, name):
     transformed = state_reader.rewrite(src, dry_run=True, transform=noted).summary()
     assert transformed["current"] == today
     assert transformed["new"]["rows"] == today["rows"] and transformed["new"]["bytes"] > today["bytes"]
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+class _FailsAfterOnePartition:
+    """A row mover that writes one new partition of the first store the Spark-free way, then fails
+    (as a Spark job whose second task dies would)."""
+
+    def __init__(self) -> None:
+        self.stores = 0
+
+    def move(self, rp, rows, drop, target):
+        from state_reader.core.rewrite import write_partition, zip_extra_metadata
+
+        self.stores += 1
+        plan = rows.plan
+        write_partition(plan, 0, (), rp.to_rocksdb, zip_extra_metadata(plan), target.put, rp.unique_id(plan, 0))
+        raise state_reader.StateReaderError("the executor running new partition 1 was lost")
+
+
+def test_a_failing_row_mover_leaves_the_destination_marked_and_rerunnable(checkpoints, tmp_path):
+    """Whatever moves the rows, the pipeline marks the destination first and commits last: a mover
+    that fails leaves nothing Spark would start from, and the same rewrite run again into it writes
+    what a rewrite into a fresh directory writes."""
+    from state_reader.core.rewrite import LocalRows, rewrite_checkpoint
+    from state_reader.io.destination import INCOMPLETE_PREFIX, Destination
+    from state_reader.io.storage import Storage
+
+    src = checkpoints("agg_window")
+    dst = tmp_path / "dst"
+    failing = _FailsAfterOnePartition()
+    with pytest.raises(state_reader.RewriteFailedError, match="executor running new partition 1 was lost") as err:
+        rewrite_checkpoint(Storage(src), Destination(str(dst)), num_partitions=3, mover=failing)
+    assert "incomplete" in str(err.value) and failing.stores == 1
+    assert (dst / "metadata").read_bytes().startswith(INCOMPLETE_PREFIX)
+    assert list((dst / "state" / "0" / "0").glob("*.snapshot"))  # what the mover wrote before it failed
+    assert not (dst / "commits").exists() and not (dst / "offsets").exists()
+    with pytest.raises(state_reader.IncompleteRewriteError):
+        state_reader.read_state(str(dst))
+
+    again = rewrite_checkpoint(Storage(src), Destination(str(dst)), num_partitions=3, mover=LocalRows())
+    fresh = rewrite_checkpoint(Storage(src), Destination(str(tmp_path / "fresh")), num_partitions=3)
+    assert again.summary() | {"destination": None} == fresh.summary() | {"destination": None}
+    assert _files(dst) == _files(tmp_path / "fresh")
+
+
+def test_a_dry_run_counts_on_this_machine_whatever_the_mover(checkpoints):
+    """A dry run writes nothing, so no mover is asked: the counts are the Spark-free ones."""
+    from state_reader.core.rewrite import rewrite_checkpoint
+    from state_reader.io.storage import Storage
+
+    src = checkpoints("agg_window")
+    failing = _FailsAfterOnePartition()
+    dry = rewrite_checkpoint(Storage(src), None, num_partitions=3, dry_run=True, mover=failing)
+    assert failing.stores == 0 and dry.dry_run
+    assert dry.stores == state_reader.rewrite(src, num_partitions=3, dry_run=True).stores
+    with pytest.raises(state_reader.InvalidOptionError, match="needs a destination"):
+        rewrite_checkpoint(Storage(src), None, num_partitions=3, mover=failing)

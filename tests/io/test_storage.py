@@ -161,3 +161,17 @@ def test_rocksdb_display_looks_into_every_snapshot_zip_in_one_round(checkpoints)
     assert calls["list"] <= 4 and calls["info"] == 0, _HeldZips.paths
     gets = [p for k, p in _HeldZips.paths if k == "get"]
     assert len(gets) == len(set(gets)), gets
+
+
+def test_files_under_walks_a_tree_in_one_remote_listing(remote, checkpoints):
+    """Every file below a directory, at any depth, the same on a local disk and remote (there in one call)."""
+    from state_reader.io.storage import Storage
+
+    path = checkpoints("agg_window")
+    want = sorted(str(p.relative_to(path)) for p in (Path(path) / "state").rglob("*") if p.is_file())
+    assert want and Storage(path).files_under("state") == want
+    FS.reset()
+    assert Storage(remote + path).files_under("state/") == want
+    assert FS.calls["list"] == 1, FS.paths
+    assert Storage(path).files_under("no/such/dir") == []
+    assert Storage(remote + path).files_under("no_such_dir") == []

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from state_reader.core.skew import partition_skew
 from state_reader.model.plan import StateReadPlan
+from state_reader.units import human_bytes
 
 
 @dataclass
@@ -145,47 +146,15 @@ class RewriteReport:
         }
 
     def __str__(self) -> str:
-        move = f"{self.source_provider} -> {self.provider}" if self.source_provider != self.provider else self.provider
+        """One line: what was rewritten into what (the command line's ``render_rewrite`` says the rest)."""
+        span = f"{self.old_partitions} -> {self.new_partitions} partitions"
+        rows = sum(s.rows for s in self.stores)
         if self.dry_run:
-            head = (
-                f"dry run: {self.source} at batch {self.batch_id}, {move}, "
-                f"{self.old_partitions} -> {self.new_partitions} partitions (nothing written)"
-            )
-        else:
-            head = (
-                f"rewrote {self.source} at batch {self.batch_id} into {self.destination}: {move}, "
-                f"{self.old_partitions} -> {self.new_partitions} partitions, "
-                f"{self.files} files, {self.bytes:,} bytes"
-            )
-        lines = [head]
-        for label, new in (("today", False), ("new", True)):
-            rows, size = self.partition_sizes(new)
-            if len(rows):
-                skew = self.skew(new)
-                # more than half the partitions empty: a ratio to an empty median says nothing
-                skew_text = (
-                    f"skew (max/median) {skew:.2f}"
-                    if np.isfinite(skew)
-                    else f"{int((size == 0).sum())} of {len(size)} partitions empty"
-                )
-                lines.append(
-                    f"  {label:>5}: {len(rows)} partitions, {int(rows.sum()):,} rows, {int(size.sum()):,} "
-                    f"bytes; per partition {int(size.min()):,} .. median {int(np.median(size)):,} .. "
-                    f"max {int(size.max()):,} bytes, {skew_text}"
-                )
-        for s in self.stores:
-            dropped = f", {s.dropped} dropped" if s.dropped else ""
-            per = s.rows_per_partition
-            shown = (
-                (str(per) if len(per) <= 16 else f"{min(per):,} .. median {int(np.median(per)):,} .. max {max(per):,}")
-                if per
-                else "[]"
-            )
-            lines.append(
-                f"  operator {s.operator_id} ({s.operator_name or 'unknown'}) store {s.store_name}: "
-                f"{s.rows:,} rows{dropped}, per partition {shown}"
-            )
-        return "\n".join(lines)
+            return f"dry run of a rewrite of {self.source} at batch {self.batch_id}: {span}, {rows:,} rows"
+        return (
+            f"rewrite of {self.source} at batch {self.batch_id} into {self.destination}: {span}, {rows:,} rows, "
+            f"{self.files} files, {human_bytes(self.bytes)}"
+        )
 
 
 def store_report(plan: StateReadPlan) -> StoreReport:

@@ -59,6 +59,12 @@ def store_plan(
     return plan_store_read(cp, operator_id, store_name, batch_id, **options)
 
 
+def store_label(plan: StateReadPlan, located: bool = False) -> str:
+    """A store as a rewrite's progress and messages name it (``located``: with its checkpoint)."""
+    label = f"operator {plan.operator_id} store {plan.store_name}"
+    return f"{label} of {plan.checkpoint.location}" if located else label
+
+
 class StoreRows:
     """One store's rows, partition by partition, as its provider stores them: where each row
     goes in the new layout, and how to turn rows into the other provider's encoding."""
@@ -295,7 +301,7 @@ class TransformedStoreRows(StoreRows):
         self.inner = inner
         self.transform = transform
         old = inner.plan
-        self.where = f"operator {old.operator_id} store {old.store_name}"
+        self.where = store_label(old)
         probe = self._apply(
             pa.RecordBatch.from_arrays(
                 [pa.array([], old.key_schema.to_arrow()), pa.array([], old.stored_value_schema.to_arrow())],

@@ -86,14 +86,12 @@ def finish_checkpoint(rp: RewritePlan, dest: Destination, put: Put) -> None:
     put("metadata", rp.checkpoint.storage.read_bytes("metadata"))
 
 
-def _copy_logs(cp: CheckpointDir, put: Any, batch: int, confs: dict[str, str]) -> None:
+def _copy_logs(cp: CheckpointDir, put: Put, batch: int, confs: dict[str, str]) -> None:
     """The offset and commit logs up to ``batch`` (offsets with ``confs`` set), and the source logs."""
     storage = cp.storage
     for b in offset_batches(cp):
         if b <= batch:
-            rel = f"offsets/{b}"
-            text = storage.read_bytes(rel).decode("utf-8")
-            put(rel, _with_confs(text, confs, storage.display(rel)).encode("utf-8"))
+            put(f"offsets/{b}", _with_confs(cp, b, confs).encode("utf-8"))
     for b in numeric_names(storage.list_names("commits")):
         if b < batch:  # the rewritten batch's own entry names the new files: finish_checkpoint writes it
             put(f"commits/{b}", storage.read_bytes(f"commits/{b}"))
@@ -105,7 +103,7 @@ def _copy_logs(cp: CheckpointDir, put: Any, batch: int, confs: dict[str, str]) -
 
 
 def _copy_state_metadata(
-    cp: CheckpointDir, put: Any, num_partitions: int, dest: Destination, schema_files: dict[str, bytes]
+    cp: CheckpointDir, put: Put, num_partitions: int, dest: Destination, schema_files: dict[str, bytes]
 ) -> None:
     """Schema files as they are (or as ``schema_files`` gives them: a transform's new schemas);
     operator metadata with the new partition count."""
@@ -120,46 +118,32 @@ def _copy_state_metadata(
                     continue
                 put(rel, schema_files[rel] if rel in schema_files else storage.read_bytes(rel))
             elif inside == "_metadata" and (parts[-1] == "metadata" or parts[-2] == "v2"):
-                text = storage.read_bytes(rel).decode("utf-8")
-                put(rel, _operator_metadata(cp, text, num_partitions, dest).encode("utf-8"))
+                put(rel, _operator_metadata(cp, rel, op, num_partitions, dest).encode("utf-8"))
             else:
                 put(rel, storage.read_bytes(rel))
 
 
 def _files_under(storage: Storage, rel: str) -> list[str]:
-    """Paths (relative to the checkpoint root) of the data files under ``rel``; no sidecars or temp files."""
-    base = storage.full(rel)
-    if not storage.isdir(rel):
-        return []
-    out = []
-    for path in sorted(storage.fs.find(base)):
-        name = posixpath.basename(path)
-        if name.startswith(".") or name.endswith((".crc", ".tmp")):
-            continue
-        out.append(posixpath.relpath(path, storage.root))
-    return out
+    """The data files under ``rel`` (paths relative to the checkpoint root); no sidecars or temp files."""
+    return [
+        path
+        for path in storage.files_under(rel)
+        if not posixpath.basename(path).startswith(".") and not path.endswith((".crc", ".tmp"))
+    ]
 
 
-def _with_confs(text: str, confs: dict[str, str], shown: str) -> str:
-    """An offset log entry with ``confs`` set among the confs it records (Spark restores them at restart)."""
-    lines = text.split("\n")
-    try:
-        meta = json.loads(lines[1])
-        meta.setdefault("conf", {}).update(confs)
-    except (IndexError, ValueError, AttributeError) as exc:
-        raise RewriteFailedError(
-            f"{shown} has no offset metadata line to carry the rewritten confs: {exc}", path=shown
-        ) from exc
+def _with_confs(cp: CheckpointDir, batch: int, confs: dict[str, str]) -> str:
+    """Offset log entry ``batch`` with ``confs`` set among the confs it records (Spark restores them at restart)."""
+    lines, meta = cp.offset_lines(batch)
+    meta["conf"] = {**(meta.get("conf") or {}), **confs}
     lines[1] = json.dumps(meta, separators=(",", ":"))
     return "\n".join(lines)
 
 
-def _operator_metadata(cp: CheckpointDir, text: str, num_partitions: int, dest: Destination) -> str:
-    """Operator metadata (v1 or v2) with every store's partition count set and its schema file
-    paths (v2 records absolute URIs) pointing into ``dest``, wherever the source was written."""
-    header, _, body = text.partition("\n")
-    doc = json.loads(body)
-    operator_id = int(doc["operatorInfo"]["operatorId"])
+def _operator_metadata(cp: CheckpointDir, rel: str, operator_id: int, num_partitions: int, dest: Destination) -> str:
+    """Operator metadata file ``rel`` (v1 or v2) with every store's partition count set and its schema
+    file paths (v2 records absolute URIs) pointing into ``dest``, wherever the source was written."""
+    header, doc = cp.operator_metadata_doc(rel, operator_id)
     for store in doc.get("stateStoreInfo", []):
         store["numPartitions"] = num_partitions
         paths = store.get("stateSchemaFilePaths")

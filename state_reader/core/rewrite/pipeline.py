@@ -1,0 +1,138 @@
+"""One rewrite, whoever moves its rows: the plan checked, ``drop_keys`` bound to each store's key,
+the destination marked incomplete, each store's rows moved by a :class:`RowMover`, then the logs,
+schema files and operator metadata, and last the commit point.
+
+Two movers: :class:`LocalRows` routes on this machine through local temporary files; the Spark
+front's moves the rows with Spark's own shuffle (``fronts/spark_rewrite``). A dry run always
+counts on this machine (nothing is written, so nothing needs spreading out).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from typing import Protocol
+
+from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
+from state_reader.core.rewrite.plan import RewritePlan, plan_rewrite
+from state_reader.core.rewrite.report import RewriteReport, StoreReport, store_report
+from state_reader.core.rewrite.route import Spill, route_store
+from state_reader.core.rewrite.rows import StoreRows, Transform, store_label, zip_extra_metadata
+from state_reader.core.rewrite.write import Put, counting_writer, failure_marked, finish_checkpoint, write_partition
+from state_reader.core.scan import bind_key_filter
+from state_reader.errors import InvalidOptionError
+from state_reader.io.destination import Destination
+from state_reader.io.memory import release_free_memory
+from state_reader.io.storage import Storage
+from state_reader.progress import progress
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a rewrite's rows go: the destination, and ``put``, which writes into it and counts
+    each file and its bytes in ``report`` (what is written elsewhere is added to ``report`` too)."""
+
+    dest: Destination
+    report: RewriteReport
+    put: Put
+
+
+class RowMover(Protocol):
+    """How the rows of one store get from its old partitions into the new partitions' snapshots."""
+
+    def move(self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, target: Target) -> StoreReport:
+        """Write every new partition of ``rows``'s store (an empty one too), leaving out the rows
+        ``drop`` matches, and return the store's counts, old partitions and new."""
+        ...
+
+
+@dataclass(frozen=True)
+class LocalRows:
+    """Rows moved on this machine: each old partition routed into local temporary files, one per
+    new partition (memory holds one old partition while routing), then each new partition streamed
+    from there into its snapshot."""
+
+    show_progress: bool | None = None
+
+    def move(self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, target: Target) -> StoreReport:
+        n = rp.new_partitions
+        store = store_report(rows.plan)
+        targets = rows.target_partitions(n)
+        label = store_label(rows.plan)
+        with tempfile.TemporaryDirectory(prefix="state_reader-rewrite-") as workdir:
+            spill = Spill(workdir, n)
+            with progress(
+                f"routing {label}", len(rows.plan.partitions) + len(targets), enabled=self.show_progress
+            ) as bar:
+                route_store(rows, store, n, drop, rp.to_rocksdb, spill, bar)
+                bar.advance(0, f"writing {label}")
+                extra = zip_extra_metadata(rows.plan)
+                for pid in targets:
+                    unique_id = rp.unique_id(rows.plan, pid)
+                    write_partition(rows.plan, pid, spill.take(pid), rp.to_rocksdb, extra, target.put, unique_id)
+                    release_free_memory()
+                    bar.advance()
+        return store
+
+    def count(self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None) -> StoreReport:
+        """A dry run's counts of one store: every row routed, nothing written."""
+        store = store_report(rows.plan)
+        label = store_label(rows.plan)
+        with progress(f"routing {label}", len(rows.plan.partitions), enabled=self.show_progress) as bar:
+            route_store(rows, store, rp.new_partitions, drop, rp.to_rocksdb, None, bar)
+        return store
+
+
+def rewrite_checkpoint(
+    source: Storage,
+    dest: Destination | None,
+    *,
+    num_partitions: int | None = None,
+    provider: str | None = None,
+    drop_keys: KeyFilterSpec | None = None,
+    batch_id: int | None = None,
+    allow_uncommitted: bool = False,
+    dry_run: bool = False,
+    show_progress: bool | None = None,
+    transform: Transform | dict[int, Transform] | None = None,
+    mover: RowMover | None = None,
+) -> RewriteReport:
+    """Write the checkpoint of ``source`` at ``batch_id`` (default: the last committed) into ``dest``.
+
+    ``dry_run`` writes nothing (``dest`` may be None) and reports the rows and bytes each
+    new partition would get next to each old partition's. ``transform`` changes each row's
+    key and value on the way (:class:`~state_reader.core.rewrite.rows.TransformedStoreRows`), and
+    the schema files with them. ``mover`` moves each store's rows (default: :class:`LocalRows`);
+    a dry run counts with :class:`LocalRows` whatever it is.
+    """
+    rp = plan_rewrite(
+        source,
+        num_partitions=num_partitions,
+        provider=provider,
+        batch_id=batch_id,
+        allow_uncommitted=allow_uncommitted,
+        transform=transform,
+    )
+    local = LocalRows(show_progress)
+    if dry_run:
+        report = rp.report("", dry_run=True)
+        for rows in rp.stores:
+            report.stores.append(local.count(rp, rows, _dropped(rows, drop_keys)))
+        return report
+    if dest is None:
+        raise InvalidOptionError("a rewrite needs a destination (or dry_run=True)")
+    # bound to each store's key up front: a bad filter fails before anything is written or any task runs
+    dropped = [_dropped(rows, drop_keys) for rows in rp.stores]
+    dest.begin(rp.checkpoint.location)  # marked incomplete: the commit point is the real `metadata`, written last
+    report = rp.report(dest.display(), dry_run=False)
+    target = Target(dest, report, counting_writer(dest, report))
+    with failure_marked(rp, dest):
+        for rows, drop in zip(rp.stores, dropped, strict=True):
+            report.stores.append((mover or local).move(rp, rows, drop, target))
+        finish_checkpoint(rp, dest, target.put)
+    return report
+
+
+def _dropped(rows: StoreRows, drop_keys: KeyFilterSpec | None) -> KeyFilter | None:
+    """``drop_keys`` bound to a store's key; its errors name ``drop_keys``, the argument it came as."""
+    return bind_key_filter(rows.plan, drop_keys, "drop_keys")
