@@ -1,5 +1,5 @@
 """Broken input ends in one of our errors, whose message names the file or option,
-what was expected and what was found; checksum sidecars are verified.
+what was expected and what was found (checksum sidecars: io/test_integrity.py).
 
 Each case damages a private copy of a checkpoint written by real Spark. Cases
 already covered elsewhere (option validation and missing log entries in
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import shutil
 import signal
@@ -26,34 +25,17 @@ import pytest
 
 import state_reader
 from state_reader import errors
-from state_reader.io import integrity
 from tests.support.damage import (
     copy_of,
+    delta_in_use,
     frame,
-    hadoop_sidecar_path,
+    latest_version,
     lz4_java,
     lz4_java_decode,
     parse_frames,
 )
 from tests.support.oracle import arrow_rows
 from tests.support.paths import ROOT
-
-
-def _latest_version(cp: Path) -> int:
-    return max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit()) + 1
-
-
-def _delta_in_use(cp: Path) -> Path:
-    """The delta the latest state of partition 0 is rebuilt from. Snapshot placement is up to
-    Spark's maintenance timing, so a snapshot of that very version is removed (it holds the
-    same state as the older snapshot plus the deltas after it)."""
-    version = _latest_version(cp)
-    part = cp / "state" / "0" / "0"
-    snapshot = part / f"{version}.snapshot"
-    if snapshot.exists():
-        snapshot.unlink()
-        hadoop_sidecar_path(snapshot).unlink()
-    return part / f"{version}.delta"
 
 
 def _spark_error(spark, cp: Path, **options) -> str:
@@ -91,7 +73,7 @@ def test_location_that_is_not_a_checkpoint(checkpoints, tmp_path):
 def test_batch_planned_but_not_committed(checkpoints, tmp_path):
     """A batch in offsets/ without a commit is in flight: refused when asked for, skipped by default."""
     cp = copy_of(checkpoints, tmp_path)
-    last = _latest_version(cp) - 1
+    last = latest_version(cp) - 1
     (cp / "commits" / str(last)).unlink()
     with pytest.raises(
         errors.CommittedBatchUnavailableError, match=rf"batch_id {last}.*committed batches: 0\.\.{last - 1}"
@@ -118,7 +100,7 @@ def test_partition_directory_emptied(checkpoints, tmp_path):
 
 def test_truncated_delta(spark, checkpoints, tmp_path):
     cp = copy_of(checkpoints, tmp_path)
-    delta = _delta_in_use(cp)
+    delta = delta_in_use(cp)
     delta.write_bytes(delta.read_bytes()[:-30])
     with pytest.raises(errors.ChecksumMismatchError) as caught:
         state_reader.read_state(str(cp))
@@ -132,7 +114,7 @@ def test_truncated_delta(spark, checkpoints, tmp_path):
 
 def test_corrupt_lz4_block(spark, checkpoints, tmp_path):
     cp = copy_of(checkpoints, tmp_path)
-    delta = _delta_in_use(cp)
+    delta = delta_in_use(cp)
     data = bytearray(delta.read_bytes())
     data[30] ^= 0x04  # inside the first block's payload
     delta.write_bytes(bytes(data))
@@ -151,7 +133,7 @@ def test_equivalent_rewrite_is_refused_only_with_verification(spark, checkpoints
     matches, so verification refuses it, and without verification the rows are unchanged."""
     cp = copy_of(checkpoints, tmp_path)
     clean = arrow_rows(state_reader.read_state(str(cp)))
-    delta = _delta_in_use(cp)
+    delta = delta_in_use(cp)
     content = lz4_java_decode(delta.read_bytes())
     delta.write_bytes(lz4_java(content, block_size=64))  # tiny blocks: many headers, same content
     with pytest.raises(errors.ChecksumMismatchError, match=str(delta)):
@@ -162,116 +144,6 @@ def test_equivalent_rewrite_is_refused_only_with_verification(spark, checkpoints
     assert df.count() == len(clean)
     with pytest.raises(errors.InvalidOptionError, match="verify_checksums"):
         state_reader.read_state(str(cp), verify_checksums="sometimes")
-
-
-def test_missing_sidecars_are_fine(checkpoints, tmp_path):
-    """Object stores have no .crc files: reading without them gives the same rows."""
-    cp = copy_of(checkpoints, tmp_path)
-    clean = arrow_rows(state_reader.read_state(str(cp)))
-    sidecars = list(cp.rglob("*.crc"))
-    assert sidecars
-    for sidecar in sidecars:
-        sidecar.unlink()
-    assert arrow_rows(state_reader.read_state(str(cp))) == clean
-    assert state_reader.read_metadata(str(cp)).num_rows >= 1
-
-
-@pytest.mark.parametrize(
-    ("sidecar", "expected"),
-    [
-        (b"", "an empty file where a Hadoop checksum file belongs"),
-        (b"crc\x00\x00\x00\x00\x00", "chunk size 0"),
-        (b"crc\x00\x00\x00\x02\x00\x01\x02\x03", "3 bytes of checksums"),
-        (b"CRC!\x00\x00\x02\x00\x00\x00\x00\x00", "where a Hadoop checksum file belongs"),
-    ],
-)
-def test_malformed_hadoop_sidecar(checkpoints, tmp_path, caplog, sidecar, expected):
-    """A .crc that is not a checksum file says nothing about the file beside it, as Hadoop's reader
-    also holds: that file is read unverified, and a warning names the .crc and what it holds."""
-    cp = copy_of(checkpoints, tmp_path)
-    clean = arrow_rows(state_reader.read_state(str(cp)))
-    delta = _delta_in_use(cp)
-    hadoop_sidecar_path(delta).write_bytes(sidecar)
-    with caplog.at_level(logging.WARNING, logger="state_reader.io"):
-        assert arrow_rows(state_reader.read_state(str(cp))) == clean
-    (warning,) = [r.getMessage() for r in caplog.records if r.name == "state_reader.io"]
-    assert expected in warning and str(hadoop_sidecar_path(delta)) in warning, warning
-
-
-def test_hadoop_sidecars_of_real_files_verify(checkpoints):
-    """Our reading of Hadoop's .crc format agrees with every sidecar Spark left, and catches a flip."""
-    root = Path(checkpoints("agg_window"))
-    checked = 0
-    for sidecar in root.rglob(".*.crc"):
-        main = sidecar.with_name(sidecar.name[1 : -len(".crc")])
-        if not main.is_file():
-            continue
-        data = main.read_bytes()
-        integrity.verify_hadoop(data, sidecar.read_bytes(), str(main), str(sidecar))
-        if data:
-            with pytest.raises(errors.ChecksumMismatchError, match=f"bytes 0..{min(len(data), 512) - 1}"):
-                integrity.verify_hadoop(bytes([data[0] ^ 1]) + data[1:], sidecar.read_bytes(), str(main), "s")
-        checked += 1
-    assert checked > 20
-
-
-# -- Spark's checksum sidecars (checkpoint format version 2) ------------------------------
-
-
-@pytest.fixture(scope="module")
-def v2_checkpoint(checkpoints) -> Path:
-    """A RocksDB checkpoint of format version 2, whose zips and changelogs have Spark .crc sidecars."""
-    return Path(checkpoints("rocksdb_v2_agg_window"))
-
-
-def _spark_sidecars(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*.crc") if not p.name.startswith("."))
-
-
-def test_spark_sidecars_of_real_files_verify(v2_checkpoint):
-    sidecars = _spark_sidecars(v2_checkpoint)
-    assert len(sidecars) >= 4
-    for sidecar in sidecars:
-        doc = json.loads(sidecar.read_text())
-        main = sidecar.with_name(sidecar.name[: -len(".crc")])
-        data = main.read_bytes()
-        assert doc["algorithm"] == "CRC32C" and doc["mainFileSize"] == len(data)
-        assert integrity.crc32c(data) == doc["value"] & 0xFFFFFFFF
-        assert integrity.crc32c_pure(data) == doc["value"] & 0xFFFFFFFF  # the fallback agrees
-        integrity.verify_spark(data, sidecar.read_bytes(), str(main), str(sidecar))
-
-
-def test_spark_sidecar_catches_damage(v2_checkpoint, tmp_path):
-    cp = tmp_path / "cp"
-    shutil.copytree(v2_checkpoint, cp)
-    clean = arrow_rows(state_reader.read_state(str(cp)))
-    version = _latest_version(cp)
-    part = cp / "state" / "0" / "0"
-    # the file the latest read opens: the version's zip if there is one, else its changelog
-    target = (sorted(part.glob(f"{version}_*.zip")) or sorted(part.glob(f"{version}_*.changelog")))[0]
-    hadoop_sidecar_path(target).unlink()  # leave only Spark's sidecar to catch it
-    data = bytearray(target.read_bytes())
-    data[len(data) // 2] ^= 0x20
-    target.write_bytes(bytes(data))
-    with pytest.raises(errors.ChecksumMismatchError, match=r"CRC-32C in .*crc") as caught:
-        state_reader.read_state(str(cp))
-    assert str(target) in str(caught.value)
-    target.write_bytes(bytes(data[:-1]))
-    with pytest.raises(errors.ChecksumMismatchError, match="mainFileSize"):
-        state_reader.read_state(str(cp))
-    data[len(data) // 2] ^= 0x20
-    target.write_bytes(bytes(data))  # intact again
-    sidecar = target.with_name(target.name + ".crc")
-    sidecar.write_text("{not json")  # not a checksum file: it says nothing about the file, which is read
-    assert arrow_rows(state_reader.read_state(str(cp))) == clean
-    sidecar.write_text(json.dumps({"algorithm": "SHA-512", "value": 1}))  # a future algorithm: not checked
-    assert arrow_rows(state_reader.read_state(str(cp))) == clean
-
-
-def test_crc32c_check_value():
-    assert integrity.crc32c(b"123456789") == integrity.crc32c_pure(b"123456789") == 0xE3069283
-    payload = os.urandom(5000)
-    assert integrity.crc32c(payload) == integrity.crc32c_pure(payload)
 
 
 # -- codecs -------------------------------------------------------------------------
@@ -309,10 +181,10 @@ def test_codec_package_missing_names_the_package(checkpoints, query, module, pac
 
 def test_unknown_codec_names_itself_and_the_file(checkpoints, tmp_path):
     cp = copy_of(checkpoints, tmp_path)
-    latest = _latest_version(cp) - 1
+    latest = latest_version(cp) - 1
     offsets = cp / "offsets" / str(latest)
     offsets.write_text(offsets.read_text().replace('"lz4"', '"brotli"'))
-    delta = _delta_in_use(cp)
+    delta = delta_in_use(cp)
     delta.write_bytes(b"\x0b\x02\x80" + delta.read_bytes())  # no stream magic we know
     with pytest.raises(errors.CodecUnavailableError) as caught:
         state_reader.read_state(str(cp), verify_checksums=False)
@@ -373,7 +245,7 @@ DEEP = "[" * 100_000 + "]" * 100_000
 )
 def test_damaged_text_files(checkpoints, tmp_path, rel, content, error, expected):
     cp = copy_of(checkpoints, tmp_path)
-    path = cp / rel.format(latest=_latest_version(cp) - 1)
+    path = cp / rel.format(latest=latest_version(cp) - 1)
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(error) as caught:
         state_reader.read_state(str(cp), verify_checksums=False)
@@ -426,7 +298,7 @@ def _rewrite_zip_metadata(zip_path: Path, change) -> None:
 @pytest.mark.parametrize("dfs_name", ["../../../../../../etc/passwd", "/etc/passwd", "..", "a/../../b.sst"])
 def test_snapshot_metadata_naming_outside_files(checkpoints, tmp_path, dfs_name):
     cp = copy_of(checkpoints, tmp_path, "rocksdb_agg_window")
-    zip_path = cp / "state" / "0" / "0" / f"{_latest_version(cp)}.zip"
+    zip_path = cp / "state" / "0" / "0" / f"{latest_version(cp)}.zip"
 
     def rename_first_sst(metadata: bytes) -> bytes:
         header, body = metadata.decode().split("\n", 1)
@@ -465,7 +337,7 @@ def test_unexpected_failures_become_ours():
 
 def test_record_size_past_the_end_end_to_end(checkpoints, tmp_path):
     cp = copy_of(checkpoints, tmp_path)
-    delta = _delta_in_use(cp)
+    delta = delta_in_use(cp)
     records = parse_frames(lz4_java_decode(delta.read_bytes()))
     delta.write_bytes(lz4_java(frame(records, {(len(records) - 1, "value"): 10_000})))
     with pytest.raises(errors.TruncatedFileError) as caught:
@@ -482,7 +354,7 @@ def test_invalid_utf8_in_a_string_is_not_returned_as_is(checkpoints, tmp_path):
     found: list = []
     # the newest delta with a put whose key holds a user name (how the query splits its input into
     # batches decides which version that is: the last ones may only evict)
-    for version in range(_latest_version(cp), 0, -1):
+    for version in range(latest_version(cp), 0, -1):
         for delta in sorted(cp.glob(f"state/0/*/{version}.delta")):
             records = parse_frames(lz4_java_decode(delta.read_bytes()))
             # damage the text of a user name, not a byte of a number that happens to look like a letter
@@ -523,7 +395,7 @@ def test_invalid_utf8_in_a_string_is_not_returned_as_is(checkpoints, tmp_path):
 @pytest.mark.parametrize("body", ['{"sstFiles":[],"numKeys":1e999}', "[" * 100_000 + "]" * 100_000])
 def test_snapshot_metadata_json_edge_cases(checkpoints, tmp_path, body):
     cp = copy_of(checkpoints, tmp_path, "rocksdb_agg_window")
-    zip_path = cp / "state" / "0" / "0" / f"{_latest_version(cp)}.zip"
+    zip_path = cp / "state" / "0" / "0" / f"{latest_version(cp)}.zip"
     _rewrite_zip_metadata(zip_path, lambda _: ("v1\n" + body).encode())
     with pytest.raises(errors.CorruptFileError, match=str(zip_path)):
         state_reader.read_state(str(cp), verify_checksums=False)
@@ -559,7 +431,7 @@ def _damage_zip_metadata_bytes(zip_path: Path) -> None:
 
 def test_damaged_snapshot_zip_gives_our_error_from_every_entry_point(checkpoints, tmp_path):
     cp = copy_of(checkpoints, tmp_path, "rocksdb_agg_window")
-    version = _latest_version(cp)
+    version = latest_version(cp)
     zip_path = cp / "state" / "0" / "0" / f"{version}.zip"
     _damage_zip_metadata_bytes(zip_path)
     with pytest.raises(errors.CorruptFileError) as caught:

@@ -18,12 +18,20 @@ from state_reader.errors import ChecksumMismatchError
 from state_reader.io.integrity import (
     NotAChecksumFileError,
     crc32c,
+    crc32c_pure,
     hadoop_checksums,
     hadoop_checksums_of,
     verify_hadoop,
     verify_spark,
 )
-from tests.support.damage import checksums_as_lfs_pointers, hadoop_sidecar_path, lfs_pointer
+from tests.support.damage import (
+    checksums_as_lfs_pointers,
+    copy_of,
+    delta_in_use,
+    hadoop_sidecar_path,
+    latest_version,
+    lfs_pointer,
+)
 from tests.support.oracle import arrow_rows, assert_same_as_builtin, spark_rows
 from tests.support.streaming_queries import CHECKPOINT_V2, session_confs
 
@@ -189,3 +197,116 @@ def test_lfs_pointers_over_sparks_own_checksums(spark, checkpoints, tmp_path, ca
     (warning,) = _warnings(caplog)
     assert "where a Spark checksum file (JSON) belongs" in warning, warning
     assert "Spark itself fails to load RocksDB files" in warning
+
+
+# -- sidecars of the files real queries wrote, read through the API ------------------------------
+
+
+def test_missing_sidecars_are_fine(checkpoints, tmp_path):
+    """Object stores have no .crc files: reading without them gives the same rows."""
+    cp = copy_of(checkpoints, tmp_path)
+    clean = arrow_rows(state_reader.read_state(str(cp)))
+    sidecars = list(cp.rglob("*.crc"))
+    assert sidecars
+    for sidecar in sidecars:
+        sidecar.unlink()
+    assert arrow_rows(state_reader.read_state(str(cp))) == clean
+    assert state_reader.read_metadata(str(cp)).num_rows >= 1
+
+
+@pytest.mark.parametrize(
+    ("sidecar", "expected"),
+    [
+        (b"", "an empty file where a Hadoop checksum file belongs"),
+        (b"crc\x00\x00\x00\x00\x00", "chunk size 0"),
+        (b"crc\x00\x00\x00\x02\x00\x01\x02\x03", "3 bytes of checksums"),
+        (b"CRC!\x00\x00\x02\x00\x00\x00\x00\x00", "where a Hadoop checksum file belongs"),
+    ],
+)
+def test_malformed_hadoop_sidecar(checkpoints, tmp_path, caplog, sidecar, expected):
+    """A .crc that is not a checksum file says nothing about the file beside it, as Hadoop's reader
+    also holds: that file is read unverified, and a warning names the .crc and what it holds."""
+    cp = copy_of(checkpoints, tmp_path)
+    clean = arrow_rows(state_reader.read_state(str(cp)))
+    delta = delta_in_use(cp)
+    hadoop_sidecar_path(delta).write_bytes(sidecar)
+    with caplog.at_level(logging.WARNING, logger="state_reader.io"):
+        assert arrow_rows(state_reader.read_state(str(cp))) == clean
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "state_reader.io"]
+    assert expected in warning and str(hadoop_sidecar_path(delta)) in warning, warning
+
+
+def test_hadoop_sidecars_of_real_files_verify(checkpoints):
+    """Our reading of Hadoop's .crc format agrees with every sidecar Spark left, and catches a flip."""
+    root = Path(checkpoints("agg_window"))
+    checked = 0
+    for sidecar in root.rglob(".*.crc"):
+        main = sidecar.with_name(sidecar.name[1 : -len(".crc")])
+        if not main.is_file():
+            continue
+        data = main.read_bytes()
+        verify_hadoop(data, sidecar.read_bytes(), str(main), str(sidecar))
+        if data:
+            with pytest.raises(ChecksumMismatchError, match=f"bytes 0..{min(len(data), 512) - 1}"):
+                verify_hadoop(bytes([data[0] ^ 1]) + data[1:], sidecar.read_bytes(), str(main), "s")
+        checked += 1
+    assert checked > 20
+
+
+# -- Spark's checksum sidecars (checkpoint format version 2) ------------------------------
+
+
+@pytest.fixture(scope="module")
+def v2_checkpoint(checkpoints) -> Path:
+    """A RocksDB checkpoint of format version 2, whose zips and changelogs have Spark .crc sidecars."""
+    return Path(checkpoints("rocksdb_v2_agg_window"))
+
+
+def _spark_sidecars(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.crc") if not p.name.startswith("."))
+
+
+def test_spark_sidecars_of_real_files_verify(v2_checkpoint):
+    sidecars = _spark_sidecars(v2_checkpoint)
+    assert len(sidecars) >= 4
+    for sidecar in sidecars:
+        doc = json.loads(sidecar.read_text())
+        main = sidecar.with_name(sidecar.name[: -len(".crc")])
+        data = main.read_bytes()
+        assert doc["algorithm"] == "CRC32C" and doc["mainFileSize"] == len(data)
+        assert crc32c(data) == doc["value"] & 0xFFFFFFFF
+        assert crc32c_pure(data) == doc["value"] & 0xFFFFFFFF  # the fallback agrees
+        verify_spark(data, sidecar.read_bytes(), str(main), str(sidecar))
+
+
+def test_spark_sidecar_catches_damage(v2_checkpoint, tmp_path):
+    cp = tmp_path / "cp"
+    shutil.copytree(v2_checkpoint, cp)
+    clean = arrow_rows(state_reader.read_state(str(cp)))
+    version = latest_version(cp)
+    part = cp / "state" / "0" / "0"
+    # the file the latest read opens: the version's zip if there is one, else its changelog
+    target = (sorted(part.glob(f"{version}_*.zip")) or sorted(part.glob(f"{version}_*.changelog")))[0]
+    hadoop_sidecar_path(target).unlink()  # leave only Spark's sidecar to catch it
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x20
+    target.write_bytes(bytes(data))
+    with pytest.raises(ChecksumMismatchError, match=r"CRC-32C in .*crc") as caught:
+        state_reader.read_state(str(cp))
+    assert str(target) in str(caught.value)
+    target.write_bytes(bytes(data[:-1]))
+    with pytest.raises(ChecksumMismatchError, match="mainFileSize"):
+        state_reader.read_state(str(cp))
+    data[len(data) // 2] ^= 0x20
+    target.write_bytes(bytes(data))  # intact again
+    sidecar = target.with_name(target.name + ".crc")
+    sidecar.write_text("{not json")  # not a checksum file: it says nothing about the file, which is read
+    assert arrow_rows(state_reader.read_state(str(cp))) == clean
+    sidecar.write_text(json.dumps({"algorithm": "SHA-512", "value": 1}))  # a future algorithm: not checked
+    assert arrow_rows(state_reader.read_state(str(cp))) == clean
+
+
+def test_crc32c_check_value():
+    assert crc32c(b"123456789") == crc32c_pure(b"123456789") == 0xE3069283
+    payload = os.urandom(5000)
+    assert crc32c(payload) == crc32c_pure(payload)

@@ -268,3 +268,20 @@ def logs_cleaned_below(root: str | Path, batch: int) -> list[Path]:
                 path.unlink()
                 removed.append(path)
     return removed
+
+
+def latest_version(cp: Path) -> int:
+    return max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit()) + 1
+
+
+def delta_in_use(cp: Path) -> Path:
+    """The delta the latest state of partition 0 is rebuilt from. Snapshot placement is up to
+    Spark's maintenance timing, so a snapshot of that very version is removed (it holds the
+    same state as the older snapshot plus the deltas after it)."""
+    version = latest_version(cp)
+    part = cp / "state" / "0" / "0"
+    snapshot = part / f"{version}.snapshot"
+    if snapshot.exists():
+        snapshot.unlink()
+        hadoop_sidecar_path(snapshot).unlink()
+    return part / f"{version}.delta"
