@@ -88,6 +88,46 @@ def test_a_store_without_schema_file_shows_with_the_schema_flags(agg, tmp_path):
     assert_one_line_error(run("show", cp, "--key-schema", stored["key"]), "--value-schema", "must be specified")
 
 
+# -- one JSON shape per command, as docs/cli.md lists it ------------------------------------------
+
+
+def _documented_shapes() -> dict[str, list[str]]:
+    import re
+
+    from tests.support.paths import DOCS
+
+    text = (DOCS / "cli.md").read_text()
+    table = text[text.index("<!-- json shapes") : text.index("<!-- end of json shapes -->")]
+    shapes = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`"):
+            shapes[cells[0].strip("`")] = re.findall(r"`([^`]+)`", cells[1])
+    return shapes
+
+
+def test_every_commands_json_has_the_documented_fields(agg, tmp_path):
+    shapes = _documented_shapes()
+    invocations = {
+        "overview": [agg],
+        "show": [agg],
+        "stats": [agg, "--from", "1", "--to", "2"],
+        "changes": [agg, "--from", "1"],
+        "export": [agg, "--out", tmp_path / "state.parquet"],
+        "verify": [agg],
+        "doctor": [agg],
+        "schema": [agg],
+        "schema-diff": [agg, agg],
+        "rewrite": [agg, "--dry-run", "--partitions", "3"],
+        "plot": [agg, "--out", tmp_path / "state.png"],
+    }
+    assert set(shapes) == set(invocations), "a JSON shape documented for every command, and each one run"
+    for command, args in invocations.items():
+        proc = run(command, *args, "--json")
+        assert proc.returncode in (0, 3), (command, proc.stderr)  # doctor exits 3 on a finding
+        assert list(json.loads(proc.stdout)) == shapes[command], command
+
+
 # -- errors ------------------------------------------------------------------------
 
 
