@@ -419,6 +419,14 @@ def render_changes(
     con.print(f"first {limit} of {total} rows shown (--limit 0 shows all)" if truncated else f"{total} rows")
 
 
+def render_follow_start(checkpoint: str, key_filter: str | None, *, as_json: bool) -> None:
+    """``changes --follow``: what is followed and how to stop, on stderr (text only: JSON lines stay rows)."""
+    if as_json:
+        return
+    shown = f" · key filter: {key_filter}" if key_filter else ""
+    click.echo(f"following {checkpoint}{shown} (Ctrl-C stops)", err=True)
+
+
 def render_follow_batch(batch: int, table: pa.Table, counts: list[dict[str, Any]], *, as_json: bool) -> None:
     """``changes --follow``: one committed batch's changes and their ``counts`` (text only), flushed at once
     (JSON: a line per row)."""
