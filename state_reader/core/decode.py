@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from state_reader.core.size import StateSize, state_size
 from state_reader.errors import RowDecodeError, UnsupportedOptionError
+from state_reader.formats.unsaferow import RowBuffer
 from state_reader.grouping import group_ids
 from state_reader.model.conf import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from state_reader.model.plan import JoinSidePlan, StateReadPlan
@@ -33,10 +34,10 @@ PROVIDERS: dict[str, ModuleType] = {HDFS_PROVIDER: hdfs, ROCKSDB_PROVIDER: rocks
 
 def _provider(plan: StateReadPlan, directory: str) -> ModuleType:
     try:
-        return PROVIDERS[plan.provider]
+        return PROVIDERS[plan.provider_class]
     except KeyError:
         raise UnsupportedOptionError(
-            f"state store provider {plan.provider} is not supported", path=plan.storage.display(directory)
+            f"state store provider {plan.provider_class} is not supported", path=plan.storage.display(directory)
         ) from None
 
 
@@ -83,6 +84,15 @@ def decode_columns(plan: StateReadPlan, partition_id: int) -> list[pa.Array]:
     return list(decode_partition(plan, partition_id))
 
 
+def stored_rows(plan: StateReadPlan, partition_id: int) -> tuple[RowBuffer, RowBuffer]:
+    """Keys and values of one partition at the plan's version as its store keeps them, not decoded (a
+    variable's: its column family's alone); not for a join side, whose rows join two stores."""
+    if plan.join is not None:
+        raise UnsupportedOptionError("a join side's rows are not stored rows: measure each of its stores")
+    directory = plan.store_dir(partition_id)
+    return _provider(plan, directory).load_rows(plan, directory, partition_id)
+
+
 def measure_partition(plan: StateReadPlan, partition_id: int) -> StateSize:
     """Rows and state bytes (:mod:`state_reader.core.size`) of one partition at the plan's version.
 
@@ -92,8 +102,7 @@ def measure_partition(plan: StateReadPlan, partition_id: int) -> StateSize:
     if plan.join is not None:
         stored = sum(measure_partition(_join_store_plan(plan, plan.join, i), partition_id).bytes for i in (0, 1))
         return StateSize(len(decode_partition(plan, partition_id)[0]), stored)
-    directory = plan.store_dir(partition_id)
-    size = state_size(*_provider(plan, directory).load_rows(plan, directory, partition_id))
+    size = state_size(*stored_rows(plan, partition_id))
     if plan.variable is not None:
         return StateSize(len(decode_columns(plan, partition_id)[0]), size.bytes)
     return size

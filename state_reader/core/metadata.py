@@ -21,7 +21,6 @@ from state_reader.formats.spark_types import INTEGER, LONG, STRING, StructField,
 from state_reader.io.storage import Storage
 from state_reader.model import operators
 from state_reader.model.checkpoint import CheckpointDir, OperatorMetadata, StoreInfo
-from state_reader.model.conf import shuffle_partitions
 
 HIDDEN_COLUMN = "_numColsPrefixKey"
 
@@ -48,7 +47,7 @@ def infer_operator_metadata(cp: CheckpointDir, operator_id: int) -> OperatorMeta
     partitions = cp.partition_ids(operator_id)
     if not partitions:
         return None
-    num_partitions = shuffle_partitions(cp.latest_conf()) or max(partitions) + 1
+    num_partitions = cp.num_partitions(cp.latest_conf())
     stores = store_names_on_disk(cp, operator_id)
     schemas: dict[str, tuple[StructType | None, StructType | None]] = {}
     for store in stores:

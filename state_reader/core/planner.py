@@ -324,7 +324,7 @@ def plan_state_read(
             )
         partitions = [opts.snapshot_partition_id]
         snapshot_start_version = opts.snapshot_start_batch_id + 1
-    provider = detect_provider(cp, store_conf.provider, opts.operator_id)
+    provider = detect_provider(cp, store_conf.provider_class, opts.operator_id)
     if opts.change_start_batch_id is not None:  # a change feed
         _require_retained_start(
             cp,
@@ -357,7 +357,7 @@ def plan_state_read(
         operator_id=opts.operator_id,
         store_name=store_name,
         batch_id=batch_id,
-        provider=provider,
+        provider_class=provider,
         partitions=partitions,
         key_schema=key_schema,
         value_schema=value_schema,
@@ -370,7 +370,7 @@ def plan_state_read(
         variable=variable,
         change_feed_from_snapshots=opts.change_feed_from_snapshots,
         value_long_slots=long_slots,
-        num_partitions=store_meta.num_partitions if store_meta is not None else store_conf.shuffle_partitions,
+        num_partitions=store_meta.num_partitions if store_meta is not None else cp.num_partitions(conf),
         schemas_given=given,
     )
 

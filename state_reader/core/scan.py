@@ -110,7 +110,7 @@ def require_files(plan: StateReadPlan, partitions: Sequence[int]) -> None:
         return  # those read other stores or versions than the plan's own; their reads check as they go
     for pid in partitions:
         directory = plan.store_dir(pid)
-        files = StoreFiles(plan.storage, directory, plan.provider, plan.codec)
+        files = StoreFiles(plan.storage, directory, plan.provider_class, plan.codec)
         unique_id = unique_id_for(plan.checkpoint, files, plan.version, plan.operator_id, pid, plan.store_name)
         needed = files.version_files(plan.version, unique_id)
         if not needed.complete:

@@ -146,7 +146,7 @@ class KeyEncoderSpec:
 # -- row spans ------------------------------------------------------------------
 
 
-def byte_view(rows: RowBuffer, starts: np.ndarray, lengths: np.ndarray) -> RowBuffer:
+def with_spans(rows: RowBuffer, starts: np.ndarray, lengths: np.ndarray) -> RowBuffer:
     """The same bytes with other row spans (no copy)."""
     out = copy.copy(rows)
     out.starts = np.asarray(starts, dtype=np.int64)
@@ -156,7 +156,7 @@ def byte_view(rows: RowBuffer, starts: np.ndarray, lengths: np.ndarray) -> RowBu
 
 def select(rows: RowBuffer, mask: np.ndarray) -> RowBuffer:
     """The rows where ``mask`` is true."""
-    return byte_view(rows, rows.starts[mask], rows.lengths[mask])
+    return with_spans(rows, rows.starts[mask], rows.lengths[mask])
 
 
 def _int32(rows: RowBuffer, addr: np.ndarray) -> np.ndarray:
@@ -187,7 +187,7 @@ def _strip_version(rows: RowBuffer, what: str, valid: np.ndarray | None = None) 
             bad,
             f"encoded {what} has encoding version {int(version[np.argmax(bad)])}, expected {STATE_ENCODING_VERSION}",
         )
-    return byte_view(rows, np.where(checked, rows.starts + 1, 0), np.where(checked, rows.lengths - 1, 0))
+    return with_spans(rows, np.where(checked, rows.starts + 1, 0), np.where(checked, rows.lengths - 1, 0))
 
 
 def _length_prefixed(rows: RowBuffer, what: str) -> tuple[RowBuffer, RowBuffer]:
@@ -195,8 +195,8 @@ def _length_prefixed(rows: RowBuffer, what: str) -> tuple[RowBuffer, RowBuffer]:
     _require(rows, rows.lengths < LENGTH_BYTES, f"{what} is shorter than its int32 length")
     size = _int32(rows, rows.starts)
     _require(rows, (size < 0) | (LENGTH_BYTES + size > rows.lengths), f"{what} length does not fit in the key")
-    head = byte_view(rows, rows.starts + LENGTH_BYTES, size)
-    rest = byte_view(rows, rows.starts + LENGTH_BYTES + size, rows.lengths - LENGTH_BYTES - size)
+    head = with_spans(rows, rows.starts + LENGTH_BYTES, size)
+    rest = with_spans(rows, rows.starts + LENGTH_BYTES + size, rows.lengths - LENGTH_BYTES - size)
     return head, rest
 
 
@@ -213,7 +213,7 @@ def column_family_ids(keys: RowBuffer) -> np.ndarray:
 def strip_column_family(keys: RowBuffer) -> RowBuffer:
     """Keys without their virtual column family id."""
     column_family_ids(keys)  # validates the lengths
-    return byte_view(keys, keys.starts + VIRTUAL_CF_PREFIX_BYTES, keys.lengths - VIRTUAL_CF_PREFIX_BYTES)
+    return with_spans(keys, keys.starts + VIRTUAL_CF_PREFIX_BYTES, keys.lengths - VIRTUAL_CF_PREFIX_BYTES)
 
 
 # -- keys -----------------------------------------------------------------------
@@ -372,7 +372,7 @@ def _decode_timestamp_key(keys: RowBuffer, schema: StructType, prefix: bool, avr
     raw = keys.buf[at[:, None] + np.arange(TIMESTAMP_BYTES, dtype=np.int64)]
     flipped = np.ascontiguousarray(raw).view(">u8").reshape(-1).astype("<u8")
     times = (flipped ^ _SIGN_BIT).view("<i8")
-    row = byte_view(keys, keys.starts + TIMESTAMP_BYTES if prefix else keys.starts, keys.lengths - TIMESTAMP_BYTES)
+    row = with_spans(keys, keys.starts + TIMESTAMP_BYTES if prefix else keys.starts, keys.lengths - TIMESTAMP_BYTES)
     others = _decode_payload(row, StructType(fields[:-1]), "key", avro)
     event_time = pa.Array.from_buffers(pa.int64(), len(times), [None, pa.py_buffer(times)])
     return _assemble(schema, [*_children(others), event_time])
@@ -541,7 +541,7 @@ def decode_values(
             checked & (size != values.lengths - header),
             "value length after the row checksum does not match the value",
         )
-        values = byte_view(values, np.where(checked, values.starts + header, 0), size)
+        values = with_spans(values, np.where(checked, values.starts + header, 0), size)
     return _decode_payload(values, schema, "value", avro, valid=checked)
 
 

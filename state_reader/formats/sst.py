@@ -36,7 +36,7 @@ import numpy as np
 from state_reader.errors import CorruptFileError
 from state_reader.formats import kernels
 from state_reader.formats.unsaferow import PAD as _ROW_PAD
-from state_reader.formats.unsaferow import RowBuffer, byte_view
+from state_reader.formats.unsaferow import RowBuffer, unaligned_view
 from state_reader.io.integrity import crc32c
 
 SST_MAGIC = 0x88E241B785F4CFF7
@@ -225,7 +225,7 @@ class _SstFile:
 
         raw = np.frombuffer(self.data, dtype=np.uint8)
         trailer = self.offsets + self.sizes
-        stored = byte_view(raw, "<u4")[trailer + 1]
+        stored = unaligned_view(raw, "<u4")[trailer + 1]
         digest, view = xxhash.xxh3_64_intdigest, self.view
         spans = zip(self.offsets.tolist(), self.sizes.tolist(), strict=True)
         hashes = np.fromiter((digest(view[o : o + n]) for o, n in spans), dtype=np.uint64, count=len(self.offsets))

@@ -97,7 +97,7 @@ class RowBuffer:
         return cls.wrap(buf, size, starts, lengths, source)
 
 
-def byte_view(buf: np.ndarray, dtype: str) -> np.ndarray:
+def unaligned_view(buf: np.ndarray, dtype: str) -> np.ndarray:
     """``buf`` as overlapping values of ``dtype``: element i is the value whose bytes start at i.
 
     Indexing it with byte addresses reads unaligned values in one gather,
@@ -110,7 +110,7 @@ def byte_view(buf: np.ndarray, dtype: str) -> np.ndarray:
 def _read(buf: np.ndarray, addr: np.ndarray, dtype: str) -> np.ndarray:
     if np.dtype(dtype).itemsize == 1:
         return buf[addr].view(dtype)
-    return byte_view(buf, dtype)[addr]
+    return unaligned_view(buf, dtype)[addr]
 
 
 def _from_word(word: np.ndarray, dtype: str) -> np.ndarray:

@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from state_reader.errors import RowEncodeError
 from state_reader.formats.spark_types import ArrayType, DataType, MapType, StructType, UserDefinedType
-from state_reader.formats.unsaferow import MONTH_DAY_NANO, PAD, SLOT_DTYPES, RowBuffer, byte_view, copy_spans
+from state_reader.formats.unsaferow import MONTH_DAY_NANO, PAD, SLOT_DTYPES, RowBuffer, copy_spans, unaligned_view
 
 _UNSIGNED = {1: "<u1", 2: "<u2", 4: "<u4", 8: "<u8"}
 _CANONICAL_NAN = {"float": np.uint64(0x7FC00000), "double": np.uint64(0x7FF8000000000000)}
@@ -79,7 +79,7 @@ def _words(values: np.ndarray, width: int) -> np.ndarray:
 def _put(out: np.ndarray, addr: np.ndarray, words: np.ndarray, width: int) -> None:
     """Write the low ``width`` bytes of each word at its byte address (addresses need not be aligned)."""
     if len(addr):
-        byte_view(out, _UNSIGNED[width])[addr] = words.astype(_UNSIGNED[width])
+        unaligned_view(out, _UNSIGNED[width])[addr] = words.astype(_UNSIGNED[width])
 
 
 def _validity(arr: pa.Array) -> np.ndarray:

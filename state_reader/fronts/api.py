@@ -35,7 +35,7 @@ from state_reader.inspect.flatten import with_unique_field_names
 from state_reader.io.destination import Destination as _Destination
 from state_reader.io.integrity import with_checksum_report as _with_checksum_report
 from state_reader.io.storage import Storage as _Storage
-from state_reader.model.checkpoint import CheckpointDir as _Checkpoint
+from state_reader.model.checkpoint import CheckpointDir
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -209,7 +209,7 @@ def read_metadata(
     options = dict(locals())
     path = options.pop("checkpoint")
     # unlike the data source (which gives no rows, as Spark's does), say when there is no checkpoint at all
-    _Checkpoint(_Storage(path, storage_options or {})).require_checkpoint()
+    CheckpointDir(_Storage(path, storage_options or {})).require_checkpoint()
     return _read_metadata_table(_from_kwargs(path, options))
 
 

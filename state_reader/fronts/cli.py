@@ -505,7 +505,7 @@ def plot(
 @click.option("--batch", "batch_id", type=int, help="Committed batch to rewrite (default: the last).")
 @click.option("--allow-uncommitted", is_flag=True, help="Rewrite even when the last planned batch has no commit.")
 @click.option("--dry-run", is_flag=True, help="Write nothing; show the rows and bytes each new partition would get.")
-@click.option("--plot", "plot_out", metavar="FILE.png", help="Also draw today's and the new partition sizes.")
+@click.option("--plot", "plot_out", metavar="FILE.png", help="Also draw the current and the new partition sizes.")
 @common_options
 def rewrite(
     checkpoint: str,

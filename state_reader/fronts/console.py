@@ -419,6 +419,14 @@ def render_changes(
     con.print(f"first {limit} of {total} rows shown (--limit 0 shows all)" if truncated else f"{total} rows")
 
 
+def render_follow_start(checkpoint: str, key_filter: str | None, *, as_json: bool) -> None:
+    """``changes --follow``: what is followed and how to stop, on stderr (text only: JSON lines stay rows)."""
+    if as_json:
+        return
+    shown = f" · key filter: {key_filter}" if key_filter else ""
+    click.echo(f"following {checkpoint}{shown} (Ctrl-C stops)", err=True)
+
+
 def render_follow_batch(batch: int, table: pa.Table, counts: list[dict[str, Any]], *, as_json: bool) -> None:
     """``changes --follow``: one committed batch's changes and their ``counts`` (text only), flushed at once
     (JSON: a line per row)."""
@@ -563,10 +571,12 @@ def render_rewrite(report: RewriteReport, *, plot_out: str | None, as_json: bool
 
 
 def rewrite_lines(report: RewriteReport) -> list[str]:
-    """A rewrite's report as text: what was written (or not, dry), today's and the new layout's
+    """A rewrite's report as text: what was written (or not, dry), the current and the new layout's
     sizes and skew, and each store's rows."""
     import math
     import statistics
+
+    from state_reader.core.rewrite.report import LAYOUTS
 
     move = (
         f"{report.source_provider} -> {report.provider}"
@@ -582,7 +592,8 @@ def rewrite_lines(report: RewriteReport) -> list[str]:
             f"{report.files} files, {human_bytes(report.bytes)}"
         )
     lines = [head]
-    for label, new in (("today", False), ("new", True)):
+    width = max(len(name) for name, _ in LAYOUTS)
+    for label, new in LAYOUTS:
         rows, size = (a.tolist() for a in report.partition_sizes(new))
         if not rows:
             continue
@@ -594,7 +605,7 @@ def rewrite_lines(report: RewriteReport) -> list[str]:
             else f"{sum(s == 0 for s in size)} of {len(size)} partitions empty"
         )
         lines.append(
-            f"  {label:>5}: {len(rows)} partitions, {sum(rows):,} rows, {human_bytes(sum(size))}; per partition "
+            f"  {label:>{width}}: {len(rows)} partitions, {sum(rows):,} rows, {human_bytes(sum(size))}; per partition "
             f"{human_bytes(min(size))} .. median {human_bytes(statistics.median(size))} .. "
             f"max {human_bytes(max(size))}, {skew_text}"
         )

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import click
-
 from state_reader.core.key_filter import KeyFilter
-from state_reader.fronts.console import render_follow_batch, render_skipped
+from state_reader.fronts.console import render_follow_batch, render_follow_start, render_skipped
 from state_reader.inspect.changefeed import change_counts, follow
 
 
@@ -50,11 +48,7 @@ def follow_changes(
         storage_options=storage_options,
     )
     keys: KeyFilter | None = None
-    if not as_json:
-        click.echo(
-            f"following {checkpoint}" + (f" · key filter: {key_filter}" if key_filter else "") + " (Ctrl-C stops)",
-            err=True,
-        )
+    render_follow_start(checkpoint, key_filter, as_json=as_json)
     # follow() hands out every batch it reads, in order: a gap is batches skipped as lost (--skip-lost)
     expected = None if start is None else start - 1 if start_with_snapshot else start
     for batch, table in items:

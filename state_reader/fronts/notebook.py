@@ -40,7 +40,7 @@ from state_reader.inspect.overview import describe_checkpoint
 from state_reader.inspect.stats import stats
 from state_reader.io.calls import with_one_listing
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import CheckpointDir as _Logs
+from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.state_variables import TIMERS
 from state_reader.progress import progress
 from state_reader.providers.store_files import StoreFiles, look_ahead, unique_id_for
@@ -231,7 +231,7 @@ class Checkpoint:
     @property
     def batches(self) -> list[int]:
         """The committed batches."""
-        return _Logs(Storage(self.path, self.storage_options)).committed_batches
+        return CheckpointDir(Storage(self.path, self.storage_options)).committed_batches
 
     # -- reads, each the public function of the same name ------------------------------------------
 
@@ -295,7 +295,7 @@ class Checkpoint:
     def sizes(self) -> list[StoreSizes]:
         """Bytes on disk of every store, from file listings only (no state is decoded)."""
         desc = self.description
-        logs = _Logs(Storage(self.path, self.storage_options))
+        logs = CheckpointDir(Storage(self.path, self.storage_options))
         committed = logs.committed_batches
         stores = [
             (op["operator_id"], store["store_name"])
@@ -452,7 +452,7 @@ _PROBES = 8  # batches looked at per round of the search for the oldest one stil
 
 
 def _store_sizes(
-    logs: _Logs, operator_id: int, store_name: str, desc: dict[str, Any], committed: list[int]
+    logs: CheckpointDir, operator_id: int, store_name: str, desc: dict[str, Any], committed: list[int]
 ) -> StoreSizes:
     """Bytes on disk per partition at the latest batch, and the store's total at up to
     :data:`SPARKLINE_POINTS` batches from the oldest it can still rebuild to the latest."""

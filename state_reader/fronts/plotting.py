@@ -136,22 +136,21 @@ def plot_state_size(
 
 
 def rewrite_layout_figure(report: Any) -> Any:
-    """Today's and the new per-partition state bytes of a rewrite (or dry run) side by side,
+    """The current and the new per-partition state bytes of a rewrite (or dry run) side by side,
     on one scale, with each layout's median and skew (max/median) in its title."""
     figure_class = _require_matplotlib()
     from matplotlib.ticker import MaxNLocator
 
-    sides = [
-        ("today", *report.partition_sizes(False), report.skew(False)),
-        ("new", *report.partition_sizes(True), report.skew(True)),
-    ]
+    from state_reader.core.rewrite.report import LAYOUTS, NEW
+
+    sides = [(label, *report.partition_sizes(new), report.skew(new)) for label, new in LAYOUTS]
     largest = max((float(size.max()) for _, _, size, _ in sides if len(size)), default=0.0)
     unit, scale = byte_unit(largest)
     fig = figure_class(figsize=(11, 3.6), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
     for ax, (label, _, size, skew) in zip(axes, sides, strict=True):
         values = size / scale
-        ax.bar(range(len(values)), values, width=0.85, color="#4c72b0" if label == "today" else "#dd8452")
+        ax.bar(range(len(values)), values, width=0.85, color="#dd8452" if label == NEW else "#4c72b0")
         if len(values):
             ax.axhline(statistics.median(values.tolist()), color="black", linewidth=0.8, linestyle="--")
         ax.set_title(f"{label}: {len(values)} partitions, skew {skew:.2f} (max/median)", fontsize=10)

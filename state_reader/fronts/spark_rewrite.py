@@ -283,7 +283,7 @@ class _ReadOld:
         rows = self.rows
         keys, values, source_sizes = rows.load_sized(pid)
         sizes = row_bytes(keys, values)
-        old_rows, old_bytes = len(sizes), int(source_sizes.sum())  # today's size: the source's, not transformed
+        old_rows, old_bytes = len(sizes), int(source_sizes.sum())  # the current size: the source's, not transformed
         kept = 0
         # a run of rows at a time: what is decoded and encoded beyond the loaded partition follows the run
         for lo, hi in row_runs(sizes, BATCH_BYTES, BATCH_ROWS):

@@ -211,9 +211,7 @@ def _diagnose(
             unused = unused_files(cp, store)
             result.findings += storage_waste(cp, store, unused, limits["waste-files"])
             result.findings += files_past_commit(cp, store, unused)
-        result.findings += never_evicted(
-            cp, checkpoint, storage_options, store, entries, limits["growth-batches"], feeds
-        )
+        result.findings += never_evicted(cp, store, entries, limits["growth-batches"], feeds)
         result.checked.append(
             f"operator {op} ({op_name or 'unknown'}), store {store_name}: "
             f"{plural(table.num_rows, 'row')} in {plural(len(plan.partitions), 'partition')} at batch "

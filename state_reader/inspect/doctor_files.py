@@ -12,13 +12,17 @@ from state_reader.formats.snapshot_zip import SST_DIR
 from state_reader.inspect.doctor_findings import Finding, Store, plural
 from state_reader.io.integrity import MalformedChecksum
 from state_reader.model.checkpoint import CheckpointDir, numeric_names, parse_state_file_name, version_ranges
+from state_reader.model.conf import ROCKSDB_PROVIDER
 from state_reader.providers.store_files import StoreFiles, look_ahead, unique_id_for
+from state_reader.units import human_bytes
 
 
 def long_chain(cp: CheckpointDir, store: Store, limit: float) -> list[Finding]:
     plan = store.plan
     chains = {}
-    stores = {pid: StoreFiles(cp.storage, plan.store_dir(pid), plan.provider, plan.codec) for pid in plan.partitions}
+    stores = {
+        pid: StoreFiles(cp.storage, plan.store_dir(pid), plan.provider_class, plan.codec) for pid in plan.partitions
+    }
     uids = {
         pid: unique_id_for(cp, f, plan.version, store.operator_id, pid, plan.store_name) for pid, f in stores.items()
     }
@@ -30,7 +34,7 @@ def long_chain(cp: CheckpointDir, store: Store, limit: float) -> list[Finding]:
     worst = max(chains, key=lambda p: chains[p].delta_chain)
     if chains[worst].delta_chain < limit:
         return []
-    kind = "changelog" if plan.provider.endswith("RocksDBStateStoreProvider") else "delta"
+    kind = "changelog" if plan.provider_class == ROCKSDB_PROVIDER else "delta"
     return [
         Finding(
             "long-chain",
@@ -83,7 +87,9 @@ def unused_files(cp: CheckpointDir, store: Store) -> UnusedFiles:
     committed = cp.committed_batches
     last_version = committed[-1] + 1
     out = UnusedFiles()
-    stores = {pid: StoreFiles(cp.storage, plan.store_dir(pid), plan.provider, plan.codec) for pid in plan.partitions}
+    stores = {
+        pid: StoreFiles(cp.storage, plan.store_dir(pid), plan.provider_class, plan.codec) for pid in plan.partitions
+    }
     look_ahead(
         (f, batch + 1, unique_id_for(cp, f, batch + 1, store.operator_id, pid, plan.store_name))
         for pid, f in stores.items()
@@ -139,8 +145,8 @@ def storage_waste(cp: CheckpointDir, store: Store, unused: UnusedFiles, limit: f
             "warning",
             store.operator_id,
             store.store_name,
-            f"{len(wasted)} state files ({sum(wasted.values())} bytes) are needed by no batch the logs still hold "
-            f"({committed[0]}..{committed[-1]})",
+            f"{len(wasted)} state files ({human_bytes(sum(wasted.values()))}) are needed by no batch the logs "
+            f"still hold ({committed[0]}..{committed[-1]})",
             {
                 "files": len(wasted),
                 "bytes": sum(wasted.values()),
@@ -183,7 +189,7 @@ def files_past_commit(cp: CheckpointDir, store: Store, unused: UnusedFiles) -> l
     }
     several = len(versions) > 1
     summary = (
-        f"{plural(len(unused.past_commit), 'state file')} ({size} bytes) of version{'s' if several else ''} "
+        f"{plural(len(unused.past_commit), 'state file')} ({human_bytes(size)}) of version{'s' if several else ''} "
         f"{version_ranges(set(versions))} (batch{'es' if several else ''} {batches}) lie past the last "
         f"committed batch, {last} (version {last + 1})"
     )
@@ -225,7 +231,7 @@ def files_past_commit(cp: CheckpointDir, store: Store, unused: UnusedFiles) -> l
                 "earlier run's state"
             )
         harm += ". "
-        if not store.plan.provider.endswith("RocksDBStateStoreProvider"):
+        if store.plan.provider_class != ROCKSDB_PROVIDER:
             harm += "Spark's cleanup also counts the versions it keeps back from the newest file on disk. "
     return [
         Finding(

@@ -16,9 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_reader.core.options import from_kwargs
-from state_reader.core.planner import plan_state_read, plan_store_read, store_read_options
+from state_reader.core.decode import stored_rows
+from state_reader.core.planner import plan_store_read
 from state_reader.core.scan import read_table
+from state_reader.core.size import row_bytes
 from state_reader.core.skew import is_skewed, skew
 from state_reader.errors import MissingSchemaFileError, StateReaderError
 from state_reader.grouping import group_ids
@@ -27,6 +28,7 @@ from state_reader.model import operators
 from state_reader.model.checkpoint import JOIN_STORES, JOIN_V4_STORES, CheckpointDir, OffsetEntry, numeric_names
 from state_reader.model.plan import StateReadPlan
 from state_reader.providers.store_files import StoreFiles
+from state_reader.units import human_bytes
 
 
 def _iso(ms: int) -> str:
@@ -135,35 +137,18 @@ def _millis(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.asarray(micros.fill_null(_NONE_MS * 1000).to_numpy(zero_copy_only=False)) // 1000
 
 
-def _row_bytes(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Approximate bytes of each value: fixed-width leaves at their width, strings and binaries at their length."""
-    if isinstance(array, pa.ChunkedArray):
-        parts = [_row_bytes(c) for c in array.chunks]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
-    typ, n = array.type, len(array)
-    if pa.types.is_struct(typ):
-        total = np.zeros(n, np.int64)
-        for child in array.flatten():
-            total += _row_bytes(child)
-        return total
-    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_map(typ):
-        values = (
-            array.values
-            if not pa.types.is_map(typ)
-            else pa.StructArray.from_arrays([array.keys, array.items], names=["k", "v"])
-        )
-        inner = np.concatenate([[0], np.cumsum(_row_bytes(values))])
-        offsets = np.asarray(array.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
-        return inner[offsets[1:]] - inner[offsets[:-1]]
-    if (
-        pa.types.is_string(typ)
-        or pa.types.is_binary(typ)
-        or pa.types.is_large_string(typ)
-        or pa.types.is_large_binary(typ)
-    ):
-        return np.asarray(pc.binary_length(array).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    width = getattr(typ, "bit_width", 8) // 8 if pa.types.is_primitive(typ) else 8
-    return np.full(n, max(width, 1), np.int64)
+def _stored_sizes(store: Store, partition_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """(state bytes, key bytes) of each row of one partition as the store keeps it: :func:`row_bytes`, its key
+    and value uncompressed, what ``stats`` counts."""
+    keys, values = stored_rows(store.plan, partition_id)
+    return row_bytes(keys, values), keys.lengths.astype(np.int64)
+
+
+def _keys_as_read(store: Store, keys: pa.Array | pa.ChunkedArray, stored: int) -> pa.Array | pa.ChunkedArray | None:
+    """``keys``, one partition's as read, when they are its ``stored`` rows one for one and in the order
+    the provider loads them (a plain store's), else None (a variable's rows are its list elements or map
+    entries, grouped by key)."""
+    return keys if store.plan.variable is None and len(keys) == stored else None
 
 
 def _short(value: Any, limit: int = 120) -> str:
@@ -205,12 +190,16 @@ def skewed_partition(store: Store, limits: dict[str, float]) -> list[Finding]:
         evidence["heaviest_keys"] = [
             {"key": _short(keys[first_row[int(g)]].as_py()), "rows": int(per_key[g])} for g in heavy
         ]
-    else:  # a row per key: the keys whose rows are largest
+    else:  # a row per key: the keys whose rows are largest, in state bytes
         evidence["keys_in_partition"] = int(per_key.size)
-        if "value" in in_worst.column_names:
-            sizes = _row_bytes(in_worst.column("value")) + _row_bytes(in_worst.column("key"))
+        try:
+            sizes, _ = _stored_sizes(store, worst)
+        except StateReaderError:  # cleaned up by a running query since it was read
+            sizes = np.zeros(0, np.int64)
+        shown = _keys_as_read(store, keys, len(sizes))
+        if shown is not None and len(sizes):
             evidence["largest_keys"] = [
-                {"key": _short(keys[int(i)].as_py()), "bytes": int(sizes[i])} for i in np.argsort(sizes)[::-1][:3]
+                {"key": _short(shown[int(i)].as_py()), "bytes": int(sizes[i])} for i in np.argsort(sizes)[::-1][:3]
             ]
     return [
         Finding(
@@ -265,43 +254,49 @@ def expired_rows(store: Store, watermark_ms: int) -> tuple[list[Finding], int | 
 
 
 def large_rows(store: Store, limit: float) -> list[Finding]:
-    if store.table.num_rows == 0:
+    """Rows whose state bytes (key and value as the store keeps them, uncompressed: what ``stats``
+    counts) reach ``limit``."""
+    if store.table.num_rows == 0 or store.plan.join is not None:
         return []
-    out = []
-    for column in ("key", "value"):
-        if column not in store.table.column_names:
-            continue
-        sizes = _row_bytes(store.table.column(column))
-        if not sizes.size or sizes.max() < limit:
-            continue
-        top = np.argsort(sizes)[::-1][:3]
-        keys = store.table.column("key")
-        parts = store.table.column("partition_id")
-        out.append(
-            Finding(
-                "large-rows",
-                "warning",
-                store.operator_id,
-                store.store_name,
-                f"{plural(int((sizes >= limit).sum()), column)} of at least {int(limit)} bytes; the largest is "
-                f"{int(sizes.max())} bytes",
-                {
-                    "column": column,
-                    "largest": [
-                        {
-                            "bytes": int(sizes[i]),
-                            "partition": parts[int(i)].as_py(),
-                            "key": _short(keys[int(i)].as_py()),
-                        }
-                        for i in top
-                    ],
-                    "at_least_limit": int((sizes >= limit).sum()),
-                },
-                "every update of such a row rewrites it whole, in memory, in the changelog or delta file and in "
-                "the next snapshot; keep large payloads out of state (store a reference), or split them",
-            )
+    found: list[tuple[int, int, int, int, int]] = []  # (state bytes, key bytes, partition, row, rows stored)
+    try:
+        for pid in store.plan.partitions:
+            sizes, key_sizes = _stored_sizes(store, pid)
+            found += [
+                (int(sizes[i]), int(key_sizes[i]), pid, int(i), len(sizes)) for i in np.flatnonzero(sizes >= limit)
+            ]
+    except StateReaderError:  # cleaned up by a running query since it was read: nothing to measure
+        return []
+    if not found:
+        return []
+    found.sort(key=lambda row: row[0], reverse=True)
+    largest = []
+    for size, key_size, pid, i, stored in found[:3]:
+        row: dict[str, Any] = {"bytes": size, "key_bytes": key_size, "value_bytes": size - key_size, "partition": pid}
+        in_partition = pc.equal(store.table.column("partition_id"), pid)
+        shown = _keys_as_read(store, store.table.column("key").filter(in_partition), stored)
+        if shown is not None:
+            row["key"] = _short(shown[i].as_py())
+        largest.append(row)
+    biggest = largest[0]
+    return [
+        Finding(
+            "large-rows",
+            "warning",
+            store.operator_id,
+            store.store_name,
+            f"{plural(len(found), 'row')} of at least {human_bytes(limit)} (key and value as stored); the largest "
+            f"is {human_bytes(biggest['bytes'])}",
+            {
+                # where the largest row's bytes are: most of them in its key or in its value
+                "column": "key" if biggest["key_bytes"] > biggest["value_bytes"] else "value",
+                "largest": largest,
+                "at_least_limit": len(found),
+            },
+            "every update of such a row rewrites it whole, in memory, in the changelog or delta file and in "
+            "the next snapshot; keep large payloads out of state (store a reference), or split them",
         )
-    return out
+    ]
 
 
 def overdue_timers(store: Store, entry: OffsetEntry | None) -> list[Finding]:
@@ -353,8 +348,6 @@ def overdue_timers(store: Store, entry: OffsetEntry | None) -> list[Finding]:
 
 def never_evicted(
     cp: CheckpointDir,
-    path: str,
-    storage_options: dict[str, Any] | None,
     store: Store,
     entries: dict[int, OffsetEntry],
     limit: float,
@@ -375,15 +368,7 @@ def never_evicted(
         return []
     try:
         earlier = read_table(
-            plan_state_read(
-                from_kwargs(
-                    path,
-                    store_read_options(
-                        store.operator_id, store.store_name, first_batch, storage_options, store.operator_name
-                    ),
-                ),
-                cp,
-            ),
+            plan_store_read(cp, store.operator_id, store.store_name, first_batch, store.operator_name),
             show_progress=False,
         )
     except StateReaderError:
@@ -565,7 +550,7 @@ def _first_retained(cp: CheckpointDir, plan: StateReadPlan) -> int | None:
     committed = cp.committed_batches
     firsts = []
     for pid in plan.partitions:
-        files = StoreFiles(cp.storage, plan.store_dir(pid), plan.provider, plan.codec)
+        files = StoreFiles(cp.storage, plan.store_dir(pid), plan.provider_class, plan.codec)
         versions = files.retained_versions(plan.version, {b + 1 for b in committed})
         if not versions:
             return None

@@ -12,6 +12,6 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "long-chain": (50, "deltas or changelogs replayed after the last snapshot, in any partition"),
     "stalled-batches": (5, "batches that took input while the watermark stayed where it was"),
     "growth-batches": (5, "batches over which state grew with no key removed"),
-    "large-row-bytes": (1 << 20, "a key or value of at least this many bytes"),
+    "large-row-bytes": (1 << 20, "a row whose key and value take at least this many bytes as stored (uncompressed)"),
     "waste-files": (10, "state files (and SSTs) of one store that no retained batch can use"),
 }

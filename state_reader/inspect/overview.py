@@ -28,15 +28,11 @@ from state_reader.model.conf import (
     CONF_FMGWS_FORMAT,
     CONF_JOIN_FORMAT,
     CONF_MERGE_OPERATOR,
-    CONF_PROVIDER,
-    CONF_ROW_CHECKSUM,
     CONF_SHUFFLE_PARTITIONS,
-    DEFAULT_ENCODING,
     HDFS_PROVIDER,
-    PROVIDER_NAMES,
+    StoreConf,
     conf_flag,
     provider_name,
-    shuffle_partitions,
 )
 from state_reader.model.state_variables import declared_variables
 from state_reader.providers.store_files import StoreFiles
@@ -49,11 +45,12 @@ STATE_FORMAT_CONFS = {
 }
 
 
-def _state_files(cp: CheckpointDir, op: int, entry: dict[str, Any], latest: int) -> tuple[dict[str, int] | None, bool]:
+def _state_files(
+    cp: CheckpointDir, op: int, entry: dict[str, Any], latest: int, provider: str
+) -> tuple[dict[str, int] | None, bool]:
     """(the batches whose state of an operator is on disk, whether it has changelogs), as partition 0 of its
-    first store shows them."""
+    first store shows them; ``provider``: the class that wrote them."""
     stores = [s["store_name"] for s in entry["stores"]] or ["default"]
-    provider = PROVIDER_NAMES.get(entry["provider"], HDFS_PROVIDER)
     try:
         files = StoreFiles(cp.storage, cp.store_dir(op, 0, stores[0]), provider)
         versions = files.retained_versions(latest + 1, {b + 1 for b in cp.committed_batches})
@@ -93,6 +90,7 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
         conf_source = f"offsets/{latest}"
     except (OffsetLogUnavailableError, OffsetMetadataUnavailableError):
         conf, conf_source = cp.latest_conf(), "latest offset log entry"
+    store_conf = StoreConf.parse(conf)
 
     meta = metadata_rows({"path": checkpoint, "storageOptions": storage_options or {}}, cp)
     inferred = False
@@ -103,19 +101,20 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
         inferred = True
 
     operators: dict[int, dict[str, Any]] = {}
+    classes: dict[int, str] = {}  # the provider class of each operator's state
     for row in meta:
         op = row["operatorId"]
-        entry = operators.setdefault(
-            op,
-            {
+        if op not in operators:
+            classes[op] = detect_provider(cp, store_conf.provider_class, op)
+            operators[op] = {
                 "operator_id": op,
                 "operator_name": row["operatorName"],
                 "operator_properties": row["operatorProperties"],
                 "partitions_on_disk": len(cp.partition_ids(op)),
-                "provider": provider_name(detect_provider(cp, conf.get(CONF_PROVIDER), op)) or "unknown",
+                "provider": provider_name(classes[op]) or "unknown",
                 "stores": [],
-            },
-        )
+            }
+        entry = operators[op]
         entry["stores"].append({"store_name": row["stateStoreName"], "num_partitions": row["numPartitions"]})
     for entry in operators.values():
         if operator_names.is_transform_with_state(entry["operator_name"]):
@@ -126,19 +125,18 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
             ]
     changelogs = False
     for op, entry in operators.items():
-        entry["batches"], has_changelogs = _state_files(cp, op, entry, latest)
+        entry["batches"], has_changelogs = _state_files(cp, op, entry, latest, classes[op])
         changelogs = changelogs or has_changelogs
 
-    provider_class = conf.get(CONF_PROVIDER)
-    provider = provider_name(provider_class)
+    provider = provider_name(store_conf.provider_class)
     if provider is None and operators:
         provider = next(iter(operators.values()))["provider"]
     return {
         "checkpoint": cp.location,
         "batches": {"first": batches[0], "last": batches[-1], "count": len(batches), "latest_committed": latest},
-        "provider": provider or "hdfs",
-        "provider_class": provider_class,
-        "codec": conf.get(CONF_CODEC) or DEFAULT_CODEC,  # what a conf missing from the offset log means
+        "provider": provider or provider_name(HDFS_PROVIDER),
+        "provider_class": store_conf.provider_class,
+        "codec": store_conf.codec or DEFAULT_CODEC,  # what a conf missing from the offset log means
         "codec_recorded": CONF_CODEC in conf,
         # only for the kinds of operator the query has: the confs are recorded for every query
         "state_format_versions": {
@@ -146,10 +144,10 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
             for kind, (key, names) in STATE_FORMAT_CONFS.items()
             if conf.get(key, "").isdigit() and any(o["operator_name"] in names for o in operators.values())
         },
-        "shuffle_partitions": shuffle_partitions(conf),
-        "encoding_format": conf.get(CONF_ENCODING) or DEFAULT_ENCODING,  # as for the codec
+        "shuffle_partitions": store_conf.shuffle_partitions,
+        "encoding_format": store_conf.encoding,  # as for the codec
         "encoding_recorded": CONF_ENCODING in conf,
-        "row_checksum": conf_flag(conf, CONF_ROW_CHECKSUM),
+        "row_checksum": store_conf.row_checksum,
         # Spark does not pin this conf in the offset log: the changelog files tell
         "changelog_checkpointing": (conf_flag(conf, CONF_CHANGELOG) or changelogs) if provider == "rocksdb" else None,
         # the offset log does not record the format: the commit log's unique ids tell

@@ -239,8 +239,8 @@ def _collect_stats(
                 raise
             result.skipped.append((op, store, exc.message))
             continue
-        files = {p: StoreFiles(storage, plan.store_dir(p), plan.provider, plan.codec) for p in plan.partitions}
-        result.providers[(op, store)] = plan.provider
+        files = {p: StoreFiles(storage, plan.store_dir(p), plan.provider_class, plan.codec) for p in plan.partitions}
+        result.providers[(op, store)] = plan.provider_class
         work.append((op, store, plan, files))
     if not work and result.skipped:
         op, store, why = result.skipped[0]
@@ -286,7 +286,9 @@ def _collect_stats(
                     size = measure_partition(plan, pid)
                     listed = files.get(pid) if plan.batch_id <= latest else None
                     # a batch planned again lists through its plan's storage, afresh
-                    store_files = listed or StoreFiles(plan.storage, plan.store_dir(pid), plan.provider, plan.codec)
+                    store_files = listed or StoreFiles(
+                        plan.storage, plan.store_dir(pid), plan.provider_class, plan.codec
+                    )
                     uid = unique_id_for(plan.checkpoint, store_files, plan.version, op, pid, plan.store_name)
                     vf = store_files.version_files(plan.version, uid)
                     out.append(

@@ -186,7 +186,7 @@ def _verify(
         partitions = []
         for pid in plan.partitions:
             try:
-                files = StoreFiles(storage, plan.store_dir(pid), plan.provider, plan.codec)
+                files = StoreFiles(storage, plan.store_dir(pid), plan.provider_class, plan.codec)
                 versions = files.retained_versions(plan.version, committed_versions)
             except StateReaderError as exc:
                 report.problems.append(_problem(op, store, pid, None, exc))
@@ -218,7 +218,7 @@ def _verify(
                 "operator_id": op,
                 "operator_name": op_name,
                 "store_name": store,
-                "provider": plan.provider,
+                "provider": plan.provider_class,
                 "partitions": partitions,
             }
         )

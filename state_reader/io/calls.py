@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from functools import wraps
 from typing import Any, TypeVar
 
+from state_reader.units import human_bytes
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -59,10 +61,9 @@ def io_counts_since(before: dict[str, int]) -> dict[str, int]:
 
 
 def describe_counts(counts: dict[str, int]) -> str:
-    """'12 listings, 410 fetches (3.2 MB), 0 info calls' for a log line or ``--verbose``."""
-    mb = counts.get("bytes", 0) / 1e6
+    """'12 listings, 410 fetches (3.1 MiB), 0 info calls' for a log line or ``--verbose``."""
     return (
-        f"{counts.get('list', 0)} listings, {counts.get('get', 0)} fetches ({mb:,.1f} MB), "
+        f"{counts.get('list', 0)} listings, {counts.get('get', 0)} fetches ({human_bytes(counts.get('bytes', 0))}), "
         f"{counts.get('info', 0)} info calls"
     )
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -36,7 +36,7 @@ from state_reader.errors import (
 )
 from state_reader.io.destination import incomplete_rewrite_in
 from state_reader.io.storage import Storage
-from state_reader.model.conf import CONF_MIN_BATCHES_TO_RETAIN
+from state_reader.model.conf import CONF_MIN_BATCHES_TO_RETAIN, shuffle_partitions
 
 DEFAULT_STORE = "default"
 JOIN_STORES = ("left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue")
@@ -385,6 +385,19 @@ class CheckpointDir:
 
     def partition_ids(self, operator_id: int) -> list[int]:
         return numeric_names(self.storage.list_names(f"state/{operator_id}"))
+
+    def num_partitions(self, conf: Mapping[str, str]) -> int:
+        """The number of state partitions: ``spark.sql.shuffle.partitions`` as ``conf`` (an offset log
+        entry's) records it, else one past the highest partition directory of any operator (0: none).
+
+        Checkpoints too old to record the conf are the only ones that fall back; every operator
+        of a query has as many partitions as the shuffle, and a single-partition operator's one
+        directory says nothing of the others, hence the highest over all operators.
+        """
+        recorded = shuffle_partitions(conf)
+        if recorded:
+            return recorded
+        return max((max(self.partition_ids(op), default=-1) + 1 for op in self.operator_ids), default=0)
 
     def store_dir(self, operator_id: int, partition_id: int, store_name: str) -> str:
         """Relative directory of one store's files."""

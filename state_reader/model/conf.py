@@ -62,7 +62,8 @@ def conf_flag(conf: Mapping[str, str], key: str) -> bool:
 class StoreConf:
     """How a checkpoint's state is stored, from the confs of one offset log entry."""
 
-    provider: str | None
+    # the provider class recorded (not its short name), None when the offset log records none
+    provider_class: str | None
     codec: str | None
     row_checksum: bool
     encoding: str
@@ -79,13 +80,18 @@ class StoreConf:
         if encoding not in ENCODINGS:
             raise UnsupportedOptionError(f"state encoding format '{encoding}' is not supported by state_reader")
         return cls(
-            provider=conf.get(CONF_PROVIDER) or None,
+            provider_class=conf.get(CONF_PROVIDER) or None,
             codec=conf.get(CONF_CODEC) or None,
             row_checksum=conf_flag(conf, CONF_ROW_CHECKSUM),
             encoding=encoding,
             merge_operator_version=merge_operator_version(conf.get(CONF_MERGE_OPERATOR)),
             shuffle_partitions=shuffle_partitions(conf),
         )
+
+    @property
+    def provider(self) -> str | None:
+        """The provider class, under its former name (:attr:`provider_class`)."""
+        return self.provider_class
 
     @property
     def avro(self) -> bool:

@@ -61,7 +61,8 @@ class StateReadPlan:
     operator_id: int
     store_name: str
     batch_id: int
-    provider: str
+    # the provider class that wrote the store (``...HDFSBackedStateStoreProvider``), not its short name
+    provider_class: str
     partitions: list[int]
     key_schema: StructType
     value_schema: StructType
@@ -82,7 +83,7 @@ class StateReadPlan:
     variable: StateVariable | None = None
     # RocksDB without changelogs: derive the change feed by comparing snapshots (not in Spark)
     change_feed_from_snapshots: bool = False
-    # the operator's number of state partitions, from operator metadata or the recorded shuffle partitions
+    # the operator's number of state partitions: its operator metadata's, else CheckpointDir.num_partitions
     num_partitions: int | None = None
     # value fields ``value_schema`` declares int whose slots hold longs (flatMapGroupsWithState format 1)
     value_long_slots: tuple[str, ...] = ()
@@ -101,6 +102,11 @@ class StateReadPlan:
     @property
     def storage(self) -> Storage:
         return self.checkpoint.storage
+
+    @property
+    def provider(self) -> str:
+        """The provider class, under its former name (:attr:`provider_class`)."""
+        return self.provider_class
 
     @property
     def version(self) -> int:

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from state_reader.errors import CorruptFileError, MissingStateFileError, StateReaderError, TruncatedFileError
 from state_reader.formats import codecs, kernels
-from state_reader.formats.unsaferow import PAD, RowBuffer, byte_view, copy_spans, decode_rows, int_array
+from state_reader.formats.unsaferow import PAD, RowBuffer, copy_spans, decode_rows, int_array, unaligned_view
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import first_missing, parse_state_file_name, state_file_name, version_ranges
 from state_reader.model.plan import StateReadPlan
@@ -87,7 +87,7 @@ class _Records:
         """The spans of the records starting at ``positions`` (already walked, so in bounds; the
         array becomes the keys' starts)."""
         # in place where it can be: these arrays are a third of the bytes of rows of ~60 bytes
-        be32 = byte_view(buf, ">i4")
+        be32 = unaligned_view(buf, ">i4")
         key_len = be32[positions].astype(np.int64)
         key_start = positions
         key_start += 4
@@ -436,7 +436,7 @@ def framed_rows(data: bytes | np.ndarray, path: str) -> tuple[RowBuffer, RowBuff
     buf[: len(raw)] = raw
     buf[len(raw) : size] = np.frombuffer(END_OF_FILE, dtype=np.uint8)
     positions = _walk(buf, 0, size, path, False, 0, False)
-    be32 = byte_view(buf, ">i4")
+    be32 = unaligned_view(buf, ">i4")
     key_len = be32[positions].astype(np.int64)
     value_at = positions + 8 + key_len
     value_len = be32[value_at - 4].astype(np.int64)

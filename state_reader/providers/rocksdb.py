@@ -108,7 +108,7 @@ class StoreState:
         if self._entries is None:
             assert self.rows is not None
             keys, values = self.rows
-            self._entries = dict(zip(_row_bytes(keys), _row_bytes(values), strict=True))
+            self._entries = dict(zip(_row_byte_strings(keys), _row_byte_strings(values), strict=True))
             self.rows = None
         return self._entries
 
@@ -130,7 +130,7 @@ class StoreState:
         )
 
 
-def _row_bytes(rows: RowBuffer, lo: int = 0, hi: int | None = None) -> list[bytes]:
+def _row_byte_strings(rows: RowBuffer, lo: int = 0, hi: int | None = None) -> list[bytes]:
     """Rows ``lo:hi`` of a RowBuffer, each as a ``bytes`` object."""
     starts, lengths = rows.starts[lo:hi], rows.lengths[lo:hi]
     if not len(starts):
@@ -670,7 +670,7 @@ def snapshot_files(
             for i, n in enumerate(_key_counts(keys, extra_metadata)):
                 counts[i] += n
             for lo in range(0, len(keys.starts), _WRITE_BATCH):
-                yield _row_bytes(keys, lo, lo + _WRITE_BATCH), _row_bytes(values, lo, lo + _WRITE_BATCH)
+                yield _row_byte_strings(keys, lo, lo + _WRITE_BATCH), _row_byte_strings(values, lo, lo + _WRITE_BATCH)
 
     with tempfile.TemporaryDirectory(prefix="state_reader-rocksdb-") as workdir:
         db_dir = os.path.join(workdir, "db")

@@ -294,7 +294,7 @@ def files_to_read(plan: StateReadPlan, partition_id: int) -> tuple[list[str], in
     nbytes = 0
     for store in stores:
         directory = plan.checkpoint.store_dir(plan.operator_id, partition_id, store)
-        files = StoreFiles(plan.storage, directory, plan.provider, plan.codec, keep_fetched=True)
+        files = StoreFiles(plan.storage, directory, plan.provider_class, plan.codec, keep_fetched=True)
         unique_id = unique_id_for(plan.checkpoint, files, plan.version, plan.operator_id, partition_id, store)
         needed = files.version_files(plan.version, unique_id)
         for name in needed.files:

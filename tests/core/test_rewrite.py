@@ -62,22 +62,26 @@ def test_transform_refusals(checkpoints, tmp_path):
 
 @pytest.mark.parametrize("name", ["agg_window", "rocksdb_cl_agg_window"])
 def test_stats_and_the_rewrite_report_give_one_size(checkpoints, name):
-    """A state's rows and bytes are the same in ``stats`` and in a rewrite report's "today", and a
-    transform changes the new layout's size, never today's."""
+    """A state's rows and bytes are the same in ``stats`` and in a rewrite report's current layout,
+    and a transform changes the new layout's size, never the current one's."""
     import pyarrow as pa
 
     src = checkpoints(name)
     latest = max(state_reader.stats(src).column("batch_id").to_pylist())
-    measured = [r for r in state_reader.stats(src, start_batch=latest).to_pylist() if r["batch_id"] == latest]
+    measured = [r for r in state_reader.stats(src, change_start_batch_id=latest).to_pylist() if r["batch_id"] == latest]
     by_partition = sorted((r["partition_id"], r["rows"], r["state_bytes"]) for r in measured)
     report = state_reader.rewrite(src, dry_run=True)
-    today = report.summary()["current"]
+    current = report.summary()["current"]
     assert (
-        list(zip(range(today["partitions"]), today["rows_per_partition"], today["bytes_per_partition"], strict=True))
+        list(
+            zip(
+                range(current["partitions"]), current["rows_per_partition"], current["bytes_per_partition"], strict=True
+            )
+        )
         == by_partition
     )
     # one line of text (what the command line prints is fronts/console's)
-    assert "\n" not in str(report) and f"{today['rows']:,} rows" in str(report)
+    assert "\n" not in str(report) and f"{current['rows']:,} rows" in str(report)
 
     def noted(batch: pa.RecordBatch) -> pa.RecordBatch:
         value = batch.column(1)
@@ -87,8 +91,8 @@ def test_stats_and_the_rewrite_report_give_one_size(checkpoints, name):
         return pa.RecordBatch.from_arrays([batch.column(0), widened], names=["key", "value"])
 
     transformed = state_reader.rewrite(src, dry_run=True, transform=noted).summary()
-    assert transformed["current"] == today
-    assert transformed["new"]["rows"] == today["rows"] and transformed["new"]["bytes"] > today["bytes"]
+    assert transformed["current"] == current
+    assert transformed["new"]["rows"] == current["rows"] and transformed["new"]["bytes"] > current["bytes"]
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -52,10 +52,10 @@ def test_a_rewrite_report_as_text_gives_bytes_as_people_read_them():
     done = rewrite_lines(_report(dry_run=False))
     assert done[0] == "rewrote /cp at batch 3 into /new: hdfs -> rocksdb, 2 -> 3 partitions, 12 files, 5.0 MiB"
     assert done[1] == (
-        "  today: 2 partitions, 7 rows, 1.6 KiB; per partition 100 B .. median 818 B .. max 1.5 KiB, "
+        "  current: 2 partitions, 7 rows, 1.6 KiB; per partition 100 B .. median 818 B .. max 1.5 KiB, "
         "skew (max/median) 1.88"
     )
-    assert done[2].startswith("    new: 3 partitions, 6 rows, 3.0 MiB; per partition 1.0 KiB .. median 2.0 KiB")
+    assert done[2].startswith("      new: 3 partitions, 6 rows, 3.0 MiB; per partition 1.0 KiB .. median 2.0 KiB")
     assert done[3] == "  operator 0 (stateStoreSave) store default: 6 rows, 1 dropped, per partition [1, 2, 3]"
     dry = rewrite_lines(_report(dry_run=True))
     assert dry[0] == "dry run: /cp at batch 3, hdfs -> rocksdb, 2 -> 3 partitions (nothing written)"

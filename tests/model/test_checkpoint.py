@@ -74,3 +74,19 @@ def test_batches_still_in_the_commit_log_read_as_before(spark, cleaned):
     assert arrow_rows(state_reader.changes(cp, OLDEST, exact_schema=True)) == spark_rows(
         spark.read.format("statestore").options(readChangeFeed="true", changeStartBatchId=OLDEST).load(cp)
     )
+
+
+def test_num_partitions_recorded_else_the_highest_partition_directory(tmp_path):
+    """One rule for the number of state partitions (reads, ``metadata`` and the rewrite): the shuffle
+    partitions the offset log records, else one past the highest partition directory of any operator."""
+    from state_reader.io.storage import Storage
+    from state_reader.model.checkpoint import CheckpointDir
+    from state_reader.model.conf import CONF_SHUFFLE_PARTITIONS
+
+    for op, partitions in ((0, 3), (1, 1)):  # operator 1: a single-partition operator (a global limit)
+        for pid in range(partitions):
+            (tmp_path / "state" / str(op) / str(pid)).mkdir(parents=True)
+    cp = CheckpointDir(Storage(str(tmp_path), {}))
+    assert cp.num_partitions({CONF_SHUFFLE_PARTITIONS: "8"}) == 8
+    assert cp.num_partitions({}) == cp.num_partitions({CONF_SHUFFLE_PARTITIONS: "0"}) == 3
+    assert CheckpointDir(Storage(str(tmp_path / "empty"), {})).num_partitions({}) == 0

@@ -76,7 +76,7 @@ def test_resume_oracle(spark, tmp_path, name):
     op, store = stores(src)[0]
     plan = plan_state_read(from_kwargs(src, {"operator_id": op, "store_name": store}))
     old = int(plan.num_partitions or 0)
-    other = "hdfs" if "RocksDB" in plan.provider else "rocksdb"
+    other = "hdfs" if "RocksDB" in plan.provider_class else "rocksdb"
     # more partitions; fewer, in the other provider's files
     targets = {"more": (old + 3, None), other: (max(1, old - 1), other)}
     if name in CHECKPOINT_V2_QUERIES:
@@ -407,7 +407,7 @@ def test_resume_oracle_older_writers(spark, tmp_path, writer, name):
     op, store = stores(str(original))[0]
     plan = plan_state_read(from_kwargs(str(original), {"operator_id": op, "store_name": store}))
     old = int(plan.num_partitions)
-    other = "hdfs" if "RocksDB" in plan.provider else "rocksdb"
+    other = "hdfs" if "RocksDB" in plan.provider_class else "rocksdb"
     # more partitions; fewer, in the other provider's files
     targets = {"more": (old + 2, None), other: (max(1, old - 1), other)}
     if name == "session_window_hdfs" and writer.startswith("spark-3."):

@@ -21,7 +21,6 @@ from state_reader.model.conf import (
     CONF_SHUFFLE_PARTITIONS,
     PROVIDER_NAMES,
     provider_name,
-    shuffle_partitions,
 )
 from state_reader.model.plan import StateReadPlan
 from state_reader.model.state_variables import user_variables
@@ -142,10 +141,7 @@ def plan_rewrite(
     if batch not in committed:
         cp.require_committed(batch)
     conf = cp.offset_conf(batch)
-    # not recorded (very old checkpoints): as many as the partition directories on disk
-    old_partitions = shuffle_partitions(conf) or max(
-        (max(cp.partition_ids(op), default=-1) + 1 for op in cp.operator_ids), default=0
-    )
+    old_partitions = cp.num_partitions(conf)
     new_partitions = old_partitions if num_partitions is None else num_partitions
     if new_partitions < 1:
         raise InvalidOptionError(f"num_partitions must be at least 1, got {num_partitions}")

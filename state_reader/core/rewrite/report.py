@@ -12,6 +12,11 @@ from state_reader.core.skew import partition_skew
 from state_reader.model.plan import StateReadPlan
 from state_reader.units import human_bytes
 
+# the two layouts a report compares, by the one name each goes by (text, --json, tables, plots), and
+# whether it is the new one
+CURRENT, NEW = "current", "new"
+LAYOUTS = ((CURRENT, False), (NEW, True))
+
 
 @dataclass
 class StoreReport:
@@ -19,7 +24,7 @@ class StoreReport:
 
     Rows and bytes are a state's size as :mod:`state_reader.core.size` defines it (the key and
     value bytes as the store keeps them, uncompressed): in the destination provider's encoding
-    (after any transform) for the new partitions, the source's as stored for the old ones.
+    (after any transform) for the new partitions, the source's as stored for the current ones.
     """
 
     operator_id: int
@@ -74,7 +79,7 @@ class RewriteReport:
         return pa.Table.from_pylist(rows, schema=schema)
 
     def partition_sizes(self, new: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """Rows and bytes of every partition summed over all stores, in the new layout or today's.
+        """Rows and bytes of every partition summed over all stores, in the new layout or the current one.
 
         A partition of every store runs in one task, so these are the loads a task gets.
         """
@@ -93,9 +98,9 @@ class RewriteReport:
         return partition_skew(self.partition_sizes(new)[1].tolist())
 
     def layout(self) -> pa.Table:
-        """Today's and the new per-partition rows and bytes (all stores), one row per (layout, partition)."""
+        """The current and the new per-partition rows and bytes (all stores), one row per (layout, partition)."""
         out: dict[str, list[Any]] = {"layout": [], "partition_id": [], "rows": [], "bytes": []}
-        for label, new in (("current", False), ("new", True)):
+        for label, new in LAYOUTS:
             rows, size = self.partition_sizes(new)
             out["layout"] += [label] * len(rows)
             out["partition_id"] += list(range(len(rows)))
@@ -129,8 +134,8 @@ class RewriteReport:
             "provider": self.provider,
             "files": self.files,
             "bytes": self.bytes,
-            "current": side(False),
-            "new": side(True),
+            CURRENT: side(False),
+            NEW: side(True),
             "stores": [
                 {
                     "operator_id": s.operator_id,

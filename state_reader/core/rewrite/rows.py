@@ -73,7 +73,7 @@ class StoreRows:
         self.plan = plan
         # a global limit keeps its count in partition 0 whatever the partitions (its key has no fields)
         self.single = single
-        self.rocksdb = plan.provider == ROCKSDB_PROVIDER
+        self.rocksdb = plan.provider_class == ROCKSDB_PROVIDER
         self.spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
 
     def target_partitions(self, num_partitions: int) -> list[int]:
@@ -347,7 +347,7 @@ class TransformedStoreRows(StoreRows):
         return self.load_sized(pid)[:2]
 
     def load_sized(self, pid: int) -> tuple[RowBuffer, RowBuffer, np.ndarray]:
-        """The transformed rows, and each row's state bytes as the source stores it (the report's "today")."""
+        """The transformed rows, and each row's state bytes as the source stores it (the report's current layout)."""
         inner = self.inner
         keys, values = inner.load(pid)
         source_sizes = row_bytes(keys, values)
@@ -395,7 +395,7 @@ def _kept(drop: KeyFilter, keys: pa.StructArray) -> np.ndarray:
 def zip_extra_metadata(plan: StateReadPlan) -> dict[str, Any]:
     """The fields the source's writer puts in a RocksDB snapshot zip's metadata beyond SSTs and key
     counts (none when the source is HDFS-backed)."""
-    if plan.provider != ROCKSDB_PROVIDER:
+    if plan.provider_class != ROCKSDB_PROVIDER:
         return {}
     for pid in plan.partitions:
         directory = plan.checkpoint.store_dir(plan.operator_id, pid, plan.store_name)
