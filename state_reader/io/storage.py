@@ -41,6 +41,7 @@ from state_reader.io.calls import count_call, fetch_pool, io_threads, shared_lis
 # the names docs/reading.md gave these counters before they moved: user scripts keep working
 from state_reader.io.calls import io_counts as io_counts
 from state_reader.io.calls import io_counts_since as io_counts_since
+from state_reader.io.filesystems import open_filesystem, split_url
 from state_reader.io.integrity import (
     SIDECAR_SUFFIX,
     MalformedChecksum,
@@ -53,10 +54,6 @@ from state_reader.io.integrity import (
     verify_spark,
 )
 
-# Hadoop's scheme names for S3 that fsspec does not know under those names.
-_SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
-
-
 log = logging.getLogger("state_reader.io")
 
 # A directory listed recursively in one call: an operator's state (its partitions, stores, SSTs,
@@ -64,37 +61,10 @@ log = logging.getLogger("state_reader.io")
 _RECURSIVE_ROOT = re.compile(r"^state/\d+(?=/|$)")
 
 
-def filesystem_options(protocol: str, storage_options: dict[str, Any]) -> dict[str, Any]:
-    """The options a filesystem is opened with: the user's, and on S3 (s3fs) a connection pool as
-    wide as the fetches in flight (:func:`io_threads`) unless ``config_kwargs`` sets
-    ``max_pool_connections``. botocore's default pool of 10 holds every fetch past the tenth
-    back, silently, until a connection is free: a read latency-bound at 100 ms per request took
-    1.7x-1.9x as long (benchmarks/bench_s3.py)."""
-    if protocol != "s3":
-        return storage_options
-    config = storage_options.get("config_kwargs")
-    if config is None:
-        config = {}
-    if not isinstance(config, dict) or "max_pool_connections" in config:
-        return storage_options  # the user's setting, or a value s3fs refuses with its own error
-    return {**storage_options, "config_kwargs": {**config, "max_pool_connections": io_threads()}}
-
-
 def _recursive_root(rel: str) -> str | None:
     """The directory listed recursively that holds ``rel`` (``state/<op>``), or None."""
     m = _RECURSIVE_ROOT.match(rel)
     return m.group(0) if m else None
-
-
-def _split_url(url: str) -> tuple[str, str, str]:
-    """Return (fsspec protocol, scheme as given, path without scheme) for a path or URL."""
-    if "://" not in url:
-        if url.startswith("file:"):  # Hadoop writes file:/abs/path
-            return "file", "file", url[len("file:") :]
-        return "file", "file", url
-    scheme, rest = url.split("://", 1)
-    given = scheme.lower()
-    return _SCHEME_ALIASES.get(given, given), given, rest
 
 
 @dataclass
@@ -111,7 +81,7 @@ class Storage:
     verify_checksums: bool = True
 
     def __post_init__(self) -> None:
-        protocol, scheme, path = _split_url(self.url)
+        protocol, scheme, path = split_url(self.url)
         self.protocol = protocol
         self.scheme = scheme
         if not isinstance(self.storage_options, dict):
@@ -155,36 +125,7 @@ class Storage:
         return self._fs
 
     def _open_fs(self) -> Any:
-        import fsspec
-
-        protocol = self.protocol
-        try:
-            return fsspec.filesystem(protocol, **filesystem_options(protocol, self.storage_options))
-        except ImportError as exc:
-            raise StorageError(
-                f"cannot open {self.url!r}: the fsspec implementation of '{protocol}://' is not installed "
-                f"({exc}); for s3:// and s3a:// install 's3fs', for gs:// 'gcsfs', for abfs:// 'adlfs'",
-                path=self.url,
-            ) from exc
-        except OSError as exc:
-            if protocol in ("hdfs", "viewfs") and "libjvm" in str(exc):
-                raise StorageError(
-                    f"cannot open {self.url!r}: {protocol}:// needs pyarrow's HDFS client, which needs a JVM "
-                    "(JAVA_HOME) and the Hadoop libraries (HADOOP_HOME, CLASSPATH from `hadoop classpath --glob`); "
-                    "or read the checkpoint through another fsspec protocol (webhdfs://, or a copy)",
-                    path=self.url,
-                ) from exc
-            raise StorageError(
-                f"cannot open a filesystem for {self.url!r} with storage options "
-                f"{sorted(self.storage_options)}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                path=self.url,
-            ) from exc
-        except Exception as exc:  # unknown protocol, or options the filesystem refuses
-            raise StorageError(
-                f"cannot open a filesystem for {self.url!r} with storage options "
-                f"{sorted(self.storage_options)}: {type(exc).__name__}: {exc}",
-                path=self.url,
-            ) from exc
+        return open_filesystem(self.url, self.protocol, self.storage_options)
 
     def __getstate__(self) -> dict[str, Any]:
         # fsspec filesystems pickle, but rebuilding keeps executors independent; the listing goes

@@ -30,6 +30,7 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
     "spark": ("oracles/test_spark_fronts.py",),
     "io/memory": ("oracles/test_rewrite.py",),
     "io/calls": ("io/test_storage.py", "io/test_storage_s3.py"),
+    "io/filesystems": ("io/test_storage.py", "io/test_storage_s3.py"),
     "formats/_numba_sst": ("formats/test_sst.py",),
     "formats/_numba_walk": ("formats/test_kernels.py",),
     "formats/rocksdict_db": ("formats/test_sst.py",),
