@@ -8,9 +8,9 @@ PYTHON=${PYTHON:-python3}
 LINES=("$@")
 # 4.3 is the pyspark of .venv, which `make test` runs
 [ ${#LINES[@]} -gt 0 ] || LINES=(3.5 4.0 4.1 4.2)
-for line in "${LINES[@]}"; do
-  venv=.venv-compat/$line
-  pins=tests/compat/$line.txt
+
+install() {
+  local line=$1 venv=.venv-compat/$1 pins=tests/compat/$1.txt
   if [ ! -f "$venv/.installed" ] || [ "$pins" -nt "$venv/.installed" ] || [ setup.cfg -nt "$venv/.installed" ]; then
     rm -rf "$venv"
     "$PYTHON" -m venv "$venv"
@@ -19,6 +19,28 @@ for line in "${LINES[@]}"; do
     "$venv/bin/python" -m pip install -q -r "$pins" -e . pytest
     touch "$venv/.installed"
   fi
+}
+
+# the virtualenvs are installed side by side (downloads and wheel builds wait on the network and the
+# disk more than on a core); the tests then run one line at a time, each Spark with both cores
+mkdir -p .venv-compat
+pids=()
+for line in "${LINES[@]}"; do
+  install "$line" >".venv-compat/$line.log" 2>&1 &
+  pids+=($!)
+done
+failed=0
+for i in "${!LINES[@]}"; do
+  if ! wait "${pids[$i]}"; then
+    echo "== installing the pyspark ${LINES[$i]} line failed:" >&2
+    cat ".venv-compat/${LINES[$i]}.log" >&2
+    failed=1
+  fi
+done
+[ "$failed" = 0 ] || exit 1
+
+for line in "${LINES[@]}"; do
+  venv=.venv-compat/$line
   echo "== pyspark $("$venv/bin/python" -c 'import pyspark; print(pyspark.__version__)') ($line line)"
   "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/oracles/test_spark_fronts.py
 done
