@@ -1,0 +1,347 @@
+"""``state_reader.explain`` and ``state-reader why``: one key's story across the retained batches, and
+when Spark will emit, expire or evict it.
+
+For the keys a key filter selects (reading only the partitions they can be in), :func:`explain`
+reads the store at the first batch the checkpoint can still rebuild, then the change feed from the
+next batch to the latest, and lays out per key a timeline: each batch's time, the watermark the
+operator saw in it (the offset log's), what happened to the key and its value. The verdict, from
+the operator's own rules, is in :mod:`state_reader.inspect.explain_rules`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
+from state_reader.core.live import read_consistently
+from state_reader.core.options import from_kwargs, python_api
+from state_reader.core.planner import plan_state_read
+from state_reader.core.scan import read_table
+from state_reader.errors import InvalidOptionError, MissingStateFileError, StateReaderError
+from state_reader.inspect.changefeed import changes
+from state_reader.inspect.doctor_state import first_retained
+from state_reader.inspect.explain_rules import (
+    DELETE,
+    INSERT,
+    SNAPSHOT,
+    UNCHANGED,
+    UPDATE,
+    KeyFacts,
+    TimelineEntry,
+    Verdict,
+    verdict,
+)
+from state_reader.inspect.flatten import json_values, with_unique_field_names
+from state_reader.inspect.stats import operator_stores
+from state_reader.io.integrity import with_checksum_report
+from state_reader.io.storage import Storage
+from state_reader.model.checkpoint import CheckpointDir, OffsetEntry
+from state_reader.model.plan import StateReadPlan
+
+MAX_KEYS = 20  # keys explained at most; a filter that selects more is told to narrow
+
+
+@dataclass
+class KeyStory:
+    """One key: its timeline over the retained batches and the verdict on it."""
+
+    key: Any  # as read_state shows it (JSON-ready)
+    timeline: list[TimelineEntry]
+    verdict: Verdict
+
+    @property
+    def in_state(self) -> bool:
+        """Whether the key is in state at the latest batch."""
+        return bool(self.timeline) and self.timeline[-1].change_type != DELETE
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "timeline": [asdict(e) for e in self.timeline], "verdict": self.verdict.as_dict()}
+
+
+@dataclass
+class Explanation:
+    """What :func:`explain` found for the keys a key filter selects."""
+
+    checkpoint: str
+    operator_id: int
+    store_name: str | None
+    state_var_name: str | None
+    operator_name: str | None
+    key_filter: str
+    first_batch_id: int  # the first retained batch: where the timelines start
+    latest_batch_id: int
+    keys: list[KeyStory] = field(default_factory=list)
+    keys_matched: int = 0  # keys the filter selects, of which the first MAX_KEYS are explained
+    message: str | None = None  # why there is no key, or why some were left out
+
+    @property
+    def capped(self) -> bool:
+        return self.keys_matched > len(self.keys)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "checkpoint": self.checkpoint,
+            "operator_id": self.operator_id,
+            "store_name": self.store_name,
+            "state_var_name": self.state_var_name,
+            "operator_name": self.operator_name,
+            "key_filter": self.key_filter,
+            "first_batch_id": self.first_batch_id,
+            "latest_batch_id": self.latest_batch_id,
+            "keys_matched": self.keys_matched,
+            "capped": self.capped,
+            "message": self.message,
+            "keys": [k.as_dict() for k in self.keys],
+        }
+
+    def table(self) -> pa.Table:
+        """Every timeline entry of every key, one row each (``key`` and ``value`` as JSON text)."""
+        rows = [
+            {
+                "key": _text(story.key),
+                **{name: getattr(entry, name) for name in ("batch_id", "batch_time_ms", "watermark_ms")},
+                "change_type": entry.change_type,
+                "value": _text(entry.value),
+            }
+            for story in self.keys
+            for entry in story.timeline
+        ]
+        schema = pa.schema(
+            [
+                ("key", pa.string()),
+                ("batch_id", pa.int64()),
+                ("batch_time_ms", pa.int64()),
+                ("watermark_ms", pa.int64()),
+                ("change_type", pa.string()),
+                ("value", pa.string()),
+            ]
+        )
+        return pa.Table.from_pylist(rows, schema=schema)
+
+    def to_pandas(self) -> Any:
+        return self.table().to_pandas()
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+@python_api
+@with_checksum_report  # one warning for all the files read
+def explain(
+    checkpoint: str,
+    *,
+    key_filter: KeyFilterSpec,
+    operator_id: int | None = None,
+    store_name: str | None = None,
+    state_var_name: str | None = None,
+    change_feed_from_snapshots: bool | None = None,
+    max_keys: int = MAX_KEYS,
+    storage_options: dict[str, Any] | None = None,
+) -> Explanation:
+    """Why the keys ``key_filter`` selects are in state (or not), and when they leave it.
+
+    Per key: its ``timeline`` over the retained batches (batch id and time, the watermark the
+    operator saw, what happened to the key, its value) and a ``verdict``: the ``event`` that ends
+    it (``emit``, ``expire``, ``evict``, ``fire``, ``never``, or ``gone`` for a key no longer in
+    state) and when, as the watermark (``when_watermark_ms``) or the processing time
+    (``when_time_ms``) it waits for. Only the partitions the filter can match are read. At most
+    ``max_keys`` keys are explained; ``keys_matched`` says how many the filter selects.
+    ``change_feed_from_snapshots``: for a RocksDB store written without changelogs, whose change
+    feed is computed by comparing snapshots (None: when there is no changelog).
+    """
+    if key_filter is None or (isinstance(key_filter, str) and not key_filter.strip()):
+        raise InvalidOptionError("explain needs a key_filter that selects the keys to explain")
+    if max_keys < 1:
+        raise InvalidOptionError(f"max_keys must be at least 1 (got {max_keys})")
+    storage = Storage(checkpoint, dict(storage_options or {}))
+    cp = CheckpointDir(storage)
+    latest = cp.latest_committed_batch()
+    op = 0 if operator_id is None else operator_id
+    operator_name = next((name for _, _, name in operator_stores(cp, op, batch_id=latest)), None)
+    selectors: dict[str, Any] = {
+        "operator_id": operator_id,
+        "store_name": store_name,
+        "state_var_name": state_var_name,
+        "storage_options": storage_options,
+    }
+    plan = plan_state_read(from_kwargs(checkpoint, {**selectors, "batch_id": latest}), cp)
+    first = first_retained(cp, plan)
+    first = latest if first is None else first
+    before = _read_at(checkpoint, selectors, first, key_filter, cp)
+    feed = _feed(checkpoint, selectors, first, latest, key_filter, change_feed_from_snapshots)
+    entries = _offset_entries(cp, first, latest)
+    stories = _stories(before, feed, first, latest, entries)
+
+    result = Explanation(
+        checkpoint=cp.location,
+        operator_id=op,
+        store_name=store_name,
+        state_var_name=state_var_name,
+        operator_name=operator_name,
+        key_filter=key_filter if isinstance(key_filter, str) else repr(key_filter),
+        first_batch_id=first,
+        latest_batch_id=latest,
+        keys_matched=len(stories),
+    )
+    for key, (timeline, arrow_row) in list(stories.items())[:max_keys]:
+        facts = KeyFacts(
+            operator_name=operator_name,
+            plan=plan,
+            timeline=timeline,
+            row=arrow_row,
+            entries=entries,
+            latest_batch_id=latest,
+            operators=len(cp.operator_ids),
+        )
+        result.keys.append(KeyStory(json.loads(key), timeline, verdict(facts)))
+    result.message = _message(result)
+    return result
+
+
+def _message(result: Explanation) -> str | None:
+    span = f"batches {result.first_batch_id}..{result.latest_batch_id}"
+    if not result.keys_matched:
+        return (
+            f"no key matching {result.key_filter} is in state at any retained batch ({span}) or in the change feed "
+            "between them: it never was in state since then, or the filter names no key of this store"
+        )
+    if result.capped:
+        return (
+            f"the key filter selects {result.keys_matched} keys; the first {len(result.keys)} are explained "
+            "(narrow the filter to see the others)"
+        )
+    return None
+
+
+def _read_at(
+    checkpoint: str, selectors: dict[str, Any], batch_id: int, key_filter: KeyFilterSpec | KeyFilter, cp: CheckpointDir
+) -> pa.Table:
+    """The store at ``batch_id``, only the keys the filter selects (from the partitions they can be in)."""
+    options = from_kwargs(checkpoint, {**selectors, "batch_id": batch_id})
+
+    def read(plan: StateReadPlan) -> pa.Table:
+        return read_table(plan, key_filter=key_filter, show_progress=False)
+
+    return with_unique_field_names(read_consistently(options, read, checkpoint=cp))
+
+
+def _feed(
+    checkpoint: str,
+    selectors: dict[str, Any],
+    first: int,
+    latest: int,
+    key_filter: KeyFilterSpec | KeyFilter,
+    from_snapshots: bool | None,
+) -> pa.Table | None:
+    """The change feed of batches ``first + 1``..``latest`` for the filtered keys (None: no batch after
+    ``first``); computed from snapshots when asked, or when the store keeps no changelog."""
+    if latest <= first:
+        return None
+    kwargs = {**selectors, "key_filter": key_filter, "show_progress": False}
+    if from_snapshots is None:
+        try:
+            return changes(checkpoint, first + 1, latest, **kwargs)
+        except MissingStateFileError as exc:
+            # the message names the option in Spark's words or, through changes(), in Python's
+            if not any(name in exc.message for name in ("changeFeedFromSnapshots", "change_feed_from_snapshots")):
+                raise
+            from_snapshots = True
+    return changes(checkpoint, first + 1, latest, change_feed_from_snapshots=from_snapshots, **kwargs)
+
+
+def _offset_entries(cp: CheckpointDir, first: int, latest: int) -> dict[int, OffsetEntry]:
+    batches = [b for b in cp.committed_batches if first <= b <= latest]
+    cp.storage.prefetch([f"offsets/{b}" for b in batches], small=True)  # at once, remotely
+    out: dict[int, OffsetEntry] = {}
+    for batch in batches:
+        try:
+            out[batch] = cp.offset_entry(batch)
+        except StateReaderError:
+            continue  # purged by the query's cleanup: that batch's watermark is unknown
+    return out
+
+
+def _keyed(table: pa.Table) -> tuple[list[str], list[Any], pa.Table]:
+    """Each row's key as canonical JSON (what keys are matched by), its value (JSON-ready), and the table."""
+    keys = [_canonical(k) for k in json_values(table.column("key"))]
+    values = json_values(table.column("value")) if "value" in table.column_names else [None] * table.num_rows
+    return keys, values, table
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _one(values: list[Any]) -> Any:
+    """A key's value: the one row's, or every row's for a key with several (a list, a join's buffers)."""
+    return values[0] if len(values) == 1 else values
+
+
+def _stories(
+    before: pa.Table, feed: pa.Table | None, first: int, latest: int, entries: dict[int, OffsetEntry]
+) -> dict[str, tuple[list[TimelineEntry], pa.Table]]:
+    """Each key (canonical JSON, in order of appearance) -> its timeline and its last row read (Arrow)."""
+    order: dict[str, None] = {}
+    state: dict[str, list[Any]] = {}
+    rows: dict[str, pa.Table] = {}
+    keys, values, _ = _keyed(before)
+    for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+        order.setdefault(key)
+        state.setdefault(key, []).append(value)
+        rows[key] = before.slice(i, 1)
+    by_batch: dict[int, dict[str, list[tuple[str, Any, int]]]] = {}
+    if feed is not None and feed.num_rows:
+        f_keys, f_values, _ = _keyed(feed)
+        kinds = feed.column("change_type").to_pylist()
+        batches = feed.column("batch_id").to_pylist()
+        for i, (key, value, kind, batch) in enumerate(zip(f_keys, f_values, kinds, batches, strict=True)):
+            order.setdefault(key)
+            by_batch.setdefault(batch, {}).setdefault(key, []).append((kind, value, i))
+
+    def entry(batch: int, change: str, value: Any) -> TimelineEntry:
+        known = entries.get(batch)
+        return TimelineEntry(
+            batch, known.timestamp_ms if known else 0, known.watermark_ms if known else 0, change, value
+        )
+
+    out: dict[str, tuple[list[TimelineEntry], pa.Table]] = {}
+    for key in order:
+        timeline: list[TimelineEntry] = []
+        current = state.get(key)
+        if current is not None:
+            timeline.append(entry(first, SNAPSHOT, _one(current)))
+        for batch in range(first + 1, latest + 1):
+            changed = by_batch.get(batch, {}).get(key)
+            if changed:
+                current = _applied(current, changed)
+                kind = (
+                    DELETE
+                    if current is None
+                    else (UPDATE if timeline and timeline[-1].change_type != DELETE else INSERT)
+                )
+                timeline.append(entry(batch, kind, None if current is None else _one(current)))
+                if feed is not None and current is not None:
+                    rows[key] = feed.slice(changed[-1][2], 1)
+            elif current is not None:
+                timeline.append(entry(batch, UNCHANGED, _one(current)))
+        out[key] = (timeline, rows.get(key, before.slice(0, 0)))
+    return out
+
+
+def _applied(current: list[Any] | None, changed: list[tuple[str, Any, int]]) -> list[Any] | None:
+    """A key's value rows after one batch's changes: an update replaces them (the last one wins), a
+    delete removes them, an append (an element of a list) adds one."""
+    rows = list(current or [])
+    for kind, value, _ in changed:
+        if kind == "delete":
+            rows = []
+        elif kind == "append":
+            rows.append(value)
+        else:
+            rows = [value]
+    return rows or None

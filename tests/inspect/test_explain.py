@@ -1,0 +1,275 @@
+"""``explain`` (``state-reader why``, ``Checkpoint.explain``): the timeline against Spark's built-in reader,
+and the verdict predicted, then checked by running the query on until the key leaves state."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+
+import state_reader
+from state_reader.inspect.flatten import json_values, unique_names
+from tests.support.cli import assert_one_line_error, run, run_json
+from tests.support.keyed_queries import SCHEMA
+from tests.support.streaming_queries import HDFS, ROCKSDB, T0, Query, run_query, session_confs, write_input
+
+# -- the timeline: every value is Spark's own reader's row for that key at that batch ---------------------
+
+
+def _unique(dtype):
+    """A Spark type whose struct fields are renamed as ``read_state`` names repeated ones (Arrow refuses repeats)."""
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, T.StructType):
+        names = unique_names(dtype.names)
+        return T.StructType(
+            [T.StructField(n, _unique(f.dataType), f.nullable) for n, f in zip(names, dtype.fields, strict=True)]
+        )
+    if isinstance(dtype, T.ArrayType):
+        return T.ArrayType(_unique(dtype.elementType), dtype.containsNull)
+    return dtype
+
+
+def _spark_values(spark, cp: str, batch: int, where: str) -> dict[str, object]:
+    """Each key (canonical JSON) -> its value, as Spark's built-in reader reads the store at ``batch``."""
+    df = spark.read.format("statestore").option("batchId", batch).load(cp).where(where)
+    renamed = df.select(*(F.col(c).cast(_unique(df.schema[c].dataType)).alias(c) for c in ("key", "value")))
+    table = renamed.toArrow()
+    keys = [json.dumps(k, sort_keys=True, ensure_ascii=False) for k in json_values(table.column("key"))]
+    return dict(zip(keys, json_values(table.column("value")), strict=True))
+
+
+def _assert_timelines_are_spark(spark, cp: str, key_filter: str, where: str) -> int:
+    result = state_reader.explain(cp, key_filter=key_filter)
+    assert result.keys, result.message
+    compared = 0
+    for batch in range(result.first_batch_id, result.latest_batch_id + 1):
+        expected = _spark_values(spark, cp, batch, where)
+        ours = {}
+        for story in result.keys:
+            at = [e for e in story.timeline if e.batch_id == batch]
+            if at and at[0].change_type != "delete":
+                ours[json.dumps(story.key, sort_keys=True, ensure_ascii=False)] = at[0].value
+        assert ours == expected, batch
+        compared += len(ours)
+    return compared
+
+
+def test_every_timeline_value_is_sparks_row_at_that_batch(spark, agg):
+    assert _assert_timelines_are_spark(spark, agg, "user = 'ann'", "key.user = 'ann'") > 3
+
+
+def test_every_timeline_value_is_sparks_row_rocksdb_without_changelog(spark, checkpoints):
+    cp = checkpoints("rocksdb_dedup")  # no changelog: the changes come from comparing snapshots
+    assert _assert_timelines_are_spark(spark, cp, "user = 'bob'", "key.user = 'bob'") > 0
+
+
+def test_the_timeline_reads_the_watermark_and_batch_time_from_the_offset_log(agg):
+    from state_reader.io.storage import Storage
+    from state_reader.model.checkpoint import CheckpointDir
+
+    cp = CheckpointDir(Storage(agg))
+    result = state_reader.explain(agg, key_filter="user = 'ann'")
+    for story in result.keys:
+        kinds = [e.change_type for e in story.timeline]
+        assert kinds[0] in ("snapshot", "insert")
+        for entry in story.timeline:
+            offsets = cp.offset_entry(entry.batch_id)
+            assert (entry.watermark_ms, entry.batch_time_ms) == (offsets.watermark_ms, offsets.timestamp_ms)
+
+
+def test_json_cli_and_notebook_carry_the_same_keys(agg):
+    doc = run_json("why", agg, "--key-filter", "user = 'ann'")
+    result = state_reader.explain(agg, key_filter="user = 'ann'")
+    assert [k["key"] for k in doc["keys"]] == [k.key for k in result.keys]
+    first = doc["keys"][0]
+    assert set(first["timeline"][0]) >= {"batch_id", "batch_time_ms", "watermark_ms", "change_type", "value"}
+    assert first["verdict"]["event"] in ("emit", "expire", "evict", "fire", "never", "gone")
+    assert "when_watermark_ms" in first["verdict"] and "when_time_ms" in first["verdict"]
+    text = run("why", agg, "-k", "user = 'ann'").stdout
+    assert "key " in text and "watermark" in text
+    shown = state_reader.open(agg).explain("user = 'ann'")
+    assert "<svg" in shown._repr_html_() and [k.key for k in shown.keys] == [k.key for k in result.keys]
+    assert result.table().num_rows == sum(len(k.timeline) for k in result.keys)
+
+
+def test_a_key_never_in_state_says_so_and_many_keys_are_capped(agg):
+    none = state_reader.explain(agg, key_filter="user = 'nobody'")
+    assert none.keys == [] and "no key matching" in (none.message or "")
+    many = state_reader.explain(agg, key_filter="user is not null", max_keys=2)
+    assert len(many.keys) == 2 and many.keys_matched > 2 and many.capped
+    assert "narrow the filter" in (many.message or "")
+
+
+def test_errors_name_the_checkpoint(tmp_path, agg):
+    with pytest.raises(state_reader.StateReaderError) as caught:
+        state_reader.explain(str(tmp_path / "nothing"), key_filter="k = 'a'")
+    assert "nothing" in str(caught.value)
+    assert_one_line_error(run("why", agg, "-k", "no_such_field = 1"), "no_such_field")
+
+
+# -- predict, then run ---------------------------------------------------------------------------------------
+
+
+def _at(seconds: float) -> str:
+    """An event time as the JSON input writes it, to the millisecond."""
+    stamp = dt.datetime.fromtimestamp(seconds, tz=dt.timezone.utc)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+
+
+class Running:
+    """A keyed query over ``(ts, k, v)`` files that can be fed more input and run on from its checkpoint."""
+
+    def __init__(self, spark, out: Path, build, confs: dict[str, str], output_mode: str = "update") -> None:
+        self.spark, self.out = spark, out
+        self.query = Query(build, output_mode=output_mode, confs=confs, schema=SCHEMA)
+        self.files = 0
+
+    @property
+    def checkpoint(self) -> str:
+        return str(self.out / "checkpoint")
+
+    def first(self, rows: list[dict]) -> str:
+        self.query.batches = lambda: [rows]
+        self.files = 1
+        return run_query(self.spark, self.query, self.out)
+
+    def feed(self, rows: list[dict]) -> None:
+        """One more input file, then the query run on to the end of its input (no-data batches included)."""
+        staging = self.out / f"more-{self.files}"
+        write_input([rows], staging)
+        target = self.out / "input" / f"part-{self.files:04d}.json"
+        os.replace(staging / "part-0000.json", target)
+        now = time.time() + self.files
+        os.utime(target, (now, now))
+        self.files += 1
+        with session_confs(self.spark, self.query.confs):
+            source = (
+                self.spark.readStream.schema(self.query.schema)
+                .option("maxFilesPerTrigger", 1)
+                .json(str(self.out / "input"))
+            )
+            handle = (
+                self.query.build(source)
+                .writeStream.format("noop")
+                .outputMode(self.query.output_mode)
+                .option("checkpointLocation", self.checkpoint)
+                .trigger(availableNow=True)
+                .start()
+            )
+            handle.awaitTermination()
+
+
+def _presence(cp: str, key_filter: str, since: int) -> list[tuple[int, int, bool]]:
+    """(batch, watermark, whether the key is in state) of every committed batch after ``since``."""
+    from state_reader.io.storage import Storage
+    from state_reader.model.checkpoint import CheckpointDir
+
+    logs = CheckpointDir(Storage(cp))
+    out = []
+    for batch in logs.committed_batches:
+        if batch > since:
+            rows = state_reader.read_state(cp, batch_id=batch, key_filter=key_filter).num_rows
+            out.append((batch, logs.offset_entry(batch).watermark_ms, rows > 0))
+    return out
+
+
+def _windowed(df):
+    return df.withWatermark("ts", "5 seconds").groupBy(F.window("ts", "10 seconds"), "k").agg(F.count("*").alias("n"))
+
+
+def _dedup(df):
+    return df.withWatermark("ts", "5 seconds").dropDuplicates(["k", "ts"])
+
+
+def _dedup_within(df):
+    return df.withWatermark("ts", "5 seconds").dropDuplicatesWithinWatermark(["k"])
+
+
+PROVIDERS = {"hdfs": HDFS, "rocksdb": ROCKSDB}
+
+# (build, output mode, the event expected, the planted key's time in s -> the predicted watermark in s)
+WATERMARKED = {
+    "window_update": (_windowed, "update", "evict", lambda t: T0 + 10),
+    "window_append": (_windowed, "append", "evict", lambda t: T0 + 10),
+    "dedup": (_dedup, "update", "expire", lambda t: t),
+    "dedup_within": (_dedup_within, "update", "expire", lambda t: t + 5),
+}
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+@pytest.mark.parametrize("case", sorted(WATERMARKED))
+def test_predicted_watermark_is_where_the_key_leaves_state(spark, tmp_path, provider, case):
+    build, mode, event, predicted = WATERMARKED[case]
+    planted = T0 + 3.25
+    running = Running(spark, tmp_path / case, build, PROVIDERS[provider], output_mode=mode)
+    cp = running.first([{"ts": _at(planted), "k": "a", "v": 1}, {"ts": _at(T0 + 2), "k": "b", "v": 2}])
+
+    story = state_reader.explain(cp, key_filter="k = 'a'").keys[0]
+    verdict = story.verdict
+    expected_ms = round(predicted(planted) * 1000)
+    assert (verdict.event, verdict.when_watermark_ms, verdict.overdue) == (event, expected_ms, False)
+    assert verdict.to_go_ms == expected_ms - story.timeline[-1].watermark_ms
+    since = story.timeline[-1].batch_id
+
+    # the watermark moves to a millisecond short of the prediction: the key stays
+    running.feed([{"ts": _at(expected_ms / 1000 + 5 - 0.001), "k": "z", "v": 3}])
+    # then exactly to it: the key leaves in that batch, not before
+    running.feed([{"ts": _at(expected_ms / 1000 + 5), "k": "y", "v": 4}])
+    seen = _presence(cp, "k = 'a'", since)
+    assert any(wm == expected_ms - 1 and present for _, wm, present in seen), seen
+    assert any(wm == expected_ms for _, wm, _ in seen), seen
+    for _, wm, present in seen:
+        assert present == (wm < expected_ms), seen
+
+    after = state_reader.explain(cp, key_filter="k = 'a'").keys[0]
+    assert after.verdict.event == "gone"
+    assert after.verdict.when_watermark_ms == expected_ms
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_no_watermark_means_never(spark, tmp_path, provider):
+    running = Running(spark, tmp_path / "plain", lambda df: df.groupBy("k").count(), PROVIDERS[provider])
+    cp = running.first([{"ts": _at(T0), "k": "a", "v": 1}])
+    verdict = state_reader.explain(cp, key_filter="k = 'a'").keys[0].verdict
+    assert verdict.event == "never" and "no watermark" in verdict.summary
+    assert verdict.when_watermark_ms is None and verdict.when_time_ms is None
+    running.feed([{"ts": _at(T0 + 3600), "k": "b", "v": 2}])
+    assert state_reader.read_state(cp, key_filter="k = 'a'").num_rows == 1
+
+
+def test_explain_reads_only_the_partitions_the_key_can_be_in(spark, tmp_path):
+    from state_reader.core import scan
+
+    running = Running(spark, tmp_path / "lookup", lambda df: df.groupBy("k").count(), HDFS)
+    cp = running.first([{"ts": _at(T0), "k": f"k{i}", "v": i} for i in range(20)])
+    decoded: list[int] = []
+    original = scan.partitions_to_read
+
+    def counted(*args, **kwargs):
+        chosen = original(*args, **kwargs)
+        decoded.extend(chosen)
+        return chosen
+
+    scan.partitions_to_read = counted
+    try:
+        state_reader.explain(cp, key_filter="k = 'k3'")
+    finally:
+        scan.partitions_to_read = original
+    assert decoded and len(set(decoded)) == 1
+
+
+def test_a_table_of_the_timeline():
+    from state_reader.inspect.explain import Explanation, KeyStory
+    from state_reader.inspect.explain_rules import TimelineEntry, Verdict
+
+    story = KeyStory({"k": "a"}, [TimelineEntry(3, 10, 5, "snapshot", {"n": 1})], Verdict("never", "never"))
+    result = Explanation("cp", 0, None, None, None, "k = 'a'", 3, 3, [story], 1)
+    assert result.table().to_pylist()[0]["value"] == '{"n": 1}'
+    assert isinstance(result.table(), pa.Table)
