@@ -39,6 +39,7 @@ from state_reader.inspect.flatten import json_values, with_unique_field_names
 from state_reader.inspect.stats import operator_stores
 from state_reader.io.integrity import with_checksum_report
 from state_reader.io.storage import Storage
+from state_reader.model import operators
 from state_reader.model.checkpoint import CheckpointDir, OffsetEntry
 from state_reader.model.plan import StateReadPlan
 
@@ -176,6 +177,11 @@ def explain(
     feed = _feed(checkpoint, selectors, first, latest, key_filter, change_feed_from_snapshots)
     entries = _offset_entries(cp, first, latest)
     stories = _stories(before, feed, first, latest, entries)
+    timers, clock = (
+        _timers(checkpoint, selectors, latest, key_filter, cp)
+        if operators.is_transform_with_state(operator_name)
+        else ({}, None)
+    )
 
     result = Explanation(
         checkpoint=cp.location,
@@ -197,6 +203,8 @@ def explain(
             entries=entries,
             latest_batch_id=latest,
             operators=len(cp.operator_ids),
+            timers=timers.get(key, []),
+            timer_clock=clock,
         )
         result.keys.append(KeyStory(json.loads(key), timeline, verdict(facts)))
     result.message = _message(result)
@@ -252,6 +260,35 @@ def _feed(
                 raise
             from_snapshots = True
     return changes(checkpoint, first + 1, latest, change_feed_from_snapshots=from_snapshots, **kwargs)
+
+
+def _timers(
+    checkpoint: str, selectors: dict[str, Any], latest: int, key_filter: KeyFilterSpec | KeyFilter, cp: CheckpointDir
+) -> tuple[dict[str, list[int]], str | None]:
+    """A transformWithState operator's registered timers at the latest batch, by key (canonical JSON),
+    and their clock; none when the operator keeps no timers."""
+    options = from_kwargs(
+        checkpoint,
+        {**selectors, "state_var_name": None, "read_registered_timers": True, "batch_id": latest},
+    )
+    planned: list[StateReadPlan] = []
+
+    def read(plan: StateReadPlan) -> pa.Table:
+        planned.append(plan)
+        return read_table(plan, key_filter=key_filter, show_progress=False)
+
+    try:
+        table = read_consistently(options, read, checkpoint=cp)
+    except StateReaderError:  # no timers (TimeMode.None), or a family of a layout not known here
+        return {}, None
+    family = planned[-1].variable.name if planned and planned[-1].variable is not None else ""
+    clock = "event time" if "event" in family.lower() else "processing time"
+    out: dict[str, list[int]] = {}
+    keys = [_canonical(k) for k in json_values(table.column("key"))]
+    for key, due in zip(keys, table.column("expiration_timestamp_ms").to_pylist(), strict=True):
+        if due is not None:
+            out.setdefault(key, []).append(int(due))
+    return out, clock
 
 
 def _offset_entries(cp: CheckpointDir, first: int, latest: int) -> dict[int, OffsetEntry]:

@@ -10,6 +10,12 @@ Spark's rules, as each operator applies them in a batch whose offset log says wa
 * dropDuplicatesWithinWatermark: a key whose stored expiry is at or before ``W`` is dropped;
 * session windows: a session whose end is at or before ``W`` is closed (and, in append mode,
   emitted);
+* (flat)mapGroupsWithState, applyInPandasWithState: a group whose timeout timestamp is before the
+  batch's clock times out (its function is called to remove it or set a new timeout): the watermark
+  for event-time timeouts, the batch time for processing-time ones; without a timeout set, never;
+* transformWithState: a timer fires in the first batch whose clock (the batch time, or the watermark for
+  event-time timers) is past it; a value with a TTL expires in the first batch whose batch time reaches
+  its expiry;
 * a key without an event-time column, or a query without a watermark: never, as ``doctor`` says.
 
 A no-data batch runs as soon as the watermark moves past a stateful operator's last, so a key
@@ -80,6 +86,8 @@ class KeyFacts:
     entries: dict[int, OffsetEntry]  # the offset log's entries of the retained batches
     latest_batch_id: int
     operators: int = 1  # stateful operators in the query
+    timers: list[int] = field(default_factory=list)  # transformWithState: the key's registered timers (ms)
+    timer_clock: str | None = None  # their clock: "processing time" or "event time"
 
 
 def iso(ms: int | None) -> str:
@@ -146,6 +154,11 @@ def verdict(facts: KeyFacts) -> Verdict:
     now, moved = _watermark_now(facts)
     if not facts.timeline or facts.timeline[-1].change_type == DELETE:
         return _gone(facts, now, moved)
+    if operators.is_transform_with_state(facts.operator_name):
+        return _transform_with_state(facts, now, moved)
+    timeout = _value_field(facts, "timeoutTimestamp")
+    if timeout is not None or facts.operator_name in operators.FLAT_MAP_GROUPS_WITH_STATE:
+        return _timeout(facts, timeout, now, moved)
     ever_watermark = any(e.watermark_ms > 0 for e in facts.entries.values())
     found = _eviction_time(facts)
     if found is None:
@@ -239,4 +252,123 @@ def _gone(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
         watermark_ms=now,
         watermark_moved_batch_id=moved,
         batch_id=left.batch_id,
+    )
+
+
+def _batch_time_now(facts: KeyFacts) -> int:
+    return facts.entries[max(facts.entries)].timestamp_ms if facts.entries else 0
+
+
+def _due(
+    event: str, what: str, due_ms: int, clock: str, now: int, moved: int | None, facts: KeyFacts, **details: Any
+) -> Verdict:
+    """A verdict for something due when ``clock`` (the watermark or the batch time) is past ``due_ms``:
+    Spark takes it in the first batch whose clock is greater than its time."""
+    when = due_ms + 1
+    clock_now = now if clock == "watermark" else _batch_time_now(facts)
+    overdue = clock_now >= when
+    summary = f"{what} at {iso(due_ms)}: {event}s in the first batch whose {clock} is past it"
+    if overdue:
+        summary += f"; the last batch's {clock} ({iso(clock_now)}) already is, so the next batch takes it"
+    else:
+        summary += f"; the {clock} is {iso(clock_now)}, {(when - clock_now) / 1000:g} s to go"
+    return Verdict(
+        event,
+        summary,
+        when_watermark_ms=when if clock == "watermark" else None,
+        when_time_ms=when if clock != "watermark" else None,
+        watermark_ms=now,
+        watermark_moved_batch_id=moved,
+        to_go_ms=max(when - clock_now, 0),
+        overdue=overdue,
+        details={"due_ms": due_ms, "clock": clock, **details},
+    )
+
+
+def _timeout(facts: KeyFacts, timeout: pa.ChunkedArray | None, now: int, moved: int | None) -> Verdict:
+    """A group of (flat)mapGroupsWithState or applyInPandasWithState: its timeout.
+
+    The kind of timeout is the query's, not the checkpoint's: a timestamp nearer the watermark than
+    the batch time is taken for an event-time timeout (which needs a watermark), else processing time.
+    """
+    stamp = None if timeout is None else timeout.cast(pa.int64())[0].as_py()
+    if stamp is None or stamp < 0:  # -1: no timeout set (NoTimeout, or none set for this group)
+        why = "no timeout is set for this group (GroupStateTimeout.NoTimeout, or the function set none)"
+        return Verdict(
+            "never",
+            f"never times out: {why}; only the function removes it",
+            watermark_ms=now,
+            watermark_moved_batch_id=moved,
+            details={"why": why},
+        )
+    batch_time = _batch_time_now(facts)
+    event_time = now > 0 and abs(stamp - now) < abs(stamp - batch_time)
+    kind = "event time" if event_time else "processing time"
+    return _due(
+        "fire",
+        f"{kind} timeout",
+        stamp,
+        "watermark" if event_time else "batch time",
+        now,
+        moved,
+        facts,
+        timeout=kind,
+        removed="the function is called with the group timed out, and removes it or sets another timeout",
+    )
+
+
+def _transform_with_state(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
+    """A key of a transformWithState variable: its TTL, and the key's registered timers."""
+    ttl = _value_field(facts, "ttlExpirationMs")
+    expiry = None if ttl is None else ttl.cast(pa.int64())[0].as_py()
+    timer = min(facts.timers) if facts.timers else None
+    clock = "watermark" if facts.timer_clock == "event time" else "batch time"
+    timer_when = None if timer is None else timer + 1
+    timer_now = now if clock == "watermark" else _batch_time_now(facts)
+    details: dict[str, Any] = {"timers": sorted(facts.timers), "timer_clock": facts.timer_clock}
+    if expiry is not None and (timer_when is None or clock != "batch time" or expiry <= timer_when):
+        verdict = _ttl(expiry, now, moved, facts)
+        verdict.details.update(details)
+        return verdict
+    if timer is not None:
+        return _due(
+            "fire",
+            f"a {facts.timer_clock or 'processing time'} timer",
+            timer,
+            clock,
+            now,
+            moved,
+            facts,
+            **details,
+            overdue_timers=sum(t < timer_now for t in facts.timers),
+        )
+    why = "the variable has no TTL and the key no timer"
+    return Verdict(
+        "never",
+        f"never expires: {why}; only the processor clears it",
+        watermark_ms=now,
+        watermark_moved_batch_id=moved,
+        details={"why": why, **details},
+    )
+
+
+def _ttl(expiry: int, now: int, moved: int | None, facts: KeyFacts) -> Verdict:
+    """A value whose TTL lapses at ``expiry``: gone in the first batch whose batch time reaches it."""
+    batch_time = _batch_time_now(facts)
+    overdue = batch_time >= expiry
+    summary = f"its TTL lapses at {iso(expiry)}: expires in the first batch whose batch time reaches it"
+    summary += (
+        f"; the last batch's time ({iso(batch_time)}) already does, so the next batch clears it"
+        if overdue
+        else f"; the batch time is {iso(batch_time)}, {(expiry - batch_time) / 1000:g} s to go"
+    )
+    return Verdict(
+        "expire",
+        summary,
+        when_time_ms=expiry,
+        watermark_ms=now,
+        watermark_moved_batch_id=moved,
+        to_go_ms=max(expiry - batch_time, 0),
+        overdue=overdue,
+        details={"ttl_expiration_ms": expiry},
     )
