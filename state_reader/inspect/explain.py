@@ -43,6 +43,9 @@ from state_reader.model import operators
 from state_reader.model.checkpoint import CheckpointDir, OffsetEntry
 from state_reader.model.plan import StateReadPlan
 
+# each key (canonical JSON, in order of appearance) -> its timeline and its rows last read (Arrow)
+Stories = dict[str, tuple[list[TimelineEntry], pa.Table]]
+
 MAX_KEYS = 20  # keys explained at most; a filter that selects more is told to narrow
 
 
@@ -53,6 +56,7 @@ class KeyStory:
     key: Any  # as read_state shows it (JSON-ready)
     timeline: list[TimelineEntry]
     verdict: Verdict
+    join_side: str | None = None  # a stream-stream join: the side whose buffered rows these are
 
     @property
     def in_state(self) -> bool:
@@ -60,7 +64,10 @@ class KeyStory:
         return bool(self.timeline) and self.timeline[-1].change_type != DELETE
 
     def as_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "timeline": [asdict(e) for e in self.timeline], "verdict": self.verdict.as_dict()}
+        out = {"key": self.key, "timeline": [asdict(e) for e in self.timeline], "verdict": self.verdict.as_dict()}
+        if self.join_side is not None:
+            out["join_side"] = self.join_side
+        return out
 
 
 @dataclass
@@ -170,13 +177,27 @@ def explain(
         "state_var_name": state_var_name,
         "storage_options": storage_options,
     }
-    plan = plan_state_read(from_kwargs(checkpoint, {**selectors, "batch_id": latest}), cp)
-    first = first_retained(cp, plan)
-    first = latest if first is None else first
-    before = _read_at(checkpoint, selectors, first, key_filter, cp)
-    feed = _feed(checkpoint, selectors, first, latest, key_filter, change_feed_from_snapshots)
-    entries = _offset_entries(cp, first, latest)
-    stories = _stories(before, feed, first, latest, entries)
+    join = operator_name == operators.JOIN and store_name is None and state_var_name is None
+    sides: list[str | None] = ["left", "right"] if join else [None]
+    found: list[tuple[str | None, StateReadPlan, dict[int, OffsetEntry], Stories]] = []
+    for side in sides:
+        at_latest = {**selectors, "join_side": side, "batch_id": latest}
+        plan = plan_state_read(from_kwargs(checkpoint, at_latest), cp)
+        first = first_retained(cp, plan)
+        first = latest if first is None else first
+        entries = _offset_entries(cp, first, latest)
+        if side is None:
+            before = _read_at(checkpoint, selectors, first, key_filter, cp)
+            feed = _feed(checkpoint, selectors, first, latest, key_filter, change_feed_from_snapshots)
+            stories = _stories(before, feed, first, latest, entries)
+        else:  # a join side has no change feed: each retained batch is read (only the partitions of the keys)
+            reads = {
+                b: _read_at(checkpoint, {**selectors, "join_side": side}, b, key_filter, cp)
+                for b in range(first, latest + 1)
+                if b in entries
+            }
+            stories = _stories_of_reads(reads, entries)
+        found.append((side, plan, entries, stories))
     timers, clock = (
         _timers(checkpoint, selectors, latest, key_filter, cp)
         if operators.is_transform_with_state(operator_name)
@@ -190,23 +211,26 @@ def explain(
         state_var_name=state_var_name,
         operator_name=operator_name,
         key_filter=key_filter if isinstance(key_filter, str) else repr(key_filter),
-        first_batch_id=first,
+        first_batch_id=min(min(entries, default=latest) for _, _, entries, _ in found),
         latest_batch_id=latest,
-        keys_matched=len(stories),
+        keys_matched=sum(len(stories) for _, _, _, stories in found),
     )
-    for key, (timeline, arrow_row) in list(stories.items())[:max_keys]:
-        facts = KeyFacts(
-            operator_name=operator_name,
-            plan=plan,
-            timeline=timeline,
-            row=arrow_row,
-            entries=entries,
-            latest_batch_id=latest,
-            operators=len(cp.operator_ids),
-            timers=timers.get(key, []),
-            timer_clock=clock,
-        )
-        result.keys.append(KeyStory(json.loads(key), timeline, verdict(facts)))
+    for side, plan, entries, stories in found:
+        for key, (timeline, arrow_rows) in stories.items():
+            if len(result.keys) >= max_keys:
+                break
+            facts = KeyFacts(
+                operator_name=operator_name,
+                plan=plan,
+                timeline=timeline,
+                row=arrow_rows,
+                entries=entries,
+                latest_batch_id=latest,
+                operators=len(cp.operator_ids),
+                timers=timers.get(key, []),
+                timer_clock=clock,
+            )
+            result.keys.append(KeyStory(json.loads(key), timeline, verdict(facts), side))
     result.message = _message(result)
     return result
 
@@ -321,7 +345,7 @@ def _one(values: list[Any]) -> Any:
 
 def _stories(
     before: pa.Table, feed: pa.Table | None, first: int, latest: int, entries: dict[int, OffsetEntry]
-) -> dict[str, tuple[list[TimelineEntry], pa.Table]]:
+) -> Stories:
     """Each key (canonical JSON, in order of appearance) -> its timeline and its last row read (Arrow)."""
     order: dict[str, None] = {}
     state: dict[str, list[Any]] = {}
@@ -346,7 +370,7 @@ def _stories(
             batch, known.timestamp_ms if known else 0, known.watermark_ms if known else 0, change, value
         )
 
-    out: dict[str, tuple[list[TimelineEntry], pa.Table]] = {}
+    out: Stories = {}
     for key in order:
         timeline: list[TimelineEntry] = []
         current = state.get(key)
@@ -367,6 +391,45 @@ def _stories(
             elif current is not None:
                 timeline.append(entry(batch, UNCHANGED, _one(current)))
         out[key] = (timeline, rows.get(key, before.slice(0, 0)))
+    return out
+
+
+def _stories_of_reads(reads: dict[int, pa.Table], entries: dict[int, OffsetEntry]) -> Stories:
+    """Each key (canonical JSON) -> its timeline and its rows at the last batch it was in, from the store
+    read at every batch (a key with several rows, as a join's buffered rows, has them all as its value)."""
+    order: dict[str, None] = {}
+    per_batch: dict[int, dict[str, tuple[list[Any], list[int]]]] = {}
+    for batch, table in reads.items():
+        keys, values, _ = _keyed(table)
+        held: dict[str, tuple[list[Any], list[int]]] = {}
+        for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+            order.setdefault(key)
+            held.setdefault(key, ([], []))[0].append(value)
+            held[key][1].append(i)
+        per_batch[batch] = held
+    out: Stories = {}
+    batches = sorted(reads)
+    for key in order:
+        timeline: list[TimelineEntry] = []
+        rows = reads[batches[0]].slice(0, 0)
+        previous: list[Any] | None = None
+        for n, batch in enumerate(batches):
+            held_now = per_batch[batch].get(key)
+            now = held_now[0] if held_now else None
+            known = entries[batch]
+            if n == 0:
+                change = SNAPSHOT if now is not None else None
+            elif now is None:
+                change = DELETE if previous is not None else None
+            else:
+                change = INSERT if previous is None else (UNCHANGED if now == previous else UPDATE)
+            if change is not None:
+                value = None if now is None else _one(now)
+                timeline.append(TimelineEntry(batch, known.timestamp_ms, known.watermark_ms, change, value))
+            if held_now:
+                rows = reads[batch].take(held_now[1])
+            previous = now
+        out[key] = (timeline, rows)
     return out
 
 

@@ -16,6 +16,9 @@ Spark's rules, as each operator applies them in a batch whose offset log says wa
 * transformWithState: a timer fires in the first batch whose clock (the batch time, or the watermark for
   event-time timers) is past it; a value with a TTL expires in the first batch whose batch time reaches
   its expiry;
+* stream-stream joins: a side's buffered row is dropped once the watermark passes its event time by
+  the range the join condition gives the other side (the condition is not in the checkpoint: with
+  an equality of event times, or a range that ends at the row's own time, that is its event time);
 * a key without an event-time column, or a query without a watermark: never, as ``doctor`` says.
 
 A no-data batch runs as soon as the watermark moves past a stateful operator's last, so a key
@@ -156,6 +159,8 @@ def verdict(facts: KeyFacts) -> Verdict:
         return _gone(facts, now, moved)
     if operators.is_transform_with_state(facts.operator_name):
         return _transform_with_state(facts, now, moved)
+    if facts.operator_name == operators.JOIN:
+        return _join_rows(facts, now, moved)
     timeout = _value_field(facts, "timeoutTimestamp")
     if timeout is not None or facts.operator_name in operators.FLAT_MAP_GROUPS_WITH_STATE:
         return _timeout(facts, timeout, now, moved)
@@ -371,4 +376,53 @@ def _ttl(expiry: int, now: int, moved: int | None, facts: KeyFacts) -> Verdict:
         to_go_ms=max(expiry - batch_time, 0),
         overdue=overdue,
         details={"ttl_expiration_ms": expiry},
+    )
+
+
+def _join_rows(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
+    """The buffered rows of one join key on one side: dropped by the watermark on their event time."""
+    schema = facts.plan.join.row_value_schema if facts.plan.join is not None else facts.plan.value_schema
+    marked = [f.name for f in schema.fields if WATERMARK_METADATA in (f.metadata or {})]
+    value_type = facts.row.schema.field("value").type if "value" in facts.row.column_names else None
+    names = [f.name for f in value_type] if value_type is not None and pa.types.is_struct(value_type) else []
+    column = next((name for name in marked if name in names), None)
+    if column is None or not facts.row.num_rows:
+        why = (
+            "this side's input has no watermark"
+            if any(e.watermark_ms > 0 for e in facts.entries.values())
+            else "the query defines no watermark"
+        )
+        return Verdict(
+            "never",
+            f"never dropped by the watermark: {why}; its rows stay buffered for every later match",
+            watermark_ms=now,
+            watermark_moved_batch_id=moved,
+            details={"why": why},
+        )
+    times = pc.cast(pc.struct_field(facts.row.column("value"), column), pa.timestamp("us")).cast(pa.int64())
+    micros = [int(t) for t in times.to_pylist() if t is not None]
+    if not micros:
+        return Verdict("never", "its rows hold no event time", watermark_ms=now, watermark_moved_batch_id=moved)
+    first, last = _ceil_ms(min(micros)), _ceil_ms(max(micros))
+    overdue = now >= last
+    summary = (
+        f"{len(micros)} buffered row{'s' if len(micros) != 1 else ''}, event times {iso(first)}..{iso(last)} "
+        f"({column}): each is dropped once the watermark reaches its event time plus the range the join "
+        f"condition allows the other side; the last at {iso(last)} at the earliest"
+    )
+    summary += f"; the watermark is {iso(now)}" + ("" if overdue else f", {(last - now) / 1000:g} s to go")
+    return Verdict(
+        "evict",
+        summary,
+        when_watermark_ms=last,
+        watermark_ms=now,
+        watermark_moved_batch_id=moved,
+        to_go_ms=max(last - now, 0),
+        overdue=False,  # the condition's range may keep them longer: not known to be late
+        details={
+            "event_time_column": column,
+            "rows": len(micros),
+            "first_row_ms": first,
+            "range": "plus the time range the join condition gives the other input (not in the checkpoint)",
+        },
     )

@@ -126,9 +126,11 @@ def _at(seconds: float) -> str:
 class Running:
     """A keyed query over ``(ts, k, v)`` files that can be fed more input and run on from its checkpoint."""
 
-    def __init__(self, spark, out: Path, build, confs: dict[str, str], output_mode: str = "update") -> None:
+    def __init__(
+        self, spark, out: Path, build, confs: dict[str, str], output_mode: str = "update", sources: int = 1
+    ) -> None:
         self.spark, self.out = spark, out
-        self.query = Query(build, output_mode=output_mode, confs=confs, schema=SCHEMA)
+        self.query = Query(build, output_mode=output_mode, confs=confs, schema=SCHEMA, sources=sources)
         self.files = 0
 
     @property
@@ -150,13 +152,14 @@ class Running:
         os.utime(target, (now, now))
         self.files += 1
         with session_confs(self.spark, self.query.confs):
-            source = (
+            sources = [
                 self.spark.readStream.schema(self.query.schema)
                 .option("maxFilesPerTrigger", 1)
                 .json(str(self.out / "input"))
-            )
+                for _ in range(self.query.sources)
+            ]
             handle = (
-                self.query.build(source)
+                self.query.build(*sources)
                 .writeStream.format("noop")
                 .outputMode(self.query.output_mode)
                 .option("checkpointLocation", self.checkpoint)
@@ -166,7 +169,7 @@ class Running:
             handle.awaitTermination()
 
 
-def _presence(cp: str, key_filter: str, since: int) -> list[tuple[int, int, bool]]:
+def _presence(cp: str, key_filter: str, since: int, **options) -> list[tuple[int, int, bool]]:
     """(batch, watermark, whether the key is in state) of every committed batch after ``since``."""
     from state_reader.io.storage import Storage
     from state_reader.model.checkpoint import CheckpointDir
@@ -175,7 +178,7 @@ def _presence(cp: str, key_filter: str, since: int) -> list[tuple[int, int, bool
     out = []
     for batch in logs.committed_batches:
         if batch > since:
-            rows = state_reader.read_state(cp, batch_id=batch, key_filter=key_filter).num_rows
+            rows = state_reader.read_state(cp, batch_id=batch, key_filter=key_filter, **options).num_rows
             out.append((batch, logs.offset_entry(batch).watermark_ms, rows > 0))
     return out
 
@@ -192,6 +195,10 @@ def _dedup_within(df):
     return df.withWatermark("ts", "5 seconds").dropDuplicatesWithinWatermark(["k"])
 
 
+def _session(df):
+    return df.withWatermark("ts", "5 seconds").groupBy(F.session_window("ts", "3 seconds"), "k").count()
+
+
 PROVIDERS = {"hdfs": HDFS, "rocksdb": ROCKSDB}
 
 # (build, output mode, the event expected, the planted key's time in s -> the predicted watermark in s)
@@ -200,6 +207,7 @@ WATERMARKED = {
     "window_append": (_windowed, "append", "evict", lambda t: T0 + 10),
     "dedup": (_dedup, "update", "expire", lambda t: t),
     "dedup_within": (_dedup_within, "update", "expire", lambda t: t + 5),
+    "session": (_session, "append", "evict", lambda t: t + 3),
 }
 
 
@@ -231,6 +239,44 @@ def test_predicted_watermark_is_where_the_key_leaves_state(spark, tmp_path, prov
     after = state_reader.explain(cp, key_filter="k = 'a'").keys[0]
     assert after.verdict.event == "gone"
     assert after.verdict.when_watermark_ms == expected_ms
+
+
+def _join(left, right):
+    """An inner join of the input with itself on ``k``, a right row matching left rows of the two seconds before
+    it: Spark drops a left row once the watermark is two seconds past its event time, a right row once it is
+    past its own."""
+    left = left.select(F.col("ts").alias("lts"), F.col("k").alias("lk"), F.col("v").alias("lv"))
+    right = right.select(F.col("ts").alias("rts"), F.col("k").alias("rk"), F.col("v").alias("rv"))
+    left, right = left.withWatermark("lts", "5 seconds"), right.withWatermark("rts", "5 seconds")
+    return left.join(right, F.expr("lk = rk AND rts BETWEEN lts AND lts + interval 2 seconds"), "inner")
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_join_rows_are_buffered_on_each_side_until_the_watermark_passes_them(spark, tmp_path, provider):
+    running = Running(spark, tmp_path / "join", _join, PROVIDERS[provider], output_mode="append", sources=2)
+    planted = T0 + 3.25
+    cp = running.first([{"ts": _at(planted), "k": "a", "v": 1}, {"ts": _at(T0 + 2), "k": "b", "v": 2}])
+
+    result = state_reader.explain(cp, key_filter="field0 = 'a'")  # a join key's fields are numbered
+    by_side = {story.join_side: story for story in result.keys}
+    assert set(by_side) == {"left", "right"}, result.as_dict()
+    expected_ms = round(planted * 1000)
+    for story in by_side.values():
+        assert story.verdict.event == "evict" and story.verdict.when_watermark_ms == expected_ms
+        assert story.timeline[-1].value["lv" if story.join_side == "left" else "rv"] == 1
+    since = by_side["left"].timeline[-1].batch_id
+
+    # short of the prediction by a millisecond, then at it, then past the two seconds of the condition
+    for at in (expected_ms / 1000 - 0.001, expected_ms / 1000, expected_ms / 1000 + 2.5):
+        running.feed([{"ts": _at(at + 5), "k": "z", "v": 3}])
+    for side, bound_ms in (("left", 2000), ("right", 0)):
+        seen = _presence(cp, "field0 = 'a'", since, join_side=side)
+        assert seen[-1][1] >= expected_ms + bound_ms and not seen[-1][2], (side, seen)
+        for _, wm, present in seen:
+            if wm < expected_ms:
+                assert present, (side, seen)  # never before the predicted watermark
+            if wm >= expected_ms + bound_ms + 1:
+                assert not present, (side, seen)
 
 
 @pytest.mark.parametrize("provider", sorted(PROVIDERS))
