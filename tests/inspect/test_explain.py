@@ -137,20 +137,23 @@ class Running:
     def checkpoint(self) -> str:
         return str(self.out / "checkpoint")
 
-    def first(self, rows: list[dict]) -> str:
+    def first(self, rows: list[dict], processing_seconds: float | None = None) -> str:
+        """The query over ``rows``, from a new checkpoint; with ``processing_seconds``, on a processing-time
+        trigger (a query that schedules batches for as long as it has timeouts never ends on availableNow)."""
         self.query.batches = lambda: [rows]
         self.files = 1
-        return run_query(self.spark, self.query, self.out)
+        if processing_seconds is None:
+            return run_query(self.spark, self.query, self.out)
+        write_input([rows], self.out / "input")
+        self.feed([], processing_seconds=processing_seconds)
+        return self.checkpoint
 
-    def feed(self, rows: list[dict]) -> None:
-        """One more input file, then the query run on to the end of its input (no-data batches included)."""
-        staging = self.out / f"more-{self.files}"
-        write_input([rows], staging)
-        target = self.out / "input" / f"part-{self.files:04d}.json"
-        os.replace(staging / "part-0000.json", target)
-        now = time.time() + self.files
-        os.utime(target, (now, now))
-        self.files += 1
+    def feed(self, rows: list[dict], processing_seconds: float | None = None) -> None:
+        """One more input file (none when ``rows`` is empty), then the query run on to the end of its input
+        (no-data batches included); with ``processing_seconds``, on a processing-time trigger of a second for
+        that long instead."""
+        if rows:
+            self._add(rows)
         with session_confs(self.spark, self.query.confs):
             sources = [
                 self.spark.readStream.schema(self.query.schema)
@@ -158,15 +161,35 @@ class Running:
                 .json(str(self.out / "input"))
                 for _ in range(self.query.sources)
             ]
-            handle = (
+            writer = (
                 self.query.build(*sources)
                 .writeStream.format("noop")
                 .outputMode(self.query.output_mode)
                 .option("checkpointLocation", self.checkpoint)
-                .trigger(availableNow=True)
-                .start()
             )
-            handle.awaitTermination()
+            if processing_seconds is None:
+                writer.trigger(availableNow=True).start().awaitTermination()
+                return
+            commits = Path(self.checkpoint) / "commits"
+            before = len(list(commits.glob("[0-9]*"))) if commits.exists() else 0
+            handle = writer.trigger(processingTime="1 second").start()
+            deadline = time.monotonic() + 120
+            # the time given counts from the first batch this run commits (a cold Python worker is slow)
+            while time.monotonic() < deadline and handle.exception() is None:
+                if commits.exists() and len(list(commits.glob("[0-9]*"))) > before:
+                    break
+                time.sleep(0.2)
+            handle.awaitTermination(processing_seconds)
+            handle.stop()
+
+    def _add(self, rows: list[dict]) -> None:
+        staging = self.out / f"more-{self.files}"
+        write_input([rows], staging)
+        target = self.out / "input" / f"part-{self.files:04d}.json"
+        os.replace(staging / "part-0000.json", target)
+        now = time.time() + self.files
+        os.utime(target, (now, now))
+        self.files += 1
 
 
 def _presence(cp: str, key_filter: str, since: int, **options) -> list[tuple[int, int, bool]]:
@@ -277,6 +300,107 @@ def test_join_rows_are_buffered_on_each_side_until_the_watermark_passes_them(spa
                 assert present, (side, seen)  # never before the predicted watermark
             if wm >= expected_ms + bound_ms + 1:
                 assert not present, (side, seen)
+
+
+TIMEOUT_AFTER_MS = 2000
+
+
+def _event_time_timeout(df):
+    """applyInPandasWithState keeping a count per key, timing out two seconds (event time) after its latest event,
+    and removing the key when it does."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    def update(key, pdfs, state):
+        import pandas as pd
+
+        if state.hasTimedOut:
+            state.remove()
+            yield pd.DataFrame({"k": [key[0]], "n": [-1]})
+            return
+        count = state.get[0] if state.exists else 0
+        latest = 0
+        for pdf in pdfs:
+            count += len(pdf)
+            latest = max(latest, int(pdf["ts"].max().timestamp() * 1000))
+        state.update((count,))
+        state.setTimeoutTimestamp(latest + TIMEOUT_AFTER_MS)
+        yield pd.DataFrame({"k": [key[0]], "n": [count]})
+
+    return (
+        df.withWatermark("ts", "5 seconds")
+        .groupBy("k")
+        .applyInPandasWithState(update, "k string, n long", "n long", "update", GroupStateTimeout.EventTimeTimeout)
+    )
+
+
+def _processing_time_timeout(df):
+    """The same count, timing out four seconds of processing time after the key's last input."""
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    def update(key, pdfs, state):
+        import pandas as pd
+
+        if state.hasTimedOut:
+            state.remove()
+            yield pd.DataFrame({"k": [key[0]], "n": [-1]})
+            return
+        count = (state.get[0] if state.exists else 0) + sum(len(pdf) for pdf in pdfs)
+        state.update((count,))
+        state.setTimeoutDuration(4000)
+        yield pd.DataFrame({"k": [key[0]], "n": [count]})
+
+    return df.groupBy("k").applyInPandasWithState(
+        update, "k string, n long", "n long", "update", GroupStateTimeout.ProcessingTimeTimeout
+    )
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_event_time_timeout_fires_once_the_watermark_passes_it(spark, tmp_path, provider):
+    running = Running(spark, tmp_path / "fmgws_event", _event_time_timeout, PROVIDERS[provider])
+    planted = T0 + 3.25
+    cp = running.first([{"ts": _at(planted), "k": "a", "v": 1}, {"ts": _at(T0 + 2), "k": "b", "v": 2}])
+    story = state_reader.explain(cp, key_filter="k = 'a'").keys[0]
+    due = round(planted * 1000) + TIMEOUT_AFTER_MS
+    verdict = story.verdict
+    assert (verdict.event, verdict.when_watermark_ms, verdict.when_time_ms) == ("fire", due + 1, None)
+    assert verdict.details["timeout"] == "event time" and not verdict.overdue
+    since = story.timeline[-1].batch_id
+
+    # the watermark at the timeout itself: the key stays; a millisecond past it: the timeout fires
+    for wm_ms in (due, due + 1):
+        running.feed([{"ts": _at(wm_ms / 1000 + 5), "k": "z", "v": 3}])
+    seen = _presence(cp, "k = 'a'", since)
+    assert any(wm == due and present for _, wm, present in seen), seen
+    assert any(wm == due + 1 for _, wm, _ in seen), seen
+    for _, wm, present in seen:
+        assert present == (wm <= due), seen
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+def test_processing_time_timeout_fires_once_the_batch_time_passes_it(spark, tmp_path, provider):
+    from state_reader.io.storage import Storage
+    from state_reader.model.checkpoint import CheckpointDir
+
+    running = Running(spark, tmp_path / "fmgws_proc", _processing_time_timeout, PROVIDERS[provider])
+    cp = running.first([{"ts": _at(T0), "k": "a", "v": 1}], processing_seconds=2)
+    story = state_reader.explain(cp, key_filter="k = 'a'").keys[0]
+    verdict = story.verdict
+    assert verdict.event == "fire" and verdict.when_watermark_ms is None
+    assert verdict.details["timeout"] == "processing time"
+    written = [e for e in story.timeline if e.change_type in ("snapshot", "insert", "update")][-1]
+    assert verdict.when_time_ms == written.batch_time_ms + 4000 + 1
+    since = story.timeline[-1].batch_id
+
+    running.feed([], processing_seconds=9)
+    logs = CheckpointDir(Storage(cp))
+    seen = [
+        (b, logs.offset_entry(b).timestamp_ms, state_reader.read_state(cp, batch_id=b, key_filter="k = 'a'").num_rows)
+        for b in logs.committed_batches
+        if b > since
+    ]
+    assert any(t >= verdict.when_time_ms for _, t, _ in seen), seen
+    for _, batch_time, rows in seen:
+        assert (rows == 1) == (batch_time < verdict.when_time_ms), seen
 
 
 @pytest.mark.parametrize("provider", sorted(PROVIDERS))
