@@ -13,9 +13,9 @@ Spark's rules, as each operator applies them in a batch whose offset log says wa
 * (flat)mapGroupsWithState, applyInPandasWithState: a group whose timeout timestamp is before the
   batch's clock times out (its function is called to remove it or set a new timeout): the watermark
   for event-time timeouts, the batch time for processing-time ones; without a timeout set, never;
-* transformWithState: a timer fires in the first batch whose clock (the batch time, or the watermark for
-  event-time timers) is past it; a value with a TTL expires in the first batch whose batch time reaches
-  its expiry;
+* transformWithState: a timer fires in the first batch whose clock (the batch time, or the watermark
+  for event-time timers) reaches it (Spark 4's timer index hands out the timers at or before the
+  clock); a value with a TTL expires in the first batch whose batch time reaches its expiry;
 * stream-stream joins: a side's buffered row is dropped once the watermark passes its event time by
   the range the join condition gives the other side (the condition is not in the checkpoint: with
   an equality of event times, or a range that ends at the row's own time, that is its event time);
@@ -265,16 +265,27 @@ def _batch_time_now(facts: KeyFacts) -> int:
 
 
 def _due(
-    event: str, what: str, due_ms: int, clock: str, now: int, moved: int | None, facts: KeyFacts, **details: Any
+    event: str,
+    what: str,
+    due_ms: int,
+    clock: str,
+    now: int,
+    moved: int | None,
+    facts: KeyFacts,
+    *,
+    at_due: bool = False,
+    **details: Any,
 ) -> Verdict:
-    """A verdict for something due when ``clock`` (the watermark or the batch time) is past ``due_ms``:
-    Spark takes it in the first batch whose clock is greater than its time."""
-    when = due_ms + 1
+    """A verdict for something due when ``clock`` (the watermark or the batch time) passes ``due_ms``
+    (``at_due``: reaches it): Spark takes it in the first batch whose clock does."""
+    when = due_ms if at_due else due_ms + 1
     clock_now = now if clock == "watermark" else _batch_time_now(facts)
     overdue = clock_now >= when
-    summary = f"{what} at {iso(due_ms)}: {event}s in the first batch whose {clock} is past it"
+    summary = (
+        f"{what} at {iso(due_ms)}: {event}s in the first batch whose {clock} {'reaches' if at_due else 'is past'} it"
+    )
     if overdue:
-        summary += f"; the last batch's {clock} ({iso(clock_now)}) already is, so the next batch takes it"
+        summary += f"; the last batch's {clock} ({iso(clock_now)}) already does, so the next batch takes it"
     else:
         summary += f"; the {clock} is {iso(clock_now)}, {(when - clock_now) / 1000:g} s to go"
     return Verdict(
@@ -328,7 +339,7 @@ def _transform_with_state(facts: KeyFacts, now: int, moved: int | None) -> Verdi
     expiry = None if ttl is None else ttl.cast(pa.int64())[0].as_py()
     timer = min(facts.timers) if facts.timers else None
     clock = "watermark" if facts.timer_clock == "event time" else "batch time"
-    timer_when = None if timer is None else timer + 1
+    timer_when = timer  # a timer fires in the first batch whose clock reaches it
     timer_now = now if clock == "watermark" else _batch_time_now(facts)
     details: dict[str, Any] = {"timers": sorted(facts.timers), "timer_clock": facts.timer_clock}
     if expiry is not None and (timer_when is None or clock != "batch time" or expiry <= timer_when):
@@ -344,8 +355,9 @@ def _transform_with_state(facts: KeyFacts, now: int, moved: int | None) -> Verdi
             now,
             moved,
             facts,
+            at_due=True,
             **details,
-            overdue_timers=sum(t < timer_now for t in facts.timers),
+            overdue_timers=sum(t <= timer_now for t in facts.timers),
         )
     why = "the variable has no TTL and the key no timer"
     return Verdict(

@@ -403,6 +403,127 @@ def test_processing_time_timeout_fires_once_the_batch_time_passes_it(spark, tmp_
         assert (rows == 1) == (batch_time < verdict.when_time_ms), seen
 
 
+def _tws(kind: str):
+    """transformWithStateInPandas keeping a count per key in the value variable ``v``: ``ttl`` with a TTL of
+    five seconds (processing time) and no timer; ``proc_timer`` and ``event_timer`` without TTL, a timer four
+    seconds after the key's last input (processing time), or two seconds after its latest event (event time),
+    that clears the key when it fires."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class Counter(StatefulProcessor):
+        def init(self, handle) -> None:
+            self.handle = handle
+            self.v = handle.getValueState("v", "n long", 5000 if kind == "ttl" else None)
+
+        def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803 - PySpark's names
+            import pandas as pd
+
+            count = self.v.get()[0] if self.v.exists() else 0
+            latest = 0
+            for pdf in rows:
+                count += len(pdf)
+                latest = max(latest, int(pdf["ts"].max().value // 1_000_000))
+            self.v.update((count,))
+            if kind == "proc_timer":
+                self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + 4000)
+            elif kind == "event_timer":
+                self.handle.registerTimer(latest + TIMEOUT_AFTER_MS)
+            yield pd.DataFrame({"k": [key[0]], "n": [count]})
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802, N803
+            import pandas as pd
+
+            self.v.clear()
+            yield pd.DataFrame({"k": [key[0]], "n": [-1]})
+
+        def close(self) -> None:
+            pass
+
+    def build(df):
+        if kind == "event_timer":
+            df = df.withWatermark("ts", "5 seconds")
+        mode = "EventTime" if kind == "event_timer" else "ProcessingTime"
+        return df.groupBy("k").transformWithStateInPandas(Counter(), "k string, n long", "Update", mode)
+
+    return build
+
+
+def _by_batch_time(cp: str, since: int) -> list[tuple[int, int, int]]:
+    """(batch, batch time, rows of key 'a' in the variable v) of every committed batch after ``since``."""
+    from state_reader.io.storage import Storage
+    from state_reader.model.checkpoint import CheckpointDir
+
+    logs = CheckpointDir(Storage(cp))
+    return [
+        (
+            b,
+            logs.offset_entry(b).timestamp_ms,
+            state_reader.read_state(cp, batch_id=b, state_var_name="v", key_filter="k = 'a'").num_rows,
+        )
+        for b in logs.committed_batches
+        if b > since
+    ]
+
+
+TWS_CONFS = {**ROCKSDB, "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"}
+
+
+def test_transform_with_state_ttl_expires_when_the_batch_time_reaches_it(spark, tmp_path):
+    running = Running(spark, tmp_path / "tws_ttl", _tws("ttl"), TWS_CONFS)
+    cp = running.first([{"ts": _at(T0), "k": "a", "v": 1}], processing_seconds=1)
+    story = state_reader.explain(cp, key_filter="k = 'a'", state_var_name="v").keys[0]
+    verdict = story.verdict
+    assert verdict.event == "expire" and verdict.when_watermark_ms is None
+    assert verdict.when_time_ms == verdict.details["ttl_expiration_ms"]
+    written = [e for e in story.timeline if e.change_type in ("snapshot", "insert", "update")][-1]
+    assert verdict.when_time_ms == written.batch_time_ms + 5000
+    since = story.timeline[-1].batch_id
+
+    running.feed([], processing_seconds=9)
+    seen = _by_batch_time(cp, since)
+    assert any(t >= verdict.when_time_ms for _, t, _ in seen), seen
+    for _, batch_time, rows in seen:
+        assert (rows == 1) == (batch_time < verdict.when_time_ms), seen
+
+
+def test_transform_with_state_processing_time_timer_fires_when_the_batch_time_passes_it(spark, tmp_path):
+    running = Running(spark, tmp_path / "tws_proc", _tws("proc_timer"), TWS_CONFS)
+    cp = running.first([{"ts": _at(T0), "k": "a", "v": 1}], processing_seconds=1)
+    story = state_reader.explain(cp, key_filter="k = 'a'", state_var_name="v").keys[0]
+    verdict = story.verdict
+    (timer,) = verdict.details["timers"]
+    assert (verdict.event, verdict.when_time_ms, verdict.when_watermark_ms) == ("fire", timer, None)
+    assert verdict.details["timer_clock"] == "processing time"
+    since = story.timeline[-1].batch_id
+
+    running.feed([], processing_seconds=9)
+    seen = _by_batch_time(cp, since)
+    assert any(t >= timer for _, t, _ in seen), seen
+    for _, batch_time, rows in seen:
+        assert (rows == 1) == (batch_time < timer), seen
+
+
+def test_transform_with_state_event_time_timer_fires_once_the_watermark_passes_it(spark, tmp_path):
+    running = Running(spark, tmp_path / "tws_event", _tws("event_timer"), TWS_CONFS)
+    planted = T0 + 3.25
+    cp = running.first([{"ts": _at(planted), "k": "a", "v": 1}, {"ts": _at(T0 + 2), "k": "b", "v": 2}])
+    story = state_reader.explain(cp, key_filter="k = 'a'", state_var_name="v").keys[0]
+    due = round(planted * 1000) + TIMEOUT_AFTER_MS
+    verdict = story.verdict
+    assert (verdict.event, verdict.when_watermark_ms, verdict.when_time_ms) == ("fire", due, None)
+    assert verdict.details["timers"] == [due] and verdict.details["timer_clock"] == "event time"
+    since = story.timeline[-1].batch_id
+
+    # a millisecond short of the timer: the key stays; at the timer itself, it fires
+    for wm_ms in (due - 1, due):
+        running.feed([{"ts": _at(wm_ms / 1000 + 5), "k": "z", "v": 3}])
+    seen = _presence(cp, "k = 'a'", since, state_var_name="v")
+    assert any(wm == due - 1 and present for _, wm, present in seen), seen
+    assert any(wm == due for _, wm, _ in seen), seen
+    for _, wm, present in seen:
+        assert present == (wm < due), seen
+
+
 @pytest.mark.parametrize("provider", sorted(PROVIDERS))
 def test_no_watermark_means_never(spark, tmp_path, provider):
     running = Running(spark, tmp_path / "plain", lambda df: df.groupBy("k").count(), PROVIDERS[provider])
