@@ -663,7 +663,8 @@ def render_why(result: Explanation, *, as_json: bool) -> None:
         con.print(Text(result.message, style="yellow"))
     styles = {"never": "red bold", "gone": "dim", "fire": "cyan bold"}
     for story in result.keys:
-        con.print(Text(f"key {render_compact(story.key)}", style="bold cyan"))
+        side = f" ({story.join_side} side)" if story.join_side else ""
+        con.print(Text(f"key {render_compact(story.key)}{side}", style="bold cyan"))
         rows = [
             [
                 e.batch_id,

@@ -110,10 +110,11 @@ class Explanation:
         """Every timeline entry of every key, one row each (``key`` and ``value`` as JSON text)."""
         rows = [
             {
-                "key": _text(story.key),
+                "key": _canonical(story.key),
+                "join_side": story.join_side,
                 **{name: getattr(entry, name) for name in ("batch_id", "batch_time_ms", "watermark_ms")},
                 "change_type": entry.change_type,
-                "value": _text(entry.value),
+                "value": None if entry.value is None else _canonical(entry.value),
             }
             for story in self.keys
             for entry in story.timeline
@@ -121,6 +122,7 @@ class Explanation:
         schema = pa.schema(
             [
                 ("key", pa.string()),
+                ("join_side", pa.string()),
                 ("batch_id", pa.int64()),
                 ("batch_time_ms", pa.int64()),
                 ("watermark_ms", pa.int64()),
@@ -132,10 +134,6 @@ class Explanation:
 
     def to_pandas(self) -> Any:
         return self.table().to_pandas()
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
 @python_api
@@ -163,9 +161,9 @@ def explain(
     feed is computed by comparing snapshots (None: when there is no changelog).
     """
     if key_filter is None or (isinstance(key_filter, str) and not key_filter.strip()):
-        raise InvalidOptionError("explain needs a key_filter that selects the keys to explain")
+        raise InvalidOptionError(f"explain of {checkpoint} needs a key_filter that selects the keys to explain")
     if max_keys < 1:
-        raise InvalidOptionError(f"max_keys must be at least 1 (got {max_keys})")
+        raise InvalidOptionError(f"explain of {checkpoint}: max_keys must be at least 1 (got {max_keys})")
     storage = Storage(checkpoint, dict(storage_options or {}))
     cp = CheckpointDir(storage)
     latest = cp.latest_committed_batch()
@@ -183,7 +181,7 @@ def explain(
     for side in sides:
         at_latest = {**selectors, "join_side": side, "batch_id": latest}
         plan = plan_state_read(from_kwargs(checkpoint, at_latest), cp)
-        first = first_retained(cp, plan)
+        first = first_retained(cp, _files_plan(checkpoint, selectors, plan, latest, cp))
         first = latest if first is None else first
         entries = _offset_entries(cp, first, latest)
         if side is None:
@@ -233,6 +231,17 @@ def explain(
             result.keys.append(KeyStory(json.loads(key), timeline, verdict(facts), side))
     result.message = _message(result)
     return result
+
+
+def _files_plan(
+    checkpoint: str, selectors: dict[str, Any], plan: StateReadPlan, latest: int, cp: CheckpointDir
+) -> StateReadPlan:
+    """The plan whose files tell which batches are retained: a join side's own row store when the join
+    keeps its stores in directories of their own (formats 1 and 2), else ``plan``."""
+    if plan.join is None or plan.join.families is not None:
+        return plan
+    rows = {**selectors, "store_name": plan.join.store_name(1), "batch_id": latest}
+    return plan_state_read(from_kwargs(checkpoint, rows), cp)
 
 
 def _message(result: Explanation) -> str | None:
@@ -335,6 +344,7 @@ def _keyed(table: pa.Table) -> tuple[list[str], list[Any], pa.Table]:
 
 
 def _canonical(value: Any) -> str:
+    """A JSON-ready value as one text, the same for equal values (what keys are matched by)."""
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 

@@ -349,7 +349,7 @@ def _transform_with_state(facts: KeyFacts, now: int, moved: int | None) -> Verdi
     if timer is not None:
         return _due(
             "fire",
-            f"a {facts.timer_clock or 'processing time'} timer",
+            f"its {facts.timer_clock or 'processing time'} timer",
             timer,
             clock,
             now,
