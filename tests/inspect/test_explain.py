@@ -61,13 +61,34 @@ def _assert_timelines_are_spark(spark, cp: str, key_filter: str, where: str) -> 
     return compared
 
 
-def test_every_timeline_value_is_sparks_row_at_that_batch(spark, agg):
-    assert _assert_timelines_are_spark(spark, agg, "user = 'ann'", "key.user = 'ann'") > 3
+@pytest.mark.parametrize(
+    ("name", "key_filter"),
+    [
+        ("agg_window", "user = 'ann'"),
+        ("rocksdb_cl_agg_window", "user = 'ann'"),
+        ("rocksdb_dedup", "user = 'bob'"),  # no changelog: the changes come from comparing snapshots
+        ("dedup_within", "grp = 'a'"),
+        ("session_window", "grp = 'b'"),
+        ("apply_in_pandas", "grp = 'c'"),
+    ],
+)
+def test_every_timeline_value_is_sparks_row_at_that_batch(spark, checkpoints, name, key_filter):
+    assert _assert_timelines_are_spark(spark, checkpoints(name), key_filter, f"key.{key_filter}") > 0
 
 
-def test_every_timeline_value_is_sparks_row_rocksdb_without_changelog(spark, checkpoints):
-    cp = checkpoints("rocksdb_dedup")  # no changelog: the changes come from comparing snapshots
-    assert _assert_timelines_are_spark(spark, cp, "user = 'bob'", "key.user = 'bob'") > 0
+def test_scala_event_time_timeouts(scala_checkpoints):
+    """flatMapGroupsWithState written in Scala (state format 1, its timeout in an int slot): each sensor's
+    timeout, 8 s after its newest reading, fires once the watermark is past it."""
+    path = scala_checkpoints("fmgws_v1")
+    result = state_reader.explain(path, key_filter="value >= 0")
+    held = [story for story in result.keys if story.in_state]
+    assert held
+    for story in held:
+        last_seen = dt.datetime.fromisoformat(story.timeline[-1].value["lastSeen"])
+        due = int(last_seen.timestamp() * 1000) + 8000
+        verdict = story.verdict
+        assert (verdict.event, verdict.when_watermark_ms, verdict.details["timeout"]) == ("fire", due + 1, "event time")
+        assert verdict.overdue == (story.timeline[-1].watermark_ms > due)
 
 
 def test_the_timeline_reads_the_watermark_and_batch_time_from_the_offset_log(agg):
