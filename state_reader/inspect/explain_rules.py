@@ -119,6 +119,11 @@ def _watermark_now(facts: KeyFacts) -> tuple[int, int | None]:
     return now, moved
 
 
+def _since(moved: int | None) -> str:
+    """When the watermark last moved, in words (nothing when it never did in the retained batches)."""
+    return "" if moved is None else f" (since batch {moved})"
+
+
 def _micros(column: pa.ChunkedArray | pa.Array) -> int | None:
     value = pc.cast(column, pa.timestamp("us", tz=getattr(column.type, "tz", None))).cast(pa.int64())[0].as_py()
     return None if value is None else int(value)
@@ -200,7 +205,7 @@ def verdict(facts: KeyFacts) -> Verdict:
             "an earlier operator's output"
         )
     else:
-        summary += f"; the watermark is {iso(now)}, {(when - now) / 1000:g} s to go"
+        summary += f"; the watermark is {iso(now)}{_since(moved)}, {(when - now) / 1000:g} s to go"
     details: dict[str, Any] = {"of": what}
     if event == "evict" and facts.operator_name in (operators.AGGREGATION, operators.SESSION_WINDOW):
         details["append_mode"] = "in append output mode its row is emitted in the same batch"
@@ -287,7 +292,8 @@ def _due(
     if overdue:
         summary += f"; the last batch's {clock} ({iso(clock_now)}) already does, so the next batch takes it"
     else:
-        summary += f"; the {clock} is {iso(clock_now)}, {(when - clock_now) / 1000:g} s to go"
+        since = _since(moved) if clock == "watermark" else ""
+        summary += f"; the {clock} is {iso(clock_now)}{since}, {(when - clock_now) / 1000:g} s to go"
     return Verdict(
         event,
         summary,
@@ -422,7 +428,9 @@ def _join_rows(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
         f"({column}): each is dropped once the watermark reaches its event time plus the range the join "
         f"condition allows the other side; the last at {iso(last)} at the earliest"
     )
-    summary += f"; the watermark is {iso(now)}" + ("" if overdue else f", {(last - now) / 1000:g} s to go")
+    summary += f"; the watermark is {iso(now)}{_since(moved)}" + (
+        "" if overdue else f", {(last - now) / 1000:g} s to go"
+    )
     return Verdict(
         "evict",
         summary,
