@@ -594,6 +594,11 @@ def doctor(
     default=None,
     help="A RocksDB store without changelogs: compare snapshots for the changes (the default when it has none).",
 )
+@click.option(
+    "--history",
+    metavar="PATH",
+    help="A Parquet history kept by following the query: the timeline starts there, before the retained batches.",
+)
 @common_options
 def why(
     checkpoint: str,
@@ -602,6 +607,7 @@ def why(
     state_var_name: str | None,
     key_filter: str,
     change_feed_from_snapshots: bool | None,
+    history: str | None,
     as_json: bool,
     debug: bool,
     storage_option: Sequence[str],
@@ -617,6 +623,7 @@ def why(
         store_name=store_name,
         state_var_name=state_var_name,
         change_feed_from_snapshots=change_feed_from_snapshots,
+        history=history,
         storage_options=_storage_options(storage_option),
     )
     console.render_why(result, as_json=as_json)

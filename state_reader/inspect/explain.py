@@ -15,13 +15,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
+from state_reader.core.key_filter import KeyFilter, KeyFilterSpec, as_key_filter
 from state_reader.core.live import read_consistently
 from state_reader.core.options import from_kwargs, python_api
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import read_table
-from state_reader.errors import InvalidOptionError, MissingStateFileError, StateReaderError
+from state_reader.errors import InvalidOptionError, MissingStateFileError, StateReaderError, StorageError
 from state_reader.inspect.changefeed import changes
 from state_reader.inspect.doctor_state import first_retained
 from state_reader.inspect.explain_rules import (
@@ -146,6 +147,7 @@ def explain(
     store_name: str | None = None,
     state_var_name: str | None = None,
     change_feed_from_snapshots: bool | None = None,
+    history: str | None = None,
     max_keys: int = MAX_KEYS,
     storage_options: dict[str, Any] | None = None,
 ) -> Explanation:
@@ -158,7 +160,9 @@ def explain(
     (``when_time_ms``) it waits for. Only the partitions the filter can match are read. At most
     ``max_keys`` keys are explained; ``keys_matched`` says how many the filter selects.
     ``change_feed_from_snapshots``: for a RocksDB store written without changelogs, whose change
-    feed is computed by comparing snapshots (None: when there is no changelog).
+    feed is computed by comparing snapshots (None: when there is no changelog). ``history``: a Parquet
+    history kept by following the query (``examples/state_history.py``): the timelines then start at
+    its first snapshot, before the checkpoint's retention.
     """
     if key_filter is None or (isinstance(key_filter, str) and not key_filter.strip()):
         raise InvalidOptionError(f"explain of {checkpoint} needs a key_filter that selects the keys to explain")
@@ -178,6 +182,7 @@ def explain(
     join = operator_name == operators.JOIN and store_name is None and state_var_name is None
     sides: list[str | None] = ["left", "right"] if join else [None]
     found: list[tuple[str | None, StateReadPlan, dict[int, OffsetEntry], Stories]] = []
+    starts: list[int] = []  # where each side's timelines start: its first retained batch, or the history's
     for side in sides:
         at_latest = {**selectors, "join_side": side, "batch_id": latest}
         plan = plan_state_read(from_kwargs(checkpoint, at_latest), cp)
@@ -187,7 +192,9 @@ def explain(
         if side is None:
             before = _read_at(checkpoint, selectors, first, key_filter, cp)
             feed = _feed(checkpoint, selectors, first, latest, key_filter, change_feed_from_snapshots)
-            stories = _stories(before, feed, first, latest, entries)
+            earlier, start = _history(history, key_filter, first) if history is not None else (None, None)
+            stories = _stories(before, feed, first, latest, entries, earlier, start)
+            first = first if start is None else min(first, start)
         else:  # a join side has no change feed: each retained batch is read (only the partitions of the keys)
             reads = {
                 b: _read_at(checkpoint, {**selectors, "join_side": side}, b, key_filter, cp)
@@ -196,6 +203,7 @@ def explain(
             }
             stories = _stories_of_reads(reads, entries)
         found.append((side, plan, entries, stories))
+        starts.append(first)
     timers, clock = (
         _timers(checkpoint, selectors, latest, key_filter, cp)
         if operators.is_transform_with_state(operator_name)
@@ -209,7 +217,7 @@ def explain(
         state_var_name=state_var_name,
         operator_name=operator_name,
         key_filter=key_filter if isinstance(key_filter, str) else repr(key_filter),
-        first_batch_id=min(min(entries, default=latest) for _, _, entries, _ in found),
+        first_batch_id=min(starts),
         latest_batch_id=latest,
         keys_matched=sum(len(stories) for _, _, _, stories in found),
     )
@@ -354,18 +362,41 @@ def _one(values: list[Any]) -> Any:
 
 
 def _stories(
-    before: pa.Table, feed: pa.Table | None, first: int, latest: int, entries: dict[int, OffsetEntry]
+    before: pa.Table,
+    feed: pa.Table | None,
+    first: int,
+    latest: int,
+    entries: dict[int, OffsetEntry],
+    history: pa.Table | None = None,
+    history_start: int | None = None,
 ) -> Stories:
-    """Each key (canonical JSON, in order of appearance) -> its timeline and its last row read (Arrow)."""
+    """Each key (canonical JSON, in order of appearance) -> its timeline and its last row read (Arrow).
+
+    ``history``: the rows of a history kept by following the query (a snapshot, then changes) up to
+    ``first``, starting with its snapshot at ``history_start``; the timelines then start there, before the
+    checkpoint's retention.
+    """
     order: dict[str, None] = {}
     state: dict[str, list[Any]] = {}
     rows: dict[str, pa.Table] = {}
+    by_batch: dict[int, dict[str, list[tuple[str, Any, int]]]] = {}
+    start = first if history_start is None else min(first, history_start)
+    if history is not None and history.num_rows:
+        h_keys, h_values, _ = _keyed(history)
+        kinds = history.column("change_type").to_pylist()
+        batches = history.column("batch_id").to_pylist()
+        for key, value, kind, batch in zip(h_keys, h_values, kinds, batches, strict=True):
+            order.setdefault(key)
+            if kind == SNAPSHOT and batch == start:
+                state.setdefault(key, []).append(value)
+            elif start < batch <= first:
+                by_batch.setdefault(batch, {}).setdefault(key, []).append((kind, value, -1))
     keys, values, _ = _keyed(before)
     for i, (key, value) in enumerate(zip(keys, values, strict=True)):
         order.setdefault(key)
-        state.setdefault(key, []).append(value)
+        if start == first:
+            state.setdefault(key, []).append(value)
         rows[key] = before.slice(i, 1)
-    by_batch: dict[int, dict[str, list[tuple[str, Any, int]]]] = {}
     if feed is not None and feed.num_rows:
         f_keys, f_values, _ = _keyed(feed)
         kinds = feed.column("change_type").to_pylist()
@@ -375,7 +406,7 @@ def _stories(
             by_batch.setdefault(batch, {}).setdefault(key, []).append((kind, value, i))
 
     def entry(batch: int, change: str, value: Any) -> TimelineEntry:
-        known = entries.get(batch)
+        known = entries.get(batch)  # a batch before the checkpoint's retention may have left the offset log
         return TimelineEntry(
             batch, known.timestamp_ms if known else 0, known.watermark_ms if known else 0, change, value
         )
@@ -385,8 +416,8 @@ def _stories(
         timeline: list[TimelineEntry] = []
         current = state.get(key)
         if current is not None:
-            timeline.append(entry(first, SNAPSHOT, _one(current)))
-        for batch in range(first + 1, latest + 1):
+            timeline.append(entry(start, SNAPSHOT, _one(current)))
+        for batch in range(start + 1, latest + 1):
             changed = by_batch.get(batch, {}).get(key)
             if changed:
                 current = _applied(current, changed)
@@ -396,12 +427,38 @@ def _stories(
                     else (UPDATE if timeline and timeline[-1].change_type != DELETE else INSERT)
                 )
                 timeline.append(entry(batch, kind, None if current is None else _one(current)))
-                if feed is not None and current is not None:
+                if feed is not None and current is not None and changed[-1][2] >= 0:
                     rows[key] = feed.slice(changed[-1][2], 1)
             elif current is not None:
                 timeline.append(entry(batch, UNCHANGED, _one(current)))
         out[key] = (timeline, rows.get(key, before.slice(0, 0)))
     return out
+
+
+def _history(path: str, key_filter: KeyFilterSpec | KeyFilter, first: int) -> tuple[pa.Table, int | None]:
+    """The rows of a history kept by following the query (Parquet: ``batch_id``, ``change_type``,
+    ``key``, ``value``, as ``follow`` and the streaming source write them) up to batch ``first``, for the
+    keys the filter selects, and the batch of its snapshot (where it starts; None: an empty history)."""
+    import pyarrow.dataset as ds
+
+    try:
+        table = ds.dataset(path, format="parquet").to_table()
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise StorageError(f"the history {path} cannot be read as Parquet: {exc}", path=path) from exc
+    missing = {"batch_id", "change_type", "key", "value"} - set(table.column_names)
+    if missing:
+        raise InvalidOptionError(f"the history {path} has no column {', '.join(sorted(missing))}")
+    table = table.filter(pc.less_equal(table.column("batch_id"), first))
+    if not table.num_rows:
+        return table, None
+    # the snapshot of every key starts the history, whichever keys the filter keeps
+    snapshots = table.filter(pc.equal(table.column("change_type"), SNAPSHOT)).column("batch_id")
+    start = pc.min(snapshots if len(snapshots) else table.column("batch_id")).as_py()
+    chosen = as_key_filter(key_filter, table.schema.field("key").type)
+    if chosen is not None:
+        table = table.filter(chosen.mask(table.column("key")))
+    order = pc.sort_indices(table.select(["batch_id"]), sort_keys=[("batch_id", "ascending")])
+    return with_unique_field_names(table.take(order)), start
 
 
 def _stories_of_reads(reads: dict[int, pa.Table], entries: dict[int, OffsetEntry]) -> Stories:

@@ -324,6 +324,9 @@ def test_join_rows_are_buffered_on_each_side_until_the_watermark_passes_them(spa
 
 
 TIMEOUT_AFTER_MS = 2000
+# processing-time timeouts, timers and TTL lie this far after the batch that sets them: longer than a batch
+# takes on a busy machine, so that the prediction is made before they are due
+PROCESSING_DELAY_MS = 12_000
 
 
 def _event_time_timeout(df):
@@ -355,7 +358,7 @@ def _event_time_timeout(df):
 
 
 def _processing_time_timeout(df):
-    """The same count, timing out four seconds of processing time after the key's last input."""
+    """The same count, timing out :data:`PROCESSING_DELAY_MS` of processing time after the key's last input."""
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     def update(key, pdfs, state):
@@ -367,7 +370,7 @@ def _processing_time_timeout(df):
             return
         count = (state.get[0] if state.exists else 0) + sum(len(pdf) for pdf in pdfs)
         state.update((count,))
-        state.setTimeoutDuration(4000)
+        state.setTimeoutDuration(PROCESSING_DELAY_MS)
         yield pd.DataFrame({"k": [key[0]], "n": [count]})
 
     return df.groupBy("k").applyInPandasWithState(
@@ -409,10 +412,10 @@ def test_processing_time_timeout_fires_once_the_batch_time_passes_it(spark, tmp_
     assert verdict.event == "fire" and verdict.when_watermark_ms is None
     assert verdict.details["timeout"] == "processing time"
     written = [e for e in story.timeline if e.change_type in ("snapshot", "insert", "update")][-1]
-    assert verdict.when_time_ms == written.batch_time_ms + 4000 + 1
+    assert verdict.when_time_ms == written.batch_time_ms + PROCESSING_DELAY_MS + 1
     since = story.timeline[-1].batch_id
 
-    running.feed([], processing_seconds=9)
+    running.feed([], processing_seconds=PROCESSING_DELAY_MS / 1000 + 5)
     logs = CheckpointDir(Storage(cp))
     seen = [
         (b, logs.offset_entry(b).timestamp_ms, state_reader.read_state(cp, batch_id=b, key_filter="k = 'a'").num_rows)
@@ -426,15 +429,15 @@ def test_processing_time_timeout_fires_once_the_batch_time_passes_it(spark, tmp_
 
 def _tws(kind: str):
     """transformWithStateInPandas keeping a count per key in the value variable ``v``: ``ttl`` with a TTL of
-    five seconds (processing time) and no timer; ``proc_timer`` and ``event_timer`` without TTL, a timer four
-    seconds after the key's last input (processing time), or two seconds after its latest event (event time),
-    that clears the key when it fires."""
+    :data:`PROCESSING_DELAY_MS` (processing time) and no timer; ``proc_timer`` and ``event_timer`` without
+    TTL, a timer that long after the key's last input (processing time), or two seconds after its latest
+    event (event time), that clears the key when it fires."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     class Counter(StatefulProcessor):
         def init(self, handle) -> None:
             self.handle = handle
-            self.v = handle.getValueState("v", "n long", 5000 if kind == "ttl" else None)
+            self.v = handle.getValueState("v", "n long", PROCESSING_DELAY_MS if kind == "ttl" else None)
 
         def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803 - PySpark's names
             import pandas as pd
@@ -446,7 +449,7 @@ def _tws(kind: str):
                 latest = max(latest, int(pdf["ts"].max().value // 1_000_000))
             self.v.update((count,))
             if kind == "proc_timer":
-                self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + 4000)
+                self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + PROCESSING_DELAY_MS)
             elif kind == "event_timer":
                 self.handle.registerTimer(latest + TIMEOUT_AFTER_MS)
             yield pd.DataFrame({"k": [key[0]], "n": [count]})
@@ -497,10 +500,10 @@ def test_transform_with_state_ttl_expires_when_the_batch_time_reaches_it(spark, 
     assert verdict.event == "expire" and verdict.when_watermark_ms is None
     assert verdict.when_time_ms == verdict.details["ttl_expiration_ms"]
     written = [e for e in story.timeline if e.change_type in ("snapshot", "insert", "update")][-1]
-    assert verdict.when_time_ms == written.batch_time_ms + 5000
+    assert verdict.when_time_ms == written.batch_time_ms + PROCESSING_DELAY_MS
     since = story.timeline[-1].batch_id
 
-    running.feed([], processing_seconds=9)
+    running.feed([], processing_seconds=PROCESSING_DELAY_MS / 1000 + 5)
     seen = _by_batch_time(cp, since)
     assert any(t >= verdict.when_time_ms for _, t, _ in seen), seen
     for _, batch_time, rows in seen:
@@ -517,7 +520,7 @@ def test_transform_with_state_processing_time_timer_fires_when_the_batch_time_pa
     assert verdict.details["timer_clock"] == "processing time"
     since = story.timeline[-1].batch_id
 
-    running.feed([], processing_seconds=9)
+    running.feed([], processing_seconds=PROCESSING_DELAY_MS / 1000 + 5)
     seen = _by_batch_time(cp, since)
     assert any(t >= timer for _, t, _ in seen), seen
     for _, batch_time, rows in seen:
@@ -585,3 +588,47 @@ def test_a_table_of_the_timeline():
     result = Explanation("cp", 0, None, None, None, "k = 'a'", 3, 3, [story], 1)
     assert result.table().to_pylist()[0]["value"] == '{"n": 1}'
     assert isinstance(result.table(), pa.Table)
+
+
+def test_a_history_kept_by_following_the_query_reaches_past_retention(spark, tmp_path):
+    """A count per key that keeps 3 batches, its changes appended to a Parquet history by the streaming
+    source after each run (as examples/state_history.py keeps one): the timeline starts at the history's
+    first snapshot, and every count on it is the key's rows so far."""
+    confs = {**HDFS, "spark.sql.streaming.minBatchesToRetain": "3"}
+    running = Running(spark, tmp_path / "history", lambda df: df.groupBy("k").count(), confs)
+    history, history_cp = str(tmp_path / "history.parquet"), str(tmp_path / "history-cp")
+
+    def record() -> None:
+        (
+            spark.readStream.format("state_reader.statestore")
+            .option("readChangeFeed", "true")
+            .option("startWithSnapshot", "true")
+            .load(running.checkpoint)
+            .writeStream.format("parquet")
+            .option("path", history)
+            .option("checkpointLocation", history_cp)
+            .trigger(availableNow=True)
+            .start()
+            .awaitTermination()
+        )
+
+    running.first([{"ts": _at(T0), "k": "a", "v": 0}])
+    record()
+    for b in range(1, 9):
+        running.feed([{"ts": _at(T0 + b), "k": "a", "v": b}, {"ts": _at(T0 + b), "k": "b", "v": b}])
+        record()
+    cp = running.checkpoint
+
+    alone = state_reader.explain(cp, key_filter="k = 'a'")
+    kept = state_reader.explain(cp, key_filter="k = 'a'", history=history)
+    assert kept.first_batch_id < alone.first_batch_id, (kept.first_batch_id, alone.first_batch_id)
+    (story,) = kept.keys
+    assert story.timeline[0].batch_id == kept.first_batch_id
+    assert [e.value["count"] for e in story.timeline] == [e.batch_id + 1 for e in story.timeline]
+    assert {e.batch_id: e.value for e in alone.keys[0].timeline} == {
+        e.batch_id: e.value for e in story.timeline if e.batch_id >= alone.first_batch_id
+    }
+    b_story = state_reader.explain(cp, key_filter="k = 'b'", history=history).keys[0]
+    assert b_story.timeline[0].change_type == "insert" and b_story.timeline[0].batch_id == 1
+    doc = run_json("why", cp, "-k", "k = 'a'", "--history", history)
+    assert doc["first_batch_id"] == kept.first_batch_id and len(doc["keys"][0]["timeline"]) == len(story.timeline)
