@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from state_reader.fronts.plotting import plot_state_size
     from state_reader.inspect.changefeed import changes, follow
     from state_reader.inspect.doctor import Diagnosis, Finding
+    from state_reader.inspect.explain import Explanation, explain
     from state_reader.inspect.flatten import with_unique_field_names
     from state_reader.inspect.stats import stats
 
@@ -78,6 +79,8 @@ _LAZY = {
     "changes": "state_reader.inspect.changefeed",
     "follow": "state_reader.inspect.changefeed",
     "Diagnosis": "state_reader.inspect.doctor",
+    "explain": "state_reader.inspect.explain",
+    "Explanation": "state_reader.inspect.explain",
     "Finding": "state_reader.inspect.doctor",
     "with_unique_field_names": "state_reader.inspect.flatten",
     "Checkpoint": "state_reader.fronts.notebook",
@@ -101,6 +104,7 @@ __all__ = [
     "DestinationNotEmptyError",
     "Diagnosis",
     "EmptyOptionError",
+    "Explanation",
     "Finding",
     "IncompleteRewriteError",
     "InvalidOptionError",
@@ -128,6 +132,7 @@ __all__ = [
     "UnsupportedTypeError",
     "changes",
     "diagnose",
+    "explain",
     "follow",
     "open",
     "plot_state_size",

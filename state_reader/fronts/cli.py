@@ -37,6 +37,7 @@ from state_reader.fronts.cli_flags import (
     given_schema_flags,
     in_flags,
     instead_of,
+    key_lookup_flags,
     store_read_flags,
 )
 from state_reader.inspect.doctor_thresholds import THRESHOLDS
@@ -581,6 +582,52 @@ def doctor(
     result = diagnose(checkpoint, thresholds=given, storage_options=_storage_options(storage_option))
     console.render_doctor(result, as_json=as_json)
     return EXIT_OK if result.healthy else EXIT_FINDINGS
+
+
+@cli.command(epilog=KEY_FILTER_HELP)
+@click.argument("checkpoint")
+@key_lookup_flags
+@click.option(
+    "--from-snapshots",
+    "change_feed_from_snapshots",
+    is_flag=True,
+    default=None,
+    help="A RocksDB store without changelogs: compare snapshots for the changes (the default when it has none).",
+)
+@click.option(
+    "--history",
+    metavar="PATH",
+    help="A Parquet history kept by following the query: the timeline starts there, before the retained batches.",
+)
+@common_options
+def why(
+    checkpoint: str,
+    operator_id: int | None,
+    store_name: str | None,
+    state_var_name: str | None,
+    key_filter: str,
+    change_feed_from_snapshots: bool | None,
+    history: str | None,
+    as_json: bool,
+    debug: bool,
+    storage_option: Sequence[str],
+) -> int:
+    """Why a key is in state: its story over the retained batches (batch time, the watermark the operator
+    saw, each change and value), and when Spark will emit, expire or evict it."""
+    from state_reader.inspect.explain import explain
+
+    result = explain(
+        checkpoint,
+        key_filter=key_filter,
+        operator_id=operator_id,
+        store_name=store_name,
+        state_var_name=state_var_name,
+        change_feed_from_snapshots=change_feed_from_snapshots,
+        history=history,
+        storage_options=_storage_options(storage_option),
+    )
+    console.render_why(result, as_json=as_json)
+    return EXIT_OK
 
 
 @cli.command()

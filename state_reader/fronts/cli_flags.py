@@ -122,6 +122,21 @@ def chosen_batch_range(start: int | None, end: int | None, batches: str | None) 
     return parse_batch_range(batches)
 
 
+def key_lookup_flags(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Which keys of which store (``why``): operator, store, state variable and the key filter (required)."""
+    options = [
+        click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0)."),
+        click.option("--store", "-s", "store_name", help="Store name (default 'default')."),
+        STATE_VAR_NAME,
+        click.option(
+            "--key-filter", "-k", required=True, help="The keys to explain, e.g. \"user = 'ann' and region_id > 3\"."
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 # keySchema / valueSchema: a store without a schema file (written before Spark 3.1, or lost)
 GIVEN_SCHEMAS = (
     click.option(

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from state_reader.core.rewrite import RewriteReport
     from state_reader.inspect.doctor import Diagnosis
+    from state_reader.inspect.explain import Explanation
     from state_reader.inspect.export import ExportResult
     from state_reader.inspect.schema_check import SchemaVerdict, StoreSchema
     from state_reader.inspect.stats import StatsResult
@@ -652,6 +653,43 @@ def render_doctor(result: Diagnosis, *, as_json: bool) -> None:
             )
         )
         con.print(Text(f"  what to do: {f.action}"))
+
+
+def render_why(result: Explanation, *, as_json: bool) -> None:
+    """``why``: per key, its timeline as a table and one verdict line."""
+    from state_reader.inspect.explain_rules import iso
+    from state_reader.inspect.flatten import render_compact
+
+    if as_json:
+        emit_json(result.as_dict())
+        return
+    con = new_console()
+    where = f"operator {result.operator_id} ({result.operator_name or 'unknown'})"
+    if result.state_var_name:
+        where += f", state variable {result.state_var_name}"
+    elif result.store_name:
+        where += f", store {result.store_name}"
+    con.print(Text(f"{where}; retained batches {result.first_batch_id}..{result.latest_batch_id}", style="bold"))
+    if result.message:
+        con.print(Text(result.message, style="yellow"))
+    styles = {"never": "red bold", "gone": "dim", "fire": "cyan bold"}
+    for story in result.keys:
+        side = f" ({story.join_side} side)" if story.join_side else ""
+        con.print(Text(f"key {render_compact(story.key)}{side}", style="bold cyan"))
+        rows = [
+            [
+                e.batch_id,
+                iso(e.batch_time_ms or None),
+                iso(e.watermark_ms) if e.watermark_ms else None,
+                e.change_type,
+                render_compact(e.value) if e.value is not None else None,
+            ]
+            for e in story.timeline
+        ]
+        con.print(data_table(["batch", "batch time", "watermark", "change", "value"], rows))
+        v = story.verdict
+        style = "yellow bold" if v.overdue else styles.get(v.event, "green bold")
+        con.print(Text(f"  {v.event}: {v.summary}", style=style))
 
 
 def render_schema(schemas: list[StoreSchema], *, as_json: bool) -> None:

@@ -35,7 +35,9 @@ from state_reader.errors import StateReaderError
 from state_reader.fronts.api import diagnose, read_metadata, read_state
 from state_reader.fronts.plotting import plot_state_size
 from state_reader.inspect.changefeed import changes
-from state_reader.inspect.flatten import flatten_table
+from state_reader.inspect.explain import Explanation, KeyStory, explain
+from state_reader.inspect.explain_rules import iso
+from state_reader.inspect.flatten import flatten_table, render_compact
 from state_reader.inspect.overview import describe_checkpoint
 from state_reader.inspect.stats import stats
 from state_reader.io.calls import with_one_listing
@@ -207,6 +209,87 @@ class StateTable:
         )
 
 
+def _number(value: Any) -> float | None:
+    """A value as one number to draw: itself, or a struct's first numeric field."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, dict):
+        return next((_number(v) for v in value.values() if _number(v) is not None), None)
+    return None
+
+
+def _story_chart(story: KeyStory, width: int = 320, height: int = 60) -> str:
+    """An inline SVG of the key's value (when it is a number) and the watermark over batches, each on its
+    own scale: the value in blue, the watermark in grey."""
+    entries = [e for e in story.timeline if e.change_type != "delete"]
+    if len(entries) < 2:
+        return ""
+    first, last = entries[0].batch_id, entries[-1].batch_id
+    left, right, pad = 6, 6, 6
+
+    def x(batch: int) -> float:
+        return left + (batch - first) / ((last - first) or 1) * (width - left - right)
+
+    def line(points: list[tuple[int, float]], colour: str) -> str:
+        if len(points) < 2:
+            return ""
+        lo, hi = min(v for _, v in points), max(v for _, v in points)
+        span = (hi - lo) or 1.0
+        coords = " ".join(f"{x(b):.1f},{pad + (1 - (v - lo) / span) * (height - 2 * pad - 10):.1f}" for b, v in points)
+        return f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{coords}"/>'
+
+    values = [(e.batch_id, n) for e in entries if (n := _number(e.value)) is not None]
+    marks = [(e.batch_id, float(e.watermark_ms)) for e in entries if e.watermark_ms > 0]
+    label = 'font-size="9" fill="#777"'
+    return (
+        f'<svg width="{width}" height="{height}" role="img" aria-label="value and watermark over batches '
+        f'{first}..{last}">{line(marks, "#aaa")}{line(values, "#4c78a8")}'
+        f'<text x="{left}" y="{height - 1}" {label}>batch {first}</text>'
+        f'<text x="{width - right}" y="{height - 1}" text-anchor="end" {label}>{last}</text></svg>'
+    )
+
+
+class KeyStories:
+    """:func:`~state_reader.inspect.explain.explain` as a notebook shows it: per key, the timeline as a table,
+    a small chart of the value beside the watermark, and the verdict. The result itself is ``.result``."""
+
+    def __init__(self, result: Explanation) -> None:
+        self.result = result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.result, name)
+
+    def __repr__(self) -> str:
+        lines = [f"explain {self.result.key_filter}: {len(self.result.keys)} keys"]
+        if self.result.message:
+            lines.append(self.result.message)
+        for story in self.result.keys:
+            lines.append(f"key {render_compact(story.key)}: {story.verdict.event}: {story.verdict.summary}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        parts = [f'{_CSS}<div class="sr-cp"><div><b>explain</b> {_e(self.result.key_filter)}</div>']
+        if self.result.message:
+            parts.append(f'<div class="sr-warning">{_e(self.result.message)}</div>')
+        for story in self.result.keys:
+            rows = "".join(
+                f"<tr><td>{e.batch_id}</td><td>{_e(iso(e.batch_time_ms or None))}</td>"
+                f"<td>{_e(iso(e.watermark_ms) if e.watermark_ms else '')}</td><td>{_e(e.change_type)}</td>"
+                f"<td>{_e('' if e.value is None else render_compact(e.value))}</td></tr>"
+                for e in story.timeline
+            )
+            style = "sr-warning" if story.verdict.overdue else "sr-info"
+            parts.append(
+                f"<details open><summary>key {_e(render_compact(story.key))}</summary>"
+                f'<div class="{style}">{_e(story.verdict.event)}: {_e(story.verdict.summary)}</div>'
+                f'<div class="sr-row"><table><tr><th>batch</th><th>batch time</th><th>watermark</th><th>change</th>'
+                f"<th>value</th></tr>{rows}</table>{_story_chart(story)}</div></details>"
+            )
+        return "".join(parts) + "</div>"
+
+
 class Checkpoint:
     """A checkpoint to look at: ``state_reader.open(cp)``. See the module docstring."""
 
@@ -270,6 +353,19 @@ class Checkpoint:
             **options,
         )
         return StateTable(table, f"changes of operator {operator_id or 0}")
+
+    def explain(self, key_filter: Any, operator_id: int | None = None, **options: Any) -> KeyStories:
+        """``explain``: each selected key's timeline (a table, and its value drawn over batches beside the
+        watermark) and the verdict on it (``store_name=``, ``state_var_name=`` as there)."""
+        return KeyStories(
+            explain(
+                self.path,
+                key_filter=key_filter,
+                operator_id=operator_id,
+                storage_options=self.storage_options,
+                **options,
+            )
+        )
 
     def stats(self, **options: Any) -> pa.Table:
         """``stats``: rows and state bytes per partition and batch (loads every batch it measures);

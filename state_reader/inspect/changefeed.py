@@ -38,6 +38,7 @@ def change_options(
     state_var_name: str | None = None,
     key_schema: str | None = None,
     value_schema: str | None = None,
+    change_feed_from_snapshots: bool | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The data source options of the change feed ``change_start_batch_id``..``change_end_batch_id``
@@ -53,6 +54,7 @@ def change_options(
             "state_var_name": state_var_name,
             "key_schema": key_schema,
             "value_schema": value_schema,
+            "change_feed_from_snapshots": change_feed_from_snapshots,
             "storage_options": storage_options,
         },
     )
@@ -85,6 +87,7 @@ def changes(
     key_filter: KeyFilterSpec | KeyFilter | None = None,
     key_schema: str | None = None,
     value_schema: str | None = None,
+    change_feed_from_snapshots: bool | None = None,
     storage_options: dict[str, Any] | None = None,
     show_progress: bool | None = None,
     exact_schema: bool = False,
@@ -95,7 +98,8 @@ def changes(
     ``delete``, …), ``key``, ``value`` (null for deletes), ``partition_id``;
     sorted by batch and partition. ``change_end_batch_id`` defaults to the latest
     committed batch; ``state_var_name`` (a transformWithState variable), ``key_filter``,
-    ``key_schema`` and ``value_schema`` (a store without a schema file) and
+    ``key_schema`` and ``value_schema`` (a store without a schema file),
+    ``change_feed_from_snapshots`` (a RocksDB store without changelogs) and
     ``exact_schema`` as in ``read_state``.
     """
     options = change_options(
@@ -107,6 +111,7 @@ def changes(
         state_var_name=state_var_name,
         key_schema=key_schema,
         value_schema=value_schema,
+        change_feed_from_snapshots=change_feed_from_snapshots,
         storage_options=storage_options,
     )
     table = read_consistently(

@@ -360,10 +360,10 @@ def never_evicted(
     latest = store.plan.batch_id
     if not cp.committed_batches or latest - cp.committed_batches[0] < limit:
         return []
-    reason = _no_eviction_reason(cp, store, entries)
+    reason = no_eviction_reason(cp, store, entries)
     if reason is None:
         return []
-    first_batch = _first_retained(cp, store.plan)  # the oldest state still on disk, read only when it matters
+    first_batch = first_retained(cp, store.plan)  # the oldest state still on disk, read only when it matters
     if first_batch is None or latest - first_batch < limit:
         return []
     try:
@@ -464,7 +464,7 @@ def _join_stores(store: Store) -> tuple[str, ...] | None:
     return None
 
 
-def _no_eviction_reason(cp: CheckpointDir, store: Store, entries: dict[int, OffsetEntry]) -> str | None:
+def no_eviction_reason(cp: CheckpointDir, store: Store, entries: dict[int, OffsetEntry]) -> str | None:
     """Why this store cannot shrink, or None when it has a way to.
 
     Each operator evicts its own way: aggregations, deduplication and session windows
@@ -545,7 +545,7 @@ def _holds_time(data_type: Any) -> bool:
     return data_type.kind == "struct" and any(_holds_time(f.data_type) for f in data_type.fields)
 
 
-def _first_retained(cp: CheckpointDir, plan: StateReadPlan) -> int | None:
+def first_retained(cp: CheckpointDir, plan: StateReadPlan) -> int | None:
     """The oldest committed batch whose state every partition can still rebuild."""
     committed = cp.committed_batches
     firsts = []

@@ -69,6 +69,7 @@ PYTHON: list[Callable[..., Any]] = [
     state_reader.stats,
     state_reader.plot_state_size,
     state_reader.diagnose,
+    state_reader.explain,
     state_reader.rewrite,
     state_reader.repartition,
 ]
@@ -79,9 +80,15 @@ NOTEBOOK: list[Callable[..., Any]] = [
     Checkpoint.stats,
     Checkpoint.doctor,
     Checkpoint.plot,
+    Checkpoint.explain,
 ]
 # what the notebook's methods hand their other keywords to
-NOTEBOOK_PASSES_TO = {"state": state_reader.read_state, "changes": state_reader.changes, "stats": state_reader.stats}
+NOTEBOOK_PASSES_TO = {
+    "state": state_reader.read_state,
+    "changes": state_reader.changes,
+    "stats": state_reader.stats,
+    "explain": state_reader.explain,
+}
 
 
 def _params(func: Callable[..., Any]) -> set[str]:

@@ -291,6 +291,8 @@ def test_example_notebook_runs_and_shows_every_checkpoint(exported_notebook):
         "doctor:",
         "rows ×",
         "never-evicted",
+        "explain  user = 'u1'",  # the key filter explained, and a window's verdict
+        "left state in batch",
     ):
         assert expected in shown, expected
 

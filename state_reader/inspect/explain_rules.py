@@ -1,0 +1,448 @@
+"""The verdict on one key of :func:`state_reader.inspect.explain.explain`: the event that ends its stay in
+state and when, by the rules of the operator that keeps it.
+
+Spark's rules, as each operator applies them in a batch whose offset log says watermark ``W``
+(the watermark the operator evicts by in that batch):
+
+* windowed aggregation: a key whose window ends at or before ``W`` is evicted (and, in append
+  output mode, its row emitted) in that batch;
+* dropDuplicates with a watermark: a key whose event-time column is at or before ``W`` is dropped;
+* dropDuplicatesWithinWatermark: a key whose stored expiry is at or before ``W`` is dropped;
+* session windows: a session whose end is at or before ``W`` is closed (and, in append mode,
+  emitted);
+* (flat)mapGroupsWithState, applyInPandasWithState: a group whose timeout timestamp is before the
+  batch's clock times out (its function is called to remove it or set a new timeout): the watermark
+  for event-time timeouts, the batch time for processing-time ones; without a timeout set, never;
+* transformWithState: a timer fires in the first batch whose clock (the batch time, or the watermark
+  for event-time timers) reaches it (Spark 4's timer index hands out the timers at or before the
+  clock); a value with a TTL expires in the first batch whose batch time reaches its expiry;
+* stream-stream joins: a side's buffered row is dropped once the watermark passes its event time by
+  the range the join condition gives the other side (the condition is not in the checkpoint: with
+  an equality of event times, or a range that ends at the row's own time, that is its event time);
+* a key without an event-time column, or a query without a watermark: never, as ``doctor`` says.
+
+A no-data batch runs as soon as the watermark moves past a stateful operator's last, so a key
+leaves state in the first batch whose watermark reaches its time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from state_reader.inspect.doctor_state import WATERMARK_METADATA
+from state_reader.model import operators
+
+if TYPE_CHECKING:
+    from state_reader.model.checkpoint import OffsetEntry
+    from state_reader.model.plan import StateReadPlan
+
+EVENTS = ("emit", "expire", "evict", "fire", "never", "gone")
+
+# what happened to a key in a batch
+SNAPSHOT, INSERT, UPDATE, DELETE, UNCHANGED = "snapshot", "insert", "update", "delete", "unchanged"
+
+
+@dataclass
+class TimelineEntry:
+    """One batch of a key's story."""
+
+    batch_id: int
+    batch_time_ms: int  # the batch's processing time (offset log)
+    watermark_ms: int  # the watermark the operator saw in this batch (offset log; 0: none yet)
+    change_type: str  # snapshot (the first retained batch), insert, update, delete, unchanged
+    value: Any  # the value after the batch as read_state shows it (JSON-ready); None once deleted
+
+
+@dataclass
+class Verdict:
+    """How one key's stay in state ends: ``event`` and when (a watermark, or a processing time)."""
+
+    event: str  # one of EVENTS
+    summary: str  # one line, in words
+    when_watermark_ms: int | None = None  # the watermark at which it happens (event time)
+    when_time_ms: int | None = None  # the batch time at which it happens (processing time)
+    watermark_ms: int = 0  # the watermark of the latest batch
+    watermark_moved_batch_id: int | None = None  # the batch in which the watermark last moved
+    to_go_ms: int | None = None  # how far the watermark (or the clock) has still to go
+    overdue: bool = False  # the time has come and the key is still in state
+    batch_id: int | None = None  # gone: the batch it left state in
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class KeyFacts:
+    """What the rules look at for one key."""
+
+    operator_name: str | None
+    plan: StateReadPlan  # the store at the latest batch: its schemas (and their watermark marks)
+    timeline: list[TimelineEntry]
+    row: pa.Table  # the key's last row read (key, value), as Arrow
+    entries: dict[int, OffsetEntry]  # the offset log's entries of the retained batches
+    latest_batch_id: int
+    operators: int = 1  # stateful operators in the query
+    timers: list[int] = field(default_factory=list)  # transformWithState: the key's registered timers (ms)
+    timer_clock: str | None = None  # their clock: "processing time" or "event time"
+
+
+def iso(ms: int | None) -> str:
+    """A time in ms as UTC ISO 8601 (milliseconds shown only when there are some)."""
+    if ms is None:
+        return "-"
+    stamp = dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
+    return stamp.isoformat(timespec="milliseconds" if ms % 1000 else "seconds")
+
+
+def _ceil_ms(micros: int) -> int:
+    """The first watermark (ms) at or after a time in microseconds: Spark compares ``W * 1000 >= t``."""
+    return -((-micros) // 1000)
+
+
+def _watermark_now(facts: KeyFacts) -> tuple[int, int | None]:
+    """(the latest batch's watermark, the batch in which it last moved)."""
+    batches = sorted(facts.entries)
+    if not batches:
+        return 0, None
+    now = facts.entries[batches[-1]].watermark_ms
+    moved = None
+    for prev, batch in itertools.pairwise(batches):
+        if facts.entries[batch].watermark_ms != facts.entries[prev].watermark_ms:
+            moved = batch
+    return now, moved
+
+
+def _since(moved: int | None) -> str:
+    """When the watermark last moved, in words (nothing when it never did in the retained batches)."""
+    return "" if moved is None else f" (since batch {moved})"
+
+
+def _micros(column: pa.ChunkedArray | pa.Array) -> int | None:
+    value = pc.cast(column, pa.timestamp("us", tz=getattr(column.type, "tz", None))).cast(pa.int64())[0].as_py()
+    return None if value is None else int(value)
+
+
+def _key_event_time(facts: KeyFacts) -> tuple[int, str] | None:
+    """(micros, what) of the key's watermarked event-time column: a window's end, or a timestamp."""
+    row = facts.row
+    if not row.num_rows or "key" not in row.column_names:
+        return None
+    for f in facts.plan.key_schema.fields:
+        if WATERMARK_METADATA not in (f.metadata or {}):
+            continue
+        column = pc.struct_field(row.column("key"), f.name)
+        if pa.types.is_struct(column.type):
+            micros = _micros(pc.struct_field(column, "end"))
+            return (micros, f"the end of its window ({f.name}.end)") if micros is not None else None
+        if pa.types.is_timestamp(column.type):
+            micros = _micros(column)
+            return (micros, f"its event time ({f.name})") if micros is not None else None
+    return None
+
+
+def _value_field(facts: KeyFacts, name: str) -> pa.ChunkedArray | None:
+    row = facts.row
+    if not row.num_rows or "value" not in row.column_names:
+        return None
+    typ = row.schema.field("value").type
+    if not pa.types.is_struct(typ) or name not in [f.name for f in typ]:
+        return None
+    return pc.struct_field(row.column("value"), name)
+
+
+def verdict(facts: KeyFacts) -> Verdict:
+    """The verdict on one key; see the module docstring."""
+    now, moved = _watermark_now(facts)
+    if not facts.timeline or facts.timeline[-1].change_type == DELETE:
+        return _gone(facts, now, moved)
+    if operators.is_transform_with_state(facts.operator_name):
+        return _transform_with_state(facts, now, moved)
+    if facts.operator_name == operators.JOIN:
+        return _join_rows(facts, now, moved)
+    timeout = _value_field(facts, "timeoutTimestamp")
+    if timeout is not None or facts.operator_name in operators.FLAT_MAP_GROUPS_WITH_STATE:
+        return _timeout(facts, timeout, now, moved)
+    ever_watermark = any(e.watermark_ms > 0 for e in facts.entries.values())
+    found = _eviction_time(facts)
+    if found is None:
+        why = (
+            "the query defines no watermark"
+            if not ever_watermark
+            else "the key holds no watermarked event-time column, so the watermark cannot expire it"
+        )
+        return Verdict(
+            "never",
+            f"never evicted: {why}; the key stays in state until the query's own logic removes it",
+            watermark_ms=now,
+            watermark_moved_batch_id=moved,
+            details={"why": why},
+        )
+    micros, what, event = found
+    when = _ceil_ms(micros)
+    if not ever_watermark:
+        why = "the query defines no watermark (yet): no batch has moved one"
+        return Verdict(
+            "never",
+            f"never evicted while the query has no watermark: {why}",
+            watermark_ms=now,
+            watermark_moved_batch_id=moved,
+            details={"why": why, "event_time_ms": when},
+        )
+    overdue = now >= when
+    action = {"evict": "evicted", "expire": "expires", "emit": "emitted and evicted"}[event]
+    summary = f"{action} when the watermark reaches {iso(when)} ({what})"
+    if overdue:
+        summary += (
+            f"; the watermark ({iso(now)}) is past it, yet the key is still in state: "
+            "complete output mode keeps every key, and a later one of several stateful operators evicts by "
+            "an earlier operator's output"
+        )
+    else:
+        summary += f"; the watermark is {iso(now)}{_since(moved)}, {(when - now) / 1000:g} s to go"
+    details: dict[str, Any] = {"of": what}
+    if event == "evict" and facts.operator_name in (operators.AGGREGATION, operators.SESSION_WINDOW):
+        details["append_mode"] = "in append output mode its row is emitted in the same batch"
+    if facts.operators > 1:
+        details["operators"] = (
+            f"the query has {facts.operators} stateful operators: a later one evicts by the watermark of the "
+            "rows the one before it emits"
+        )
+    return Verdict(
+        event,
+        summary,
+        when_watermark_ms=when,
+        watermark_ms=now,
+        watermark_moved_batch_id=moved,
+        to_go_ms=max(when - now, 0),
+        overdue=overdue,
+        details=details,
+    )
+
+
+def _eviction_time(facts: KeyFacts) -> tuple[int, str, str] | None:
+    """(micros, what it is, event) at which the watermark ends the key's stay, or None when it cannot."""
+    name = facts.operator_name
+    expires = _value_field(facts, "expiresAtMicros")
+    if expires is not None:  # dropDuplicatesWithinWatermark
+        micros = expires.cast(pa.int64())[0].as_py()
+        return (
+            (int(micros), "the expiry stored with it (its event time + the watermark delay)", "expire")
+            if (micros is not None)
+            else None
+        )
+    session = _value_field(facts, "session_window")
+    if session is not None:  # a session window keeps its bounds in the value
+        micros = _micros(pc.struct_field(session, "end"))
+        return (micros, "the end of its session", "evict") if micros is not None else None
+    found = _key_event_time(facts)
+    if found is None:
+        return None
+    micros, what = found
+    event = "expire" if name == operators.DEDUP else "evict"
+    return micros, what, event
+
+
+def _gone(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
+    left = facts.timeline[-1] if facts.timeline else None
+    if left is None:
+        return Verdict("gone", "not in state at any retained batch", watermark_ms=now, watermark_moved_batch_id=moved)
+    return Verdict(
+        "gone",
+        f"left state in batch {left.batch_id} (watermark {iso(left.watermark_ms)}, batch time "
+        f"{iso(left.batch_time_ms)})",
+        when_watermark_ms=left.watermark_ms or None,
+        when_time_ms=left.batch_time_ms or None,
+        watermark_ms=now,
+        watermark_moved_batch_id=moved,
+        batch_id=left.batch_id,
+    )
+
+
+def _batch_time_now(facts: KeyFacts) -> int:
+    return facts.entries[max(facts.entries)].timestamp_ms if facts.entries else 0
+
+
+def _due(
+    event: str,
+    what: str,
+    due_ms: int,
+    clock: str,
+    now: int,
+    moved: int | None,
+    facts: KeyFacts,
+    *,
+    at_due: bool = False,
+    **details: Any,
+) -> Verdict:
+    """A verdict for something due when ``clock`` (the watermark or the batch time) passes ``due_ms``
+    (``at_due``: reaches it): Spark takes it in the first batch whose clock does."""
+    when = due_ms if at_due else due_ms + 1
+    clock_now = now if clock == "watermark" else _batch_time_now(facts)
+    overdue = clock_now >= when
+    summary = (
+        f"{what} at {iso(due_ms)}: {event}s in the first batch whose {clock} {'reaches' if at_due else 'is past'} it"
+    )
+    if overdue:
+        summary += f"; the last batch's {clock} ({iso(clock_now)}) already does, so the next batch takes it"
+    else:
+        since = _since(moved) if clock == "watermark" else ""
+        summary += f"; the {clock} is {iso(clock_now)}{since}, {(when - clock_now) / 1000:g} s to go"
+    return Verdict(
+        event,
+        summary,
+        when_watermark_ms=when if clock == "watermark" else None,
+        when_time_ms=when if clock != "watermark" else None,
+        watermark_ms=now,
+        watermark_moved_batch_id=moved,
+        to_go_ms=max(when - clock_now, 0),
+        overdue=overdue,
+        details={"due_ms": due_ms, "clock": clock, **details},
+    )
+
+
+def _timeout(facts: KeyFacts, timeout: pa.ChunkedArray | None, now: int, moved: int | None) -> Verdict:
+    """A group of (flat)mapGroupsWithState or applyInPandasWithState: its timeout.
+
+    The kind of timeout is the query's, not the checkpoint's: a timestamp nearer the watermark than
+    the batch time is taken for an event-time timeout (which needs a watermark), else processing time.
+    """
+    stamp = None if timeout is None else timeout.cast(pa.int64())[0].as_py()
+    if stamp is None or stamp < 0:  # -1: no timeout set (NoTimeout, or none set for this group)
+        why = "no timeout is set for this group (GroupStateTimeout.NoTimeout, or the function set none)"
+        return Verdict(
+            "never",
+            f"never times out: {why}; only the function removes it",
+            watermark_ms=now,
+            watermark_moved_batch_id=moved,
+            details={"why": why},
+        )
+    batch_time = _batch_time_now(facts)
+    event_time = now > 0 and abs(stamp - now) < abs(stamp - batch_time)
+    kind = "event time" if event_time else "processing time"
+    return _due(
+        "fire",
+        f"{kind} timeout",
+        stamp,
+        "watermark" if event_time else "batch time",
+        now,
+        moved,
+        facts,
+        timeout=kind,
+        removed="the function is called with the group timed out, and removes it or sets another timeout",
+    )
+
+
+def _transform_with_state(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
+    """A key of a transformWithState variable: its TTL, and the key's registered timers."""
+    ttl = _value_field(facts, "ttlExpirationMs")
+    expiry = None if ttl is None else ttl.cast(pa.int64())[0].as_py()
+    timer = min(facts.timers) if facts.timers else None
+    clock = "watermark" if facts.timer_clock == "event time" else "batch time"
+    timer_when = timer  # a timer fires in the first batch whose clock reaches it
+    timer_now = now if clock == "watermark" else _batch_time_now(facts)
+    details: dict[str, Any] = {"timers": sorted(facts.timers), "timer_clock": facts.timer_clock}
+    if expiry is not None and (timer_when is None or clock != "batch time" or expiry <= timer_when):
+        verdict = _ttl(expiry, now, moved, facts)
+        verdict.details.update(details)
+        return verdict
+    if timer is not None:
+        return _due(
+            "fire",
+            f"its {facts.timer_clock or 'processing time'} timer",
+            timer,
+            clock,
+            now,
+            moved,
+            facts,
+            at_due=True,
+            **details,
+            overdue_timers=sum(t <= timer_now for t in facts.timers),
+        )
+    why = "the variable has no TTL and the key no timer"
+    return Verdict(
+        "never",
+        f"never expires: {why}; only the processor clears it",
+        watermark_ms=now,
+        watermark_moved_batch_id=moved,
+        details={"why": why, **details},
+    )
+
+
+def _ttl(expiry: int, now: int, moved: int | None, facts: KeyFacts) -> Verdict:
+    """A value whose TTL lapses at ``expiry``: gone in the first batch whose batch time reaches it."""
+    batch_time = _batch_time_now(facts)
+    overdue = batch_time >= expiry
+    summary = f"its TTL lapses at {iso(expiry)}: expires in the first batch whose batch time reaches it"
+    summary += (
+        f"; the last batch's time ({iso(batch_time)}) already does, so the next batch clears it"
+        if overdue
+        else f"; the batch time is {iso(batch_time)}, {(expiry - batch_time) / 1000:g} s to go"
+    )
+    return Verdict(
+        "expire",
+        summary,
+        when_time_ms=expiry,
+        watermark_ms=now,
+        watermark_moved_batch_id=moved,
+        to_go_ms=max(expiry - batch_time, 0),
+        overdue=overdue,
+        details={"ttl_expiration_ms": expiry},
+    )
+
+
+def _join_rows(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
+    """The buffered rows of one join key on one side: dropped by the watermark on their event time."""
+    schema = facts.plan.join.row_value_schema if facts.plan.join is not None else facts.plan.value_schema
+    marked = [f.name for f in schema.fields if WATERMARK_METADATA in (f.metadata or {})]
+    value_type = facts.row.schema.field("value").type if "value" in facts.row.column_names else None
+    names = [f.name for f in value_type] if value_type is not None and pa.types.is_struct(value_type) else []
+    column = next((name for name in marked if name in names), None)
+    if column is None or not facts.row.num_rows:
+        why = (
+            "this side's input has no watermark"
+            if any(e.watermark_ms > 0 for e in facts.entries.values())
+            else "the query defines no watermark"
+        )
+        return Verdict(
+            "never",
+            f"never dropped by the watermark: {why}; its rows stay buffered for every later match",
+            watermark_ms=now,
+            watermark_moved_batch_id=moved,
+            details={"why": why},
+        )
+    times = pc.cast(pc.struct_field(facts.row.column("value"), column), pa.timestamp("us")).cast(pa.int64())
+    micros = [int(t) for t in times.to_pylist() if t is not None]
+    if not micros:
+        return Verdict("never", "its rows hold no event time", watermark_ms=now, watermark_moved_batch_id=moved)
+    first, last = _ceil_ms(min(micros)), _ceil_ms(max(micros))
+    overdue = now >= last
+    summary = (
+        f"{len(micros)} buffered row{'s' if len(micros) != 1 else ''}, event times {iso(first)}..{iso(last)} "
+        f"({column}): each is dropped once the watermark reaches its event time plus the range the join "
+        f"condition allows the other side; the last at {iso(last)} at the earliest"
+    )
+    summary += f"; the watermark is {iso(now)}{_since(moved)}" + (
+        "" if overdue else f", {(last - now) / 1000:g} s to go"
+    )
+    return Verdict(
+        "evict",
+        summary,
+        when_watermark_ms=last,
+        watermark_ms=now,
+        watermark_moved_batch_id=moved,
+        to_go_ms=max(last - now, 0),
+        overdue=False,  # the condition's range may keep them longer: not known to be late
+        details={
+            "event_time_column": column,
+            "rows": len(micros),
+            "first_row_ms": first,
+            "range": "plus the time range the join condition gives the other input (not in the checkpoint)",
+        },
+    )
