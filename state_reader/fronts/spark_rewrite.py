@@ -39,9 +39,10 @@ from state_reader.core.rewrite.pipeline import Target
 from state_reader.core.rewrite.plan import RewritePlan
 from state_reader.core.rewrite.report import StoreReport, store_report
 from state_reader.core.rewrite.rows import StoreRows, store_label, zip_extra_metadata
+from state_reader.core.rewrite.seed import StoreEdit
 from state_reader.core.rewrite.write import write_partition
 from state_reader.core.size import row_bytes
-from state_reader.errors import StateReaderError
+from state_reader.errors import StateReaderError, UnsupportedOptionError
 from state_reader.formats.spark_types import StructType, UserDefinedType
 from state_reader.formats.unsaferow import RowBuffer, copy_spans, row_runs
 from state_reader.fronts.spark_shared import spark_worker_errors
@@ -82,8 +83,12 @@ class SparkRows:
     def __init__(self, spark: Any) -> None:
         self.spark = spark
 
-    def move(self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, target: Target) -> StoreReport:
+    def move(
+        self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, target: Target, edit: StoreEdit | None = None
+    ) -> StoreReport:
         """One Spark job: the old partitions read on executors, routed by Spark, each new one written by one task."""
+        if edit is not None:
+            raise UnsupportedOptionError("rows written into a store (upsert, delete) are not supported with spark= yet")
         label = store_label(rows.plan, located=True)
         store = store_report(rows.plan)
         pids = list(rows.plan.partitions)
