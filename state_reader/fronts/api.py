@@ -267,6 +267,8 @@ def rewrite(
     raise an :class:`~state_reader.errors.InvalidSeedError` before anything is written; safe
     widenings (int to long) are applied and listed in the report. To seed a new query, run it
     once so that Spark writes its checkpoint, then upsert the seed rows at its last batch.
+    Several stores in one rewrite (the four stores of a stream-stream join): ``upsert`` and
+    ``delete`` as dicts ``{store_name: rows}`` or ``{(operator_id, store_name): rows}``.
     ``spark``: a SparkSession to run the rewrite on, for states larger than one machine: its
     executors read the old partitions, Spark's own hash partitioning sends each row to its new
     partition, and one task writes each new partition (the driver writes only the logs and
@@ -282,18 +284,8 @@ def rewrite(
     fails part-way leaves a destination Spark refuses to start from. Returns a
     :class:`~state_reader.core.rewrite.report.RewriteReport` (rows per new partition, files, bytes).
     """
-    seeds = [
-        _StoreSeed(
-            _as_rows(upsert),
-            _as_rows(delete),
-            operator_id=operator_id,
-            store_name=store_name,
-            state_var_name=state_var_name,
-        )
-    ]
-    if upsert is None and delete is None and (operator_id, store_name, state_var_name) != (None, None, None):
-        raise InvalidOptionError("operator_id, store_name and state_var_name choose the store upsert or delete write")
-    if spark is not None and (upsert is not None or delete is not None):
+    seeds = _seeds(upsert, delete, operator_id, store_name, state_var_name)
+    if spark is not None and seeds:
         raise UnsupportedOptionError("upsert and delete are not supported with spark= yet")
     source = _Storage(checkpoint, dict(storage_options or {}))
     dest = (
@@ -314,6 +306,38 @@ def rewrite(
         mover=None if spark is None else _SparkRows(spark),
         seeds=seeds,
     )
+
+
+def _seeds(
+    upsert: Any, delete: Any, operator_id: int | None, store_name: str | None, state_var_name: str | None
+) -> list[_StoreSeed]:
+    """``rewrite``'s rows to write, one :class:`StoreSeed` per store: the store the selectors name,
+    or, given as dicts, each store a key names (a store name, or ``(operator_id, store_name)``)."""
+    chosen = (operator_id, store_name, state_var_name) != (None, None, None)
+    if upsert is None and delete is None:
+        if chosen:
+            raise InvalidOptionError(
+                "operator_id, store_name and state_var_name choose the store upsert or delete write"
+            )
+        return []
+    if not isinstance(upsert, dict) and not isinstance(delete, dict):
+        return [_StoreSeed(_as_rows(upsert), _as_rows(delete), operator_id, store_name, state_var_name)]
+    if chosen or not all(isinstance(x, dict | None) for x in (upsert, delete)):
+        raise InvalidOptionError(
+            "give upsert and delete as dicts {store_name or (operator_id, store_name): rows}, both of them, "
+            "without operator_id, store_name or state_var_name, to write into several stores"
+        )
+    by_store: dict[tuple[int | None, str], dict[str, Any]] = {}
+    for what, given in (("upsert", upsert), ("delete", delete)):
+        for which, rows in (given or {}).items():
+            op, name = which if isinstance(which, tuple) else (None, which)
+            if not isinstance(name, str) or not (op is None or isinstance(op, int)):
+                raise InvalidOptionError(f"{what} names a store by {which!r}: give a store name or (operator_id, name)")
+            by_store.setdefault((op, name), {})[what] = _as_rows(rows)
+    return [
+        _StoreSeed(rows.get("upsert"), rows.get("delete"), operator_id=op, store_name=name)
+        for (op, name), rows in by_store.items()
+    ]
 
 
 def _as_rows(rows: Any) -> Any:

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pytest
 
 import state_reader
-from tests.support.resume import add_input, assert_builtin_sees_same_state, digest, resume, state_rows
+from tests.support.resume import add_input, assert_builtin_sees_same_state, digest, resume, state_rows, stores
 from tests.support.streaming_queries import (
     HDFS,
     ROCKSDB,
@@ -32,7 +32,9 @@ ROUND_TRIP = [
     "dedup",
     "dedup_within",
     "apply_in_pandas",
+    "session_window",
     "rocksdb_agg_window",
+    "rocksdb_cl_session_window",
     "rocksdb_cl_dedup",
     "rocksdb_dedup_within",
     "rocksdb_apply_in_pandas",
@@ -59,6 +61,28 @@ def test_round_trip_through_delete_and_upsert(spark, checkpoints, tmp_path, name
     dry = state_reader.rewrite(src, upsert=rows, dry_run=True).summary()["stores"][0]
     assert (dry["gained"], dry["replaced"], dry["lost"]) == (0, rows.num_rows, 0)
     assert digest(src) == before, "the source changed"
+
+
+@pytest.mark.parametrize("name", ["join_inner", "join_left_outer_rocksdb_cl"])
+def test_every_store_of_a_join_in_one_rewrite(spark, checkpoints, tmp_path, name):
+    """The four stores of a stream-stream join, each given by name: all deleted in one rewrite, all
+    written back in another; Spark's reader sees every store as it was, each row where its key hashes."""
+    src = checkpoints(name)
+    before = digest(src)
+    every = {(op, store): state_reader.read_state(src, operator_id=op, store_name=store) for op, store in stores(src)}
+    assert len(every) == 4 and all(t.num_rows for t in every.values())
+    empty, full = str(tmp_path / "empty"), str(tmp_path / "full")
+    report = state_reader.rewrite(src, empty, delete=every)
+    assert [s.rows for s in report.stores] == [0] * 4
+    assert {s.store_name: sum(s.lost_per_partition) for s in report.stores} == {
+        store: t.num_rows for (_, store), t in every.items()
+    }
+    report = state_reader.rewrite(empty, full, upsert={store: t for (_, store), t in every.items()})
+    assert {s.store_name: s.rows for s in report.stores} == {store: t.num_rows for (_, store), t in every.items()}
+    assert_builtin_sees_same_state(spark, src, full, report.new_partitions)
+    assert digest(src) == before
+    with pytest.raises(state_reader.InvalidOptionError, match="dicts"):
+        state_reader.rewrite(src, str(tmp_path / "x"), upsert=every, store_name="left-keyToNumValues")
 
 
 def _user_totals(df):
