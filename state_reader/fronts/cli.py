@@ -614,7 +614,7 @@ def _rows_to_write(
     }
 
 
-ROWS_FORMATS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".ndjson": "json", ".csv": "csv"}
+ROWS_FORMATS = {".parquet": "parquet", ".jsonl": "json", ".ndjson": "json", ".csv": "csv"}
 
 
 def _read_rows(path: str, schema: pa.Schema, flag: str) -> pa.Table:
