@@ -437,8 +437,12 @@ def key_bytes(keys: RowBuffer) -> pa.Array:
     lengths = keys.lengths
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    data = np.empty(int(offsets[-1]), dtype=np.uint8)
-    copy_spans(data, offsets[:-1], keys.buf, keys.starts, lengths)
+    first = int(keys.starts[0]) if len(lengths) else 0
+    if np.array_equal(keys.starts - first, offsets[:-1]):
+        data = keys.buf[first : first + int(offsets[-1])]  # the keys lie one after another already: no copy
+    else:
+        data = np.empty(int(offsets[-1]), dtype=np.uint8)
+        copy_spans(data, offsets[:-1], keys.buf, keys.starts, lengths)
     return pa.Array.from_buffers(pa.large_binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
