@@ -325,6 +325,40 @@ def test_a_spark_dataframe_from_the_builtin_reader(spark, totals, tmp_path):
     assert_builtin_sees_same_state(spark, totals, dst, report.new_partitions)
 
 
+def test_through_spark_the_rows_stay_on_the_executors_and_land_alike(spark, totals, tmp_path):
+    """``spark=`` with a Spark DataFrame of rows: routed by Spark's own hash partitioning, applied by the
+    task that writes each new partition; the same state and counts as the Spark-free rewrite."""
+    before = digest(totals)
+    rows = _rows(totals)
+    users = pc.struct_field(rows.column("key"), [0])
+    edited = rows.filter(pc.not_equal(users, "ann"))
+    value = edited.column("value").combine_chunks()
+    raised = pa.StructArray.from_arrays([pc.add(value.field("count"), 1), value.field("sum")], fields=list(value.type))
+    seed = _with_value(edited, raised).drop(["partition_id"])
+    gone = rows.filter(pc.equal(users, "ann")).select(["key"])
+    local = state_reader.rewrite(totals, str(tmp_path / "local"), upsert=seed, delete=gone, num_partitions=3)
+    through = state_reader.rewrite(
+        totals,
+        str(tmp_path / "spark"),
+        upsert=spark.createDataFrame(seed.to_pandas()),
+        delete=spark.createDataFrame(gone.to_pandas()),
+        num_partitions=3,
+        spark=spark,
+    )
+    assert through.summary()["stores"] == local.summary()["stores"]
+    assert state_rows(spark, str(tmp_path / "spark")) == state_rows(spark, str(tmp_path / "local"))
+    assert_builtin_sees_same_state(spark, str(tmp_path / "local"), str(tmp_path / "spark"), 3)
+    # bad rows are refused before anything is written
+    dst = tmp_path / "bad"
+    with pytest.raises(state_reader.SeedSchemaError, match="missing column value"):
+        state_reader.rewrite(totals, str(dst), upsert=spark.createDataFrame(gone.to_pandas()), spark=spark)
+    twice = pa.concat_tables([seed, seed.slice(0, 1)])
+    with pytest.raises(state_reader.DuplicateSeedKeyError, match="2 times"):
+        state_reader.rewrite(totals, str(dst), upsert=spark.createDataFrame(twice.to_pandas()), spark=spark)
+    assert not dst.exists() or not any(dst.iterdir())
+    assert digest(totals) == before
+
+
 # -- the seeding examples -----------------------------------------------------------------------------------
 
 

@@ -162,6 +162,13 @@ def rewrite_checkpoint(
         raise InvalidOptionError("a rewrite needs a destination (or dry_run=True)")
     # bound to each store's key up front: a bad filter fails before anything is written or any task runs
     dropped = [_dropped(rows, drop_keys) for rows in rp.stores]
+    for rows, edit in zip(rp.stores, edits, strict=True):
+        if edit is not None and edit.distributed:
+            # rows left where they are (a Spark DataFrame) are checked by the mover that reads them, before any write
+            check = getattr(mover, "check_seed", None)
+            if check is None:
+                raise InvalidOptionError(f"rows for {store_label(rows.plan)} are a Spark DataFrame: pass spark= too")
+            check(rp, rows, edit)
     dest.begin(rp.checkpoint.location)  # marked incomplete: the commit point is the real `metadata`, written last
     report = rp.report(dest.display(), dry_run=False)
     target = Target(dest, report, counting_writer(dest, report))

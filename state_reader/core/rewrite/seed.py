@@ -61,6 +61,15 @@ class StoreSeed:
     state_var_name: str | None = None
 
 
+@dataclass(frozen=True)
+class DistributedRows:
+    """Rows that stay where they are (a Spark DataFrame), with their Arrow schema: checked and
+    written by the Spark row mover, on the executors."""
+
+    schema: pa.Schema
+    frame: Any
+
+
 @dataclass
 class StoreEdit:
     """A seed bound to one store of a rewrite: its rows checked and encoded as the source store keeps them."""
@@ -71,6 +80,8 @@ class StoreEdit:
     delete_keys: RowBuffer | None = None
     # the safe widenings applied to the given types, one sentence each
     widened: list[str] = field(default_factory=list)
+    # rows left where they are (``upsert``, ``delete``): only their schema is checked here
+    distributed: dict[str, DistributedRows] = field(default_factory=dict)
 
 
 @dataclass
@@ -149,25 +160,17 @@ def _bind(rows: StoreRows, seed: StoreSeed, location: str) -> StoreEdit:
     if plan.join is not None:
         raise UnsupportedOptionError(f"{where} is a join side; writing rows into it is not supported yet")
     edit = StoreEdit(rows)
-    if seed.upsert is not None:
-        table = _as_table(seed.upsert, "upsert", plan.key_schema, plan.value_schema)
-        _require_columns(table, ("key", "value"), "upsert", where)
-        keys = _conform_column(table.column("key"), plan.key_schema, "key", "upsert", edit.widened)
-        values = _conform_column(table.column("value"), plan.value_schema, "value", "upsert", edit.widened)
-        _require_non_null(keys, plan.key_schema, "key", "upsert")
-        _require_non_null(values, plan.value_schema, "value", "upsert")
-        stored = values.cast(plan.stored_value_schema.to_arrow()) if plan.value_long_slots else values
-        edit.upsert_keys = _encode_keys(rows, keys, f"upsert rows for {where}")
-        edit.upsert_values = _encode_values(rows, stored, f"upsert rows for {where}")
+    for what, given in (("upsert", seed.upsert), ("delete", seed.delete)):
+        if isinstance(given, DistributedRows):
+            # the rows are checked where they are (a Spark job); their columns and types are checked here
+            encode_table(rows, pa.Table.from_batches([], schema=given.schema), what, edit.widened)
+            edit.distributed[what] = given
+    upsert, delete = (seed.upsert, seed.delete) if not edit.distributed else (None, None)
+    if upsert is not None:
+        keys, edit.upsert_keys, edit.upsert_values = encode_table(rows, upsert, "upsert", edit.widened)
         _require_unique(edit.upsert_keys, keys, "upsert")
-        _check_partitions(rows, table, edit.upsert_keys, "upsert")
-    if seed.delete is not None:
-        table = _as_table(seed.delete, "delete", plan.key_schema, None)
-        _require_columns(table, ("key",), "delete", where, optional=("value",))
-        keys = _conform_column(table.column("key"), plan.key_schema, "key", "delete", edit.widened)
-        _require_non_null(keys, plan.key_schema, "key", "delete")
-        edit.delete_keys = _encode_keys(rows, keys, f"delete keys for {where}")
-        _check_partitions(rows, table, edit.delete_keys, "delete")
+    if delete is not None:
+        keys, edit.delete_keys, _ = encode_table(rows, delete, "delete", edit.widened)
         if edit.upsert_keys is not None:
             both = pc.is_in(key_bytes(edit.delete_keys), value_set=key_bytes(edit.upsert_keys))
             if pc.any(both).as_py():
@@ -176,6 +179,37 @@ def _bind(rows: StoreRows, seed: StoreSeed, location: str) -> StoreEdit:
                     f"key {keys[first].as_py()} (delete row {first}) is both upserted and deleted; give it once"
                 )
     return edit
+
+
+def encode_table(
+    rows: StoreRows, given: Any, what: str, widened: list[str]
+) -> tuple[pa.Array, RowBuffer, RowBuffer | None]:
+    """Rows for ``what`` (``upsert``: key and value; ``delete``: key) checked against the store's
+    schemas and encoded as the store keeps its rows: the keys as given (typed as the store's),
+    their bytes, and the values' bytes (None for ``delete``). A ``partition_id`` is checked here.
+    The widenings applied are added to ``widened``."""
+    plan = rows.plan
+    where = store_label(plan, located=True)
+    source = f"{what} rows for {where}"
+    if what == "upsert":
+        table = _as_table(given, what, plan.key_schema, plan.value_schema)
+        _require_columns(table, ("key", "value"), what, where)
+    else:
+        table = _as_table(given, what, plan.key_schema, None)
+        _require_columns(table, ("key",), what, where, optional=("value",))
+    notes: list[str] = []
+    keys = _conform_column(table.column("key"), plan.key_schema, "key", what, notes)
+    _require_non_null(keys, plan.key_schema, "key", what)
+    encoded_keys = _encode_keys(rows, keys, source)
+    encoded_values = None
+    if what == "upsert":
+        values = _conform_column(table.column("value"), plan.value_schema, "value", what, notes)
+        _require_non_null(values, plan.value_schema, "value", what)
+        stored = values.cast(plan.stored_value_schema.to_arrow()) if plan.value_long_slots else values
+        encoded_values = _encode_values(rows, stored, source)
+    _check_partitions(rows, table, encoded_keys, what)
+    widened += [note for note in notes if note not in widened]
+    return keys, encoded_keys, encoded_values
 
 
 # -- the rows as a table ---------------------------------------------------------------------------
@@ -502,7 +536,7 @@ class EditSpill:
             _spill(
                 rows,
                 edit.delete_keys,
-                _empty_values(rows, len(edit.delete_keys.starts)),
+                empty_values(rows, len(edit.delete_keys.starts)),
                 num_partitions,
                 to_rocksdb,
                 self.deletes,
@@ -519,7 +553,8 @@ def _subdir(workdir: str, name: str) -> str:
     return path
 
 
-def _empty_values(rows: StoreRows, n: int) -> RowBuffer:
+def empty_values(rows: StoreRows, n: int) -> RowBuffer:
+    """``n`` empty values in the store's encoding (what deleted keys are framed with)."""
     empty = RowBuffer.wrap(np.zeros(PAD, dtype=np.uint8), 0, np.zeros(n, np.int64), np.zeros(n, np.int64), "deleted")
     return encode_values(empty) if rows.rocksdb and n else empty
 
