@@ -168,12 +168,13 @@ class SparkRows:
                     raise DuplicateSeedKeyError(
                         f"upsert rows for {label} give a key {twice[0]['count']} times; give each key once"
                     )
+            # each job below encodes every row it reads, and a row that does not fit stops it
             if len(encoded) == 2:
                 both = encoded["upsert"].select("key").intersect(encoded["delete"].select("key")).limit(1).count()
                 if both:
                     raise DuplicateSeedKeyError(f"a key of {label} is both upserted and deleted; give it once")
-            for frame in encoded.values():
-                frame.foreach(lambda _: None)  # every row checked where it is (a schema error stops the job)
+            elif "delete" in encoded:
+                encoded["delete"].count()
         except StateReaderError:
             raise
         except Exception as exc:

@@ -559,15 +559,20 @@ def empty_values(rows: StoreRows, n: int) -> RowBuffer:
     return encode_values(empty) if rows.rocksdb and n else empty
 
 
+# seed rows are routed this many at a time: what routing holds beyond the encoded seed follows a run
+_SPILL_ROWS = 1 << 16
+
+
 def _spill(rows: StoreRows, keys: RowBuffer, values: RowBuffer, n: int, to_rocksdb: bool, spill: Spill) -> None:
-    if not len(keys.starts):
-        return
-    target = rows.route(keys, n, None)[0]
-    order = np.argsort(target, kind="stable")
-    k, v = rows.convert(keys.take(order), values.take(order), to_rocksdb)
-    counts = np.bincount(target[order], minlength=n)
-    framed, lengths = frame_records(k, v)
-    spill.add(framed, np.r_[0, np.cumsum(lengths)][np.r_[0, np.cumsum(counts)]], counts)
+    for lo in range(0, len(keys.starts), _SPILL_ROWS):
+        run = slice(lo, lo + _SPILL_ROWS)
+        part_keys, part_values = keys.take(run), values.take(run)
+        target = rows.route(part_keys, n, None)[0]
+        order = np.argsort(target, kind="stable")
+        k, v = rows.convert(part_keys.take(order), part_values.take(order), to_rocksdb)
+        counts = np.bincount(target[order], minlength=n)
+        framed, lengths = frame_records(k, v)
+        spill.add(framed, np.r_[0, np.cumsum(lengths)][np.r_[0, np.cumsum(counts)]], counts)
 
 
 def edited(
