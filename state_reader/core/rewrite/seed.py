@@ -356,20 +356,17 @@ def _widening(given: pa.DataType, target: pa.DataType) -> bool | None:
     if pa.types.is_decimal(given) and pa.types.is_decimal(target):
         fits = given.scale <= target.scale and given.precision - given.scale <= target.precision - target.scale
         return True if fits else None
-    for kind in (pa.types.is_string, pa.types.is_binary):
-        plain = kind(target)
-        if plain and (
-            pa.types.is_large_string(given) if kind is pa.types.is_string else pa.types.is_large_binary(given)
-        ):
-            return False
+    if (pa.types.is_large_string(given) and pa.types.is_string(target)) or (
+        pa.types.is_large_binary(given) and pa.types.is_binary(target)
+    ):
+        return False
     if pa.types.is_timestamp(given) and pa.types.is_timestamp(target):
         return False  # another unit or time zone: the same instants (a cast that would lose precision fails)
     if pa.types.is_date(given) and pa.types.is_date(target):
         return False
     nested = (pa.types.is_list, pa.types.is_large_list, pa.types.is_map)
     if any(k(given) for k in nested) and any(k(target) for k in nested):
-        inner = _nested_widening(given, target)
-        return inner
+        return _nested_widening(given, target)
     return None
 
 
