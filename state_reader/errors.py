@@ -242,6 +242,42 @@ class RewriteFailedError(StateReaderError):
     error_class = "STATE_READER_REWRITE_FAILED"
 
 
+class InvalidSeedError(StateReaderError):
+    """Rows given to write into a store (``upsert``, ``delete``) do not fit it; nothing was written."""
+
+    error_class = "STATE_READER_INVALID_SEED"
+
+
+class SeedSchemaError(InvalidSeedError):
+    """A column or field of the rows is missing or extra, or its type does not fit the store's schema."""
+
+    error_class = "STATE_READER_SEED_SCHEMA_MISMATCH"
+
+
+class SeedNullError(InvalidSeedError):
+    """The rows hold a null where the store's schema forbids one."""
+
+    error_class = "STATE_READER_SEED_NULL"
+
+
+class DuplicateSeedKeyError(InvalidSeedError):
+    """The same key appears twice among the rows given for one store (or is both upserted and deleted)."""
+
+    error_class = "STATE_READER_SEED_DUPLICATE_KEY"
+
+
+class UnknownSeedStoreError(InvalidSeedError):
+    """The rows name a store, operator or state variable the checkpoint does not have."""
+
+    error_class = "STATE_READER_SEED_UNKNOWN_STORE"
+
+
+class SeedPartitionError(InvalidSeedError):
+    """A ``partition_id`` given with the rows is not the partition Spark's hash gives the row's key."""
+
+    error_class = "STATE_READER_SEED_WRONG_PARTITION"
+
+
 class UnexpectedError(StateReaderError):
     """A failure state_reader did not anticipate: a bug, or damage no check recognised.
 

@@ -21,10 +21,13 @@ from state_reader.core.planner import plan_state_read as _plan_state_read
 from state_reader.core.rewrite import rewrite_checkpoint as _rewrite_checkpoint
 from state_reader.core.rewrite.report import RewriteReport
 from state_reader.core.rewrite.rows import Transform
+from state_reader.core.rewrite.seed import DistributedRows as _DistributedRows
+from state_reader.core.rewrite.seed import StoreSeed as _StoreSeed
 from state_reader.core.scan import bind_key_filter as _bind_key_filter
 from state_reader.core.scan import iter_batches as _iter_batches
 from state_reader.core.scan import read_table as _read_table
 from state_reader.core.scan import result_metadata as _result_metadata
+from state_reader.errors import InvalidOptionError as _InvalidOptionError
 from state_reader.errors import unexpected_errors_as_ours as _unexpected_errors_as_ours
 from state_reader.fronts.spark_rewrite import SparkRows as _SparkRows
 from state_reader.inspect.doctor import Diagnosis
@@ -226,6 +229,11 @@ def rewrite(
     allow_uncommitted: bool = False,
     dry_run: bool = False,
     transform: Transform | dict[int, Transform] | None = None,
+    upsert: Any = None,
+    delete: Any = None,
+    operator_id: int | None = None,
+    store_name: str | None = None,
+    state_var_name: str | None = None,
     storage_options: dict[str, Any] | None = None,
     destination_storage_options: dict[str, Any] | None = None,
     spark: Any = None,
@@ -249,6 +257,19 @@ def rewrite(
     row per row; the new schemas (the types it returns for an empty batch) go into the state
     schema files, so a changed query (say, one more aggregate) resumes from ``destination``.
     A dict ``{operator_id: function}`` picks the operator when there are several.
+    ``upsert``: rows to write into one store, in exactly the shape ``read_state`` returns for it
+    (columns ``key`` and ``value``; a ``partition_id`` column is checked against Spark's hash,
+    never used): a pyarrow Table, a pandas DataFrame or a Spark DataFrame. A key the store holds
+    gets the new value, a key it does not hold is added, each in the partition Spark's hash
+    gives it. ``delete``: keys to take out of that store (a table with a ``key`` column). The
+    store is chosen as ``read_state`` chooses it: ``operator_id`` (default: the only one),
+    ``store_name``, ``state_var_name``. Rows that do not fit the store's schema (a column
+    missing or extra, a type that does not fit, a null the schema forbids, a key given twice)
+    raise an :class:`~state_reader.errors.InvalidSeedError` before anything is written; safe
+    widenings (int to long) are applied and listed in the report. To seed a new query, run it
+    once so that Spark writes its checkpoint, then upsert the seed rows at its last batch.
+    Several stores in one rewrite (the four stores of a stream-stream join): ``upsert`` and
+    ``delete`` as dicts ``{store_name: rows}`` or ``{(operator_id, store_name): rows}``.
     ``spark``: a SparkSession to run the rewrite on, for states larger than one machine: its
     executors read the old partitions, Spark's own hash partitioning sends each row to its new
     partition, and one task writes each new partition (the driver writes only the logs and
@@ -264,6 +285,9 @@ def rewrite(
     fails part-way leaves a destination Spark refuses to start from. Returns a
     :class:`~state_reader.core.rewrite.report.RewriteReport` (rows per new partition, files, bytes).
     """
+    # through Spark (not a dry run), a Spark DataFrame of rows stays where it is: its rows never reach the driver
+    distributed = spark is not None and not dry_run
+    seeds = _seeds(upsert, delete, operator_id, store_name, state_var_name, distributed)
     source = _Storage(checkpoint, dict(storage_options or {}))
     dest = (
         None
@@ -281,7 +305,67 @@ def rewrite(
         dry_run=dry_run,
         transform=transform,
         mover=None if spark is None else _SparkRows(spark),
+        seeds=seeds,
     )
+
+
+def _seeds(
+    upsert: Any,
+    delete: Any,
+    operator_id: int | None,
+    store_name: str | None,
+    state_var_name: str | None,
+    distributed: bool = False,
+) -> list[_StoreSeed]:
+    """``rewrite``'s rows to write, one :class:`StoreSeed` per store: the store the selectors name,
+    or, given as dicts, each store a key names (a store name, or ``(operator_id, store_name)``)."""
+    chosen = (operator_id, store_name, state_var_name) != (None, None, None)
+    if upsert is None and delete is None:
+        if chosen:
+            raise _InvalidOptionError(
+                "operator_id, store_name and state_var_name choose the store upsert or delete write"
+            )
+        return []
+    if not isinstance(upsert, dict) and not isinstance(delete, dict):
+        return [
+            _StoreSeed(
+                _as_rows(upsert, distributed), _as_rows(delete, distributed), operator_id, store_name, state_var_name
+            )
+        ]
+    if chosen or not all(isinstance(x, dict | None) for x in (upsert, delete)):
+        raise _InvalidOptionError(
+            "give upsert and delete as dicts {store_name or (operator_id, store_name): rows}, both of them, "
+            "without operator_id, store_name or state_var_name, to write into several stores"
+        )
+    by_store: dict[tuple[int | None, str], dict[str, Any]] = {}
+    for what, given in (("upsert", upsert), ("delete", delete)):
+        for which, rows in (given or {}).items():
+            op, name = which if isinstance(which, tuple) else (None, which)
+            if not isinstance(name, str) or not (op is None or isinstance(op, int)):
+                raise _InvalidOptionError(
+                    f"{what} names a store by {which!r}: give a store name or (operator_id, name)"
+                )
+            by_store.setdefault((op, name), {})[what] = _as_rows(rows, distributed)
+    return [
+        _StoreSeed(rows.get("upsert"), rows.get("delete"), operator_id=op, store_name=name)
+        for (op, name), rows in by_store.items()
+    ]
+
+
+def _as_rows(rows: Any, distributed: bool = False) -> Any:
+    """Rows as the rewrite takes them: a Spark DataFrame left where it is (``distributed``, a rewrite
+    through Spark) or collected as Arrow (Spark-free), anything else as given."""
+    if rows is None or not type(rows).__module__.startswith("pyspark"):
+        if distributed and rows is not None:
+            raise _InvalidOptionError("with spark=, give upsert and delete as Spark DataFrames")
+        return rows
+    if distributed:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return _DistributedRows(to_arrow_schema(rows.schema), rows)
+    if hasattr(rows, "toArrow"):
+        return rows.toArrow()
+    return pa.Table.from_pandas(rows.toPandas(), preserve_index=False)
 
 
 @_public_api

@@ -25,7 +25,7 @@ from state_reader.units import human_bytes
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from state_reader.core.rewrite import RewriteReport
+    from state_reader.core.rewrite import RewriteReport, StoreReport
     from state_reader.inspect.doctor import Diagnosis
     from state_reader.inspect.explain import Explanation
     from state_reader.inspect.export import ExportResult
@@ -626,6 +626,26 @@ def rewrite_lines(report: RewriteReport) -> list[str]:
             f"  operator {s.operator_id} ({s.operator_name or 'unknown'}) store {s.store_name}: "
             f"{s.rows:,} rows{dropped}, per partition {shown}"
         )
+        if s.edited:
+            lines += edit_lines(s)
+    return lines
+
+
+# partitions listed one per line in a rewrite's report of rows written; beyond, a count of the rest
+_EDITED_PARTITIONS_SHOWN = 32
+
+
+def edit_lines(store: StoreReport) -> list[str]:
+    """The rows written into one store (``upsert``, ``delete``): keys gained, replaced and lost,
+    in all and in each partition they changed, and the widenings applied to the rows' types."""
+    gained, replaced, lost = store.gained_per_partition, store.replaced_per_partition, store.lost_per_partition
+    lines = [f"    rows written: {sum(gained):,} keys gained, {sum(replaced):,} replaced, {sum(lost):,} lost"]
+    changed = [p for p, counts in enumerate(zip(gained, replaced, lost, strict=True)) if any(counts)]
+    for p in changed[:_EDITED_PARTITIONS_SHOWN]:
+        lines.append(f"      partition {p} gains {gained[p]:,}, replaces {replaced[p]:,}, loses {lost[p]:,}")
+    if len(changed) > _EDITED_PARTITIONS_SHOWN:
+        lines.append(f"      and {len(changed) - _EDITED_PARTITIONS_SHOWN:,} more partitions")
+    lines += [f"    {note}" for note in store.widened]
     return lines
 
 

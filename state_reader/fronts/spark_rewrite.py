@@ -39,9 +39,10 @@ from state_reader.core.rewrite.pipeline import Target
 from state_reader.core.rewrite.plan import RewritePlan
 from state_reader.core.rewrite.report import StoreReport, store_report
 from state_reader.core.rewrite.rows import StoreRows, store_label, zip_extra_metadata
+from state_reader.core.rewrite.seed import EditCounts, StoreEdit, empty_values, encode_table
 from state_reader.core.rewrite.write import write_partition
 from state_reader.core.size import row_bytes
-from state_reader.errors import StateReaderError
+from state_reader.errors import DuplicateSeedKeyError, StateReaderError, UnsupportedOptionError
 from state_reader.formats.spark_types import StructType, UserDefinedType
 from state_reader.formats.unsaferow import RowBuffer, copy_spans, row_runs
 from state_reader.fronts.spark_shared import spark_worker_errors
@@ -64,11 +65,18 @@ _SUMMARY = pa.schema(
         ("dropped", pa.int64()),
         ("files", pa.int64()),
         ("written", pa.int64()),
+        ("gained", pa.int64()),
+        ("replaced", pa.int64()),
+        ("lost", pa.int64()),
     ]
 )
 _SUMMARY_DDL = (
-    "new_layout boolean, partition_id int, rows bigint, bytes bigint, dropped bigint, files bigint, written bigint"
+    "new_layout boolean, partition_id int, rows bigint, bytes bigint, dropped bigint, files bigint, written bigint, "
+    "gained bigint, replaced bigint, lost bigint"
 )
+# the place in a new partition's order of rows written into the store (before every old row and count):
+# deleted keys first, then upserted rows, so that a task knows both before the old rows stream past
+_UPSERT_ORDER, _DELETE_ORDER = -2, -3
 # how a Python worker's error of ours appears in the exception Spark raises on the driver
 _WORKER_ERROR = re.compile(r"state_reader\.errors\.(\w+): \[[\w.]+\] (.*)")
 
@@ -82,8 +90,13 @@ class SparkRows:
     def __init__(self, spark: Any) -> None:
         self.spark = spark
 
-    def move(self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, target: Target) -> StoreReport:
-        """One Spark job: the old partitions read on executors, routed by Spark, each new one written by one task."""
+    def move(
+        self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, target: Target, edit: StoreEdit | None = None
+    ) -> StoreReport:
+        """One Spark job: the old partitions read on executors, routed by Spark, each new one written by one task
+        (``edit``'s rows, a Spark DataFrame, routed with them and applied there)."""
+        if edit is not None and not edit.distributed and (edit.upsert_keys is not None or edit.delete_keys is not None):
+            raise UnsupportedOptionError("with spark=, give upsert and delete as Spark DataFrames")
         label = store_label(rows.plan, located=True)
         store = store_report(rows.plan)
         pids = list(rows.plan.partitions)
@@ -92,7 +105,7 @@ class SparkRows:
         unique_ids = {pid: rp.unique_id(rows.plan, pid) for pid in targets}
         extra = zip_extra_metadata(rows.plan)
         try:
-            summaries = _store_job(self.spark, rp, rows, drop, unique_ids, extra, target.dest).collect()
+            summaries = _store_job(self.spark, rp, rows, drop, unique_ids, extra, target.dest, edit).collect()
         except StateReaderError:
             raise
         except Exception as exc:  # a failed Spark job: the worker's own error when it is one of ours
@@ -102,6 +115,7 @@ class SparkRows:
         new_bytes = dict.fromkeys(targets, 0)
         reported: set[int] = set()
         old_counts: dict[int, tuple[int, int, int]] = {}
+        edits: dict[int, tuple[int, int, int]] = {}
         for summary in summaries:
             pid = summary.partition_id
             if not summary.new_layout:
@@ -115,6 +129,7 @@ class SparkRows:
             reported.add(pid)
             new_rows[pid] = summary.rows
             new_bytes[pid] = summary.bytes
+            edits[pid] = (summary.gained, summary.replaced, summary.lost)
             # written by the executors, not through target.put: counted here
             target.report.files += summary.files
             target.report.bytes += summary.written
@@ -133,7 +148,37 @@ class SparkRows:
         store.rows_per_partition = [new_rows[p] for p in targets]
         store.bytes_per_partition = [new_bytes[p] for p in targets]
         store.rows = sum(store.rows_per_partition)
+        if edit is not None:
+            store.widened = list(edit.widened)
+            zero = (0, 0, 0)
+            store.gained_per_partition = [edits.get(p, zero)[0] for p in targets]
+            store.replaced_per_partition = [edits.get(p, zero)[1] for p in targets]
+            store.lost_per_partition = [edits.get(p, zero)[2] for p in targets]
         return store
+
+    def check_seed(self, rp: RewritePlan, rows: StoreRows, edit: StoreEdit) -> None:
+        """Check rows given as Spark DataFrames before anything is written: each batch against the
+        store's schemas on the executors (as it will be encoded), then no key given twice."""
+        label = store_label(rows.plan, located=True)
+        encoded = {what: _encoded_seed(self.spark, rp, rows, edit, what) for what in edit.distributed}
+        try:
+            if "upsert" in encoded:
+                twice = encoded["upsert"].groupBy("key").count().where("count > 1").limit(1).collect()
+                if twice:
+                    raise DuplicateSeedKeyError(
+                        f"upsert rows for {label} give a key {twice[0]['count']} times; give each key once"
+                    )
+            # each job below encodes every row it reads, and a row that does not fit stops it
+            if len(encoded) == 2:
+                both = encoded["upsert"].select("key").intersect(encoded["delete"].select("key")).limit(1).count()
+                if both:
+                    raise DuplicateSeedKeyError(f"a key of {label} is both upserted and deleted; give it once")
+            elif "delete" in encoded:
+                encoded["delete"].count()
+        except StateReaderError:
+            raise
+        except Exception as exc:
+            raise _job_error(exc, f"checked the rows for {label}") from exc
 
 
 def _store_job(
@@ -144,10 +189,9 @@ def _store_job(
     unique_ids: dict[int, str | None],
     extra: dict[str, Any],
     dest: Destination,
+    edit: StoreEdit | None = None,
 ) -> Any:
     """The DataFrame whose rows are the summaries of one store's rewrite; collecting it runs the rewrite."""
-    from pyspark.sql.types import StructType as SparkStructType
-
     key_types, key_json = _partition_key_types(rows)
     names = [f"_k{i}" for i in range(len(key_types))]
     transport = pa.schema(
@@ -158,27 +202,84 @@ def _store_job(
             ("value", pa.binary()),
         ]
     )
-    columns = [*zip(names, key_json, strict=True), ("_order", "long"), ("key", "binary"), ("value", "binary")]
-    spark_schema = SparkStructType.fromJson(
-        {
-            "type": "struct",
-            "fields": [{"name": name, "type": t, "nullable": True, "metadata": {}} for name, t in columns],
-        }
-    )
+    spark_schema = _transport_spark_schema(names, key_json)
     pids = list(rows.plan.partitions)
     # stage 1: one task per old partition
     old = spark.range(0, len(pids), 1, max(1, len(pids))).mapInArrow(
         _ReadOld(rows, pids, drop, rp.to_rocksdb, transport), spark_schema
     )
+    for what in edit.distributed if edit is not None else ():
+        assert edit is not None
+        old = old.unionByName(_encoded_seed(spark, rp, rows, edit, what))
     # routing: Spark's hash partitioning by the partition key (an explicit count, which adaptive
     # execution keeps); a single-partition store goes to partition 0
     routed = old.coalesce(1) if rows.single or not names else old.repartition(rp.new_partitions, *names)
     # the Spark-free rewrite's order within each new partition: the same snapshot bytes whatever the shuffle did
-    routed = routed.sortWithinPartitions("_order").select("key", "value")
+    routed = routed.sortWithinPartitions("_order").select("_order", "key", "value")
     # stage 2: one task per new partition writes it
     return routed.mapInArrow(
         _WriteNew(rows, unique_ids, rp.to_rocksdb, extra, dest.url, dict(dest.storage_options)), _SUMMARY_DDL
     )
+
+
+def _transport_spark_schema(names: list[str], key_json: list[Any]) -> Any:
+    """The Spark schema of the rows handed from stage 1 to the shuffle."""
+    from pyspark.sql.types import StructType as SparkStructType
+
+    columns = [*zip(names, key_json, strict=True), ("_order", "long"), ("key", "binary"), ("value", "binary")]
+    return SparkStructType.fromJson(
+        {
+            "type": "struct",
+            "fields": [{"name": name, "type": t, "nullable": True, "metadata": {}} for name, t in columns],
+        }
+    )
+
+
+def _encoded_seed(spark: Any, rp: RewritePlan, rows: StoreRows, edit: StoreEdit, what: str) -> Any:
+    """``edit``'s ``what`` rows (a Spark DataFrame) checked and encoded where they are, in the rows
+    stage 1 hands to the shuffle, placed before the old rows of their new partition."""
+    key_types, key_json = _partition_key_types(rows)
+    names = [f"_k{i}" for i in range(len(key_types))]
+    transport = pa.schema(
+        [
+            *(pa.field(name, t) for name, t in zip(names, key_types, strict=True)),
+            ("_order", pa.int64()),
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+        ]
+    )
+    order = _UPSERT_ORDER if what == "upsert" else _DELETE_ORDER
+    return edit.distributed[what].frame.mapInArrow(
+        _EncodeSeed(rows, what, order, rp.to_rocksdb, transport), _transport_spark_schema(names, key_json)
+    )
+
+
+class _EncodeSeed:
+    """Rows written into a store (``mapInArrow`` over the user's DataFrame): each batch checked
+    against the store's schemas and encoded in the target encoding, with its partition key."""
+
+    def __init__(self, rows: StoreRows, what: str, order: int, to_rocksdb: bool, transport: pa.Schema) -> None:
+        self.rows = rows
+        self.what = what
+        self.order = order
+        self.to_rocksdb = to_rocksdb
+        self.transport = transport
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        label = f"{self.what} rows for {store_label(self.rows.plan, located=True)}"
+        for batch in batches:
+            with spark_worker_errors(label):
+                if not batch.num_rows:
+                    continue
+                rows = self.rows
+                _, keys, values = encode_table(rows, pa.Table.from_batches([batch]), self.what, [])
+                columns, _ = rows.partition_key(keys, None)
+                n = len(keys.starts)
+                k, v = rows.convert(keys, values if values is not None else empty_values(rows, n), self.to_rocksdb)
+                yield pa.RecordBatch.from_arrays(
+                    [*columns, pa.array(np.full(n, self.order, dtype=np.int64)), binary_array(k), binary_array(v)],
+                    schema=self.transport,
+                )
 
 
 def _partition_key_types(rows: StoreRows) -> tuple[list[pa.DataType], list[Any]]:
@@ -316,6 +417,11 @@ class _ReadOld:
         )
 
 
+def _joined(arrays: list[pa.Array]) -> pa.Array:
+    """Binary arrays as one (an empty one for none)."""
+    return pa.concat_arrays(arrays) if arrays else pa.array([], pa.binary())
+
+
 class _Writer:
     """Writes through a :class:`Destination` opened where it runs, counting files and bytes."""
 
@@ -366,16 +472,29 @@ class _WriteNew:
         source = f"rows routed to partition {pid} of {self.label}"
         counts: list[np.ndarray] = []
         rows = size = 0
+        # rows written into the store: they come first in the partition's order, deleted keys then upserts
+        upserted: list[tuple[pa.Array, pa.Array]] = []
+        deleted: list[pa.Array] = []
+        edit = EditCounts()
 
         def framed() -> Iterator[np.ndarray]:
             # the rows stream into the writer batch by batch; the old partitions' counts are picked out
             nonlocal rows, size
+            hit: tuple[pa.Array, pa.Array] | None = None  # the keys upserted and deleted, once all are in
             for batch in batches:
-                keys, values = batch.column("key"), batch.column("value")
+                order, keys, values = batch.column("_order"), batch.column("key"), batch.column("value")
                 if keys.null_count:
                     marks = keys.is_null()
                     counts.extend(np.frombuffer(raw, dtype=_COUNTS) for raw in values.filter(marks).to_pylist())
-                    keys, values = keys.filter(pc.invert(marks)), values.filter(pc.invert(marks))
+                    keep = pc.invert(marks)
+                    order, keys, values = order.filter(keep), keys.filter(keep), values.filter(keep)
+                seeds = pc.less_equal(order, _UPSERT_ORDER)
+                if pc.any(seeds).as_py():
+                    up = pc.equal(order, _UPSERT_ORDER)
+                    upserted.append((keys.filter(up), values.filter(up)))
+                    deleted.append(keys.filter(pc.equal(order, _DELETE_ORDER)))
+                    old = pc.invert(seeds)
+                    keys, values = keys.filter(old), values.filter(old)
                 if not len(keys):
                     continue
                 if pid not in self.targets:
@@ -383,10 +502,29 @@ class _WriteNew:
                         f"rows were routed to partition {pid} of {self.label}, which is "
                         f"not among its new partitions {sorted(self.targets)}"
                     )
+                if hit is None:
+                    hit = (_joined([k for k, _ in upserted]), _joined(deleted))
                 k, v = row_buffer(keys, source + " key"), row_buffer(values, source + " value")
+                if len(hit[0]) or len(hit[1]):
+                    replaced = pc.is_in(keys, value_set=hit[0]).to_numpy(zero_copy_only=False)
+                    lost = pc.is_in(keys, value_set=hit[1]).to_numpy(zero_copy_only=False)
+                    edit.replaced += int(replaced.sum())
+                    edit.lost += int(lost.sum())
+                    kept = np.flatnonzero(~(replaced | lost))
+                    k, v = k.take(kept), v.take(kept)
+                    if not len(kept):
+                        continue
                 rows += len(k.starts)
                 size += int(row_bytes(k, v).sum())
                 yield frame_records(k, v)[0]
+            if upserted and pid in self.targets:
+                k = row_buffer(_joined([k for k, _ in upserted]), source + " upserted key")
+                v = row_buffer(_joined([v for _, v in upserted]), source + " upserted value")
+                edit.gained += len(k.starts) - edit.replaced
+                rows += len(k.starts)
+                size += int(row_bytes(k, v).sum())
+                if len(k.starts):
+                    yield frame_records(k, v)[0]
 
         writer = _Writer(self.url, self.storage_options)
         if pid in self.targets:
@@ -396,8 +534,12 @@ class _WriteNew:
                 pass
         old = np.array(counts, dtype=_COUNTS).reshape(-1, 4)
         # this partition's row (when it is one of the store's), then the old partitions' counts
-        mine = [(True, pid, rows, size, 0, writer.files, writer.bytes)] if pid in self.targets else []
-        theirs = [(False, p, r, b, d, 0, 0) for p, r, b, d in old.tolist()]
+        mine = (
+            [(True, pid, rows, size, 0, writer.files, writer.bytes, edit.gained, edit.replaced, edit.lost)]
+            if pid in self.targets
+            else []
+        )
+        theirs = [(False, p, r, b, d, 0, 0, 0, 0, 0) for p, r, b, d in old.tolist()]
         return pa.RecordBatch.from_pylist(
             [dict(zip(_SUMMARY.names, r, strict=True)) for r in mine + theirs], schema=_SUMMARY
         )

@@ -106,7 +106,7 @@ class _FailsAfterOnePartition:
     def __init__(self) -> None:
         self.stores = 0
 
-    def move(self, rp, rows, drop, target):
+    def move(self, rp, rows, drop, target, edit=None):
         from state_reader.core.rewrite import write_partition, zip_extra_metadata
 
         self.stores += 1

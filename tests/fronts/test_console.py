@@ -69,3 +69,21 @@ def test_render_rewrite_prints_the_text_or_the_summary(capsys):
     assert capsys.readouterr().out.splitlines() == rewrite_lines(report)
     render_rewrite(report, plot_out="plan.png", as_json=True)
     assert json.loads(capsys.readouterr().out) == {**report.summary(), "plot": "plan.png"}
+
+
+def test_rows_written_into_a_store_are_counted_per_partition_they_change():
+    report = _report(dry_run=True)
+    store = report.stores[0]
+    store.add_edit(0, gained=2, replaced=0, lost=0, byte_change=100)
+    store.add_edit(2, gained=0, replaced=1, lost=1, byte_change=-50)
+    store.widened.append("upsert field value.sum: int32 widened to bigint")
+    assert store.rows == 7 and store.rows_per_partition == [3, 2, 2]
+    lines = rewrite_lines(report)
+    at = lines.index("    rows written: 2 keys gained, 1 replaced, 1 lost")
+    assert lines[at + 1 :] == [
+        "      partition 0 gains 2, replaces 0, loses 0",
+        "      partition 2 gains 0, replaces 1, loses 1",
+        "    upsert field value.sum: int32 widened to bigint",
+    ]
+    summary = report.summary()["stores"][0]
+    assert summary["gained_per_partition"] == [2, 0, 0] and summary["lost"] == 1

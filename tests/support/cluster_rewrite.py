@@ -3,6 +3,9 @@ JVMs and Python workers, so nothing may depend on driver memory or driver-only f
 
     python -m tests.support.cluster_rewrite SOURCE DESTINATION '{"num_partitions": 4}'
 
+Rows to write into the store come as Parquet files, read into DataFrames there:
+``{"upsert_parquet": PATH, "delete_parquet": PATH}``.
+
 Prints one JSON line: the report's summary, and each store's report as the test compares them.
 """
 
@@ -32,7 +35,12 @@ def main(argv: list[str]) -> int:
         },
     )
     try:
-        report = state_reader.rewrite(source, destination, spark=spark, **json.loads(options))
+        kwargs = json.loads(options)
+        for what in ("upsert", "delete"):
+            path = kwargs.pop(f"{what}_parquet", None)
+            if path is not None:
+                kwargs[what] = spark.read.parquet(path)
+        report = state_reader.rewrite(source, destination, spark=spark, **kwargs)
         print(
             json.dumps(
                 {

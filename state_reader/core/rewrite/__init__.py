@@ -27,7 +27,10 @@ Every operator on both providers: stores with RocksDB column families
 checkpoint format 2 (new unique ids, listed in the rewritten commit entry)
 included, and moves between the providers where Spark runs the operator on both.
 ``transform`` rewrites each row's key and value on the way
-(:class:`TransformedStoreRows`) and the schema files with them.
+(:class:`TransformedStoreRows`) and the schema files with them. ``seeds`` write rows into a
+store (:class:`StoreSeed`: ``upsert`` and ``delete``, in the shape ``read_state`` returns), checked
+against its schemas first and applied to each new partition as it is written
+(:mod:`~state_reader.core.rewrite.seed`).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from state_reader.core.rewrite.rows import (
     store_label,
     zip_extra_metadata,
 )
+from state_reader.core.rewrite.seed import StoreEdit, StoreSeed, bind_seeds
 from state_reader.core.rewrite.write import Put, counting_writer, failure_marked, finish_checkpoint, write_partition
 
 __all__ = [
@@ -55,11 +59,14 @@ __all__ = [
     "RewriteReport",
     "RoutedSlice",
     "RowMover",
+    "StoreEdit",
     "StoreReport",
     "StoreRows",
+    "StoreSeed",
     "Target",
     "Transform",
     "TransformedStoreRows",
+    "bind_seeds",
     "counting_writer",
     "failure_marked",
     "finish_checkpoint",

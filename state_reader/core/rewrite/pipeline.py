@@ -1,6 +1,7 @@
 """One rewrite, whoever moves its rows: the plan checked, ``drop_keys`` bound to each store's key,
-the destination marked incomplete, each store's rows moved by a :class:`RowMover`, then the logs,
-schema files and operator metadata, and last the commit point.
+rows written into stores (``upsert``, ``delete``) checked and encoded, the destination marked
+incomplete, each store's rows moved by a :class:`RowMover`, then the logs, schema files and operator
+metadata, and last the commit point.
 
 Two movers: :class:`LocalRows` routes on this machine through local temporary files; the Spark
 front's moves the rows with Spark's own shuffle (``fronts/spark_rewrite``). A dry run always
@@ -10,14 +11,18 @@ counts on this machine (nothing is written, so nothing needs spreading out).
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+import numpy as np
 
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
 from state_reader.core.rewrite.plan import RewritePlan, plan_rewrite
 from state_reader.core.rewrite.report import RewriteReport, StoreReport, store_report
 from state_reader.core.rewrite.route import Spill, route_store
 from state_reader.core.rewrite.rows import StoreRows, Transform, store_label, zip_extra_metadata
+from state_reader.core.rewrite.seed import EditCounts, EditSpill, StoreEdit, StoreSeed, bind_seeds, edited
 from state_reader.core.rewrite.write import Put, counting_writer, failure_marked, finish_checkpoint, write_partition
 from state_reader.core.scan import bind_key_filter
 from state_reader.errors import InvalidOptionError
@@ -40,9 +45,12 @@ class Target:
 class RowMover(Protocol):
     """How the rows of one store get from its old partitions into the new partitions' snapshots."""
 
-    def move(self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, target: Target) -> StoreReport:
+    def move(
+        self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, target: Target, edit: StoreEdit | None = None
+    ) -> StoreReport:
         """Write every new partition of ``rows``'s store (an empty one too), leaving out the rows
-        ``drop`` matches, and return the store's counts, old partitions and new."""
+        ``drop`` matches and applying ``edit`` (rows upserted, keys deleted), and return the
+        store's counts, old partitions and new."""
         ...
 
 
@@ -54,7 +62,27 @@ class LocalRows:
 
     show_progress: bool | None = None
 
-    def move(self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, target: Target) -> StoreReport:
+    def move(
+        self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, target: Target, edit: StoreEdit | None = None
+    ) -> StoreReport:
+        return self._route(rp, rows, drop, edit, target)
+
+    def count(
+        self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, edit: StoreEdit | None = None
+    ) -> StoreReport:
+        """A dry run's counts of one store: every row routed, nothing written (an edit's rows are
+        routed through temporary files, to count the keys each partition gains, replaces and loses)."""
+        if edit is not None:
+            return self._route(rp, rows, drop, edit, None)
+        store = store_report(rows.plan)
+        label = store_label(rows.plan)
+        with progress(f"routing {label}", len(rows.plan.partitions), enabled=self.show_progress) as bar:
+            route_store(rows, store, rp.new_partitions, drop, rp.to_rocksdb, None, bar)
+        return store
+
+    def _route(
+        self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, edit: StoreEdit | None, target: Target | None
+    ) -> StoreReport:
         n = rp.new_partitions
         store = store_report(rows.plan)
         targets = rows.target_partitions(n)
@@ -65,21 +93,27 @@ class LocalRows:
                 f"routing {label}", len(rows.plan.partitions) + len(targets), enabled=self.show_progress
             ) as bar:
                 route_store(rows, store, n, drop, rp.to_rocksdb, spill, bar)
-                bar.advance(0, f"writing {label}")
+                seeded = None if edit is None else EditSpill(workdir, edit, n, rp.to_rocksdb)
+                if edit is not None:
+                    store.widened = list(edit.widened)
+                bar.advance(0, f"writing {label}" if target is not None else f"counting {label}")
                 extra = zip_extra_metadata(rows.plan)
-                for pid in targets:
-                    unique_id = rp.unique_id(rows.plan, pid)
-                    write_partition(rows.plan, pid, spill.take(pid), rp.to_rocksdb, extra, target.put, unique_id)
+                for index, pid in enumerate(targets):
+                    records: Iterator[bytes | np.ndarray] = spill.take(pid)
+                    counts = EditCounts()
+                    if seeded is not None:
+                        records = edited(records, *seeded.take(pid), f"{label}, new partition {pid}", counts)
+                    if target is None:
+                        for _ in records:  # counted as they pass
+                            pass
+                    else:
+                        unique_id = rp.unique_id(rows.plan, pid)
+                        write_partition(rows.plan, pid, records, rp.to_rocksdb, extra, target.put, unique_id)
+                    if seeded is not None:
+                        byte_change = counts.added_bytes - counts.removed_bytes
+                        store.add_edit(index, counts.gained, counts.replaced, counts.lost, byte_change)
                     release_free_memory()
                     bar.advance()
-        return store
-
-    def count(self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None) -> StoreReport:
-        """A dry run's counts of one store: every row routed, nothing written."""
-        store = store_report(rows.plan)
-        label = store_label(rows.plan)
-        with progress(f"routing {label}", len(rows.plan.partitions), enabled=self.show_progress) as bar:
-            route_store(rows, store, rp.new_partitions, drop, rp.to_rocksdb, None, bar)
         return store
 
 
@@ -96,6 +130,7 @@ def rewrite_checkpoint(
     show_progress: bool | None = None,
     transform: Transform | dict[int, Transform] | None = None,
     mover: RowMover | None = None,
+    seeds: Sequence[StoreSeed] = (),
 ) -> RewriteReport:
     """Write the checkpoint of ``source`` at ``batch_id`` (default: the last committed) into ``dest``.
 
@@ -103,7 +138,9 @@ def rewrite_checkpoint(
     new partition would get next to each old partition's. ``transform`` changes each row's
     key and value on the way (:class:`~state_reader.core.rewrite.rows.TransformedStoreRows`), and
     the schema files with them. ``mover`` moves each store's rows (default: :class:`LocalRows`);
-    a dry run counts with :class:`LocalRows` whatever it is.
+    a dry run counts with :class:`LocalRows` whatever it is. ``seeds`` write rows into stores
+    (:class:`~state_reader.core.rewrite.seed.StoreSeed`: ``upsert``, ``delete``), checked against
+    each store's schemas before anything is written.
     """
     rp = plan_rewrite(
         source,
@@ -114,21 +151,30 @@ def rewrite_checkpoint(
         transform=transform,
     )
     local = LocalRows(show_progress)
+    # checked and encoded up front: rows that do not fit fail before anything is written
+    edits = bind_seeds(rp.stores, seeds, rp.checkpoint.location)
     if dry_run:
         report = rp.report("", dry_run=True)
-        for rows in rp.stores:
-            report.stores.append(local.count(rp, rows, _dropped(rows, drop_keys)))
+        for rows, edit in zip(rp.stores, edits, strict=True):
+            report.stores.append(local.count(rp, rows, _dropped(rows, drop_keys), edit))
         return report
     if dest is None:
         raise InvalidOptionError("a rewrite needs a destination (or dry_run=True)")
     # bound to each store's key up front: a bad filter fails before anything is written or any task runs
     dropped = [_dropped(rows, drop_keys) for rows in rp.stores]
+    for rows, edit in zip(rp.stores, edits, strict=True):
+        if edit is not None and edit.distributed:
+            # rows left where they are (a Spark DataFrame) are checked by the mover that reads them, before any write
+            check = getattr(mover, "check_seed", None)
+            if check is None:
+                raise InvalidOptionError(f"rows for {store_label(rows.plan)} are a Spark DataFrame: pass spark= too")
+            check(rp, rows, edit)
     dest.begin(rp.checkpoint.location)  # marked incomplete: the commit point is the real `metadata`, written last
     report = rp.report(dest.display(), dry_run=False)
     target = Target(dest, report, counting_writer(dest, report))
     with failure_marked(rp, dest):
-        for rows, drop in zip(rp.stores, dropped, strict=True):
-            report.stores.append((mover or local).move(rp, rows, drop, target))
+        for rows, drop, edit in zip(rp.stores, dropped, edits, strict=True):
+            report.stores.append((mover or local).move(rp, rows, drop, target, edit))
         finish_checkpoint(rp, dest, target.put)
     return report
 

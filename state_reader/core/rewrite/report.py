@@ -36,6 +36,33 @@ class StoreReport:
     bytes_per_partition: list[int] = field(default_factory=list)
     old_rows_per_partition: list[int] = field(default_factory=list)
     old_bytes_per_partition: list[int] = field(default_factory=list)
+    # rows written into the store (upsert, delete): keys each new partition gains, replaces and loses
+    gained_per_partition: list[int] = field(default_factory=list)
+    replaced_per_partition: list[int] = field(default_factory=list)
+    lost_per_partition: list[int] = field(default_factory=list)
+    # the safe widenings applied to the types of those rows, one sentence each
+    widened: list[str] = field(default_factory=list)
+
+    @property
+    def edited(self) -> bool:
+        """Whether rows were written into this store (``upsert`` or ``delete``)."""
+        return bool(self.gained_per_partition)
+
+    def add_edit(self, index: int, gained: int, replaced: int, lost: int, byte_change: int) -> None:
+        """Count what an edit did to the ``index``-th new partition (its rows and bytes follow)."""
+        if not self.gained_per_partition:
+            width = len(self.rows_per_partition)
+            self.gained_per_partition, self.replaced_per_partition, self.lost_per_partition = (
+                [0] * width,
+                [0] * width,
+                [0] * width,
+            )
+        self.gained_per_partition[index] += gained
+        self.replaced_per_partition[index] += replaced
+        self.lost_per_partition[index] += lost
+        self.rows_per_partition[index] += gained - lost
+        self.bytes_per_partition[index] += byte_change
+        self.rows += gained - lost
 
 
 @dataclass
@@ -145,6 +172,19 @@ class RewriteReport:
                     "dropped": s.dropped,
                     "rows_per_partition": s.rows_per_partition,
                     "bytes_per_partition": s.bytes_per_partition,
+                    **(
+                        {
+                            "gained": sum(s.gained_per_partition),
+                            "replaced": sum(s.replaced_per_partition),
+                            "lost": sum(s.lost_per_partition),
+                            "gained_per_partition": s.gained_per_partition,
+                            "replaced_per_partition": s.replaced_per_partition,
+                            "lost_per_partition": s.lost_per_partition,
+                            "widened": s.widened,
+                        }
+                        if s.edited
+                        else {}
+                    ),
                 }
                 for s in self.stores
             ],
