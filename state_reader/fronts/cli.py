@@ -12,7 +12,6 @@ with 2 when it finds damage.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import sys
 import time
@@ -26,6 +25,11 @@ from state_reader._version import __version__
 from state_reader.errors import StateReaderError
 from state_reader.fronts import console
 from state_reader.fronts.cli_flags import (
+    EXIT_DAMAGED,
+    EXIT_ERROR,
+    EXIT_FINDINGS,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
     KEY_FILTER_HELP,
     LAYOUT,
     STATE_VAR_NAME,
@@ -38,10 +42,11 @@ from state_reader.fronts.cli_flags import (
     in_flags,
     instead_of,
     key_lookup_flags,
+    storage_options_of,
     store_read_flags,
 )
+from state_reader.fronts.cli_rewrite import rewrite
 from state_reader.inspect.doctor_thresholds import THRESHOLDS
-from state_reader.model.conf import PROVIDER_NAMES
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -51,29 +56,11 @@ if TYPE_CHECKING:
 # Each command imports what it uses when it runs: numpy, pyarrow and fsspec are most of
 # a cold start, and `overview` or `--help` should not wait for what only `show` needs.
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_DAMAGED = 2
-EXIT_FINDINGS = 3  # doctor: a warning or worse
-EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report an interrupted command
 DEFAULT_LIMIT = 50
 
 
 # ---------------------------------------------------------------------------
 # options (the flags several commands declare alike are in cli_flags)
-
-
-def _storage_options(pairs: Sequence[str]) -> dict[str, Any] | None:
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--storage-option")
-        try:
-            out[key] = json.loads(value)
-        except ValueError:
-            out[key] = value
-    return out or None
 
 
 T = TypeVar("T")
@@ -86,7 +73,7 @@ def _read(checkpoint: str, storage_option: Sequence[str], read: Callable[[StateR
 
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     return read_consistently(
-        from_kwargs(checkpoint, {**kwargs, "storage_options": _storage_options(storage_option)}), read
+        from_kwargs(checkpoint, {**kwargs, "storage_options": storage_options_of(storage_option)}), read
     )
 
 
@@ -125,7 +112,7 @@ def overview(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequen
     """The checkpoint at a glance: operators, stores, batches, provider, codec, state formats."""
     from state_reader.inspect.overview import describe_checkpoint
 
-    info = describe_checkpoint(checkpoint, storage_options=_storage_options(storage_option))
+    info = describe_checkpoint(checkpoint, storage_options=storage_options_of(storage_option))
     console.render_overview(info, as_json=as_json)
     return EXIT_OK
 
@@ -242,7 +229,7 @@ def stats(
         store_name=store_name,
         change_start_batch_id=start,
         change_end_batch_id=end,
-        storage_options=_storage_options(storage_option),
+        storage_options=storage_options_of(storage_option),
     )
     console.render_stats(result, batch_summary(result.table), detail=detail, as_json=as_json)
     return EXIT_OK
@@ -330,7 +317,7 @@ def changes_command(
             skip_lost=skip_lost,
             start_with_snapshot=start_with_snapshot,
             as_json=as_json,
-            storage_options=_storage_options(storage_option),
+            storage_options=storage_options_of(storage_option),
         )
     if skip_lost or start_with_snapshot:
         raise click.UsageError("--skip-lost and --snapshot go with --follow")
@@ -347,7 +334,7 @@ def changes_command(
         key_filter=key_filter,
         key_schema=key_schema,
         value_schema=value_schema,
-        storage_options=_storage_options(storage_option),
+        storage_options=storage_options_of(storage_option),
     )
     console.render_changes(
         table,
@@ -438,7 +425,7 @@ def verify(checkpoint: str, operator_id: int | None, as_json: bool, debug: bool,
     """Decode every retained version; exit 2 on damage."""
     from state_reader.inspect.verify import verify_checkpoint
 
-    report = verify_checkpoint(checkpoint, operator_id=operator_id, storage_options=_storage_options(storage_option))
+    report = verify_checkpoint(checkpoint, operator_id=operator_id, storage_options=storage_options_of(storage_option))
     console.render_verify(report, as_json=as_json)
     return EXIT_OK if report.ok else EXIT_DAMAGED
 
@@ -480,7 +467,7 @@ def plot(
         store_name=store_name,
         change_start_batch_id=start,
         change_end_batch_id=end,
-        storage_options=_storage_options(storage_option),
+        storage_options=storage_options_of(storage_option),
     )
     fig = figure_from_stats(result.table, title=f"state of {checkpoint}")
     fig.savefig(out)
@@ -491,200 +478,7 @@ def plot(
     return EXIT_OK
 
 
-@cli.command(epilog=KEY_FILTER_HELP)
-@click.argument("checkpoint")
-@click.argument("destination", required=False)
-@click.option(
-    "--partitions",
-    "num_partitions",
-    type=click.IntRange(min=1),
-    help="New number of state partitions (default: unchanged).",
-)
-@deprecated_flag("-n", "--partitions", "deprecated_n", type=click.IntRange(min=1))
-@click.option("--provider", type=click.Choice(list(PROVIDER_NAMES)), help="Write the state in this provider's files.")
-@click.option("--drop-keys", metavar="EXPR", help="Leave out the keys matching this key filter, from every store.")
-@click.option("--batch", "batch_id", type=int, help="Committed batch to rewrite (default: the last).")
-@click.option("--allow-uncommitted", is_flag=True, help="Rewrite even when the last planned batch has no commit.")
-@click.option("--dry-run", is_flag=True, help="Write nothing; show the rows and bytes each new partition would get.")
-@click.option("--plot", "plot_out", metavar="FILE.png", help="Also draw the current and the new partition sizes.")
-@click.option(
-    "--upsert",
-    "upsert",
-    metavar="ROWS",
-    help="Write these rows into one store (Parquet, JSON lines or CSV; columns key and value as show gives them).",
-)
-@click.option("--delete", "delete", metavar="KEYS", help="Take these keys out of that store (a key column).")
-@click.option("--operator", "-O", "operator_id", type=int, help="The operator --upsert and --delete write into.")
-@click.option("--store", "-s", "store_name", help="The store --upsert and --delete write into (default 'default').")
-@STATE_VAR_NAME
-@common_options
-def rewrite(
-    checkpoint: str,
-    destination: str | None,
-    num_partitions: int | None,
-    deprecated_n: int | None,
-    provider: str | None,
-    drop_keys: str | None,
-    batch_id: int | None,
-    allow_uncommitted: bool,
-    dry_run: bool,
-    plot_out: str | None,
-    upsert: str | None,
-    delete: str | None,
-    operator_id: int | None,
-    store_name: str | None,
-    state_var_name: str | None,
-    as_json: bool,
-    debug: bool,
-    storage_option: Sequence[str],
-) -> int:
-    """Write CHECKPOINT's state into a new checkpoint DESTINATION that the same query resumes from
-    (CHECKPOINT is only read; DESTINATION must not exist or be empty). With --upsert and --delete,
-    rows are written into one store on the way (the dry run says how many keys each partition
-    gains, replaces and loses)."""
-    from state_reader.fronts.api import rewrite as rewrite_checkpoint
-
-    num_partitions = instead_of(num_partitions, deprecated_n, "--partitions", "-n")
-    if destination is None and not dry_run:
-        raise click.UsageError("DESTINATION is required unless --dry-run is given")
-    if plot_out is not None:
-        try:
-            import matplotlib
-        except ImportError:
-            from state_reader.fronts.plotting import PLOT_NEEDS
-
-            raise click.ClickException(PLOT_NEEDS) from None
-        matplotlib.use("Agg")
-    report = rewrite_checkpoint(
-        checkpoint,
-        None if dry_run else destination,
-        num_partitions=num_partitions,
-        provider=provider,
-        drop_keys=drop_keys,
-        batch_id=batch_id,
-        allow_uncommitted=allow_uncommitted,
-        dry_run=dry_run,
-        storage_options=_storage_options(storage_option),
-        **_rows_to_write(checkpoint, upsert, delete, operator_id, store_name, state_var_name, storage_option, batch_id),
-    )
-    if plot_out is not None:
-        from state_reader.fronts.plotting import rewrite_layout_figure
-
-        rewrite_layout_figure(report).savefig(plot_out)
-    console.render_rewrite(report, plot_out=plot_out, as_json=as_json)
-    return EXIT_OK
-
-
-def _rows_to_write(
-    checkpoint: str,
-    upsert_file: str | None,
-    delete_file: str | None,
-    operator_id: int | None,
-    store_name: str | None,
-    state_var_name: str | None,
-    storage_option: Sequence[str],
-    batch_id: int | None,
-) -> dict[str, Any]:
-    """``rewrite``'s ``upsert``, ``delete`` and store selectors, the files read with the store's own
-    column types (JSON lines and CSV say little about types themselves)."""
-    if upsert_file is None and delete_file is None:
-        if (operator_id, store_name, state_var_name) != (None, None, None):
-            raise click.UsageError(
-                "--operator, --store and --state-var-name choose the store that --upsert and --delete write into"
-            )
-        return {}
-    from state_reader.fronts.api import scan_state
-    from state_reader.inspect.flatten import unique_schema
-
-    reader = scan_state(
-        checkpoint,
-        operator_id=operator_id,
-        store_name=store_name,
-        state_var_name=state_var_name,
-        batch_id=batch_id,
-        storage_options=_storage_options(storage_option),
-    )
-    schema = unique_schema(reader.schema)
-    reader.close()
-    return {
-        "upsert": None if upsert_file is None else _read_rows(upsert_file, schema, "--upsert"),
-        "delete": None if delete_file is None else _read_rows(delete_file, schema, "--delete"),
-        "operator_id": operator_id,
-        "store_name": store_name,
-        "state_var_name": state_var_name,
-    }
-
-
-ROWS_FORMATS = {".parquet": "parquet", ".jsonl": "json", ".ndjson": "json", ".csv": "csv"}
-
-
-def _read_rows(path: str, schema: pa.Schema, flag: str) -> pa.Table:
-    """A file of rows (Parquet; JSON lines with ``key`` and ``value`` objects; CSV with dotted column
-    names such as ``key.user``), typed by ``schema`` where the format does not carry types."""
-    import pyarrow as pa
-
-    kind = ROWS_FORMATS.get(os.path.splitext(path)[1].lower())
-    if kind is None:
-        raise click.UsageError(f"{flag} {path}: give a .parquet, .jsonl (JSON lines) or .csv file")
-    if not os.path.isfile(path):
-        raise click.UsageError(f"{flag} {path}: no such file")
-    try:
-        if kind == "parquet":
-            import pyarrow.parquet as pq
-
-            return pq.read_table(path)
-        if kind == "json":
-            from pyarrow import json as pa_json
-
-            with open(path, "rb") as fh:
-                names = set(json.loads(fh.readline() or b"{}"))
-            fields = [f for f in schema if f.name in names]
-            options = pa_json.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="infer")
-            return pa_json.read_json(path, parse_options=options)
-        from pyarrow import csv as pa_csv
-
-        leaves = dict(_leaf_types(schema))
-        # an empty field is a null, a quoted empty one an empty string (as pyarrow and Spark write them)
-        convert = pa_csv.ConvertOptions(column_types=leaves, strings_can_be_null=True, quoted_strings_can_be_null=False)
-        table = pa_csv.read_csv(path, convert_options=convert)
-        return _nested(table)
-    except pa.ArrowInvalid as exc:
-        raise click.UsageError(f"{flag} {path}: {exc}") from None
-
-
-def _leaf_types(schema: pa.Schema | pa.StructType, prefix: str = "") -> list[tuple[str, pa.DataType]]:
-    """Each plain field of ``schema`` by its dotted name (``value.count``), as CSV columns name them."""
-    import pyarrow as pa
-
-    out: list[tuple[str, pa.DataType]] = []
-    for f in schema if isinstance(schema, pa.Schema) else [schema.field(i) for i in range(schema.num_fields)]:
-        name = f"{prefix}{f.name}"
-        if pa.types.is_struct(f.type):
-            out += _leaf_types(f.type, name + ".")
-        elif not pa.types.is_nested(f.type):
-            out.append((name, f.type))
-    return out
-
-
-def _nested(table: pa.Table) -> pa.Table:
-    """Dotted columns (``key.user``) gathered back into struct columns, in the order they come."""
-    import pyarrow as pa
-
-    tree: dict[str, Any] = {}
-    for name, column in zip(table.column_names, table.columns, strict=True):
-        node = tree
-        *parents, leaf = name.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = column.combine_chunks()
-
-    def build(node: Any) -> pa.Array:
-        if not isinstance(node, dict):
-            return node
-        children = {k: build(v) for k, v in node.items()}
-        return pa.StructArray.from_arrays(list(children.values()), names=list(children))
-
-    return pa.table({name: build(node) for name, node in tree.items()})
+cli.add_command(rewrite)
 
 
 @cli.command()
@@ -709,7 +503,7 @@ def doctor(
         if not sep:
             raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--threshold")
         given[name.strip()] = value.strip()
-    result = diagnose(checkpoint, thresholds=given, storage_options=_storage_options(storage_option))
+    result = diagnose(checkpoint, thresholds=given, storage_options=storage_options_of(storage_option))
     console.render_doctor(result, as_json=as_json)
     return EXIT_OK if result.healthy else EXIT_FINDINGS
 
@@ -754,7 +548,7 @@ def why(
         state_var_name=state_var_name,
         change_feed_from_snapshots=change_feed_from_snapshots,
         history=history,
-        storage_options=_storage_options(storage_option),
+        storage_options=storage_options_of(storage_option),
     )
     console.render_why(result, as_json=as_json)
     return EXIT_OK
@@ -767,7 +561,7 @@ def schema(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequence
     """Print every store's stored key and value schema."""
     from state_reader.inspect.schema_check import store_schemas
 
-    schemas = store_schemas(checkpoint, storage_options=_storage_options(storage_option))
+    schemas = store_schemas(checkpoint, storage_options=storage_options_of(storage_option))
     console.render_schema(schemas, as_json=as_json)
     return EXIT_OK
 
@@ -783,7 +577,7 @@ def schema_diff(checkpoint: str, other: str, as_json: bool, debug: bool, storage
     """
     from state_reader.inspect.schema_check import compare_schemas
 
-    verdicts = compare_schemas(checkpoint, other, storage_options=_storage_options(storage_option))
+    verdicts = compare_schemas(checkpoint, other, storage_options=storage_options_of(storage_option))
     console.render_schema_diff(verdicts, as_json=as_json)
     return EXIT_OK if all(v.compatible for v in verdicts) else EXIT_FINDINGS
 

@@ -9,6 +9,7 @@ take the group of commands (``cli``) rather than import it.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,6 +18,14 @@ import click
 
 from state_reader.core.options import OPTIONS, snake_case
 from state_reader.deprecation import renamed_message
+
+# what a command exits with
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_DAMAGED = 2  # verify: damage found
+EXIT_FINDINGS = 3  # doctor: a warning or worse
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as shells report an interrupted command
+
 
 # ---------------------------------------------------------------------------
 # the options several commands declare alike
@@ -38,6 +47,20 @@ LAYOUT = click.option(
     show_default=True,
     help="Rows as a table, or one block per row (records).",
 )
+
+
+def storage_options_of(pairs: Sequence[str]) -> dict[str, Any] | None:
+    """The storage options ``-o KEY=VALUE`` gives (a VALUE that is JSON as its value, else the text)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--storage-option")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out or None
 
 
 def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
