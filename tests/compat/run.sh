@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # The compatibility matrix: for each pyspark line, a virtualenv with that pyspark and the
 # libraries its clusters run (tests/compat/<line>.txt), then the tests of the Spark fronts
-# against that Spark's own built-in reader. Usage: tests/compat/run.sh [LINE ...]
+# against that Spark's own built-in reader. Usage: tests/compat/run.sh [--install-only] [LINE ...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-python3}
+INSTALL_ONLY=0
+if [ "${1:-}" = "--install-only" ]; then
+  INSTALL_ONLY=1
+  shift
+fi
 LINES=("$@")
 # 4.3 is the pyspark of .venv, which `make test` runs
 [ ${#LINES[@]} -gt 0 ] || LINES=(3.5 4.0 4.1 4.2)
@@ -38,6 +43,7 @@ for i in "${!LINES[@]}"; do
   fi
 done
 [ "$failed" = 0 ] || exit 1
+[ "$INSTALL_ONLY" = 0 ] || exit 0
 
 for line in "${LINES[@]}"; do
   venv=.venv-compat/$line
