@@ -65,6 +65,15 @@ def spark_session(shuffle_partitions: int = 2):
     return spark
 
 
+def add_input(root: str, rows: list[dict]) -> None:
+    """One more input file, newer than the others (the file source takes files oldest first)."""
+    path = os.path.join(root, "input", "9999.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(row) + "\n" for row in rows)
+    now = time.time() + 5
+    os.utime(path, (now, now))
+
+
 def run_query(
     spark, root: str, batches: list[list[dict]], schema: str, build: Callable, output_mode: str = "update"
 ) -> str:

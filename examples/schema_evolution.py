@@ -14,13 +14,11 @@ after the rewrite.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import time
 
 import pyarrow as pa
-from _streaming import example_arguments, run_query, spark_session, workspace
+from _streaming import add_input, example_arguments, run_query, spark_session, workspace
 
 import state_reader
 
@@ -62,15 +60,6 @@ def add_largest(batch: pa.RecordBatch) -> pa.RecordBatch:
         [*columns, pa.nulls(len(value), pa.int64())], fields=[*fields, pa.field("max", pa.int64())]
     )
     return pa.RecordBatch.from_arrays([batch.column("key"), new_value], names=["key", "value"])
-
-
-def add_input(root: str, rows: list[dict]) -> None:
-    """One more input file, newer than the others (the file source takes files oldest first)."""
-    path = os.path.join(root, "input", "9999.json")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.writelines(json.dumps(row) + "\n" for row in rows)
-    now = time.time() + 5
-    os.utime(path, (now, now))
 
 
 def restart(spark, root: str, checkpoint: str) -> list[tuple]:

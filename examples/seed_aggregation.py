@@ -12,12 +12,10 @@ checkpoint; the query resumes there as if it had seen the history itself.
 
 from __future__ import annotations
 
-import json
 import os
-import time
 
 import pyarrow as pa
-from _streaming import example_arguments, run_query, spark_session, workspace
+from _streaming import add_input, example_arguments, run_query, spark_session, workspace
 
 import state_reader
 
@@ -59,15 +57,6 @@ def seed_rows(checkpoint: str, history: dict[str, tuple[int, int]]) -> pa.Table:
         value = {count_name: purchases + seen[count_name], sum_name: spent + seen[sum_name]}
         rows.append({"key": {"customer": customer}, "value": value})
     return pa.Table.from_pylist(rows, schema=state.schema)
-
-
-def add_input(root: str, rows: list[dict]) -> None:
-    """One more input file, newer than the others (the file source takes files oldest first)."""
-    path = os.path.join(root, "input", "9999.json")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.writelines(json.dumps(row) + "\n" for row in rows)
-    now = time.time() + 5
-    os.utime(path, (now, now))
 
 
 def restart(spark, root: str, checkpoint: str) -> list[tuple]:

@@ -12,12 +12,10 @@ value as read_state shows an empty one), and resume from the new checkpoint.
 
 from __future__ import annotations
 
-import json
 import os
-import time
 
 import pyarrow as pa
-from _streaming import example_arguments, run_query, spark_session, workspace
+from _streaming import add_input, example_arguments, run_query, spark_session, workspace
 
 import state_reader
 
@@ -50,15 +48,6 @@ def seed_rows(checkpoint: str, ids: list[int]) -> pa.Table:
     value_type = schema.field("value").type
     empty = {value_type.field(i).name: None for i in range(value_type.num_fields)}
     return pa.Table.from_pylist([{"key": {"id": i}, "value": empty} for i in ids], schema=schema)
-
-
-def add_input(root: str, rows: list[dict]) -> None:
-    """One more input file, newer than the others (the file source takes files oldest first)."""
-    path = os.path.join(root, "input", "9999.json")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.writelines(json.dumps(row) + "\n" for row in rows)
-    now = time.time() + 5
-    os.utime(path, (now, now))
 
 
 def restart(spark, root: str, checkpoint: str) -> list[int]:
