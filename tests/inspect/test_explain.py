@@ -203,6 +203,11 @@ class Running:
             handle.awaitTermination(processing_seconds)
             handle.stop()
 
+    def wake(self, seconds: float) -> None:
+        """The query run on for ``seconds`` of processing time, woken by one row of another key: a query
+        restarted with no new input runs no batch, however many timeouts it holds, until input comes."""
+        self.feed([{"ts": _at(T0), "k": "wake", "v": 0}], processing_seconds=seconds)
+
     def _add(self, rows: list[dict]) -> None:
         staging = self.out / f"more-{self.files}"
         write_input([rows], staging)
@@ -415,7 +420,7 @@ def test_processing_time_timeout_fires_once_the_batch_time_passes_it(spark, tmp_
     assert verdict.when_time_ms == written.batch_time_ms + PROCESSING_DELAY_MS + 1
     since = story.timeline[-1].batch_id
 
-    running.feed([], processing_seconds=PROCESSING_DELAY_MS / 1000 + 5)
+    running.wake(seconds=PROCESSING_DELAY_MS / 1000 + 5)
     logs = CheckpointDir(Storage(cp))
     seen = [
         (b, logs.offset_entry(b).timestamp_ms, state_reader.read_state(cp, batch_id=b, key_filter="k = 'a'").num_rows)
@@ -503,7 +508,7 @@ def test_transform_with_state_ttl_expires_when_the_batch_time_reaches_it(spark, 
     assert verdict.when_time_ms == written.batch_time_ms + PROCESSING_DELAY_MS
     since = story.timeline[-1].batch_id
 
-    running.feed([], processing_seconds=PROCESSING_DELAY_MS / 1000 + 5)
+    running.wake(seconds=PROCESSING_DELAY_MS / 1000 + 5)
     seen = _by_batch_time(cp, since)
     assert any(t >= verdict.when_time_ms for _, t, _ in seen), seen
     for _, batch_time, rows in seen:
@@ -520,7 +525,7 @@ def test_transform_with_state_processing_time_timer_fires_when_the_batch_time_pa
     assert verdict.details["timer_clock"] == "processing time"
     since = story.timeline[-1].batch_id
 
-    running.feed([], processing_seconds=PROCESSING_DELAY_MS / 1000 + 5)
+    running.wake(seconds=PROCESSING_DELAY_MS / 1000 + 5)
     seen = _by_batch_time(cp, since)
     assert any(t >= timer for _, t, _ in seen), seen
     for _, batch_time, rows in seen:
