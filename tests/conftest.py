@@ -65,6 +65,16 @@ def scala_checkpoints(spark, tmp_path_factory):
     return get
 
 
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory):
+    """One ``local-cluster`` master for the suite, in its own process, started on first use."""
+    from tests.support.cluster import LocalCluster
+
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    yield cluster
+    cluster.close()
+
+
 def pytest_collection_modifyitems(config, items):
     # every test that needs a SparkSession, directly or through the checkpoints it writes, is marked
     # `spark`, so `pytest -m "not spark"` runs the Spark-free tests alone in seconds

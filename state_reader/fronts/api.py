@@ -360,9 +360,13 @@ def _as_rows(rows: Any, distributed: bool = False) -> Any:
             raise _InvalidOptionError("with spark=, give upsert and delete as Spark DataFrames")
         return rows
     if distributed:
+        import inspect
+
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        return _DistributedRows(to_arrow_schema(rows.schema), rows)
+        # timestamps as read_state types them; pyspark 4 asks for the zone, 3.5 always gives UTC
+        zone = {"timezone": "UTC"} if "timezone" in inspect.signature(to_arrow_schema).parameters else {}
+        return _DistributedRows(to_arrow_schema(rows.schema, **zone), rows)
     if hasattr(rows, "toArrow"):
         return rows.toArrow()
     return pa.Table.from_pandas(rows.toPandas(), preserve_index=False)

@@ -359,41 +359,6 @@ def test_through_spark_the_rows_stay_on_the_executors_and_land_alike(spark, tota
     assert digest(totals) == before
 
 
-def test_through_spark_on_a_local_cluster(totals, tmp_path):
-    """Executors in their own JVMs and Python workers: the seed never needs the driver's memory."""
-    import json
-    import subprocess
-    import sys
-
-    import pyarrow.parquet as pq
-
-    from tests.support.paths import ROOT
-
-    rows = _rows(totals)
-    users = pc.struct_field(rows.column("key"), [0])
-    seed = rows.filter(pc.not_equal(users, "bob")).drop(["partition_id"])
-    gone = rows.filter(pc.equal(users, "bob")).select(["key"])
-    pq.write_table(seed, tmp_path / "seed.parquet")
-    pq.write_table(gone, tmp_path / "gone.parquet")
-    options = {"num_partitions": 3, "upsert_parquet": str(tmp_path / "seed.parquet")}
-    options["delete_parquet"] = str(tmp_path / "gone.parquet")
-    out = subprocess.run(
-        [sys.executable, "-m", "tests.support.cluster_rewrite", totals, str(tmp_path / "cluster"), json.dumps(options)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    cluster = json.loads(out.stdout.strip().splitlines()[-1])
-    local = state_reader.rewrite(totals, str(tmp_path / "local"), upsert=seed, delete=gone, num_partitions=3)
-    assert cluster["summary"]["stores"] == local.summary()["stores"]
-    store = local.summary()["stores"][0]
-    assert (store["gained"], store["replaced"], store["lost"]) == (0, seed.num_rows, gone.num_rows)
-    written = {name: sorted(map(str, _rows(str(tmp_path / name)).to_pylist())) for name in ("cluster", "local")}
-    assert written["cluster"] == written["local"]
-
-
 # -- the seeding examples -----------------------------------------------------------------------------------
 
 

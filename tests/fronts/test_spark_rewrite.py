@@ -6,18 +6,13 @@ assigns; and its report (and, for HDFS-backed state, every file) is the Spark-fr
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 import state_reader
 from state_reader.core.rewrite import RewriteReport
 from state_reader.io.destination import INCOMPLETE_PREFIX
-from tests.support.paths import ROOT
 from tests.support.resume import (
     add_input,
     assert_builtin_sees_same_state,
@@ -101,37 +96,57 @@ def test_resume_oracle_through_spark(spark, tmp_path, name, options):
 
 
 @pytest.mark.cluster
-def test_through_spark_on_local_cluster(spark, tmp_path):
-    """Executors in their own JVMs and Python workers: each reads and writes its partitions itself."""
+def test_through_spark_on_local_cluster(spark, tmp_path, local_cluster):
+    """Executors in their own JVMs and Python workers: each reads and writes its partitions itself, and rows
+    written into a store go from a DataFrame to the partitions' tasks, never through the driver."""
+    import pyarrow.parquet as pq
+
     query = QUERIES["agg_window"]
     src = run_query(spark, query, tmp_path / "run")
     input_dir = tmp_path / "run" / "input"
     options = {"num_partitions": 4}
     dst = str(tmp_path / "dst")
-    env = dict(os.environ, SPARK_LOCAL_DIRS=str(tmp_path / "local"))
-    # the cluster starts in its own process (one SparkContext per process) while this one prepares the oracle
-    with subprocess.Popen(
-        [sys.executable, "-m", "tests.support.cluster_rewrite", src, dst, json.dumps(options)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=ROOT,
-    ) as proc:
-        free = str(tmp_path / "free")
-        want = state_reader.rewrite(src, free, **options)
-        add_input(input_dir, new_batches(query))
-        copy = str(tmp_path / "src-copy")
-        shutil.copytree(src, copy)
-        expected = resume(spark, query, copy, input_dir)
-        out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err[-3000:]
-    got = json.loads(out.strip().splitlines()[-1])
+    got = local_cluster.ask({"rewrite": src, "destination": dst, "options": options})
+    free = str(tmp_path / "free")
+    want = state_reader.rewrite(src, free, **options)
     assert got["stores"] == [dataclasses.asdict(s) for s in want.stores]
     assert _comparable(got["summary"]) == _comparable(want) and got["files"] == want.files
     assert digest(dst) == digest(free)
     assert_builtin_sees_same_state(spark, src, dst, 4)
+
+    # one key deleted, the others upserted (their values doubled), read there from Parquet files
+    rows = state_reader.read_state(src).drop(["partition_id"])
+    gone, seed = rows.slice(0, 1).select(["key"]), _doubled_counts(rows.slice(1))
+    pq.write_table(seed, tmp_path / "seed.parquet")
+    pq.write_table(gone, tmp_path / "gone.parquet")
+    edit = {"num_partitions": 3, "upsert_parquet": str(tmp_path / "seed.parquet")}
+    edit["delete_parquet"] = str(tmp_path / "gone.parquet")
+    cluster = local_cluster.ask({"rewrite": src, "destination": str(tmp_path / "seeded"), "options": edit})
+    local = state_reader.rewrite(src, str(tmp_path / "seeded-free"), upsert=seed, delete=gone, num_partitions=3)
+    assert cluster["summary"]["stores"] == local.summary()["stores"]
+    store = local.summary()["stores"][0]
+    assert (store["gained"], store["replaced"], store["lost"]) == (0, seed.num_rows, 1)
+    names = ("seeded", "seeded-free")
+    written = [sorted(map(str, state_reader.read_state(str(tmp_path / n)).to_pylist())) for n in names]
+    assert written[0] == written[1]
+
+    add_input(input_dir, new_batches(query))
+    copy = str(tmp_path / "src-copy")
+    shutil.copytree(src, copy)
+    expected = resume(spark, query, copy, input_dir)
     assert expected and resume(spark, query, dst, input_dir) == expected
+
+
+def _doubled_counts(rows):
+    """``rows`` with the value's first field (a count) doubled."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    value = rows.column("value").combine_chunks()
+    fields = [value.field(i) for i in range(value.type.num_fields)]
+    fields[0] = pc.multiply(fields[0], 2).cast(fields[0].type)
+    doubled = pa.StructArray.from_arrays(fields, fields=list(value.type), mask=pc.is_null(value))
+    return rows.set_column(rows.schema.get_field_index("value"), "value", doubled)
 
 
 def test_failure_part_way_leaves_destination_incomplete(spark, checkpoints, tmp_path):
