@@ -10,7 +10,7 @@ LINT_STAMP := $(LINT_VENV)/.installed
 LINTED := state_reader tests examples benchmarks
 
 .DEFAULT_GOAL := help
-.PHONY: help install java demo test test-compat test-browser unit check lint docs bench dist clean
+.PHONY: help install java chromium demo test test-compat test-browser unit check lint docs bench dist clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -43,10 +43,12 @@ test: install ## Run the test suite (real Spark, real checkpoints)
 test-compat: java ## Test the Spark fronts on pyspark 3.5, 4.0, 4.1 and 4.2, each in its own virtualenv (.venv-compat/)
 	PYTHON=$(PYTHON) tests/compat/run.sh
 
-test-browser: install ## Install Chromium if missing, then run the browser tests (the screenshot goes to docs/)
+chromium: ## Install Chromium and chromedriver with apt-get if missing (the browser tests drive them)
 	@command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1 || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver; }
+
+test-browser: install chromium ## Install Chromium if missing, then run the browser tests (the screenshot goes to docs/)
 	STATE_READER_SCREENSHOT=docs/notebook.png $(PY) -m pytest -m browser tests/fronts/test_notebook.py
 
 unit: install ## Run only the tests that need no Spark (about a minute, no JVM)
