@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from state_reader.core.rewrite import seed_families as fam
 from state_reader.core.rewrite.route import Spill
 from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, TransformedStoreRows, store_label
 from state_reader.core.size import row_bytes
@@ -39,10 +40,11 @@ from state_reader.errors import (
     UnsupportedOptionError,
 )
 from state_reader.formats.rocksdb_encoding import encode_keys, encode_values
-from state_reader.formats.spark_types import ArrayType, DataType, MapType, StructType, UserDefinedType
+from state_reader.formats.spark_types import LONG, ArrayType, DataType, MapType, StructType, UserDefinedType
 from state_reader.formats.unsaferow import PAD, RowBuffer, copy_spans
 from state_reader.formats.unsaferow_encode import encode_rows
 from state_reader.model.checkpoint import DEFAULT_STORE
+from state_reader.model.state_variables import LIST, MAP, TIMERS
 from state_reader.providers.hdfs import frame_records, framed_rows
 
 PARTITION_COLUMN = "partition_id"
@@ -82,6 +84,8 @@ class StoreEdit:
     widened: list[str] = field(default_factory=list)
     # rows left where they are (``upsert``, ``delete``): only their schema is checked here
     distributed: dict[str, DistributedRows] = field(default_factory=dict)
+    # a store with column families: how old entries are matched and which the counts count
+    match: fam.FamilyMatch | None = None
 
 
 @dataclass
@@ -93,23 +97,40 @@ class EditCounts:
     lost: int = 0
     added_bytes: int = 0
     removed_bytes: int = 0
+    # rows added less rows taken out, every column family's (the counts above count the user's only)
+    row_change: int = 0
 
 
 def bind_seeds(stores: Sequence[StoreRows], seeds: Sequence[StoreSeed], location: str) -> list[StoreEdit | None]:
     """Each store's edit (None where no seed names it), every seed checked and encoded; refuses
-    before anything is written."""
+    before anything is written. Seeds for the variables (or join stores) of one store with column
+    families make one edit of that store."""
     out: list[StoreEdit | None] = [None] * len(stores)
+    by_family: dict[int, dict[str, StoreSeed]] = {}
     for seed in seeds:
         if seed.upsert is None and seed.delete is None:
             continue
-        index = _find_store(stores, seed, location)
+        index, family = _find_store(stores, seed, location)
+        if family is not None:
+            named = by_family.setdefault(index, {})
+            if family in named:
+                raise InvalidOptionError(
+                    f"{family} of {store_label(stores[index].plan)} is given rows twice; give each variable once"
+                )
+            named[family] = seed
+            continue
         if out[index] is not None:
             raise InvalidOptionError(f"{store_label(stores[index].plan)} is given rows twice; give each store once")
         out[index] = _bind(stores[index], seed, location)
+    for index, named in by_family.items():
+        rows = stores[index]
+        assert isinstance(rows, FamilyStoreRows)
+        out[index] = _bind_families(rows, named, location)
     return out
 
 
-def _find_store(stores: Sequence[StoreRows], seed: StoreSeed, location: str) -> int:
+def _find_store(stores: Sequence[StoreRows], seed: StoreSeed, location: str) -> tuple[int, str | None]:
+    """The store a seed is for, and (a store with column families) the variable or join store it names."""
     operator_ids = sorted({rows.plan.operator_id for rows in stores})
     op = seed.operator_id
     if op is None:
@@ -125,26 +146,50 @@ def _find_store(stores: Sequence[StoreRows], seed: StoreSeed, location: str) -> 
             path=location,
         )
     mine = [(i, rows) for i, rows in enumerate(stores) if rows.plan.operator_id == op]
+    for i, rows in mine:
+        if isinstance(rows, FamilyStoreRows):
+            return i, _find_family(rows, seed, location)
     if seed.state_var_name is not None:
-        raise UnsupportedOptionError(
-            f"writing rows into a state variable (state_var_name={seed.state_var_name!r}) is not supported yet",
+        raise UnknownSeedStoreError(
+            f"the rows are for state variable {seed.state_var_name!r}, but operator {op} of {location} keeps no "
+            "state variables (only transformWithState does)",
             path=location,
         )
     name = seed.store_name or DEFAULT_STORE
     for i, rows in mine:
-        if isinstance(rows, FamilyStoreRows):
-            raise UnsupportedOptionError(
-                f"operator {op} of {location} keeps its state in RocksDB column families (transformWithState, "
-                "join state formats 3 and 4); writing rows into those is not supported yet",
-                path=location,
-            )
         if rows.plan.store_name == name:
-            return i
+            return i, None
     names = ", ".join(rows.plan.store_name for _, rows in mine)
     raise UnknownSeedStoreError(
         f"the rows are for store '{name}' of operator {op}, which {location} does not have (its stores: {names})",
         path=location,
     )
+
+
+def _find_family(rows: FamilyStoreRows, seed: StoreSeed, location: str) -> str:
+    """The variable (transformWithState: ``state_var_name``, or a dict's key) or join store (``store_name``)
+    a seed names in a store with column families."""
+    op = rows.plan.operator_id
+    known = fam.targets(rows)
+    tws = rows.variable_kinds is not None
+    if seed.state_var_name is not None and seed.store_name not in (None, DEFAULT_STORE):
+        raise InvalidOptionError("give state_var_name or store_name, not both")
+    name = seed.state_var_name if seed.state_var_name is not None else seed.store_name
+    what = "state variables" if tws else "join stores"
+    listed = ", ".join(f"{n} ({t.kind}{', TTL' if t.ttl else ''})" if tws else n for n, t in known.items())
+    if name in (None, DEFAULT_STORE):
+        raise InvalidOptionError(
+            f"operator {op} of {location} keeps its state in RocksDB column families: name the "
+            f"{'state variable (state_var_name, or the key of a dict of rows)' if tws else 'join store (store_name)'}"
+            f" the rows are for (its {what}: {listed})"
+        )
+    assert name is not None
+    if name not in known:
+        raise UnknownSeedStoreError(
+            f"the rows are for {name!r} of operator {op}, which {location} does not have (its {what}: {listed})",
+            path=location,
+        )
+    return name
 
 
 def _bind(rows: StoreRows, seed: StoreSeed, location: str) -> StoreEdit:
@@ -179,6 +224,203 @@ def _bind(rows: StoreRows, seed: StoreSeed, location: str) -> StoreEdit:
                     f"key {keys[first].as_py()} (delete row {first}) is both upserted and deleted; give it once"
                 )
     return edit
+
+
+# -- stores with column families -------------------------------------------------------------------
+
+
+def _bind_families(rows: FamilyStoreRows, named: dict[str, StoreSeed], location: str) -> StoreEdit:
+    """One edit of a store with column families from the seeds of its variables (or join stores)."""
+    plan = rows.plan
+    where = store_label(plan, located=True)
+    if plan.store_conf.row_checksum or plan.store_conf.avro:
+        raise UnsupportedOptionError(
+            f"{where} keeps row checksums or Avro-encoded state; writing rows into it is not supported yet",
+            path=location,
+        )
+    edit = StoreEdit(rows, match=fam.family_match(rows))
+    upserts, deletes = fam.FamilyRows(), fam.FamilyRows()
+    known = fam.targets(rows)
+    for name, seed in named.items():
+        target = known[name]
+        if any(isinstance(given, DistributedRows) for given in (seed.upsert, seed.delete)):
+            raise UnsupportedOptionError(
+                f"rows for {name} of {where} are a Spark DataFrame: through Spark, rows are written into stores "
+                "without column families only for now; collect them (toArrow) and rewrite without spark="
+            )
+        if target.kind == LIST and target.ttl:
+            raise UnsupportedOptionError(
+                f"{name} of {where} is a list variable with TTL; writing rows into it is not supported yet"
+            )
+        written = None
+        if seed.upsert is not None:
+            written = _family_upsert(rows, target, seed.upsert, upserts, edit.widened)
+        if seed.delete is not None:
+            _family_delete(rows, target, seed.delete, deletes, written, edit.widened)
+    joined = upserts.joined()
+    if joined is not None:
+        edit.upsert_keys, edit.upsert_values = joined
+    joined = deletes.joined()
+    if joined is not None:
+        edit.delete_keys = joined[0]
+    return edit
+
+
+def _family_columns(rows: FamilyStoreRows, target: fam.FamilyTarget) -> tuple[list[tuple[str, DataType]], int]:
+    """The columns ``read_state`` shows for a variable (flattened) or join store, and how many of them
+    make its key (what ``delete`` needs)."""
+    family = rows.families[target.name]
+    fields = family.key_schema.fields
+    if target.kind == MAP:
+        return [
+            ("key", fields[0].data_type),
+            ("user_map_key", fields[1].data_type),
+            ("user_map_value", family.value_schema),
+        ], 2
+    if target.kind == TIMERS:
+        return [("key", fields[0].data_type), ("expiration_timestamp_ms", LONG)], 2
+    if target.kind == LIST:
+        return [("key", family.key_schema), ("list_element", family.value_schema)], 1
+    return [("key", family.key_schema), ("value", family.value_schema)], 1
+
+
+def _family_table(
+    rows: FamilyStoreRows, target: fam.FamilyTarget, given: Any, what: str, widened: list[str]
+) -> tuple[pa.Table, list[pa.Array]]:
+    """The rows for ``what`` checked against the family's schemas: the table, and its columns
+    (the key's only, for ``delete``) conformed to their types."""
+    columns, key_width = _family_columns(rows, target)
+    where = f"{target.name} of {store_label(rows.plan, located=True)}"
+    table = _typed_table(given, what, columns)
+    needed = tuple(name for name, _ in (columns if what == "upsert" else columns[:key_width]))
+    optional = tuple(name for name, _ in columns if name not in needed)
+    _require_columns(table, needed, what, where, optional=optional)
+    notes: list[str] = []
+    out = []
+    for name, dt in columns:
+        if name not in needed:
+            continue
+        arr = _conform_column(table.column(name), dt, name, what, notes)  # type: ignore[arg-type]
+        if isinstance(dt, StructType):
+            _require_non_null(arr, dt, name, what)
+        elif arr.null_count:
+            first = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
+            raise SeedNullError(f"{what} row {first} has a null {name}; a state row's {name} cannot be null")
+        out.append(arr)
+    widened += [f"{target.name}: {note}" for note in notes if f"{target.name}: {note}" not in widened]
+    return table, out
+
+
+def _family_upsert(
+    rows: FamilyStoreRows, target: fam.FamilyTarget, given: Any, out: fam.FamilyRows, widened: list[str]
+) -> RowBuffer:
+    """A variable's (or join store's) upserted rows encoded into ``out``, with the entries Spark keeps
+    beside them; returns its own keys' bytes (to check against its deletes)."""
+    name = target.name
+    source = f"upsert rows for {name} of {store_label(rows.plan, located=True)}"
+    table, columns = _family_table(rows, target, given, "upsert", widened)
+    family = rows.families[name]
+    if target.kind == TIMERS:
+        keys, times = columns
+        own = fam.family_keys(rows, name, fam.struct_of([keys, times], family.key_schema.to_arrow()), source)
+        _require_unique(own, keys, "upsert")
+        _check_partitions(rows, table, own, "upsert")
+        index = fam.TIMER_INDEXES[name]
+        by_time = fam.struct_of([times, keys], rows.families[index].key_schema.to_arrow())
+        out.add(own, fam.empty_family_values(rows, name, len(keys), source))
+        out.add(fam.family_keys(rows, index, by_time, source), fam.empty_family_values(rows, index, len(keys), source))
+        return own
+    if target.kind == LIST:
+        keys, elements = columns
+        each = fam.family_keys(rows, name, keys, source)
+        _check_partitions(rows, table, each, "upsert")
+        # a list's rows come one per element: each key's elements, in the order given, make its new list
+        groups = np.asarray(pc.dictionary_encode(key_bytes(each)).indices.to_numpy(zero_copy_only=False), np.int64)
+        _, first = np.unique(groups, return_index=True)
+        own = each.take(first)
+        out.add(own, fam.list_values(rows, name, elements, groups, source))
+        counter = fam.COUNTER_PREFIX + name
+        if counter in rows.families:
+            counter_keys = keys.take(pa.array(first)).cast(rows.families[counter].key_schema.to_arrow())
+            out.add(
+                fam.family_keys(rows, counter, counter_keys, source),
+                fam.counter_values(rows, counter, np.bincount(groups), source),
+            )
+        return own
+    if target.kind == MAP:
+        keys, user_keys, values = columns
+        whole = fam.struct_of([keys, user_keys], family.key_schema.to_arrow())
+        own = fam.family_keys(rows, name, whole, source)
+        _require_unique(own, whole, "upsert")
+    else:
+        keys, values = columns
+        whole = keys
+        own = fam.family_keys(rows, name, keys, source)
+        _require_unique(own, keys, "upsert")
+    _check_partitions(rows, table, own, "upsert")
+    out.add(own, fam.family_values(rows, name, values, source))
+    if target.ttl:
+        expirations = values.field(values.type.num_fields - 1)
+        if expirations.null_count:
+            at = int(np.flatnonzero(expirations.is_null().to_numpy(zero_copy_only=False))[0])
+            raise SeedNullError(
+                f"upsert row {at} of {name} has no expiration ({values.type.field(values.type.num_fields - 1).name}"
+                f" is null); {name} has a TTL, so every value of it holds the time it expires"
+            )
+        ttl = fam.TTL_PREFIX + name
+        out.add(
+            fam.ttl_index_keys(rows, name, expirations, _element_keys(rows, name, whole), source),
+            fam.empty_family_values(rows, ttl, len(keys), source),
+        )
+    return own
+
+
+def _family_delete(
+    rows: FamilyStoreRows,
+    target: fam.FamilyTarget,
+    given: Any,
+    out: fam.FamilyRows,
+    upserted: RowBuffer | None,
+    widened: list[str],
+) -> None:
+    """A variable's (or join store's) deleted keys encoded into ``out``, with the entries Spark keeps beside them."""
+    name = target.name
+    source = f"delete rows for {name} of {store_label(rows.plan, located=True)}"
+    table, columns = _family_table(rows, target, given, "delete", widened)
+    family = rows.families[name]
+    if target.kind in (MAP, TIMERS):
+        whole = fam.struct_of(columns, family.key_schema.to_arrow())
+    else:
+        whole = columns[0]
+    own = fam.family_keys(rows, name, whole, source)
+    _check_partitions(rows, table, own, "delete")
+    if upserted is not None:
+        both = pc.is_in(key_bytes(own), value_set=key_bytes(upserted))
+        if pc.any(both).as_py():
+            first = int(np.flatnonzero(both.to_numpy(zero_copy_only=False))[0])
+            raise DuplicateSeedKeyError(
+                f"key {whole[first].as_py()} of {name} (delete row {first}) is both upserted and deleted; give it once"
+            )
+    n = len(whole)
+    out.add(own, own)
+    if target.kind == TIMERS:
+        index = fam.TIMER_INDEXES[name]
+        by_time = fam.struct_of([columns[1], columns[0]], rows.families[index].key_schema.to_arrow())
+        out.add(fam.family_keys(rows, index, by_time, source), own)
+    elif target.kind == LIST and fam.COUNTER_PREFIX + name in rows.families:
+        counter = fam.COUNTER_PREFIX + name
+        counter_keys = whole.cast(rows.families[counter].key_schema.to_arrow())
+        out.add(fam.family_keys(rows, counter, counter_keys, source), own)
+    elif target.ttl:
+        # the index entries of a deleted element, whatever their expiration (matched by the element's key)
+        zeros = pa.array(np.zeros(n, dtype=np.int64))
+        out.add(fam.ttl_index_keys(rows, name, zeros, _element_keys(rows, name, whole), source), own)
+
+
+def _element_keys(rows: FamilyStoreRows, name: str, whole: pa.StructArray) -> pa.StructArray:
+    """The element keys a variable's TTL index names: the grouping key, or (map) grouping and user key."""
+    element_type = rows.families[fam.TTL_PREFIX + name].key_schema.to_arrow().field(1).type
+    return fam.struct_of([whole.field(i) for i in range(whole.type.num_fields)], element_type)
 
 
 def encode_table(
@@ -218,22 +460,28 @@ def encode_table(
 def _as_table(rows: Any, what: str, key_schema: StructType, value_schema: StructType | None) -> pa.Table:
     """``rows`` as a pyarrow Table: a RecordBatch wrapped, a pandas DataFrame converted with the
     store's types where its values allow (pandas holds ints as int64, structs as dicts)."""
+    typed: list[tuple[str, DataType]] = [("key", key_schema)]
+    if value_schema is not None:
+        typed.append(("value", value_schema))
+    return _typed_table(rows, what, typed)
+
+
+def _typed_table(rows: Any, what: str, typed: Sequence[tuple[str, DataType]]) -> pa.Table:
+    """``rows`` as a pyarrow Table, a pandas DataFrame's columns named in ``typed`` converted to their types."""
     if isinstance(rows, pa.Table):
         return rows
     if isinstance(rows, pa.RecordBatch):
         return pa.Table.from_batches([rows])
     if type(rows).__module__.startswith("pandas"):
-        fields = [pa.field("key", key_schema.to_arrow())]
-        if value_schema is not None and "value" in rows.columns:
-            fields.append(pa.field("value", value_schema.to_arrow()))
-        extra = [c for c in rows.columns if c not in ("key", "value")]
+        fields = [pa.field(name, dt.to_arrow()) for name, dt in typed if name in rows.columns]
+        extra = [c for c in rows.columns if c not in {f.name for f in fields}]
         try:
-            typed = pa.Table.from_pandas(rows[[f.name for f in fields]], schema=pa.schema(fields), preserve_index=False)
+            table = pa.Table.from_pandas(rows[[f.name for f in fields]], schema=pa.schema(fields), preserve_index=False)
         except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError):
             return pa.Table.from_pandas(rows, preserve_index=False)  # the checks below name what does not fit
         for name in extra:
-            typed = typed.append_column(name, pa.Array.from_pandas(rows[name]))
-        return typed
+            table = table.append_column(name, pa.Array.from_pandas(rows[name]))
+        return table
     raise InvalidOptionError(
         f"{what} must be a pyarrow Table or RecordBatch, a pandas DataFrame or a Spark DataFrame, "
         f"got {type(rows).__name__}"
@@ -573,17 +821,27 @@ def _spill(rows: StoreRows, keys: RowBuffer, values: RowBuffer, n: int, to_rocks
 
 
 def edited(
-    old: Iterable[bytes | np.ndarray], upserts: bytes, deletes: bytes, source: str, counts: EditCounts
+    old: Iterable[bytes | np.ndarray],
+    upserts: bytes,
+    deletes: bytes,
+    source: str,
+    counts: EditCounts,
+    match: fam.FamilyMatch | None = None,
 ) -> Iterator[bytes | np.ndarray]:
     """One new partition's records with the edit applied: the old ``old`` records (chunks of whole
     framed records) less those whose key is upserted or deleted, then the upserted records.
-    ``counts`` says what changed once the records have been consumed."""
+    ``counts`` says what changed once the records have been consumed. ``match`` (a store with
+    column families) matches TTL index entries by their element and counts the user's entries only."""
     up_keys, up_values = framed_rows(upserts, source + " upserted") if upserts else (None, None)
-    up = key_bytes(up_keys) if up_keys is not None else pa.array([], pa.large_binary())
-    gone = key_bytes(framed_rows(deletes, source + " deleted")[0]) if deletes else pa.array([], pa.large_binary())
+    up = _match_bytes(up_keys, match) if up_keys is not None else pa.array([], pa.large_binary())
+    gone = (
+        _match_bytes(framed_rows(deletes, source + " deleted")[0], match)
+        if deletes
+        else pa.array([], pa.large_binary())
+    )
     for chunk in old:
         keys, values = framed_rows(chunk, source)
-        as_bytes = key_bytes(keys)
+        as_bytes = _match_bytes(keys, match)
         replaced = pc.is_in(as_bytes, value_set=up).to_numpy(zero_copy_only=False) if len(up) else None
         lost = pc.is_in(as_bytes, value_set=gone).to_numpy(zero_copy_only=False) if len(gone) else None
         out = np.zeros(len(as_bytes), dtype=bool)
@@ -593,13 +851,30 @@ def edited(
         if not out.any():
             yield chunk
             continue
-        counts.replaced += int(replaced.sum()) if replaced is not None else 0
-        counts.lost += int(lost.sum()) if lost is not None else 0
+        counted = match.counted_mask(keys) if match is not None else None
+        for hit, attr in ((replaced, "replaced"), (lost, "lost")):
+            if hit is not None:
+                setattr(counts, attr, getattr(counts, attr) + int((hit if counted is None else hit & counted).sum()))
         counts.removed_bytes += int(row_bytes(keys, values)[out].sum())
+        counts.row_change -= int(out.sum())
         kept = np.flatnonzero(~out)
         if len(kept):
             yield frame_records(keys.take(kept), values.take(kept))[0]
     if up_keys is not None and up_values is not None:
-        counts.gained += len(up) - counts.replaced
+        counted = match.counted_mask(up_keys) if match is not None else None
+        counts.gained += (len(up) if counted is None else int(counted.sum())) - counts.replaced
         counts.added_bytes += int(row_bytes(up_keys, up_values).sum())
+        counts.row_change += len(up)
         yield upserts
+
+
+def _match_bytes(keys: RowBuffer, match: fam.FamilyMatch | None) -> pa.Array:
+    """What an edit matches old entries by: each key's bytes, a TTL index entry's element key."""
+    as_bytes = key_bytes(keys)
+    found = match.element_keys(keys) if match is not None else None
+    if found is None:
+        return as_bytes
+    index, elements = found
+    take = np.arange(len(as_bytes))
+    take[index] = len(as_bytes) + np.arange(len(index))
+    return pa.concat_arrays([as_bytes, key_bytes(elements)]).take(pa.array(take))

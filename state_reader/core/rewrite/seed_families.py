@@ -1,0 +1,235 @@
+"""Rows written into a store that keeps RocksDB column families (transformWithState variables and
+timers, join state format 3), encoded as Spark keeps them: each family's key encoder, its column
+family id before every key, and the entries Spark keeps beside a variable's own.
+
+A variable's entries do not stand alone. A value or map variable with TTL has an index
+(``$ttl_<name>``: expiration time, then the element's key) that Spark scans to expire elements; a
+list variable has a count of its elements per grouping key (``$rowCounter_<name>``); each timer is
+kept twice (key to time, time to key). Rows written here bring those entries along, and the index
+entries of a replaced or deleted element are found by the element's key alone (whatever expiration
+they hold), so no stale index entry outlives its element.
+
+Only encoding happens here; the rows' columns, types and nulls are checked by
+:mod:`~state_reader.core.rewrite.seed` before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from state_reader.core.rewrite.rows import FamilyStoreRows
+from state_reader.errors import UnsupportedOptionError
+from state_reader.formats.rocksdb_encoding import (
+    LENGTH_BYTES,
+    MERGE_DELIMITERS,
+    NO_PREFIX,
+    PREFIX_SCAN,
+    RANGE_SCAN,
+    VIRTUAL_CF_PREFIX_BYTES,
+    column_family_ids,
+    encode_keys,
+    encode_range_scan_keys,
+    encode_values,
+    with_spans,
+)
+from state_reader.formats.schema_files import ColumnFamilySchema
+from state_reader.formats.unsaferow import PAD, RowBuffer, copy_spans, pack_rows
+from state_reader.formats.unsaferow_encode import encode_rows
+from state_reader.model.state_variables import TIMERS, VALUE
+
+# the families Spark keeps beside a variable, by the variable's name
+TTL_PREFIX, COUNTER_PREFIX = "$ttl_", "$rowCounter_"
+# the timers' second index, by the first's name
+TIMER_INDEXES = {
+    "$procTimers_keyToTimestamp": "$procTimers_timestampToKey",
+    "$eventTimers_keyToTimestamp": "$eventTimers_timestampToKey",
+}
+
+
+@dataclass(frozen=True)
+class FamilyTarget:
+    """One family a seed writes into (a variable, its timers, or one join store)."""
+
+    name: str
+    kind: str  # ValueState, ListState, MapState, TimerState
+    ttl: bool
+
+
+@dataclass
+class FamilyRows:
+    """Encoded entries of one store (column family id first), as the edit applies them."""
+
+    keys: list[RowBuffer] = field(default_factory=list)
+    values: list[RowBuffer] = field(default_factory=list)
+
+    def add(self, keys: RowBuffer, values: RowBuffer) -> None:
+        if len(keys.starts):
+            self.keys.append(keys)
+            self.values.append(values)
+
+    def joined(self) -> tuple[RowBuffer, RowBuffer] | None:
+        if not self.keys:
+            return None
+        return _concat(self.keys, "seed keys"), _concat(self.values, "seed values")
+
+
+@dataclass(frozen=True)
+class FamilyMatch:
+    """How an edit of a store with column families matches old entries: the families whose entries
+    are matched by their element's key (TTL indexes), and those whose entries the counts count."""
+
+    by_element: frozenset[int]
+    counted: frozenset[int]
+
+    def element_keys(self, keys: RowBuffer) -> tuple[np.ndarray, RowBuffer] | None:
+        """The TTL index entries among ``keys`` (their positions) as their family id and element key,
+        which is what they are matched by; None when there are none."""
+        if not self.by_element or not len(keys.starts):
+            return None
+        ids = column_family_ids(keys)
+        index = np.flatnonzero(np.isin(ids, list(self.by_element)))
+        if not len(index):
+            return None
+        picked = keys.take(index)
+        at = picked.starts + VIRTUAL_CF_PREFIX_BYTES
+        # a range-scan key: int32 L, the ordering prefix (L bytes), then the element's encoded key
+        width = np.arange(LENGTH_BYTES, dtype=np.int64)
+        prefix = np.ascontiguousarray(picked.buf[at[:, None] + width]).view("<i4").reshape(-1).astype(np.int64)
+        skip = VIRTUAL_CF_PREFIX_BYTES + LENGTH_BYTES + prefix
+        tails = with_spans(picked, picked.starts + skip, picked.lengths - skip)
+        return index, _with_family_id(tails, ids[index])
+
+    def counted_mask(self, keys: RowBuffer) -> np.ndarray | None:
+        """Which keys the counts count (None: all)."""
+        if not len(keys.starts):
+            return None
+        return np.isin(column_family_ids(keys), list(self.counted))
+
+
+def family_match(rows: FamilyStoreRows) -> FamilyMatch:
+    """The match of a store's edits: TTL indexes by element; the user's families (and the timers) counted."""
+    by_element = frozenset(cf for name, cf in rows.mapping.items() if name.startswith(TTL_PREFIX))
+    counted = frozenset(cf for name, cf in rows.mapping.items() if not name.startswith("$") or name in TIMER_INDEXES)
+    return FamilyMatch(by_element, counted)
+
+
+def targets(rows: FamilyStoreRows) -> dict[str, FamilyTarget]:
+    """The families a seed can name: transformWithState variables and timers, or join stores."""
+    if rows.variable_kinds is None:  # a join: its four stores
+        return {name: FamilyTarget(name, VALUE, False) for name in rows.families if not name.startswith("$")}
+    out = {
+        name: FamilyTarget(name, kind, name in rows.ttl_variables)
+        for name, kind in rows.variable_kinds.items()
+        if not name.startswith("$") and name in rows.families
+    }
+    out.update((name, FamilyTarget(name, TIMERS, False)) for name in TIMER_INDEXES if name in rows.families)
+    return out
+
+
+# -- encoding ------------------------------------------------------------------------------------------
+
+
+def family_keys(rows: FamilyStoreRows, name: str, keys: pa.StructArray, source: str) -> RowBuffer:
+    """Keys of family ``name`` (its key schema's fields) as Spark writes them, family id first."""
+    family = _family(rows, name)
+    spec = rows.specs[name]
+    if spec.kind == RANGE_SCAN:
+        encoded = encode_range_scan_keys(keys, family.key_schema, spec.ordering_ordinals, source=source)
+    elif spec.kind in (NO_PREFIX, PREFIX_SCAN):
+        plain = encode_rows(keys, family.key_schema, source, normalize_floats=True)
+        encoded = encode_keys(plain, family.key_schema, spec)
+    else:
+        raise UnsupportedOptionError(
+            f"{source}: writing keys of the RocksDB key encoder {spec.kind} (join state format 4) is not supported yet"
+        )
+    return _with_family_id(encoded, np.full(len(encoded.starts), rows.mapping[name], dtype=np.int16))
+
+
+def family_values(rows: FamilyStoreRows, name: str, values: pa.StructArray, source: str) -> RowBuffer:
+    """Single values of family ``name`` as Spark writes them (a version byte, then the UnsafeRow)."""
+    return encode_values(encode_rows(values, _family(rows, name).value_schema, source))
+
+
+def empty_family_values(rows: FamilyStoreRows, name: str, n: int, source: str) -> RowBuffer:
+    """``n`` values of a family that keeps none (TTL indexes, timers): its one void field, null."""
+    arrow = _family(rows, name).value_schema.to_arrow()
+    nulls = pa.StructArray.from_arrays([pa.nulls(n, f.type) for f in arrow], fields=list(arrow))
+    return family_values(rows, name, nulls, source)
+
+
+def list_values(
+    rows: FamilyStoreRows, name: str, elements: pa.StructArray, groups: np.ndarray, source: str
+) -> RowBuffer:
+    """One multi value per group (``groups``: each element's group, 0..n-1, in the order given):
+    each element framed by its length, joined by the merge operator's delimiter."""
+    encoded = encode_values(encode_rows(elements, _family(rows, name).value_schema, source))
+    n = int(groups.max()) + 1 if len(groups) else 0
+    delimiter = MERGE_DELIMITERS[rows.plan.store_conf.merge_operator_version]
+    pieces: list[list[bytes]] = [[] for _ in range(n)]
+    buf = encoded.buf
+    for g, start, length in zip(groups.tolist(), encoded.starts.tolist(), encoded.lengths.tolist(), strict=True):
+        pieces[g].append(int(length).to_bytes(LENGTH_BYTES, "little", signed=True) + bytes(buf[start : start + length]))
+    return RowBuffer.from_rows([delimiter.join(p) for p in pieces], source)
+
+
+def counter_values(rows: FamilyStoreRows, name: str, counts: np.ndarray, source: str) -> RowBuffer:
+    """A list variable's element counts as its ``$rowCounter_`` family keeps them."""
+    schema = _family(rows, name).value_schema
+    arrow = schema.to_arrow()
+    column = pa.array(counts.astype(np.int64)).cast(arrow.field(0).type)
+    return family_values(rows, name, pa.StructArray.from_arrays([column], fields=list(arrow)), source)
+
+
+def ttl_index_keys(
+    rows: FamilyStoreRows, variable: str, expirations: pa.Array, elements: pa.StructArray, source: str
+) -> RowBuffer:
+    """The TTL index keys of a variable's elements: (expiration, element key)."""
+    name = TTL_PREFIX + variable
+    arrow = _family(rows, name).key_schema.to_arrow()
+    key = pa.StructArray.from_arrays(
+        [expirations.cast(arrow.field(0).type), elements.cast(arrow.field(1).type)], fields=list(arrow)
+    )
+    return family_keys(rows, name, key, source)
+
+
+def struct_of(arrays: Sequence[pa.Array], schema_type: pa.StructType) -> pa.StructArray:
+    """The arrays as one struct of ``schema_type``'s fields (cast to their types)."""
+    return pa.StructArray.from_arrays(
+        [a.cast(schema_type.field(i).type) for i, a in enumerate(arrays)], fields=list(schema_type)
+    )
+
+
+def _family(rows: FamilyStoreRows, name: str) -> ColumnFamilySchema:
+    family = rows.families.get(name)
+    if family is None or name not in rows.mapping:
+        raise UnsupportedOptionError(
+            f"column family {name} of {rows.plan.checkpoint.location} has no schema or id to write it with",
+            path=rows.plan.checkpoint.location,
+        )
+    return family
+
+
+def _with_family_id(rows: RowBuffer, ids: np.ndarray) -> RowBuffer:
+    out = pack_rows([(VIRTUAL_CF_PREFIX_BYTES, rows)], rows.source)
+    out.buf[out.starts[:, None] + np.arange(VIRTUAL_CF_PREFIX_BYTES, dtype=np.int64)] = (
+        np.asarray(ids, dtype="<i2").view(np.uint8).reshape(-1, VIRTUAL_CF_PREFIX_BYTES)
+    )
+    return out
+
+
+def _concat(parts: list[RowBuffer], source: str) -> RowBuffer:
+    """The rows of ``parts``, one after another, in one buffer."""
+    lengths = np.concatenate([p.lengths for p in parts])
+    starts = np.cumsum(lengths) - lengths
+    size = int(lengths.sum())
+    out = np.zeros(size + PAD, dtype=np.uint8)
+    at = 0
+    for p in parts:
+        n = len(p.starts)
+        copy_spans(out, starts[at : at + n], p.buf, p.starts, p.lengths)
+        at += n
+    return RowBuffer.wrap(out, size, starts, lengths, source)
