@@ -44,7 +44,7 @@ from state_reader.formats.spark_types import LONG, ArrayType, DataType, MapType,
 from state_reader.formats.unsaferow import PAD, RowBuffer, copy_spans
 from state_reader.formats.unsaferow_encode import encode_rows
 from state_reader.model.checkpoint import DEFAULT_STORE
-from state_reader.model.state_variables import LIST, MAP, TIMERS
+from state_reader.model.state_variables import LIST, MAP, MULTI_VALUE, TIMERS
 from state_reader.providers.hdfs import frame_records, framed_rows
 
 PARTITION_COLUMN = "partition_id"
@@ -233,10 +233,9 @@ def _bind_families(rows: FamilyStoreRows, named: dict[str, StoreSeed], location:
     """One edit of a store with column families from the seeds of its variables (or join stores)."""
     plan = rows.plan
     where = store_label(plan, located=True)
-    if plan.store_conf.row_checksum or plan.store_conf.avro:
+    if plan.store_conf.row_checksum:
         raise UnsupportedOptionError(
-            f"{where} keeps row checksums or Avro-encoded state; writing rows into it is not supported yet",
-            path=location,
+            f"{where} keeps row checksums; writing rows into it is not supported yet", path=location
         )
     edit = StoreEdit(rows, match=fam.family_match(rows))
     upserts, deletes = fam.FamilyRows(), fam.FamilyRows()
@@ -330,11 +329,12 @@ def _family_upsert(
         out.add(own, fam.empty_family_values(rows, name, len(keys), source))
         out.add(fam.family_keys(rows, index, by_time, source), fam.empty_family_values(rows, index, len(keys), source))
         return own
-    if target.kind == LIST:
+    if target.kind in (LIST, MULTI_VALUE):
         keys, elements = columns
         each = fam.family_keys(rows, name, keys, source)
         _check_partitions(rows, table, each, "upsert")
         # a list's rows come one per element: each key's elements, in the order given, make its new list
+        # (a join format 4 store's too: the rows of one join key and event time)
         groups = np.asarray(pc.dictionary_encode(key_bytes(each)).indices.to_numpy(zero_copy_only=False), np.int64)
         _, first = np.unique(groups, return_index=True)
         own = each.take(first)

@@ -23,23 +23,29 @@ import pyarrow as pa
 
 from state_reader.core.rewrite.rows import FamilyStoreRows
 from state_reader.errors import UnsupportedOptionError
+from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, encode_avro
 from state_reader.formats.rocksdb_encoding import (
     LENGTH_BYTES,
     MERGE_DELIMITERS,
     NO_PREFIX,
     PREFIX_SCAN,
     RANGE_SCAN,
+    STATE_ENCODING_VERSION,
+    TIMESTAMP_POSTFIX,
+    TIMESTAMP_PREFIX,
     VIRTUAL_CF_PREFIX_BYTES,
     column_family_ids,
     encode_keys,
     encode_range_scan_keys,
+    encode_timestamp_keys,
     encode_values,
     with_spans,
 )
 from state_reader.formats.schema_files import ColumnFamilySchema
+from state_reader.formats.spark_types import StructType
 from state_reader.formats.unsaferow import PAD, RowBuffer, copy_spans, pack_rows
 from state_reader.formats.unsaferow_encode import encode_rows
-from state_reader.model.state_variables import TIMERS, VALUE
+from state_reader.model.state_variables import MULTI_VALUE, TIMERS, VALUE
 
 # the families Spark keeps beside a variable, by the variable's name
 TTL_PREFIX, COUNTER_PREFIX = "$ttl_", "$rowCounter_"
@@ -55,7 +61,7 @@ class FamilyTarget:
     """One family a seed writes into (a variable, its timers, or one join store)."""
 
     name: str
-    kind: str  # ValueState, ListState, MapState, TimerState
+    kind: str  # ValueState, ListState, MapState, TimerState, or MultiValue (a join format 4 store)
     ttl: bool
 
 
@@ -119,8 +125,12 @@ def family_match(rows: FamilyStoreRows) -> FamilyMatch:
 
 def targets(rows: FamilyStoreRows) -> dict[str, FamilyTarget]:
     """The families a seed can name: transformWithState variables and timers, or join stores."""
-    if rows.variable_kinds is None:  # a join: its four stores
-        return {name: FamilyTarget(name, VALUE, False) for name in rows.families if not name.startswith("$")}
+    if rows.variable_kinds is None:  # a join: its four stores (format 4 keeps lists of rows, one row per element)
+        return {
+            name: FamilyTarget(name, MULTI_VALUE if name in rows.multi_value else VALUE, False)
+            for name in rows.families
+            if not name.startswith("$")
+        }
     out = {
         name: FamilyTarget(name, kind, name in rows.ttl_variables)
         for name, kind in rows.variable_kinds.items()
@@ -137,21 +147,43 @@ def family_keys(rows: FamilyStoreRows, name: str, keys: pa.StructArray, source: 
     """Keys of family ``name`` (its key schema's fields) as Spark writes them, family id first."""
     family = _family(rows, name)
     spec = rows.specs[name]
+    avro = rows.plan.store_conf.avro
+    schema = family.key_schema
     if spec.kind == RANGE_SCAN:
-        encoded = encode_range_scan_keys(keys, family.key_schema, spec.ordering_ordinals, source=source)
+        encoded = encode_range_scan_keys(
+            keys, schema, spec.ordering_ordinals, avro=avro, schema_id=family.key_schema_id, source=source
+        )
+    elif spec.kind in (TIMESTAMP_PREFIX, TIMESTAMP_POSTFIX) and not avro:
+        encoded = encode_timestamp_keys(keys, schema, spec.kind == TIMESTAMP_PREFIX, source)
+    elif spec.kind == NO_PREFIX and avro:
+        encoded = _avro_payloads(keys, schema, family.key_schema_id, source)
+    elif spec.kind == PREFIX_SCAN and avro:
+        n, fields = spec.num_prefix_cols, schema.fields
+        # the prefix without a schema id, its length (version byte included) before it
+        head = _avro_payloads(_fields(keys, schema, 0, n), StructType(fields[:n]), None, source)
+        rest = _avro_payloads(
+            _fields(keys, schema, n, len(fields)), StructType(fields[n:]), family.key_schema_id, source
+        )
+        encoded = pack_rows([(LENGTH_BYTES, head), (0, rest)], source)
+        length = head.lengths.astype("<i4").view(np.uint8).reshape(-1, LENGTH_BYTES)
+        encoded.buf[encoded.starts[:, None] + np.arange(LENGTH_BYTES, dtype=np.int64)] = length
     elif spec.kind in (NO_PREFIX, PREFIX_SCAN):
-        plain = encode_rows(keys, family.key_schema, source, normalize_floats=True)
-        encoded = encode_keys(plain, family.key_schema, spec)
+        plain = encode_rows(keys, schema, source, normalize_floats=True)
+        encoded = encode_keys(plain, schema, spec)
     else:
         raise UnsupportedOptionError(
-            f"{source}: writing keys of the RocksDB key encoder {spec.kind} (join state format 4) is not supported yet"
+            f"{source}: writing keys of the RocksDB key encoder {spec.kind} in the Avro encoding is not supported yet"
         )
     return _with_family_id(encoded, np.full(len(encoded.starts), rows.mapping[name], dtype=np.int16))
 
 
 def family_values(rows: FamilyStoreRows, name: str, values: pa.StructArray, source: str) -> RowBuffer:
-    """Single values of family ``name`` as Spark writes them (a version byte, then the UnsafeRow)."""
-    return encode_values(encode_rows(values, _family(rows, name).value_schema, source))
+    """Single values of family ``name`` as Spark writes them (a version byte, then the UnsafeRow, or the
+    value schema's id and the Avro record)."""
+    family = _family(rows, name)
+    if rows.plan.store_conf.avro:
+        return _avro_payloads(values, family.value_schema, family.value_schema_id, source)
+    return encode_values(encode_rows(values, family.value_schema, source))
 
 
 def empty_family_values(rows: FamilyStoreRows, name: str, n: int, source: str) -> RowBuffer:
@@ -166,7 +198,7 @@ def list_values(
 ) -> RowBuffer:
     """One multi value per group (``groups``: each element's group, 0..n-1, in the order given):
     each element framed by its length, joined by the merge operator's delimiter."""
-    encoded = encode_values(encode_rows(elements, _family(rows, name).value_schema, source))
+    encoded = family_values(rows, name, elements, source)
     n = int(groups.max()) + 1 if len(groups) else 0
     delimiter = MERGE_DELIMITERS[rows.plan.store_conf.merge_operator_version]
     pieces: list[list[bytes]] = [[] for _ in range(n)]
@@ -201,6 +233,21 @@ def struct_of(arrays: Sequence[pa.Array], schema_type: pa.StructType) -> pa.Stru
     return pa.StructArray.from_arrays(
         [a.cast(schema_type.field(i).type) for i, a in enumerate(arrays)], fields=list(schema_type)
     )
+
+
+def _avro_payloads(values: pa.StructArray, schema: StructType, schema_id: int | None, source: str) -> RowBuffer:
+    """Avro records as Spark's state store frames them: a version byte, the schema's id (where it is
+    written), then the record."""
+    head = bytes([STATE_ENCODING_VERSION]) + (
+        b"" if schema_id is None else schema_id.to_bytes(SCHEMA_ID_BYTES, "little")
+    )
+    return RowBuffer.from_rows([head + record for record in encode_avro(values, schema, source)], source)
+
+
+def _fields(keys: pa.StructArray, schema: StructType, lo: int, hi: int) -> pa.StructArray:
+    """Fields ``lo:hi`` of ``keys`` as a struct of their own."""
+    arrow = StructType(schema.fields[lo:hi]).to_arrow()
+    return pa.StructArray.from_arrays([keys.field(i) for i in range(lo, hi)], fields=list(arrow))
 
 
 def _family(rows: FamilyStoreRows, name: str) -> ColumnFamilySchema:
