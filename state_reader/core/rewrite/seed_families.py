@@ -1,28 +1,41 @@
 """Rows written into a store that keeps RocksDB column families (transformWithState variables and
-timers, join state format 3), encoded as Spark keeps them: each family's key encoder, its column
-family id before every key, and the entries Spark keeps beside a variable's own.
+timers, join state formats 3 and 4), encoded as Spark keeps them: each family's key encoder, its
+column family id before every key, and the entries Spark keeps beside a variable's own.
 
-A variable's entries do not stand alone. A value or map variable with TTL has an index
-(``$ttl_<name>``: expiration time, then the element's key) that Spark scans to expire elements; a
-list variable has a count of its elements per grouping key (``$rowCounter_<name>``); each timer is
+A variable's entries do not stand alone. A variable with TTL has an index (``$ttl_<name>``:
+expiration time, then the element's key) that Spark scans to expire elements: one entry per value
+or map entry, one per list at its earliest expiration (``$min_<name>``). A list keeps a count of
+its elements per grouping key (``$rowCounter_<name>``, with TTL ``$count_<name>``); each timer is
 kept twice (key to time, time to key). Rows written here bring those entries along, and the index
 entries of a replaced or deleted element are found by the element's key alone (whatever expiration
 they hold), so no stale index entry outlives its element.
 
-Only encoding happens here; the rows' columns, types and nulls are checked by
-:mod:`~state_reader.core.rewrite.seed` before.
+The rows' columns, types and nulls are checked as every seed's are
+(:mod:`~state_reader.core.rewrite.seed_fit`), against the columns ``read_state`` shows for the
+variable; :mod:`~state_reader.core.rewrite.seed` binds the result to the store's edit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from state_reader.core.rewrite.rows import FamilyStoreRows
-from state_reader.errors import UnsupportedOptionError
+from state_reader.core.rewrite.rows import FamilyStoreRows, store_label
+from state_reader.core.rewrite.seed_fit import (
+    check_partitions,
+    conform_column,
+    key_bytes,
+    require_columns,
+    require_non_null,
+    require_unique,
+    typed_table,
+)
+from state_reader.errors import DuplicateSeedKeyError, SeedNullError, UnsupportedOptionError
 from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, encode_avro
 from state_reader.formats.rocksdb_encoding import (
     LENGTH_BYTES,
@@ -42,13 +55,15 @@ from state_reader.formats.rocksdb_encoding import (
     with_spans,
 )
 from state_reader.formats.schema_files import ColumnFamilySchema
-from state_reader.formats.spark_types import StructType
+from state_reader.formats.spark_types import LONG, DataType, StructType
 from state_reader.formats.unsaferow import PAD, RowBuffer, copy_spans, pack_rows
 from state_reader.formats.unsaferow_encode import encode_rows
-from state_reader.model.state_variables import MULTI_VALUE, TIMERS, VALUE
+from state_reader.model.state_variables import LIST, MAP, MULTI_VALUE, TIMERS, VALUE
 
 # the families Spark keeps beside a variable, by the variable's name
 TTL_PREFIX, COUNTER_PREFIX = "$ttl_", "$rowCounter_"
+# a list variable with TTL: its element count and earliest expiration per grouping key
+COUNT_PREFIX, MIN_PREFIX = "$count_", "$min_"
 # the timers' second index, by the first's name
 TIMER_INDEXES = {
     "$procTimers_keyToTimestamp": "$procTimers_timestampToKey",
@@ -140,6 +155,222 @@ def targets(rows: FamilyStoreRows) -> dict[str, FamilyTarget]:
     return out
 
 
+# -- binding: the rows checked and encoded -------------------------------------------------------------------
+
+
+@dataclass
+class FamilyEdit:
+    """The rows written into a store with column families, every variable's (or join store's) together:
+    the upserted entries and deleted keys, encoded, with Spark's entries beside them."""
+
+    match: FamilyMatch
+    upsert_keys: RowBuffer | None = None
+    upsert_values: RowBuffer | None = None
+    delete_keys: RowBuffer | None = None
+    # the safe widenings applied to the given types, one sentence each
+    widened: list[str] = field(default_factory=list)
+
+
+def bind_families(rows: FamilyStoreRows, named: dict[str, tuple[Any, Any]]) -> FamilyEdit:
+    """The rows (``upsert``, ``delete``) for each variable or join store ``named``, checked and encoded."""
+    edit = FamilyEdit(family_match(rows))
+    upserts, deletes = FamilyRows(), FamilyRows()
+    known = targets(rows)
+    for name, (upsert, delete) in named.items():
+        target = known[name]
+        written = None
+        if upsert is not None:
+            written = _family_upsert(rows, target, upsert, upserts, edit.widened)
+        if delete is not None:
+            _family_delete(rows, target, delete, deletes, written, edit.widened)
+    joined = upserts.joined()
+    if joined is not None:
+        edit.upsert_keys, edit.upsert_values = joined
+    joined = deletes.joined()
+    if joined is not None:
+        edit.delete_keys = joined[0]
+    return edit
+
+
+def _family_columns(rows: FamilyStoreRows, target: FamilyTarget) -> tuple[list[tuple[str, DataType]], int]:
+    """The columns ``read_state`` shows for a variable (flattened) or join store, and how many of them
+    make its key (what ``delete`` needs)."""
+    family = rows.families[target.name]
+    fields = family.key_schema.fields
+    if target.kind == MAP:
+        return [
+            ("key", fields[0].data_type),
+            ("user_map_key", fields[1].data_type),
+            ("user_map_value", family.value_schema),
+        ], 2
+    if target.kind == TIMERS:
+        return [("key", fields[0].data_type), ("expiration_timestamp_ms", LONG)], 2
+    if target.kind == LIST:
+        return [("key", family.key_schema), ("list_element", family.value_schema)], 1
+    return [("key", family.key_schema), ("value", family.value_schema)], 1
+
+
+def _family_table(
+    rows: FamilyStoreRows, target: FamilyTarget, given: Any, what: str, widened: list[str]
+) -> tuple[pa.Table, list[pa.Array]]:
+    """The rows for ``what`` checked against the family's schemas: the table, and its columns
+    (the key's only, for ``delete``) conformed to their types."""
+    columns, key_width = _family_columns(rows, target)
+    where = f"{target.name} of {store_label(rows.plan, located=True)}"
+    table = typed_table(given, what, columns)
+    needed = tuple(name for name, _ in (columns if what == "upsert" else columns[:key_width]))
+    optional = tuple(name for name, _ in columns if name not in needed)
+    require_columns(table, needed, what, where, optional=optional)
+    notes: list[str] = []
+    out = []
+    for name, dt in columns:
+        if name not in needed:
+            continue
+        arr = conform_column(table.column(name), dt, name, what, notes)  # type: ignore[arg-type]
+        if isinstance(dt, StructType):
+            require_non_null(arr, dt, name, what)
+        elif arr.null_count:
+            first = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
+            raise SeedNullError(f"{what} row {first} has a null {name}; a state row's {name} cannot be null")
+        out.append(arr)
+    widened += [f"{target.name}: {note}" for note in notes if f"{target.name}: {note}" not in widened]
+    return table, out
+
+
+def _family_upsert(
+    rows: FamilyStoreRows, target: FamilyTarget, given: Any, out: FamilyRows, widened: list[str]
+) -> RowBuffer:
+    """A variable's (or join store's) upserted rows encoded into ``out``, with the entries Spark keeps
+    beside them; returns its own keys' bytes (to check against its deletes)."""
+    name = target.name
+    source = f"upsert rows for {name} of {store_label(rows.plan, located=True)}"
+    table, columns = _family_table(rows, target, given, "upsert", widened)
+    family = rows.families[name]
+    if target.kind == TIMERS:
+        keys, times = columns
+        own = family_keys(rows, name, struct_of([keys, times], family.key_schema.to_arrow()), source)
+        require_unique(own, keys, "upsert")
+        check_partitions(rows, table, own, "upsert")
+        index = TIMER_INDEXES[name]
+        by_time = struct_of([times, keys], rows.families[index].key_schema.to_arrow())
+        out.add(own, empty_family_values(rows, name, len(keys), source))
+        out.add(family_keys(rows, index, by_time, source), empty_family_values(rows, index, len(keys), source))
+        return own
+    if target.kind in (LIST, MULTI_VALUE):
+        keys, elements = columns
+        each = family_keys(rows, name, keys, source)
+        check_partitions(rows, table, each, "upsert")
+        # a list's rows come one per element: each key's elements, in the order given, make its new list
+        # (a join format 4 store's too: the rows of one join key and event time)
+        groups = np.asarray(pc.dictionary_encode(key_bytes(each)).indices.to_numpy(zero_copy_only=False), np.int64)
+        _, first = np.unique(groups, return_index=True)
+        own = each.take(first)
+        out.add(own, list_values(rows, name, elements, groups, source))
+        owners = keys.take(pa.array(first))
+        for counter in (COUNTER_PREFIX + name, COUNT_PREFIX + name):
+            _add_long(rows, counter, owners, np.bincount(groups), out, source)
+        if target.ttl:
+            # the list expires element by element: Spark indexes each key once, at its earliest expiration
+            expirations = np.asarray(_expirations(elements, name).to_numpy(zero_copy_only=False), np.int64)
+            earliest = np.full(len(first), np.iinfo(np.int64).max, dtype=np.int64)
+            np.minimum.at(earliest, groups, expirations)
+            _add_long(rows, MIN_PREFIX + name, owners, earliest, out, source)
+            out.add(
+                ttl_index_keys(rows, name, pa.array(earliest), _element_keys(rows, name, owners), source),
+                empty_family_values(rows, TTL_PREFIX + name, len(first), source),
+            )
+        return own
+    if target.kind == MAP:
+        keys, user_keys, values = columns
+        whole = struct_of([keys, user_keys], family.key_schema.to_arrow())
+        own = family_keys(rows, name, whole, source)
+        require_unique(own, whole, "upsert")
+    else:
+        keys, values = columns
+        whole = keys
+        own = family_keys(rows, name, keys, source)
+        require_unique(own, keys, "upsert")
+    check_partitions(rows, table, own, "upsert")
+    out.add(own, family_values(rows, name, values, source))
+    if target.ttl:
+        out.add(
+            ttl_index_keys(rows, name, _expirations(values, name), _element_keys(rows, name, whole), source),
+            empty_family_values(rows, TTL_PREFIX + name, len(keys), source),
+        )
+    return own
+
+
+def _expirations(values: pa.StructArray, name: str) -> pa.Array:
+    """When each value of a variable with TTL expires (its value's last field), none missing."""
+    last = values.type.num_fields - 1
+    expirations = values.field(last)
+    if expirations.null_count:
+        at = int(np.flatnonzero(expirations.is_null().to_numpy(zero_copy_only=False))[0])
+        raise SeedNullError(
+            f"upsert row {at} of {name} has no expiration ({values.type.field(last).name} is null); {name} has a "
+            "TTL, so every value of it holds the time it expires"
+        )
+    return expirations
+
+
+def _add_long(
+    rows: FamilyStoreRows, name: str, owners: pa.StructArray, numbers: np.ndarray, out: FamilyRows, source: str
+) -> None:
+    """One number per grouping key into family ``name`` (a list's count, earliest expiration), if the store has it."""
+    if name in rows.families and name in rows.mapping:
+        keys = owners.cast(rows.families[name].key_schema.to_arrow())
+        out.add(family_keys(rows, name, keys, source), long_values(rows, name, numbers, source))
+
+
+def _family_delete(
+    rows: FamilyStoreRows,
+    target: FamilyTarget,
+    given: Any,
+    out: FamilyRows,
+    upserted: RowBuffer | None,
+    widened: list[str],
+) -> None:
+    """A variable's (or join store's) deleted keys encoded into ``out``, with the entries Spark keeps beside them."""
+    name = target.name
+    source = f"delete rows for {name} of {store_label(rows.plan, located=True)}"
+    table, columns = _family_table(rows, target, given, "delete", widened)
+    family = rows.families[name]
+    if target.kind in (MAP, TIMERS):
+        whole = struct_of(columns, family.key_schema.to_arrow())
+    else:
+        whole = columns[0]
+    own = family_keys(rows, name, whole, source)
+    check_partitions(rows, table, own, "delete")
+    if upserted is not None:
+        both = pc.is_in(key_bytes(own), value_set=key_bytes(upserted))
+        if pc.any(both).as_py():
+            first = int(np.flatnonzero(both.to_numpy(zero_copy_only=False))[0])
+            raise DuplicateSeedKeyError(
+                f"key {whole[first].as_py()} of {name} (delete row {first}) is both upserted and deleted; give it once"
+            )
+    n = len(whole)
+    out.add(own, own)
+    if target.kind == TIMERS:
+        index = TIMER_INDEXES[name]
+        by_time = struct_of([columns[1], columns[0]], rows.families[index].key_schema.to_arrow())
+        out.add(family_keys(rows, index, by_time, source), own)
+    elif target.kind == LIST:
+        for beside in (COUNTER_PREFIX + name, COUNT_PREFIX + name, MIN_PREFIX + name):
+            if beside in rows.families and beside in rows.mapping:
+                keys = whole.cast(rows.families[beside].key_schema.to_arrow())
+                out.add(family_keys(rows, beside, keys, source), own)
+    if target.ttl:
+        # the index entries of a deleted element, whatever their expiration (matched by the element's key)
+        zeros = pa.array(np.zeros(n, dtype=np.int64))
+        out.add(ttl_index_keys(rows, name, zeros, _element_keys(rows, name, whole), source), own)
+
+
+def _element_keys(rows: FamilyStoreRows, name: str, whole: pa.StructArray) -> pa.StructArray:
+    """The element keys a variable's TTL index names: the grouping key, or (map) grouping and user key."""
+    element_type = rows.families[TTL_PREFIX + name].key_schema.to_arrow().field(1).type
+    return struct_of([whole.field(i) for i in range(whole.type.num_fields)], element_type)
+
+
 # -- encoding ------------------------------------------------------------------------------------------
 
 
@@ -208,11 +439,11 @@ def list_values(
     return RowBuffer.from_rows([delimiter.join(p) for p in pieces], source)
 
 
-def counter_values(rows: FamilyStoreRows, name: str, counts: np.ndarray, source: str) -> RowBuffer:
-    """A list variable's element counts as its ``$rowCounter_`` family keeps them."""
+def long_values(rows: FamilyStoreRows, name: str, numbers: np.ndarray, source: str) -> RowBuffer:
+    """Values of a family that keeps one number per key (a list's count, its earliest expiration)."""
     schema = _family(rows, name).value_schema
     arrow = schema.to_arrow()
-    column = pa.array(counts.astype(np.int64)).cast(arrow.field(0).type)
+    column = pa.array(numbers.astype(np.int64)).cast(arrow.field(0).type)
     return family_values(rows, name, pa.StructArray.from_arrays([column], fields=list(arrow)), source)
 
 
