@@ -105,7 +105,7 @@ def test_every_variable_deleted_then_upserted_back(spark, checkpoints, tmp_path,
     # keys are counted (a list, a join key's rows: one key), the user's entries only
     assert sum(written.gained_per_partition) == sum(deleted.lost_per_partition) > 0
     assert sum(written.replaced_per_partition) == sum(written.lost_per_partition) == 0
-    # checked before Spark's reader opens the source (its store maintenance may write snapshots there)
+    # checked right after the rewrites, before Spark's reader loads the source's stores
     assert digest(src) == before, "the source changed"
     assert _entries(full) == _entries(src)
     for options in _builtin_reads(src) if name in BUILTIN_READS else []:

@@ -82,20 +82,22 @@ class FamilyTarget:
 
 @dataclass
 class FamilyRows:
-    """Encoded entries of one store (column family id first), as the edit applies them."""
+    """Encoded entries of one store (column family id first), as the edit applies them: keys with their
+    values (upserts), or keys alone (deletes)."""
 
     keys: list[RowBuffer] = field(default_factory=list)
     values: list[RowBuffer] = field(default_factory=list)
 
-    def add(self, keys: RowBuffer, values: RowBuffer) -> None:
+    def add(self, keys: RowBuffer, values: RowBuffer | None = None) -> None:
         if len(keys.starts):
             self.keys.append(keys)
-            self.values.append(values)
+            if values is not None:
+                self.values.append(values)
 
-    def joined(self) -> tuple[RowBuffer, RowBuffer] | None:
-        if not self.keys:
-            return None
-        return _concat(self.keys, "seed keys"), _concat(self.values, "seed values")
+    def joined(self) -> tuple[RowBuffer | None, RowBuffer | None]:
+        """All keys, and all values (None where there are none), each in one buffer."""
+        keys = _concat(self.keys, "seed keys") if self.keys else None
+        return keys, _concat(self.values, "seed values") if self.values else None
 
 
 @dataclass(frozen=True)
@@ -183,12 +185,8 @@ def bind_families(rows: FamilyStoreRows, named: dict[str, tuple[Any, Any]]) -> F
             written = _family_upsert(rows, target, upsert, upserts, edit.widened)
         if delete is not None:
             _family_delete(rows, target, delete, deletes, written, edit.widened)
-    joined = upserts.joined()
-    if joined is not None:
-        edit.upsert_keys, edit.upsert_values = joined
-    joined = deletes.joined()
-    if joined is not None:
-        edit.delete_keys = joined[0]
+    edit.upsert_keys, edit.upsert_values = upserts.joined()
+    edit.delete_keys, _ = deletes.joined()
     return edit
 
 
@@ -349,20 +347,20 @@ def _family_delete(
                 f"key {whole[first].as_py()} of {name} (delete row {first}) is both upserted and deleted; give it once"
             )
     n = len(whole)
-    out.add(own, own)
+    out.add(own)
     if target.kind == TIMERS:
         index = TIMER_INDEXES[name]
         by_time = struct_of([columns[1], columns[0]], rows.families[index].key_schema.to_arrow())
-        out.add(family_keys(rows, index, by_time, source), own)
+        out.add(family_keys(rows, index, by_time, source))
     elif target.kind == LIST:
         for beside in (COUNTER_PREFIX + name, COUNT_PREFIX + name, MIN_PREFIX + name):
             if beside in rows.families and beside in rows.mapping:
                 keys = whole.cast(rows.families[beside].key_schema.to_arrow())
-                out.add(family_keys(rows, beside, keys, source), own)
+                out.add(family_keys(rows, beside, keys, source))
     if target.ttl:
         # the index entries of a deleted element, whatever their expiration (matched by the element's key)
         zeros = pa.array(np.zeros(n, dtype=np.int64))
-        out.add(ttl_index_keys(rows, name, zeros, _element_keys(rows, name, whole), source), own)
+        out.add(ttl_index_keys(rows, name, zeros, _element_keys(rows, name, whole), source))
 
 
 def _element_keys(rows: FamilyStoreRows, name: str, whole: pa.StructArray) -> pa.StructArray:
