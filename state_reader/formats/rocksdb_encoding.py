@@ -378,6 +378,33 @@ def _decode_timestamp_key(keys: RowBuffer, schema: StructType, prefix: bool, avr
     return _assemble(schema, [*_children(others), event_time])
 
 
+def encode_timestamp_keys(keys: pa.StructArray, schema: StructType, prefix: bool, source: str = "") -> RowBuffer:
+    """Keys of ``schema`` as Spark's timestamp key encoders write them (no column family id, UnsafeRow
+    encoding): the inverse of :func:`decode_keys` for :data:`TIMESTAMP_PREFIX` (``prefix``) and
+    :data:`TIMESTAMP_POSTFIX`, byte for byte. The last key column is the time."""
+    fields = schema.fields
+    if not fields or fields[-1].data_type.kind != "long":
+        raise UnsupportedOptionError(f"{source}: a timestamp key encoder needs a long as the last key column")
+    n = len(keys)
+    others = StructType(fields[:-1])
+    row = encode_rows(
+        pa.StructArray.from_arrays([keys.field(i) for i in range(len(fields) - 1)], fields=list(others.to_arrow())),
+        others,
+        source,
+        normalize_floats=True,
+    )
+    times = np.asarray(keys.field(len(fields) - 1).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    stamp = np.ascontiguousarray((times.view("<u8") ^ _SIGN_BIT).astype(">u8")).view(np.uint8).reshape(n, -1)
+    if prefix:
+        out = pack_rows([(TIMESTAMP_BYTES + 1, row)], source)
+        at = out.starts
+    else:
+        out = pack_rows([(1, row), (TIMESTAMP_BYTES, None)], source)
+        at = out.starts + out.lengths - TIMESTAMP_BYTES
+    out.buf[at[:, None] + np.arange(TIMESTAMP_BYTES, dtype=np.int64)] = stamp
+    return out
+
+
 def _ordering_column(arr: pa.BinaryArray, dt: DataType, source: str, name: str) -> pa.Array:
     """Range-scan ``marker | big-endian value`` binaries -> values of type ``dt``."""
     if dt.kind not in _ORDERING_TYPES:

@@ -270,6 +270,10 @@ def rewrite(
     once so that Spark writes its checkpoint, then upsert the seed rows at its last batch.
     Several stores in one rewrite (the four stores of a stream-stream join): ``upsert`` and
     ``delete`` as dicts ``{store_name: rows}`` or ``{(operator_id, store_name): rows}``.
+    transformWithState: the variable by ``state_var_name`` (its timers:
+    ``"$procTimers_keyToTimestamp"`` or ``"$eventTimers_keyToTimestamp"``), several as a dict
+    keyed by variable name (or ``(operator_id, name)``); lists and maps one row per element, as
+    ``read_state`` shows them; a list's upsert replaces the key's whole list, a map's one entry.
     ``spark``: a SparkSession to run the rewrite on, for states larger than one machine: its
     executors read the old partitions, Spark's own hash partitioning sends each row to its new
     partition, and one task writes each new partition (the driver writes only the logs and

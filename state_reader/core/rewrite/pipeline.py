@@ -102,7 +102,8 @@ class LocalRows:
                     records: Iterator[bytes | np.ndarray] = spill.take(pid)
                     counts = EditCounts()
                     if seeded is not None:
-                        records = edited(records, *seeded.take(pid), f"{label}, new partition {pid}", counts)
+                        where = f"{label}, new partition {pid}"
+                        records = edited(records, *seeded.take(pid), where, counts, edit.match if edit else None)
                     if target is None:
                         for _ in records:  # counted as they pass
                             pass
@@ -111,7 +112,9 @@ class LocalRows:
                         write_partition(rows.plan, pid, records, rp.to_rocksdb, extra, target.put, unique_id)
                     if seeded is not None:
                         byte_change = counts.added_bytes - counts.removed_bytes
-                        store.add_edit(index, counts.gained, counts.replaced, counts.lost, byte_change)
+                        store.add_edit(
+                            index, counts.gained, counts.replaced, counts.lost, byte_change, counts.row_change
+                        )
                     release_free_memory()
                     bar.advance()
         return store

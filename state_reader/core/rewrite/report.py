@@ -48,8 +48,12 @@ class StoreReport:
         """Whether rows were written into this store (``upsert`` or ``delete``)."""
         return bool(self.gained_per_partition)
 
-    def add_edit(self, index: int, gained: int, replaced: int, lost: int, byte_change: int) -> None:
-        """Count what an edit did to the ``index``-th new partition (its rows and bytes follow)."""
+    def add_edit(
+        self, index: int, gained: int, replaced: int, lost: int, byte_change: int, row_change: int | None = None
+    ) -> None:
+        """Count what an edit did to the ``index``-th new partition (its rows and bytes follow; ``row_change``:
+        the rows it added less those it took out, when the keys counted are not all of them)."""
+        change = gained - lost if row_change is None else row_change
         if not self.gained_per_partition:
             width = len(self.rows_per_partition)
             self.gained_per_partition, self.replaced_per_partition, self.lost_per_partition = (
@@ -60,9 +64,9 @@ class StoreReport:
         self.gained_per_partition[index] += gained
         self.replaced_per_partition[index] += replaced
         self.lost_per_partition[index] += lost
-        self.rows_per_partition[index] += gained - lost
+        self.rows_per_partition[index] += change
         self.bytes_per_partition[index] += byte_change
-        self.rows += gained - lost
+        self.rows += change
 
 
 @dataclass

@@ -159,6 +159,12 @@ class FamilyStoreRows(StoreRows):
             )
         self.families = family_schemas(plan.checkpoint, plan.operator_id, store)
         kinds = variable_kinds(metadata)
+        tws = operators.is_transform_with_state(metadata.operator_name)
+        # what rows written into the store name (a join's four stores are families of no variable kind)
+        self.variable_kinds: dict[str, str] | None = kinds if tws else None
+        self.ttl_variables = {
+            str(v.get("stateName")) for v in metadata.properties.get("stateVariables", []) if v.get("ttlEnabled")
+        }
         self.paths = {name: family_partition_key(name, family, kinds) for name, family in self.families.items()}
         self.specs = {name: KeyEncoderSpec.from_plan(family.key_encoder, 0) for name, family in self.families.items()}
         self.multi_value = {
@@ -171,7 +177,7 @@ class FamilyStoreRows(StoreRows):
         self.names = {cf_id: name for name, cf_id in self.mapping.items()}
         # the key Spark hashes and drop_keys is matched against: a transformWithState plan's key is the
         # grouping key already; a join family's key is narrowed to the join key
-        if operators.is_transform_with_state(metadata.operator_name) or plan.variable is None:
+        if tws or plan.variable is None:
             self.key_schema = plan.key_schema
         else:
             self.key_schema = _struct_at(plan.variable.family.key_schema, self.paths[plan.variable.name])

@@ -1,0 +1,511 @@
+"""Rows written into a store that keeps RocksDB column families (transformWithState variables and
+timers, join state formats 3 and 4), encoded as Spark keeps them: each family's key encoder, its
+column family id before every key, and the entries Spark keeps beside a variable's own.
+
+A variable's entries do not stand alone. A variable with TTL has an index (``$ttl_<name>``:
+expiration time, then the element's key) that Spark scans to expire elements: one entry per value
+or map entry, one per list at its earliest expiration (``$min_<name>``). A list keeps a count of
+its elements per grouping key (``$rowCounter_<name>``, with TTL ``$count_<name>``); each timer is
+kept twice (key to time, time to key). Rows written here bring those entries along, and the index
+entries of a replaced or deleted element are found by the element's key alone (whatever expiration
+they hold), so no stale index entry outlives its element.
+
+The rows' columns, types and nulls are checked as every seed's are
+(:mod:`~state_reader.core.rewrite.seed_fit`), against the columns ``read_state`` shows for the
+variable; :mod:`~state_reader.core.rewrite.seed` binds the result to the store's edit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from state_reader.core.rewrite.rows import FamilyStoreRows, store_label
+from state_reader.core.rewrite.seed_fit import (
+    check_partitions,
+    conform_column,
+    key_bytes,
+    require_columns,
+    require_non_null,
+    require_unique,
+    typed_table,
+)
+from state_reader.errors import DuplicateSeedKeyError, SeedNullError, UnsupportedOptionError
+from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, encode_avro
+from state_reader.formats.rocksdb_encoding import (
+    LENGTH_BYTES,
+    MERGE_DELIMITERS,
+    NO_PREFIX,
+    PREFIX_SCAN,
+    RANGE_SCAN,
+    STATE_ENCODING_VERSION,
+    TIMESTAMP_POSTFIX,
+    TIMESTAMP_PREFIX,
+    VIRTUAL_CF_PREFIX_BYTES,
+    column_family_ids,
+    encode_keys,
+    encode_range_scan_keys,
+    encode_timestamp_keys,
+    encode_values,
+    with_spans,
+)
+from state_reader.formats.schema_files import ColumnFamilySchema
+from state_reader.formats.spark_types import LONG, DataType, StructType
+from state_reader.formats.unsaferow import PAD, RowBuffer, copy_spans, pack_rows
+from state_reader.formats.unsaferow_encode import encode_rows
+from state_reader.model.state_variables import LIST, MAP, MULTI_VALUE, TIMERS, VALUE
+
+# the families Spark keeps beside a variable, by the variable's name
+TTL_PREFIX, COUNTER_PREFIX = "$ttl_", "$rowCounter_"
+# a list variable with TTL: its element count and earliest expiration per grouping key
+COUNT_PREFIX, MIN_PREFIX = "$count_", "$min_"
+# the timers' second index, by the first's name
+TIMER_INDEXES = {
+    "$procTimers_keyToTimestamp": "$procTimers_timestampToKey",
+    "$eventTimers_keyToTimestamp": "$eventTimers_timestampToKey",
+}
+
+
+@dataclass(frozen=True)
+class FamilyTarget:
+    """One family a seed writes into (a variable, its timers, or one join store)."""
+
+    name: str
+    kind: str  # ValueState, ListState, MapState, TimerState, or MultiValue (a join format 4 store)
+    ttl: bool
+
+
+@dataclass
+class FamilyRows:
+    """Encoded entries of one store (column family id first), as the edit applies them: keys with their
+    values (upserts), or keys alone (deletes)."""
+
+    keys: list[RowBuffer] = field(default_factory=list)
+    values: list[RowBuffer] = field(default_factory=list)
+
+    def add(self, keys: RowBuffer, values: RowBuffer | None = None) -> None:
+        if len(keys.starts):
+            self.keys.append(keys)
+            if values is not None:
+                self.values.append(values)
+
+    def joined(self) -> tuple[RowBuffer | None, RowBuffer | None]:
+        """All keys, and all values (None where there are none), each in one buffer."""
+        keys = _concat(self.keys, "seed keys") if self.keys else None
+        return keys, _concat(self.values, "seed values") if self.values else None
+
+
+@dataclass(frozen=True)
+class FamilyMatch:
+    """How an edit of a store with column families matches old entries: the families whose entries
+    are matched by their element's key (TTL indexes), and those whose entries the counts count."""
+
+    by_element: frozenset[int]
+    counted: frozenset[int]
+
+    def element_keys(self, keys: RowBuffer) -> tuple[np.ndarray, RowBuffer] | None:
+        """The TTL index entries among ``keys`` (their positions) as their family id and element key,
+        which is what they are matched by; None when there are none."""
+        if not self.by_element or not len(keys.starts):
+            return None
+        ids = column_family_ids(keys)
+        index = np.flatnonzero(np.isin(ids, list(self.by_element)))
+        if not len(index):
+            return None
+        picked = keys.take(index)
+        at = picked.starts + VIRTUAL_CF_PREFIX_BYTES
+        # a range-scan key: int32 L, the ordering prefix (L bytes), then the element's encoded key
+        width = np.arange(LENGTH_BYTES, dtype=np.int64)
+        prefix = np.ascontiguousarray(picked.buf[at[:, None] + width]).view("<i4").reshape(-1).astype(np.int64)
+        skip = VIRTUAL_CF_PREFIX_BYTES + LENGTH_BYTES + prefix
+        tails = with_spans(picked, picked.starts + skip, picked.lengths - skip)
+        return index, _with_family_id(tails, ids[index])
+
+    def counted_mask(self, keys: RowBuffer) -> np.ndarray | None:
+        """Which keys the counts count (None: all)."""
+        if not len(keys.starts):
+            return None
+        return np.isin(column_family_ids(keys), list(self.counted))
+
+
+def family_match(rows: FamilyStoreRows) -> FamilyMatch:
+    """The match of a store's edits: TTL indexes by element; the user's families (and the timers) counted."""
+    by_element = frozenset(cf for name, cf in rows.mapping.items() if name.startswith(TTL_PREFIX))
+    counted = frozenset(cf for name, cf in rows.mapping.items() if not name.startswith("$") or name in TIMER_INDEXES)
+    return FamilyMatch(by_element, counted)
+
+
+def targets(rows: FamilyStoreRows) -> dict[str, FamilyTarget]:
+    """The families a seed can name: transformWithState variables and timers, or join stores."""
+    if rows.variable_kinds is None:  # a join: its four stores (format 4 keeps lists of rows, one row per element)
+        return {
+            name: FamilyTarget(name, MULTI_VALUE if name in rows.multi_value else VALUE, False)
+            for name in rows.families
+            if not name.startswith("$")
+        }
+    out = {
+        name: FamilyTarget(name, kind, name in rows.ttl_variables)
+        for name, kind in rows.variable_kinds.items()
+        if not name.startswith("$") and name in rows.families
+    }
+    out.update((name, FamilyTarget(name, TIMERS, False)) for name in TIMER_INDEXES if name in rows.families)
+    return out
+
+
+# -- binding: the rows checked and encoded -------------------------------------------------------------------
+
+
+@dataclass
+class FamilyEdit:
+    """The rows written into a store with column families, every variable's (or join store's) together:
+    the upserted entries and deleted keys, encoded, with Spark's entries beside them."""
+
+    match: FamilyMatch
+    upsert_keys: RowBuffer | None = None
+    upsert_values: RowBuffer | None = None
+    delete_keys: RowBuffer | None = None
+    # the safe widenings applied to the given types, one sentence each
+    widened: list[str] = field(default_factory=list)
+
+
+def bind_families(rows: FamilyStoreRows, named: dict[str, tuple[Any, Any]]) -> FamilyEdit:
+    """The rows (``upsert``, ``delete``) for each variable or join store ``named``, checked and encoded."""
+    edit = FamilyEdit(family_match(rows))
+    upserts, deletes = FamilyRows(), FamilyRows()
+    known = targets(rows)
+    for name, (upsert, delete) in named.items():
+        target = known[name]
+        written = None
+        if upsert is not None:
+            written = _family_upsert(rows, target, upsert, upserts, edit.widened)
+        if delete is not None:
+            _family_delete(rows, target, delete, deletes, written, edit.widened)
+    edit.upsert_keys, edit.upsert_values = upserts.joined()
+    edit.delete_keys, _ = deletes.joined()
+    return edit
+
+
+def _family_columns(rows: FamilyStoreRows, target: FamilyTarget) -> tuple[list[tuple[str, DataType]], int]:
+    """The columns ``read_state`` shows for a variable (flattened) or join store, and how many of them
+    make its key (what ``delete`` needs)."""
+    family = rows.families[target.name]
+    fields = family.key_schema.fields
+    if target.kind == MAP:
+        return [
+            ("key", fields[0].data_type),
+            ("user_map_key", fields[1].data_type),
+            ("user_map_value", family.value_schema),
+        ], 2
+    if target.kind == TIMERS:
+        return [("key", fields[0].data_type), ("expiration_timestamp_ms", LONG)], 2
+    if target.kind == LIST:
+        return [("key", family.key_schema), ("list_element", family.value_schema)], 1
+    return [("key", family.key_schema), ("value", family.value_schema)], 1
+
+
+def _family_table(
+    rows: FamilyStoreRows, target: FamilyTarget, given: Any, what: str, widened: list[str]
+) -> tuple[pa.Table, list[pa.Array]]:
+    """The rows for ``what`` checked against the family's schemas: the table, and its columns
+    (the key's only, for ``delete``) conformed to their types."""
+    columns, key_width = _family_columns(rows, target)
+    where = f"{target.name} of {store_label(rows.plan, located=True)}"
+    table = typed_table(given, what, columns)
+    needed = tuple(name for name, _ in (columns if what == "upsert" else columns[:key_width]))
+    optional = tuple(name for name, _ in columns if name not in needed)
+    require_columns(table, needed, what, where, optional=optional)
+    notes: list[str] = []
+    out = []
+    for name, dt in columns:
+        if name not in needed:
+            continue
+        arr = conform_column(table.column(name), dt, name, what, notes)  # type: ignore[arg-type]
+        if isinstance(dt, StructType):
+            require_non_null(arr, dt, name, what)
+        elif arr.null_count:
+            first = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
+            raise SeedNullError(f"{what} row {first} has a null {name}; a state row's {name} cannot be null")
+        out.append(arr)
+    widened += [f"{target.name}: {note}" for note in notes if f"{target.name}: {note}" not in widened]
+    return table, out
+
+
+def _family_upsert(
+    rows: FamilyStoreRows, target: FamilyTarget, given: Any, out: FamilyRows, widened: list[str]
+) -> RowBuffer:
+    """A variable's (or join store's) upserted rows encoded into ``out``, with the entries Spark keeps
+    beside them; returns its own keys' bytes (to check against its deletes)."""
+    name = target.name
+    source = f"upsert rows for {name} of {store_label(rows.plan, located=True)}"
+    table, columns = _family_table(rows, target, given, "upsert", widened)
+    family = rows.families[name]
+    if target.kind == TIMERS:
+        keys, times = columns
+        own = family_keys(rows, name, struct_of([keys, times], family.key_schema.to_arrow()), source)
+        require_unique(own, keys, "upsert")
+        check_partitions(rows, table, own, "upsert")
+        index = TIMER_INDEXES[name]
+        by_time = struct_of([times, keys], rows.families[index].key_schema.to_arrow())
+        out.add(own, empty_family_values(rows, name, len(keys), source))
+        out.add(family_keys(rows, index, by_time, source), empty_family_values(rows, index, len(keys), source))
+        return own
+    if target.kind in (LIST, MULTI_VALUE):
+        keys, elements = columns
+        each = family_keys(rows, name, keys, source)
+        check_partitions(rows, table, each, "upsert")
+        # a list's rows come one per element: each key's elements, in the order given, make its new list
+        # (a join format 4 store's too: the rows of one join key and event time)
+        groups = np.asarray(pc.dictionary_encode(key_bytes(each)).indices.to_numpy(zero_copy_only=False), np.int64)
+        _, first = np.unique(groups, return_index=True)
+        own = each.take(first)
+        out.add(own, list_values(rows, name, elements, groups, source))
+        owners = keys.take(pa.array(first))
+        for counter in (COUNTER_PREFIX + name, COUNT_PREFIX + name):
+            _add_long(rows, counter, owners, np.bincount(groups), out, source)
+        if target.ttl:
+            # the list expires element by element: Spark indexes each key once, at its earliest expiration
+            expirations = np.asarray(_expirations(elements, name).to_numpy(zero_copy_only=False), np.int64)
+            earliest = np.full(len(first), np.iinfo(np.int64).max, dtype=np.int64)
+            np.minimum.at(earliest, groups, expirations)
+            _add_long(rows, MIN_PREFIX + name, owners, earliest, out, source)
+            out.add(
+                ttl_index_keys(rows, name, pa.array(earliest), _element_keys(rows, name, owners), source),
+                empty_family_values(rows, TTL_PREFIX + name, len(first), source),
+            )
+        return own
+    if target.kind == MAP:
+        keys, user_keys, values = columns
+        whole = struct_of([keys, user_keys], family.key_schema.to_arrow())
+        own = family_keys(rows, name, whole, source)
+        require_unique(own, whole, "upsert")
+    else:
+        keys, values = columns
+        whole = keys
+        own = family_keys(rows, name, keys, source)
+        require_unique(own, keys, "upsert")
+    check_partitions(rows, table, own, "upsert")
+    out.add(own, family_values(rows, name, values, source))
+    if target.ttl:
+        out.add(
+            ttl_index_keys(rows, name, _expirations(values, name), _element_keys(rows, name, whole), source),
+            empty_family_values(rows, TTL_PREFIX + name, len(keys), source),
+        )
+    return own
+
+
+def _expirations(values: pa.StructArray, name: str) -> pa.Array:
+    """When each value of a variable with TTL expires (its value's last field), none missing."""
+    last = values.type.num_fields - 1
+    expirations = values.field(last)
+    if expirations.null_count:
+        at = int(np.flatnonzero(expirations.is_null().to_numpy(zero_copy_only=False))[0])
+        raise SeedNullError(
+            f"upsert row {at} of {name} has no expiration ({values.type.field(last).name} is null); {name} has a "
+            "TTL, so every value of it holds the time it expires"
+        )
+    return expirations
+
+
+def _add_long(
+    rows: FamilyStoreRows, name: str, owners: pa.StructArray, numbers: np.ndarray, out: FamilyRows, source: str
+) -> None:
+    """One number per grouping key into family ``name`` (a list's count, earliest expiration), if the store has it."""
+    if name in rows.families and name in rows.mapping:
+        keys = owners.cast(rows.families[name].key_schema.to_arrow())
+        out.add(family_keys(rows, name, keys, source), long_values(rows, name, numbers, source))
+
+
+def _family_delete(
+    rows: FamilyStoreRows,
+    target: FamilyTarget,
+    given: Any,
+    out: FamilyRows,
+    upserted: RowBuffer | None,
+    widened: list[str],
+) -> None:
+    """A variable's (or join store's) deleted keys encoded into ``out``, with the entries Spark keeps beside them."""
+    name = target.name
+    source = f"delete rows for {name} of {store_label(rows.plan, located=True)}"
+    table, columns = _family_table(rows, target, given, "delete", widened)
+    family = rows.families[name]
+    if target.kind in (MAP, TIMERS):
+        whole = struct_of(columns, family.key_schema.to_arrow())
+    else:
+        whole = columns[0]
+    own = family_keys(rows, name, whole, source)
+    check_partitions(rows, table, own, "delete")
+    if upserted is not None:
+        both = pc.is_in(key_bytes(own), value_set=key_bytes(upserted))
+        if pc.any(both).as_py():
+            first = int(np.flatnonzero(both.to_numpy(zero_copy_only=False))[0])
+            raise DuplicateSeedKeyError(
+                f"key {whole[first].as_py()} of {name} (delete row {first}) is both upserted and deleted; give it once"
+            )
+    n = len(whole)
+    out.add(own)
+    if target.kind == TIMERS:
+        index = TIMER_INDEXES[name]
+        by_time = struct_of([columns[1], columns[0]], rows.families[index].key_schema.to_arrow())
+        out.add(family_keys(rows, index, by_time, source))
+    elif target.kind == LIST:
+        for beside in (COUNTER_PREFIX + name, COUNT_PREFIX + name, MIN_PREFIX + name):
+            if beside in rows.families and beside in rows.mapping:
+                keys = whole.cast(rows.families[beside].key_schema.to_arrow())
+                out.add(family_keys(rows, beside, keys, source))
+    if target.ttl:
+        # the index entries of a deleted element, whatever their expiration (matched by the element's key)
+        zeros = pa.array(np.zeros(n, dtype=np.int64))
+        out.add(ttl_index_keys(rows, name, zeros, _element_keys(rows, name, whole), source))
+
+
+def _element_keys(rows: FamilyStoreRows, name: str, whole: pa.StructArray) -> pa.StructArray:
+    """The element keys a variable's TTL index names: the grouping key, or (map) grouping and user key."""
+    element_type = rows.families[TTL_PREFIX + name].key_schema.to_arrow().field(1).type
+    return struct_of([whole.field(i) for i in range(whole.type.num_fields)], element_type)
+
+
+# -- encoding ------------------------------------------------------------------------------------------
+
+
+def family_keys(rows: FamilyStoreRows, name: str, keys: pa.StructArray, source: str) -> RowBuffer:
+    """Keys of family ``name`` (its key schema's fields) as Spark writes them, family id first."""
+    family = _family(rows, name)
+    spec = rows.specs[name]
+    avro = rows.plan.store_conf.avro
+    schema = family.key_schema
+    if spec.kind == RANGE_SCAN:
+        encoded = encode_range_scan_keys(
+            keys, schema, spec.ordering_ordinals, avro=avro, schema_id=family.key_schema_id, source=source
+        )
+    elif spec.kind in (TIMESTAMP_PREFIX, TIMESTAMP_POSTFIX) and not avro:
+        encoded = encode_timestamp_keys(keys, schema, spec.kind == TIMESTAMP_PREFIX, source)
+    elif spec.kind == NO_PREFIX and avro:
+        encoded = _avro_payloads(keys, schema, family.key_schema_id, source)
+    elif spec.kind == PREFIX_SCAN and avro:
+        n, fields = spec.num_prefix_cols, schema.fields
+        # the prefix without a schema id, its length (version byte included) before it
+        head = _avro_payloads(_fields(keys, schema, 0, n), StructType(fields[:n]), None, source)
+        rest = _avro_payloads(
+            _fields(keys, schema, n, len(fields)), StructType(fields[n:]), family.key_schema_id, source
+        )
+        encoded = pack_rows([(LENGTH_BYTES, head), (0, rest)], source)
+        length = head.lengths.astype("<i4").view(np.uint8).reshape(-1, LENGTH_BYTES)
+        encoded.buf[encoded.starts[:, None] + np.arange(LENGTH_BYTES, dtype=np.int64)] = length
+    elif spec.kind in (NO_PREFIX, PREFIX_SCAN):
+        plain = encode_rows(keys, schema, source, normalize_floats=True)
+        encoded = encode_keys(plain, schema, spec)
+    else:
+        raise UnsupportedOptionError(
+            f"{source}: writing keys of the RocksDB key encoder {spec.kind} in the Avro encoding is not supported yet"
+        )
+    return _with_family_id(encoded, np.full(len(encoded.starts), rows.mapping[name], dtype=np.int16))
+
+
+def family_values(rows: FamilyStoreRows, name: str, values: pa.StructArray, source: str) -> RowBuffer:
+    """Single values of family ``name`` as Spark writes them (a version byte, then the UnsafeRow, or the
+    value schema's id and the Avro record)."""
+    family = _family(rows, name)
+    if rows.plan.store_conf.avro:
+        return _avro_payloads(values, family.value_schema, family.value_schema_id, source)
+    return encode_values(encode_rows(values, family.value_schema, source))
+
+
+def empty_family_values(rows: FamilyStoreRows, name: str, n: int, source: str) -> RowBuffer:
+    """``n`` values of a family that keeps none (TTL indexes, timers): its one void field, null."""
+    arrow = _family(rows, name).value_schema.to_arrow()
+    nulls = pa.StructArray.from_arrays([pa.nulls(n, f.type) for f in arrow], fields=list(arrow))
+    return family_values(rows, name, nulls, source)
+
+
+def list_values(
+    rows: FamilyStoreRows, name: str, elements: pa.StructArray, groups: np.ndarray, source: str
+) -> RowBuffer:
+    """One multi value per group (``groups``: each element's group, 0..n-1, in the order given):
+    each element framed by its length, joined by the merge operator's delimiter."""
+    encoded = family_values(rows, name, elements, source)
+    n = int(groups.max()) + 1 if len(groups) else 0
+    delimiter = MERGE_DELIMITERS[rows.plan.store_conf.merge_operator_version]
+    pieces: list[list[bytes]] = [[] for _ in range(n)]
+    buf = encoded.buf
+    for g, start, length in zip(groups.tolist(), encoded.starts.tolist(), encoded.lengths.tolist(), strict=True):
+        pieces[g].append(int(length).to_bytes(LENGTH_BYTES, "little", signed=True) + bytes(buf[start : start + length]))
+    return RowBuffer.from_rows([delimiter.join(p) for p in pieces], source)
+
+
+def long_values(rows: FamilyStoreRows, name: str, numbers: np.ndarray, source: str) -> RowBuffer:
+    """Values of a family that keeps one number per key (a list's count, its earliest expiration)."""
+    schema = _family(rows, name).value_schema
+    arrow = schema.to_arrow()
+    column = pa.array(numbers.astype(np.int64)).cast(arrow.field(0).type)
+    return family_values(rows, name, pa.StructArray.from_arrays([column], fields=list(arrow)), source)
+
+
+def ttl_index_keys(
+    rows: FamilyStoreRows, variable: str, expirations: pa.Array, elements: pa.StructArray, source: str
+) -> RowBuffer:
+    """The TTL index keys of a variable's elements: (expiration, element key)."""
+    name = TTL_PREFIX + variable
+    arrow = _family(rows, name).key_schema.to_arrow()
+    key = pa.StructArray.from_arrays(
+        [expirations.cast(arrow.field(0).type), elements.cast(arrow.field(1).type)], fields=list(arrow)
+    )
+    return family_keys(rows, name, key, source)
+
+
+def struct_of(arrays: Sequence[pa.Array], schema_type: pa.StructType) -> pa.StructArray:
+    """The arrays as one struct of ``schema_type``'s fields (cast to their types)."""
+    return pa.StructArray.from_arrays(
+        [a.cast(schema_type.field(i).type) for i, a in enumerate(arrays)], fields=list(schema_type)
+    )
+
+
+def _avro_payloads(values: pa.StructArray, schema: StructType, schema_id: int | None, source: str) -> RowBuffer:
+    """Avro records as Spark's state store frames them: a version byte, the schema's id (where it is
+    written), then the record."""
+    head = bytes([STATE_ENCODING_VERSION]) + (
+        b"" if schema_id is None else schema_id.to_bytes(SCHEMA_ID_BYTES, "little")
+    )
+    return RowBuffer.from_rows([head + record for record in encode_avro(values, schema, source)], source)
+
+
+def _fields(keys: pa.StructArray, schema: StructType, lo: int, hi: int) -> pa.StructArray:
+    """Fields ``lo:hi`` of ``keys`` as a struct of their own."""
+    arrow = StructType(schema.fields[lo:hi]).to_arrow()
+    return pa.StructArray.from_arrays([keys.field(i) for i in range(lo, hi)], fields=list(arrow))
+
+
+def _family(rows: FamilyStoreRows, name: str) -> ColumnFamilySchema:
+    family = rows.families.get(name)
+    if family is None or name not in rows.mapping:
+        raise UnsupportedOptionError(
+            f"column family {name} of {rows.plan.checkpoint.location} has no schema or id to write it with",
+            path=rows.plan.checkpoint.location,
+        )
+    return family
+
+
+def _with_family_id(rows: RowBuffer, ids: np.ndarray) -> RowBuffer:
+    out = pack_rows([(VIRTUAL_CF_PREFIX_BYTES, rows)], rows.source)
+    out.buf[out.starts[:, None] + np.arange(VIRTUAL_CF_PREFIX_BYTES, dtype=np.int64)] = (
+        np.asarray(ids, dtype="<i2").view(np.uint8).reshape(-1, VIRTUAL_CF_PREFIX_BYTES)
+    )
+    return out
+
+
+def _concat(parts: list[RowBuffer], source: str) -> RowBuffer:
+    """The rows of ``parts``, one after another, in one buffer."""
+    lengths = np.concatenate([p.lengths for p in parts])
+    starts = np.cumsum(lengths) - lengths
+    size = int(lengths.sum())
+    out = np.zeros(size + PAD, dtype=np.uint8)
+    at = 0
+    for p in parts:
+        n = len(p.starts)
+        copy_spans(out, starts[at : at + n], p.buf, p.starts, p.lengths)
+        at += n
+    return RowBuffer.wrap(out, size, starts, lengths, source)
