@@ -33,6 +33,14 @@ VALUE, LIST, MAP, TIMERS = "ValueState", "ListState", "MapState", "TimerState"
 # a family whose values are lists, shown one element per row in a ``value`` column (join state format 4)
 MULTI_VALUE = "MultiValue"
 _TIMER_FAMILIES = {"ProcessingTime": "$procTimers_keyToTimestamp", "EventTime": "$eventTimers_keyToTimestamp"}
+# each timer is kept twice: its second index (time, then key), by the first's name
+TIMER_INDEXES = {
+    "$procTimers_keyToTimestamp": "$procTimers_timestampToKey",
+    "$eventTimers_keyToTimestamp": "$eventTimers_timestampToKey",
+}
+# the families Spark keeps beside a variable, named by a prefix and the variable's name: the TTL index,
+# a list's element count, and for a list with TTL its count and earliest expiration per grouping key
+TTL_PREFIX, COUNTER_PREFIX, COUNT_PREFIX, MIN_PREFIX = "$ttl_", "$rowCounter_", "$count_", "$min_"
 
 
 @dataclass(frozen=True)
@@ -259,7 +267,7 @@ def family_partition_key(name: str, family: ColumnFamilySchema, variable_kinds: 
     if kind == "PrefixKeyScanStateEncoderSpec" and fields and fields[0].data_type.kind == "struct":
         return PartitionKeyPath((0,))
     if kind == "RangeKeyScanStateEncoderSpec" and len(fields) == 2 and fields[1].data_type.kind == "struct":
-        if name.startswith("$ttl_") and variable_kinds.get(name[len("$ttl_") :]) == MAP:
+        if name.startswith(TTL_PREFIX) and variable_kinds.get(name[len(TTL_PREFIX) :]) == MAP:
             return PartitionKeyPath((1, 0))
         return PartitionKeyPath((1,))
     raise SchemaReadError(

@@ -99,9 +99,34 @@ def _seen_users(df):
     return df.where("n >= 0").select("user", "grp", "n").dropDuplicates(["user", "grp"])
 
 
+def _counted_users(df):
+    """applyInPandasWithState keeping each user's count and total (the state a seed writes)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    def update(key, pdfs, state):
+        import pandas as pd
+
+        cnt, total = state.get if state.exists else (0, 0)
+        for pdf in pdfs:
+            cnt, total = cnt + len(pdf), total + int(pdf["amount"].sum())
+        state.update((cnt, total))
+        yield pd.DataFrame({"user": [key[0]], "cnt": [cnt], "total": [total]})
+
+    return (
+        df.where("n >= 0")
+        .withColumn("user", F.coalesce("user", F.lit("?")))
+        .groupBy("user")
+        .applyInPandasWithState(
+            update, "user string, cnt long, total long", "cnt long, total long", "update", GroupStateTimeout.NoTimeout
+        )
+    )
+
+
 QUERIES = {
     "agg": (_user_totals, "update"),
     "dedup": (_seen_users, "append"),
+    "apply_in_pandas": (_counted_users, "update"),
 }
 PROVIDERS = {"hdfs": HDFS, "rocksdb": ROCKSDB}
 A = _events()[:3]

@@ -58,17 +58,18 @@ from state_reader.formats.schema_files import ColumnFamilySchema
 from state_reader.formats.spark_types import LONG, DataType, StructType
 from state_reader.formats.unsaferow import PAD, RowBuffer, copy_spans, pack_rows
 from state_reader.formats.unsaferow_encode import encode_rows
-from state_reader.model.state_variables import LIST, MAP, MULTI_VALUE, TIMERS, VALUE
-
-# the families Spark keeps beside a variable, by the variable's name
-TTL_PREFIX, COUNTER_PREFIX = "$ttl_", "$rowCounter_"
-# a list variable with TTL: its element count and earliest expiration per grouping key
-COUNT_PREFIX, MIN_PREFIX = "$count_", "$min_"
-# the timers' second index, by the first's name
-TIMER_INDEXES = {
-    "$procTimers_keyToTimestamp": "$procTimers_timestampToKey",
-    "$eventTimers_keyToTimestamp": "$eventTimers_timestampToKey",
-}
+from state_reader.model.state_variables import (
+    COUNT_PREFIX,
+    COUNTER_PREFIX,
+    LIST,
+    MAP,
+    MIN_PREFIX,
+    MULTI_VALUE,
+    TIMER_INDEXES,
+    TIMERS,
+    TTL_PREFIX,
+    VALUE,
+)
 
 
 @dataclass(frozen=True)
