@@ -234,6 +234,7 @@ def rewrite(
     operator_id: int | None = None,
     store_name: str | None = None,
     state_var_name: str | None = None,
+    join_side: str | None = None,
     storage_options: dict[str, Any] | None = None,
     destination_storage_options: dict[str, Any] | None = None,
     spark: Any = None,
@@ -270,6 +271,11 @@ def rewrite(
     once so that Spark writes its checkpoint, then upsert the seed rows at its last batch.
     Several stores in one rewrite (the four stores of a stream-stream join): ``upsert`` and
     ``delete`` as dicts ``{store_name: rows}`` or ``{(operator_id, store_name): rows}``.
+    ``join_side``: ``"left"`` or ``"right"``: the rows are one side of a stream-stream join in the
+    shape ``read_state(join_side=...)`` returns (``key``: the join key, ``value``: a buffered input row,
+    one row each, a join key as often as it has rows); an upsert replaces all the rows a join key holds
+    on that side (in the order given), a delete removes them all. ``matched`` (state formats 2 and 3):
+    an extra boolean ``matched`` field of the value, else False. State formats 1 to 3.
     transformWithState: the variable by ``state_var_name`` (its timers:
     ``"$procTimers_keyToTimestamp"`` or ``"$eventTimers_keyToTimestamp"``), several as a dict
     keyed by variable name (or ``(operator_id, name)``); lists and maps one row per element, as
@@ -291,7 +297,7 @@ def rewrite(
     """
     # through Spark (not a dry run), a Spark DataFrame of rows stays where it is: its rows never reach the driver
     distributed = spark is not None and not dry_run
-    seeds = _seeds(upsert, delete, operator_id, store_name, state_var_name, distributed)
+    seeds = _seeds(upsert, delete, operator_id, store_name, state_var_name, distributed, join_side)
     source = _Storage(checkpoint, dict(storage_options or {}))
     dest = (
         None
@@ -320,16 +326,32 @@ def _seeds(
     store_name: str | None,
     state_var_name: str | None,
     distributed: bool = False,
+    join_side: str | None = None,
 ) -> list[_StoreSeed]:
     """``rewrite``'s rows to write, one :class:`StoreSeed` per store: the store the selectors name,
-    or, given as dicts, each store a key names (a store name, or ``(operator_id, store_name)``)."""
-    chosen = (operator_id, store_name, state_var_name) != (None, None, None)
+    or, given as dicts, each store a key names (a store name, or ``(operator_id, store_name)``);
+    with ``join_side``, one seed for that side of a join."""
+    chosen = (operator_id, store_name, state_var_name, join_side) != (None, None, None, None)
     if upsert is None and delete is None:
         if chosen:
             raise _InvalidOptionError(
-                "operator_id, store_name and state_var_name choose the store upsert or delete write"
+                "operator_id, store_name, state_var_name and join_side choose the store upsert or delete write"
             )
         return []
+    if join_side is not None:
+        if isinstance(upsert, dict) or isinstance(delete, dict) or (store_name, state_var_name) != (None, None):
+            raise _InvalidOptionError(
+                "join_side takes the rows of one side as tables (upsert, delete), without store_name or "
+                "state_var_name; give the stores of both sides by name as dicts, without join_side"
+            )
+        return [
+            _StoreSeed(
+                _as_rows(upsert, distributed),
+                _as_rows(delete, distributed),
+                operator_id,
+                join_side=join_side,
+            )
+        ]
     if not isinstance(upsert, dict) and not isinstance(delete, dict):
         return [
             _StoreSeed(
@@ -339,7 +361,7 @@ def _seeds(
     if chosen or not all(isinstance(x, dict | None) for x in (upsert, delete)):
         raise _InvalidOptionError(
             "give upsert and delete as dicts {store_name or (operator_id, store_name): rows}, both of them, "
-            "without operator_id, store_name or state_var_name, to write into several stores"
+            "without operator_id, store_name, state_var_name or join_side, to write into several stores"
         )
     by_store: dict[tuple[int | None, str], dict[str, Any]] = {}
     for what, given in (("upsert", upsert), ("delete", delete)):

@@ -23,6 +23,7 @@ from state_reader.core.rewrite.report import RewriteReport, StoreReport, store_r
 from state_reader.core.rewrite.route import Spill, route_store
 from state_reader.core.rewrite.rows import StoreRows, Transform, store_label, zip_extra_metadata
 from state_reader.core.rewrite.seed import EditCounts, EditSpill, StoreEdit, StoreSeed, bind_seeds, edited
+from state_reader.core.rewrite.seed_join import expand_join_sides
 from state_reader.core.rewrite.write import Put, counting_writer, failure_marked, finish_checkpoint, write_partition
 from state_reader.core.scan import bind_key_filter
 from state_reader.errors import InvalidOptionError
@@ -154,8 +155,9 @@ def rewrite_checkpoint(
         transform=transform,
     )
     local = LocalRows(show_progress)
-    # checked and encoded up front: rows that do not fit fail before anything is written
-    edits = bind_seeds(rp.stores, seeds, rp.checkpoint.location)
+    # checked and encoded up front: rows that do not fit fail before anything is written (a join side's rows
+    # become its two stores' rows first)
+    edits = bind_seeds(rp.stores, expand_join_sides(rp, seeds), rp.checkpoint.location)
     if dry_run:
         report = rp.report("", dry_run=True)
         for rows, edit in zip(rp.stores, edits, strict=True):

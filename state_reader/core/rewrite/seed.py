@@ -54,13 +54,16 @@ from state_reader.providers.hdfs import frame_records, framed_rows
 class StoreSeed:
     """What to write into one store, chosen by ``read_state``'s selectors: ``upsert`` rows (columns
     ``key`` and ``value``) and ``delete`` keys (a ``key`` column), each a pyarrow Table or RecordBatch
-    or a pandas DataFrame."""
+    or a pandas DataFrame. With ``join_side``, the rows of that side of a join (two stores)."""
 
     upsert: Any = None
     delete: Any = None
     operator_id: int | None = None
     store_name: str | None = None
     state_var_name: str | None = None
+    # rows of one side of a stream-stream join in ``read_state``'s joinSide shape (``left`` or ``right``),
+    # written into that side's two stores (:mod:`~state_reader.core.rewrite.seed_join`)
+    join_side: str | None = None
 
 
 @dataclass(frozen=True)

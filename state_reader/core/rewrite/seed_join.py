@@ -1,0 +1,272 @@
+"""Rows of one side of a stream-stream join, in the shape ``read_state(join_side=...)`` returns
+(``key``: the join key, ``value``: one buffered input row), turned into the rows of the two stores
+Spark keeps for that side, so that the per-store path writes them.
+
+Spark buffers a side as two stores: ``<side>-keyToNumValues`` (join key -> how many rows it holds)
+and ``<side>-keyWithIndexToValue`` (join key and an index 0..n-1 -> one row, with a ``matched``
+flag from state format 2 on). An upsert gives a join key's whole buffer: its rows, in the order
+given, become indices 0..n-1 and its count n; the entries the source holds at indices n and above
+are deleted, so the source's counts of the seeded keys are read first. A delete takes join keys
+and removes every index of each, and its count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from state_reader.core.planner import plan_store_read
+from state_reader.core.rewrite.plan import RewritePlan
+from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows
+from state_reader.core.rewrite.seed import DistributedRows, StoreSeed
+from state_reader.core.rewrite.seed_fit import (
+    PARTITION_COLUMN,
+    as_table,
+    conform_column,
+    key_bytes,
+    require_columns,
+    require_non_null,
+)
+from state_reader.core.scan import read_table
+from state_reader.errors import InvalidOptionError, UnknownSeedStoreError, UnsupportedOptionError
+from state_reader.formats.spark_types import StructType
+from state_reader.formats.unsaferow_encode import encode_rows
+
+JOIN_SIDES = ("left", "right")
+# the field of a keyWithIndexToValue value (state formats 2 and 3) that says whether the row has found a match
+MATCHED = "matched"
+
+
+def expand_join_sides(rp: RewritePlan, seeds: Sequence[StoreSeed]) -> list[StoreSeed]:
+    """``seeds`` with each join side's seed (``join_side``) replaced by the seeds of its two stores."""
+    out: list[StoreSeed] = []
+    for seed in seeds:
+        if seed.join_side is None or (seed.upsert is None and seed.delete is None):
+            out.append(seed)
+        else:
+            out.extend(_side_seeds(rp, seed))
+    return out
+
+
+def _side_seeds(rp: RewritePlan, seed: StoreSeed) -> list[StoreSeed]:
+    side = seed.join_side
+    location = rp.checkpoint.location
+    if side not in JOIN_SIDES:
+        raise InvalidOptionError(f"join_side is {side!r}; give 'left' or 'right'")
+    if seed.store_name is not None or seed.state_var_name is not None:
+        raise InvalidOptionError("join_side names the side's stores itself; give join_side or store_name, not both")
+    if any(isinstance(given, DistributedRows) for given in (seed.upsert, seed.delete)):
+        raise UnsupportedOptionError(
+            "rows for a join side are a Spark DataFrame: through Spark, rows of a join side are not written yet; "
+            "collect them (toArrow) and rewrite without spark="
+        )
+    op = _operator(rp, seed.operator_id, location)
+    shapes = _store_shapes([rows for rows in rp.stores if rows.plan.operator_id == op])
+    counts_name, values_name = f"{side}-keyToNumValues", f"{side}-keyWithIndexToValue"
+    if f"{side}-keyWithTsToValues" in shapes:
+        raise UnsupportedOptionError(
+            f"operator {op} of {location} is a join in state format 4 (event time in its keys): rows of a side "
+            f"are written into formats 1 to 3 only; write its stores by name instead (store_name='{side}-"
+            f"keyWithTsToValues', '{side}-tsWithKey')",
+            path=location,
+        )
+    if counts_name not in shapes or values_name not in shapes:
+        raise UnknownSeedStoreError(
+            f"the rows are for the {side} side of a join, but operator {op} of {location} is not a stream-stream "
+            f"join (its stores: {', '.join(shapes)})",
+            path=location,
+        )
+    join_key, _ = shapes[counts_name]
+    values_key, values_value = shapes[values_name]
+    count_type = shapes[counts_name][1]
+    where = f"the {side} side of operator {op}"
+    upsert = delete = None
+    if seed.upsert is not None:
+        table = as_table(seed.upsert, "upsert", join_key, None)
+        require_columns(table, ("key", "value"), "upsert", where)
+        upsert = table
+    if seed.delete is not None:
+        table = as_table(seed.delete, "delete", join_key, None)
+        require_columns(table, ("key",), "delete", where, optional=("value",))
+        delete = table
+    old = _old_counts(rp, op, counts_name, join_key)
+
+    counts_up = values_up = None
+    stale: list[tuple[pa.Array, np.ndarray, np.ndarray]] = []  # join keys, first index to delete, old count
+    if upsert is not None:
+        keys = _column(upsert, "key")
+        groups, first = _groups(keys, join_key, "upsert")
+        n = np.bincount(groups, minlength=len(first)).astype(np.int64)
+        index = _rank(groups)
+        owners = keys.take(pa.array(first))
+        counts_up = _table(owners, _count_values(n, count_type), upsert, first)
+        values_up = _table(
+            _with_index(keys, index, values_key),
+            _with_matched(_column(upsert, "value"), values_value),
+            upsert,
+            None,
+        )
+        stale.append((_conformed(owners, join_key, "upsert"), n, _lookup(old, _bytes(owners, join_key))))
+    counts_down = None
+    if delete is not None:
+        keys = _column(delete, "key")
+        counts_down = _table(keys, None, delete, None)
+        _, first = _groups(keys, join_key, "delete")
+        owners = keys.take(pa.array(first))
+        owners = _conformed(owners, join_key, "delete")
+        stale.append((owners, np.zeros(len(first), np.int64), _lookup(old, _bytes(owners, join_key, "delete"))))
+    values_down = _stale_entries(stale, values_key)
+    return [
+        StoreSeed(counts_up, counts_down, operator_id=op, store_name=counts_name),
+        StoreSeed(values_up, values_down, operator_id=op, store_name=values_name),
+    ]
+
+
+def _operator(rp: RewritePlan, given: int | None, location: str) -> int:
+    operator_ids = sorted({rows.plan.operator_id for rows in rp.stores})
+    if given is None:
+        if len(operator_ids) != 1:
+            raise InvalidOptionError(
+                f"{location} has {len(operator_ids)} stateful operators ({operator_ids}); pass operator_id to say "
+                "which join the rows are for"
+            )
+        return operator_ids[0]
+    if given not in operator_ids:
+        raise UnknownSeedStoreError(
+            f"the rows are for operator {given}, which {location} does not have (its stateful operators: "
+            f"{operator_ids})",
+            path=location,
+        )
+    return given
+
+
+def _store_shapes(stores: Sequence[StoreRows]) -> dict[str, tuple[StructType, StructType]]:
+    """Each store (or join store kept as a column family) of one operator: its key and value schemas."""
+    out: dict[str, tuple[StructType, StructType]] = {}
+    for rows in stores:
+        if isinstance(rows, FamilyStoreRows):
+            if rows.variable_kinds is None:
+                for name, family in rows.families.items():
+                    if not name.startswith("$"):
+                        out[name] = (family.key_schema, family.value_schema)
+        else:
+            out[rows.plan.store_name] = (rows.plan.key_schema, rows.plan.value_schema)
+    return out
+
+
+def _old_counts(rp: RewritePlan, op: int, counts_name: str, join_key: StructType) -> tuple[pa.Array, np.ndarray]:
+    """The source's join keys of one side (their bytes) and how many rows each holds."""
+    table = read_table(plan_store_read(rp.checkpoint, op, counts_name, rp.batch_id))
+    keys = table.column("key").combine_chunks()
+    counts = table.column("value").combine_chunks().field(0)
+    return _bytes(keys, join_key), np.asarray(counts.to_numpy(zero_copy_only=False), np.int64)
+
+
+def _column(table: pa.Table, name: str) -> pa.Array:
+    column = table.column(name)
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def _conformed(keys: pa.Array, join_key: StructType, what: str) -> pa.Array:
+    """Join keys typed as the store's key (the widenings are noted by the per-store path, which sees them again)."""
+    conformed = conform_column(pa.chunked_array([keys], keys.type), join_key, "key", what, [])
+    require_non_null(conformed, join_key, "key", what)
+    return conformed
+
+
+def _bytes(keys: pa.Array, join_key: StructType, what: str = "upsert") -> pa.Array:
+    """Join keys as the bytes Spark compares them by (typed as the store's key, floats normalized)."""
+    return key_bytes(encode_rows(_conformed(keys, join_key, what), join_key, "join side key", normalize_floats=True))
+
+
+def _groups(keys: pa.Array, join_key: StructType, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's join key as a group number (in order of first appearance), and each group's first row."""
+    encoded = pc.dictionary_encode(_bytes(keys, join_key, what))
+    groups = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), np.int64)
+    _, first = np.unique(groups, return_index=True)
+    return groups, first
+
+
+def _rank(groups: np.ndarray) -> np.ndarray:
+    """Each row's place among the rows of its group, in the order given (0, 1, ...)."""
+    order = np.argsort(groups, kind="stable")
+    sorted_groups = groups[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_groups)) + 1]
+    run_start = np.repeat(starts, np.diff(np.r_[starts, len(groups)]))
+    rank = np.empty(len(groups), np.int64)
+    rank[order] = np.arange(len(groups)) - run_start
+    return rank
+
+
+def _lookup(old: tuple[pa.Array, np.ndarray], wanted: pa.Array) -> np.ndarray:
+    """The source's count of each wanted join key (0 for a key it does not hold)."""
+    old_keys, old_counts = old
+    at = pc.index_in(wanted, value_set=old_keys)
+    found = at.is_valid().to_numpy(zero_copy_only=False)
+    out = np.zeros(len(wanted), np.int64)
+    out[found] = old_counts[np.asarray(at.fill_null(0).to_numpy(zero_copy_only=False), np.int64)[found]]
+    return out
+
+
+def _count_values(n: np.ndarray, count_type: StructType) -> pa.StructArray:
+    field = count_type.fields[0]
+    return pa.StructArray.from_arrays([pa.array(n, pa.int64())], names=[field.name])
+
+
+def _with_index(keys: pa.Array, index: np.ndarray, values_key: StructType) -> pa.StructArray:
+    """The keyWithIndexToValue key: the join key's fields, then the index."""
+    assert isinstance(keys, pa.StructArray)
+    children = [keys.field(i) for i in range(keys.type.num_fields)]
+    names = [keys.type.field(i).name for i in range(keys.type.num_fields)]
+    return pa.StructArray.from_arrays(
+        [*children, pa.array(index, pa.int64())], names=[*names, values_key.fields[-1].name]
+    )
+
+
+def _with_matched(values: pa.Array, stored: StructType) -> pa.StructArray:
+    """The rows as the store keeps them: from state format 2 on with ``matched`` last, taken from an
+    extra boolean ``matched`` field of the value when it has one (a field past the input row's), else False."""
+    assert isinstance(values, pa.StructArray)
+    names = [values.type.field(i).name for i in range(values.type.num_fields)]
+    children = [values.field(i) for i in range(values.type.num_fields)]
+    keeps_flag = stored.fields[-1].name == MATCHED
+    row_width = len(stored.fields) - (1 if keeps_flag else 0)
+    flag = None
+    if len(names) == row_width + 1 and MATCHED in names:
+        at = len(names) - 1 - names[::-1].index(MATCHED)
+        flag, _ = children.pop(at), names.pop(at)
+    if not keeps_flag:  # state format 1 keeps no flag
+        return pa.StructArray.from_arrays(children, names=names)
+    flag = pa.array(np.zeros(len(values), bool)) if flag is None else flag
+    return pa.StructArray.from_arrays([*children, flag], names=[*names, MATCHED])
+
+
+def _table(keys: pa.Array, values: pa.Array | None, given: pa.Table, rows: np.ndarray | None) -> pa.Table:
+    """A store's rows as the per-store path takes them, with the given ``partition_id`` (to be checked)."""
+    columns: dict[str, Any] = {"key": keys}
+    if values is not None:
+        columns["value"] = values
+    if PARTITION_COLUMN in given.column_names:
+        pids = _column(given, PARTITION_COLUMN)
+        columns[PARTITION_COLUMN] = pids if rows is None else pids.take(pa.array(rows))
+    return pa.table(columns)
+
+
+def _stale_entries(stale: list[tuple[pa.Array, np.ndarray, np.ndarray]], values_key: StructType) -> pa.Table | None:
+    """The keyWithIndexToValue keys at indices from each join key's new count up to its old count."""
+    keys: list[pa.Array] = []
+    for owners, start, end in stale:
+        width = np.maximum(end - start, 0)
+        if not width.any():
+            continue
+        owner = np.repeat(np.arange(len(owners)), width)
+        offsets = np.r_[0, np.cumsum(width)[:-1]]
+        index = np.arange(int(width.sum())) - np.repeat(offsets, width) + np.repeat(start, width)
+        keys.append(_with_index(owners.take(pa.array(owner)), index, values_key))
+    if not keys:
+        return None
+    return pa.table({"key": pa.concat_arrays(keys) if len(keys) > 1 else keys[0]})

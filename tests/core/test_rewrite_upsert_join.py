@@ -1,0 +1,120 @@
+"""Rows of one side of a stream-stream join written by a rewrite (``join_side=``), in the shape
+``read_state(join_side=...)`` returns, judged by Spark's built-in reader: by side and by store name,
+the same rows in the same partitions as the source."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+import state_reader
+from state_reader.model.checkpoint import JOIN_STORES
+from tests.support.resume import digest
+
+SIDES = ("left", "right")
+
+
+def _spark_rows(spark, checkpoint: str, **options) -> list[str]:
+    """Spark's reader's rows, each with its partition_id, sorted."""
+    reader = spark.read.format("statestore")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return sorted(repr(tuple(r)) for r in reader.load(checkpoint).collect())
+
+
+def _bare(struct: dict, name: str) -> str:
+    return repr({k: v for k, v in struct.items() if k != name})
+
+
+def _with_matched(src: str, side: str) -> pa.Table:
+    """The side's rows as read_state shows them, each join key's rows in the order of their indices
+    and each value with the ``matched`` flag of its keyWithIndexToValue entry (the rows joined on join
+    key and index), so that a round trip keeps both."""
+    rows = state_reader.read_state(src, join_side=side)
+    entries = state_reader.read_state(src, store_name=f"{side}-keyWithIndexToValue")
+    found: dict[tuple[str, str], list[tuple[int, bool]]] = {}
+    for key, value in zip(entries.column("key").to_pylist(), entries.column("value").to_pylist(), strict=True):
+        found.setdefault((_bare(key, "index"), _bare(value, "matched")), []).append((key["index"], value["matched"]))
+    keys = [repr(k) for k in rows.column("key").to_pylist()]
+    placed = [found[(k, repr(v))].pop() for k, v in zip(keys, rows.column("value").to_pylist(), strict=True)]
+    assert not any(found.values()), "every entry of the store is a row of the side"
+    order = sorted(range(rows.num_rows), key=lambda i: (keys[i], placed[i][0]))
+    rows = rows.take(pa.array(order))
+    value = rows.column("value").combine_chunks()
+    names = [value.type.field(i).name for i in range(value.type.num_fields)]
+    matched = pa.array([placed[i][1] for i in order], pa.bool_())
+    extended = pa.StructArray.from_arrays(
+        [value.field(i) for i in range(len(names))] + [matched], names=[*names, "matched"]
+    )
+    return rows.set_column(rows.column_names.index("value"), "value", extended)
+
+
+@pytest.mark.parametrize("name", ["join_inner", "join_left_outer_rocksdb_cl", "join_v3"])
+def test_round_trip_by_side(spark, checkpoints, tmp_path, name):
+    """Every join key of both sides deleted, then each side's rows upserted back: Spark's reader,
+    by side and by store name, sees the source's rows in the source's partitions."""
+    src = checkpoints(name)
+    before = digest(src)
+    sides = {side: _with_matched(src, side) for side in SIDES}
+    assert all(t.num_rows for t in sides.values())
+    step = src
+    for i, (side, rows) in enumerate(sides.items()):
+        out = str(tmp_path / f"deleted-{i}")
+        state_reader.rewrite(step, out, delete=rows.select(["key"]), join_side=side)
+        step = out
+    for side in SIDES:
+        assert state_reader.read_state(step, join_side=side).num_rows == 0
+    assert all(state_reader.read_state(step, store_name=s).num_rows == 0 for s in JOIN_STORES)
+    for i, (side, rows) in enumerate(sides.items()):
+        out = str(tmp_path / f"upserted-{i}")
+        report = state_reader.rewrite(step, out, upsert=rows, join_side=side)
+        assert {s.store_name: s.rows for s in report.stores if s.store_name.startswith(side)} in (
+            {},  # formats 3 and 4: one store, the join stores its column families
+            {
+                f"{side}-keyToNumValues": len(set(map(repr, rows.column("key").to_pylist()))),
+                f"{side}-keyWithIndexToValue": rows.num_rows,
+            },
+        )
+        step = out
+    for side in SIDES:
+        assert _spark_rows(spark, step, joinSide=side) == _spark_rows(spark, src, joinSide=side), side
+    for store in JOIN_STORES:  # formats 3 and 4 too: Spark's reader names a column family by its store
+        assert _spark_rows(spark, step, storeName=store) == _spark_rows(spark, src, storeName=store), store
+    assert digest(src) == before, "the source changed"
+
+
+def test_shrink_and_delete_leave_no_stale_index(checkpoints, tmp_path):
+    """A join key upserted with one row where it held two keeps index 0 only, count 1; a deleted
+    join key keeps no index and no count."""
+    src = checkpoints("join_inner")
+    rows = state_reader.read_state(src, join_side="right")
+    keys = [repr(k) for k in rows.column("key").to_pylist()]
+    twice = next(k for k in keys if keys.count(k) >= 2)
+    mine = rows.filter(pa.array([k == twice for k in keys]))
+    shrunk = str(tmp_path / "shrunk")
+    state_reader.rewrite(src, shrunk, upsert=mine.slice(1, 1), join_side="right")
+
+    def entries(cp: str, store: str) -> list[dict]:
+        table = state_reader.read_state(cp, store_name=f"right-{store}").to_pylist()
+        return [r for r in table if repr({k: v for k, v in r["key"].items() if k != "index"}) == twice]
+
+    assert [r["key"]["index"] for r in entries(shrunk, "keyWithIndexToValue")] == [0]
+    assert entries(shrunk, "keyWithIndexToValue")[0]["value"]["matched"] is False  # the default
+    assert entries(shrunk, "keyWithIndexToValue")[0]["value"]["rid"] == mine.column("value")[1]["rid"].as_py()
+    assert [r["value"]["value"] for r in entries(shrunk, "keyToNumValues")] == [1]
+    # the other keys, and the left side, are as they were
+    assert state_reader.read_state(shrunk, join_side="right").num_rows == rows.num_rows - mine.num_rows + 1
+    assert (
+        state_reader.read_state(shrunk, join_side="left").num_rows
+        == state_reader.read_state(src, join_side="left").num_rows
+    )
+    deleted = str(tmp_path / "deleted")
+    report = state_reader.rewrite(src, deleted, delete=mine.select(["key"]).slice(0, 1), join_side="right")
+    assert entries(deleted, "keyWithIndexToValue") == [] and entries(deleted, "keyToNumValues") == []
+    assert sum(sum(s.lost_per_partition) for s in report.stores) == 1 + mine.num_rows
+    with pytest.raises(state_reader.InvalidOptionError, match="join_side"):
+        state_reader.rewrite(
+            src, str(tmp_path / "x"), upsert=mine, join_side="right", store_name="right-keyToNumValues"
+        )
+    with pytest.raises(state_reader.InvalidOptionError, match="'left' or 'right'"):
+        state_reader.rewrite(src, upsert=mine, join_side="middle", dry_run=True)
