@@ -55,6 +55,11 @@ if TYPE_CHECKING:
 @click.option("--operator", "-O", "operator_id", type=int, help="The operator --upsert and --delete write into.")
 @click.option("--store", "-s", "store_name", help="The store --upsert and --delete write into (default 'default').")
 @STATE_VAR_NAME
+@click.option(
+    "--join-side",
+    type=click.Choice(["left", "right"]),
+    help="The join side --upsert and --delete write into (rows as show --join-side gives them).",
+)
 @common_options
 def rewrite(
     checkpoint: str,
@@ -72,14 +77,15 @@ def rewrite(
     operator_id: int | None,
     store_name: str | None,
     state_var_name: str | None,
+    join_side: str | None,
     as_json: bool,
     debug: bool,
     storage_option: Sequence[str],
 ) -> int:
     """Write CHECKPOINT's state into a new checkpoint DESTINATION that the same query resumes from
     (CHECKPOINT is only read; DESTINATION must not exist or be empty). With --upsert and --delete,
-    rows are written into one store on the way (the dry run says how many keys each partition
-    gains, replaces and loses)."""
+    rows are written into one store (or, with --join-side, one side of a join) on the way (the dry
+    run says how many keys each partition gains, replaces and loses)."""
     from state_reader.fronts.api import rewrite as rewrite_checkpoint
 
     num_partitions = instead_of(num_partitions, deprecated_n, "--partitions", "-n")
@@ -103,7 +109,9 @@ def rewrite(
         allow_uncommitted=allow_uncommitted,
         dry_run=dry_run,
         storage_options=storage_options_of(storage_option),
-        **_rows_to_write(checkpoint, upsert, delete, operator_id, store_name, state_var_name, storage_option, batch_id),
+        **_rows_to_write(
+            checkpoint, upsert, delete, operator_id, store_name, state_var_name, join_side, storage_option, batch_id
+        ),
     )
     if plot_out is not None:
         from state_reader.fronts.plotting import rewrite_layout_figure
@@ -120,15 +128,17 @@ def _rows_to_write(
     operator_id: int | None,
     store_name: str | None,
     state_var_name: str | None,
+    join_side: str | None,
     storage_option: Sequence[str],
     batch_id: int | None,
 ) -> dict[str, Any]:
     """``rewrite``'s ``upsert``, ``delete`` and store selectors, the files read with the store's own
     column types (JSON lines and CSV say little about types themselves)."""
     if upsert_file is None and delete_file is None:
-        if (operator_id, store_name, state_var_name) != (None, None, None):
+        if (operator_id, store_name, state_var_name, join_side) != (None, None, None, None):
             raise click.UsageError(
-                "--operator, --store and --state-var-name choose the store that --upsert and --delete write into"
+                "--operator, --store, --state-var-name and --join-side choose the store that --upsert and --delete "
+                "write into"
             )
         return {}
     from state_reader.fronts.api import scan_state
@@ -139,6 +149,7 @@ def _rows_to_write(
         operator_id=operator_id,
         store_name=store_name,
         state_var_name=state_var_name,
+        join_side=join_side,
         batch_id=batch_id,
         storage_options=storage_options_of(storage_option),
     )
@@ -150,6 +161,7 @@ def _rows_to_write(
         "operator_id": operator_id,
         "store_name": store_name,
         "state_var_name": state_var_name,
+        **({"join_side": join_side} if join_side is not None else {}),
     }
 
 

@@ -89,3 +89,23 @@ def test_bad_rows_are_one_line_and_nothing_is_written(agg, tmp_path):
     assert_one_line_error(run("rewrite", agg, dst, "--upsert", tmp_path / "rows.txt"), ".parquet, .jsonl")
     assert_one_line_error(run("rewrite", agg, dst, "--store", "default"), "--upsert")
     assert not dst.exists()
+
+
+def test_join_side_rows_and_keys(checkpoints, tmp_path):
+    """--join-side: a side's rows as show gives them replace each join key's buffered rows (the dry
+    run counts both of the side's stores), and keys from CSV take every row of theirs out."""
+    src = checkpoints("join_inner")
+    rows = state_reader.read_state(src, join_side="right")
+    pq.write_table(rows, tmp_path / "rows.parquet")
+    plan = run_json("rewrite", src, "--dry-run", "--join-side", "right", "--upsert", tmp_path / "rows.parquet")
+    replaced = {s["store_name"]: s["replaced"] for s in plan["stores"] if s.get("replaced")}
+    assert replaced["right-keyWithIndexToValue"] == rows.num_rows
+    assert replaced["right-keyToNumValues"] == len(set(_rows_key_set(rows)))
+    pa_csv.write_csv(flatten_table(rows.select(["key"])), tmp_path / "keys.csv")
+    dst = tmp_path / "dst"
+    run_json("rewrite", src, dst, "--join-side", "right", "--delete", tmp_path / "keys.csv")
+    assert state_reader.read_state(str(dst), join_side="right").num_rows == 0
+    assert (
+        state_reader.read_state(str(dst), join_side="left").num_rows
+        == state_reader.read_state(src, join_side="left").num_rows
+    )
