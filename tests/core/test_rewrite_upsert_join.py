@@ -118,3 +118,25 @@ def test_shrink_and_delete_leave_no_stale_index(checkpoints, tmp_path):
         )
     with pytest.raises(state_reader.InvalidOptionError, match="'left' or 'right'"):
         state_reader.rewrite(src, upsert=mine, join_side="middle", dry_run=True)
+
+
+def test_dry_run_counts_both_stores_and_refuses_bad_rows(checkpoints):
+    """The dry run counts the side's two stores (join keys, rows); a pandas DataFrame with a
+    ``matched`` flag in its values fits; a join key both upserted and deleted, and a partition_id
+    that is not the key's, are refused."""
+    src = checkpoints("join_inner")
+    rows = state_reader.read_state(src, join_side="left")
+    join_keys = len({repr(k) for k in rows.column("key").to_pylist()})
+    frame = rows.to_pandas()
+    frame["value"] = [dict(v, matched=True) for v in frame["value"]]
+    summary = state_reader.rewrite(src, upsert=frame, join_side="left", dry_run=True).summary()["stores"]
+    counts = {s["store_name"]: (s.get("gained"), s.get("replaced"), s.get("lost")) for s in summary}
+    assert counts["left-keyToNumValues"] == (0, join_keys, 0)
+    assert counts["left-keyWithIndexToValue"] == (0, rows.num_rows, 0)
+    with pytest.raises(state_reader.DuplicateSeedKeyError):
+        state_reader.rewrite(src, upsert=rows, delete=rows.select(["key"]), join_side="left", dry_run=True)
+    wrong = rows.set_column(
+        rows.column_names.index("partition_id"), "partition_id", pa.array([7] * rows.num_rows, pa.int32())
+    )
+    with pytest.raises(state_reader.SeedPartitionError):
+        state_reader.rewrite(src, upsert=wrong, join_side="left", dry_run=True)

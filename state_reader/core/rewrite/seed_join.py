@@ -30,15 +30,17 @@ from state_reader.core.rewrite.seed_fit import (
     key_bytes,
     require_columns,
     require_non_null,
+    typed_table,
 )
 from state_reader.core.scan import read_table
 from state_reader.errors import InvalidOptionError, UnknownSeedStoreError, UnsupportedOptionError
-from state_reader.formats.spark_types import StructType
+from state_reader.formats.spark_types import DataType, StructField, StructType
 from state_reader.formats.unsaferow_encode import encode_rows
 
 JOIN_SIDES = ("left", "right")
 # the field of a keyWithIndexToValue value (state formats 2 and 3) that says whether the row has found a match
 MATCHED = "matched"
+_BOOLEAN = DataType("boolean", json_name="boolean")
 
 
 def expand_join_sides(rp: RewritePlan, seeds: Sequence[StoreSeed]) -> list[StoreSeed]:
@@ -86,7 +88,7 @@ def _side_seeds(rp: RewritePlan, seed: StoreSeed) -> list[StoreSeed]:
     where = f"the {side} side of operator {op}"
     upsert = delete = None
     if seed.upsert is not None:
-        table = as_table(seed.upsert, "upsert", join_key, None)
+        table = _typed_upsert(seed.upsert, join_key, values_value)
         require_columns(table, ("key", "value"), "upsert", where)
         upsert = table
     if seed.delete is not None:
@@ -124,6 +126,22 @@ def _side_seeds(rp: RewritePlan, seed: StoreSeed) -> list[StoreSeed]:
         StoreSeed(counts_up, counts_down, operator_id=op, store_name=counts_name),
         StoreSeed(values_up, values_down, operator_id=op, store_name=values_name),
     ]
+
+
+def _typed_upsert(given: Any, join_key: StructType, stored: StructType) -> pa.Table:
+    """Upsert rows as a pyarrow Table; a pandas DataFrame's typed as the side's rows, with or without
+    a ``matched`` flag (whichever its values fit)."""
+    if not type(given).__module__.startswith("pandas"):
+        return as_table(given, "upsert", join_key, None)
+    row = [f for f in stored.fields if f.name != MATCHED] if stored.fields[-1].name == MATCHED else list(stored.fields)
+    table = None
+    for fields in (row, [*row, StructField(MATCHED, _BOOLEAN)]):
+        value = StructType(fields)
+        table = typed_table(given, "upsert", [("key", join_key), ("value", value)])
+        if "value" in table.column_names and table.schema.field("value").type.equals(value.to_arrow()):
+            break
+    assert table is not None
+    return table
 
 
 def _operator(rp: RewritePlan, given: int | None, location: str) -> int:
