@@ -55,6 +55,9 @@ def expand_join_sides(rp: RewritePlan, seeds: Sequence[StoreSeed]) -> list[Store
 
 
 def _side_seeds(rp: RewritePlan, seed: StoreSeed) -> list[StoreSeed]:
+    """The seeds of a side's two stores: each upserted join key's count and its rows at indices
+    0..n-1, the source's entries at indices n and above deleted; a deleted join key's count and
+    every index it holds in the source deleted."""
     side = seed.join_side
     location = rp.checkpoint.location
     if side not in JOIN_SIDES:
@@ -82,9 +85,8 @@ def _side_seeds(rp: RewritePlan, seed: StoreSeed) -> list[StoreSeed]:
             f"join (its stores: {', '.join(shapes)})",
             path=location,
         )
-    join_key, _ = shapes[counts_name]
+    join_key, count_type = shapes[counts_name]
     values_key, values_value = shapes[values_name]
-    count_type = shapes[counts_name][1]
     where = f"the {side} side of operator {op}"
     upsert = delete = None
     if seed.upsert is not None:
@@ -118,8 +120,7 @@ def _side_seeds(rp: RewritePlan, seed: StoreSeed) -> list[StoreSeed]:
         keys = _column(delete, "key")
         counts_down = _table(keys, None, delete, None)
         _, first = _groups(keys, join_key, "delete")
-        owners = keys.take(pa.array(first))
-        owners = _conformed(owners, join_key, "delete")
+        owners = _conformed(keys.take(pa.array(first)), join_key, "delete")
         stale.append((owners, np.zeros(len(first), np.int64), _lookup(old, _bytes(owners, join_key, "delete"))))
     values_down = _stale_entries(stale, values_key)
     return [
