@@ -64,6 +64,9 @@ CASES = [
     "rocksdb_v2_multi",
 ]
 ALL_QUERIES = {**QUERIES, **CHECKPOINT_V2_QUERIES}
+# a codec changes the files' bytes, not what the restarted query does with the rows in them: Spark's
+# reader reading the rewritten files back is the test there, and the restarts are left out
+NOT_RESUMED = {"agg_zstd", "agg_snappy", "agg_lzf"}
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -92,6 +95,8 @@ def test_resume_oracle(spark, tmp_path, name):
             assert report.provider == (provider or report.source_provider)
             assert digest(src) == before, "the source changed"
             assert_builtin_sees_same_state(spark, src, dst, n)
+    if name in NOT_RESUMED:
+        return
     add_input(input_dir, new_batches(query))
     copy = str(tmp_path / "src-copy")
     shutil.copytree(src, copy)
