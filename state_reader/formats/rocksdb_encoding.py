@@ -657,6 +657,30 @@ def encode_values(rows: RowBuffer) -> RowBuffer:
     return pack_rows([(1, rows)], rows.source)
 
 
+def with_row_checksums(keys: RowBuffer, values: RowBuffer, with_length: bool) -> RowBuffer:
+    """``values`` framed as Spark stores them with row checksums on: int32 LE CRC-32C of row i's key
+    bytes then value bytes (both as stored), then, in RocksDB (``with_length``), int32 LE the value's
+    length, then the value. The HDFS-backed provider writes the checksum alone before the value."""
+    from state_reader.io.integrity import crc32c
+
+    header = CHECKSUM_BYTES + (LENGTH_BYTES if with_length else 0)
+    out = pack_rows([(header, values)], values.source)
+    kbuf, vbuf = keys.buf, values.buf
+    sums = np.fromiter(
+        (
+            crc32c(bytes(kbuf[k0 : k0 + kn]) + bytes(vbuf[v0 : v0 + vn]))
+            for k0, kn, v0, vn in zip(keys.starts, keys.lengths, values.starts, values.lengths, strict=True)
+        ),
+        dtype=np.uint32,
+        count=len(values.starts),
+    )
+    fields = [sums.astype("<u4")] + ([values.lengths.astype("<i4")] if with_length else [])
+    for i, field in enumerate(fields):
+        at = out.starts[:, None] + i * 4 + np.arange(4, dtype=np.int64)
+        out.buf[at] = field.view(np.uint8).reshape(-1, 4)
+    return out
+
+
 def unsafe_values(values: RowBuffer) -> RowBuffer:
     """Single RocksDB values (no row checksum) as UnsafeRows."""
     return _strip_version(values, "value")

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pytest
 
 import state_reader
+from state_reader.model.conf import CONF_ROW_CHECKSUM
 from tests.support.resume import add_input, assert_builtin_sees_same_state, digest, resume, state_rows, stores
 from tests.support.streaming_queries import (
     HDFS,
@@ -21,9 +22,11 @@ from tests.support.streaming_queries import (
     T0,
     Query,
     _events,
+    _with,
     run_query,
     session_confs,
 )
+from tests.support.streaming_queries import QUERIES as QUERIES_WRITTEN
 
 # every single-store operator of the shared fixture checkpoints that the seeds cover, on both providers
 ROUND_TRIP = [
@@ -38,14 +41,18 @@ ROUND_TRIP = [
     "rocksdb_cl_dedup",
     "rocksdb_dedup_within",
     "rocksdb_apply_in_pandas",
+    "rocksdb_cl_checksum_agg_window",  # each value framed with a CRC-32C of its key and value
+    "checksum_agg_window",
 ]
+# the HDFS-backed provider with row checksums, written here: the suite's other tests need no such store
+CHECKSUM_HDFS = _with(QUERIES_WRITTEN["agg_window"], {**HDFS, CONF_ROW_CHECKSUM: "true"})
 
 
 @pytest.mark.parametrize("name", ROUND_TRIP)
 def test_round_trip_through_delete_and_upsert(spark, checkpoints, tmp_path, name):
     """Every key deleted, then the source's rows upserted back: Spark's reader sees the source's
     rows, each in the partition of Spark's hash; the counts say what each step did."""
-    src = checkpoints(name)
+    src = run_query(spark, CHECKSUM_HDFS, tmp_path / "run") if name == "checksum_agg_window" else checkpoints(name)
     before = digest(src)
     rows = state_reader.read_state(src)
     empty, full = str(tmp_path / "empty"), str(tmp_path / "full")
@@ -57,10 +64,26 @@ def test_round_trip_through_delete_and_upsert(spark, checkpoints, tmp_path, name
     assert (store["gained"], store["replaced"], store["lost"]) == (rows.num_rows, 0, 0)
     assert store["rows"] == rows.num_rows
     assert_builtin_sees_same_state(spark, src, full, report.new_partitions)
+    if "checksum" in name:  # the checksums written are Spark's, byte for byte
+        assert _stored(full) == _stored(src)
     # the same rows upserted over themselves: every key replaced, none gained (keys match byte for byte)
     dry = state_reader.rewrite(src, upsert=rows, dry_run=True).summary()["stores"][0]
     assert (dry["gained"], dry["replaced"], dry["lost"]) == (0, rows.num_rows, 0)
     assert digest(src) == before, "the source changed"
+
+
+def _stored(checkpoint: str) -> set[tuple[bytes, bytes]]:
+    """Every (key, value) of the checkpoint's one store, as the bytes the store keeps."""
+    from state_reader.core.rewrite import plan_rewrite
+    from state_reader.io.storage import Storage
+
+    (rows,) = plan_rewrite(Storage(checkpoint)).stores
+    out = set()
+    for pid in rows.plan.partitions:
+        keys, values = rows.load(pid)
+        for k0, kn, v0, vn in zip(keys.starts, keys.lengths, values.starts, values.lengths, strict=True):
+            out.add((bytes(keys.buf[k0 : k0 + kn]), bytes(values.buf[v0 : v0 + vn])))
+    return out
 
 
 @pytest.mark.parametrize("name", ["join_inner", "join_left_outer_rocksdb_cl"])

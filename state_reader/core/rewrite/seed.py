@@ -43,7 +43,7 @@ from state_reader.errors import (
     UnknownSeedStoreError,
     UnsupportedOptionError,
 )
-from state_reader.formats.rocksdb_encoding import encode_keys, encode_values
+from state_reader.formats.rocksdb_encoding import encode_keys, encode_values, with_row_checksums
 from state_reader.formats.unsaferow import PAD, RowBuffer
 from state_reader.formats.unsaferow_encode import encode_rows
 from state_reader.model.checkpoint import DEFAULT_STORE
@@ -200,10 +200,9 @@ def _bind(rows: StoreRows, seed: StoreSeed, location: str) -> StoreEdit:
     where = store_label(plan, located=True)
     if isinstance(rows, TransformedStoreRows):
         raise InvalidOptionError(f"{where} is changed by transform; give it rows or a transform, not both")
-    if plan.store_conf.row_checksum or plan.store_conf.avro:
+    if plan.store_conf.avro:
         raise UnsupportedOptionError(
-            f"{where} keeps row checksums or Avro-encoded state; writing rows into it is not supported yet",
-            path=location,
+            f"{where} keeps Avro-encoded state; writing rows into it is not supported yet", path=location
         )
     if plan.join is not None:
         raise UnsupportedOptionError(f"{where} is a join side; writing rows into it is not supported yet")
@@ -272,6 +271,8 @@ def encode_table(
         require_non_null(values, plan.value_schema, "value", what)
         stored = values.cast(plan.stored_value_schema.to_arrow()) if plan.value_long_slots else values
         encoded_values = _encode_values(rows, stored, source)
+        if plan.store_conf.row_checksum:
+            encoded_values = with_row_checksums(encoded_keys, encoded_values, with_length=rows.rocksdb)
     check_partitions(rows, table, encoded_keys, what)
     widened += [note for note in notes if note not in widened]
     return keys, encoded_keys, encoded_values
