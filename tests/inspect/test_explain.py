@@ -405,7 +405,9 @@ def test_event_time_timeout_fires_once_the_watermark_passes_it(spark, tmp_path, 
         assert present == (wm <= due), seen
 
 
-@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+# one provider: a processing-time timeout is the operator's rule, kept alike by both (the event-time test above
+# runs on both, and so does the reading of the timeout's value)
+@pytest.mark.parametrize("provider", ["hdfs"])
 def test_processing_time_timeout_fires_once_the_batch_time_passes_it(spark, tmp_path, provider):
     from state_reader.io.storage import Storage
     from state_reader.model.checkpoint import CheckpointDir
