@@ -6,8 +6,6 @@ seed's input."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow as pa
 import pytest
 
@@ -18,7 +16,7 @@ from state_reader.formats.rocksdb_encoding import column_family_ids, decode_keys
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.state_variables import timer_family
-from tests.support.resume import add_input, digest, resume_with_timers
+from tests.support.resume import add_input, digest, forget_unfinished_batch, resume_with_timers
 from tests.support.streaming_queries import ROCKSDB_CHANGELOG, T0, Query, _events, _transform_with_state, run_query
 
 # transformWithState (UnsafeRow and Avro: value, list and map variables, TTL, timers; tws_avro_types: every
@@ -214,24 +212,13 @@ def _tws(batches: list[list[dict]]) -> Query:
     )
 
 
-def _stop_at_last_commit(checkpoint: str) -> None:
-    """Forget a batch planned after the last commit (a processing-time query stopped while planning):
-    both restarts then plan their next batch from the new input."""
-    cp = Path(checkpoint)
-    committed = max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
-    for p in [*(cp / "offsets").iterdir(), *(cp / "sources").glob("*/*")]:
-        number = p.name.removeprefix(".").removesuffix(".crc")
-        if p.is_file() and number.isdigit() and int(number) > committed:
-            p.unlink()
-
-
 def test_a_seeded_transform_with_state_query_resumes_as_if_it_had_seen_the_seeds_input(spark, tmp_path):
     """Inputs A then B, against B alone on a checkpoint seeded with every variable and timer A left:
     the same output, batch by batch."""
     reference = run_query(spark, _tws(A), tmp_path / "ref")
     fresh = run_query(spark, _tws(NOTHING), tmp_path / "fresh")
     for checkpoint in (reference, fresh):
-        _stop_at_last_commit(checkpoint)
+        forget_unfinished_batch(checkpoint)
     targets = _targets(reference)
     seed = {target: state_reader.read_state(reference, **options) for target, options in targets.items()}
     assert all(state_reader.read_state(fresh, **options).num_rows == 0 for options in targets.values())

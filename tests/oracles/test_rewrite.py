@@ -25,6 +25,7 @@ from tests.support.resume import (
     add_input,
     assert_builtin_sees_same_state,
     digest,
+    forget_unfinished_batch,
     new_batches,
     resume,
     resume_with_timers,
@@ -175,18 +176,6 @@ FAMILY_CASES = ["tws", "join_v3", "join_v4", "tws_avro", "tws_avro_event_time"]
 _CLOCK_FIELDS = {"ttlExpirationMs", "expiration_timestamp_ms"}
 
 
-def _forget_unfinished_batch(checkpoint: str) -> None:
-    """A query on a processing-time trigger is stopped while planning its next batch; drop that plan,
-    as if it had stopped a moment earlier, so that both restarts plan the next batch from the new input."""
-    cp = Path(checkpoint)
-    committed = max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
-    # the plan of that batch: its offsets, and what its sources logged for it
-    for p in [*(cp / "offsets").iterdir(), *(cp / "sources").glob("*/*")]:
-        number = p.name.removeprefix(".").removesuffix(".crc")
-        if p.is_file() and number.isdigit() and int(number) > committed:
-            p.unlink()
-
-
 def _family_reads(checkpoint: str) -> list[dict[str, str]]:
     """The built-in reader's options that together show every column family's state."""
     cp = CheckpointDir(Storage(checkpoint))
@@ -223,7 +212,7 @@ def test_resume_oracle_column_families(spark, tmp_path, name):
 
     query = QUERIES[name]
     src = run_query(spark, query, tmp_path / "run")
-    _forget_unfinished_batch(src)
+    forget_unfinished_batch(src)
     input_dir = tmp_path / "run" / "input"
     before = digest(src)
     reads = _family_reads(src)
@@ -450,7 +439,7 @@ def test_equals_sparks_own_repartition(spark, checkpoints, tmp_path, name):
         pytest.skip("this pyspark has no streaming checkpoint manager")
     src = tmp_path / "src"
     shutil.copytree(checkpoints(name), src)
-    _forget_unfinished_batch(str(src))
+    forget_unfinished_batch(str(src))
     theirs = tmp_path / "theirs"
     shutil.copytree(src, theirs)
     manager.repartition(str(theirs), 5)  # in place, on the copy
@@ -535,7 +524,7 @@ def test_a_moved_transform_with_state_checkpoint_is_rewritten_to_point_at_its_ow
 
     query = QUERIES["tws"]
     written = run_query(spark, query, tmp_path / "run")
-    _forget_unfinished_batch(written)
+    forget_unfinished_batch(written)
     moved = tmp_path / "moved" / "checkpoint"
     shutil.copytree(written, moved)
     away = tmp_path / "run" / "checkpoint-away"

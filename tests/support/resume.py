@@ -150,3 +150,15 @@ def assert_builtin_sees_same_state(spark, src: str, dst: str, num_partitions: in
         ).count()
         assert wrong == 0, (op, store)
         assert {r.partition_id for r in df.select("partition_id").distinct().collect()} <= set(range(num_partitions))
+
+
+def forget_unfinished_batch(checkpoint: str) -> None:
+    """A query on a processing-time trigger is stopped while planning its next batch; drop that plan,
+    as if it had stopped a moment earlier, so that a restart plans its next batch from the new input."""
+    cp = Path(checkpoint)
+    committed = max(int(p.name) for p in (cp / "commits").iterdir() if p.name.isdigit())
+    # the plan of that batch: its offsets, and what its sources logged for it
+    for p in [*(cp / "offsets").iterdir(), *(cp / "sources").glob("*/*")]:
+        number = p.name.removeprefix(".").removesuffix(".crc")
+        if p.is_file() and number.isdigit() and int(number) > committed:
+            p.unlink()
