@@ -3,6 +3,8 @@ streaming queries (each query runs once per session, on first use)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.support.spark_session import build_session
@@ -22,21 +24,41 @@ def spark():
 
 
 @pytest.fixture(scope="session")
-def checkpoints(spark, tmp_path_factory):
-    """Lazily written checkpoints: ``checkpoints("agg_fmt2")`` -> path."""
-    from tests.support.streaming_queries import CHECKPOINT_V2_QUERIES, FMGWS_TIMEOUT_QUERIES, QUERIES, run_query
+def _written(spark, tmp_path_factory, request):
+    """Every checkpoint of a Python query the suite writes once: ``("shared", name)`` for the session's,
+    ``("own", test id)`` for a test's own run. Those the collected tests name are written ahead, two at a
+    time beside the tests, each query in a session of its own (their confs differ)."""
+    from tests.support.parallel import OnceEach
+    from tests.support.streaming_queries import ALL_SESSION_QUERIES, run_query
 
-    queries = {**QUERIES, **CHECKPOINT_V2_QUERIES, **FMGWS_TIMEOUT_QUERIES}
-
-    cache: dict[str, str] = {}
     base = tmp_path_factory.mktemp("checkpoints")
+    own = request.config.stash[OWN_RUNS]
 
-    def get(name: str) -> str:
-        if name not in cache:
-            cache[name] = run_query(spark, queries[name], base / name)
-        return cache[name]
+    def build(key: tuple[str, str]) -> str:
+        kind, name = key
+        if kind == "own":
+            index, name = own[name]
+            return run_query(spark.newSession(), ALL_SESSION_QUERIES[name], base / "own" / str(index))
+        return run_query(spark.newSession(), ALL_SESSION_QUERIES[name], base / name)
 
-    return get
+    written = OnceEach(build)
+    written.prefetch(request.config.stash[PREFETCH])
+    yield written
+    written.close()
+
+
+@pytest.fixture(scope="session")
+def checkpoints(_written):
+    """Checkpoints written once each for the session: ``checkpoints("agg_fmt2")`` -> path. Read them only."""
+    return lambda name: _written(("shared", name))
+
+
+@pytest.fixture
+def own_run(_written, request) -> tuple[str, Path]:
+    """A run of the query the test's ``name`` parameter names, for this test alone (it may add input and
+    restart the query): its checkpoint and input directory."""
+    checkpoint = _written(("own", request.node.nodeid))
+    return checkpoint, Path(checkpoint).parent / "input"
 
 
 @pytest.fixture(scope="session")
@@ -47,22 +69,30 @@ def agg(checkpoints) -> str:
 
 
 @pytest.fixture(scope="session")
-def scala_checkpoints(spark, tmp_path_factory):
-    """Lazily written checkpoints of the Scala queries: ``scala_checkpoints("fmgws_v1")`` -> path."""
-    from tests.support.scala_queries import compile_queries, run_scala_query
+def scala_checkpoints(tmp_path_factory):
+    """Checkpoints of the Scala queries, all written by one ``spark-submit`` in the background from the
+    first use on: ``scala_checkpoints("fmgws_v1")`` -> path."""
+    from tests.support.parallel import OnceEach
+    from tests.support.scala_queries import QUERIES, compile_queries, run_scala_queries
 
     base = tmp_path_factory.mktemp("scala")
-    jar: list = []
-    cache: dict[str, str] = {}
 
-    def get(name: str) -> str:
-        if not jar:
-            jar.append(compile_queries(base))
-        if name not in cache:
-            cache[name] = run_scala_query(jar[0], name, base / name)
-        return cache[name]
+    def build(_: str) -> dict[str, str]:
+        return run_scala_queries(compile_queries(base), list(QUERIES), base)
 
-    return get
+    every = OnceEach(build, workers=1)
+    every.prefetch(["all"])
+    yield lambda name: every("all")[name]
+    every.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ahead(request):
+    """From the start, the checkpoints the selected tests need are written beside them."""
+    if request.config.stash[PREFETCH]:
+        request.getfixturevalue("_written")
+    if request.config.stash[SCALA]:
+        request.getfixturevalue("scala_checkpoints")
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +105,32 @@ def local_cluster(tmp_path_factory):
     cluster.close()
 
 
+PREFETCH = pytest.StashKey[list]()
+OWN_RUNS = pytest.StashKey[dict]()
+SCALA = pytest.StashKey[bool]()
+
+
 def pytest_collection_modifyitems(config, items):
+    from tests.support.streaming_queries import ALL_SESSION_QUERIES
+
+    # the checkpoints the selected tests name, in the order they run, to be written ahead
+    wanted: dict[tuple[str, str], None] = {}
+    own: dict[str, tuple[int, str]] = {}
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "agg" in fixtures:
+            wanted["shared", "agg_window"] = None
+        if "checkpoints" in fixtures:
+            for value in params.values():
+                if isinstance(value, str) and value in ALL_SESSION_QUERIES:
+                    wanted["shared", value] = None
+        if "own_run" in fixtures:
+            own[item.nodeid] = (len(own), params["name"])
+            wanted["own", item.nodeid] = None
+    config.stash[PREFETCH] = list(wanted)
+    config.stash[OWN_RUNS] = own
+    config.stash[SCALA] = any("scala_checkpoints" in getattr(item, "fixturenames", ()) for item in items)
     # every test that needs a SparkSession, directly or through the checkpoints it writes, is marked
     # `spark`, so `pytest -m "not spark"` runs the Spark-free tests alone in seconds
     for item in items:

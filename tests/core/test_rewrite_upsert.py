@@ -6,7 +6,7 @@ input the seed stands for."""
 from __future__ import annotations
 
 import ast
-import shutil
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,7 +15,17 @@ import pytest
 
 import state_reader
 from state_reader.model.conf import CONF_ROW_CHECKSUM
-from tests.support.resume import add_input, assert_builtin_sees_same_state, digest, resume, state_rows, stores
+from tests.support.parallel import side_by_side
+from tests.support.resume import (
+    add_input,
+    assert_builtin_sees_same_state,
+    copy_as_another_query,
+    digest,
+    resume,
+    resume_each,
+    state_rows,
+    stores,
+)
 from tests.support.streaming_queries import (
     HDFS,
     ROCKSDB,
@@ -168,10 +178,12 @@ def _query(kind: str, provider: str, batches) -> Query:
 def test_a_seeded_query_resumes_as_if_it_had_seen_the_seeds_input(spark, tmp_path, kind, provider):
     """Inputs A then B, against B alone on a checkpoint seeded with the state A left: the same output,
     batch by batch, and the same state."""
-    reference = run_query(spark, _query(kind, provider, A), tmp_path / "ref")
+    reference, fresh = side_by_side(
+        partial(run_query, spark.newSession(), _query(kind, provider, A), tmp_path / "ref"),
+        partial(run_query, spark.newSession(), _query(kind, provider, NOTHING), tmp_path / "fresh"),
+    )
     seed = state_reader.read_state(reference)
     assert seed.num_rows
-    fresh = run_query(spark, _query(kind, provider, NOTHING), tmp_path / "fresh")
     assert state_reader.read_state(fresh).num_rows == 0
     seeded = str(tmp_path / "seeded")
     report = state_reader.rewrite(fresh, seeded, upsert=seed)
@@ -180,8 +192,10 @@ def test_a_seeded_query_resumes_as_if_it_had_seen_the_seeds_input(spark, tmp_pat
     query = _query(kind, provider, B)
     add_input(tmp_path / "ref" / "input", B)
     add_input(tmp_path / "fresh" / "input", B)
-    expected = resume(spark, query, reference, tmp_path / "ref" / "input")
-    got = resume(spark, query, seeded, tmp_path / "fresh" / "input")
+    expected, got = side_by_side(
+        partial(resume, spark.newSession(), query, reference, tmp_path / "ref" / "input"),
+        partial(resume, spark.newSession(), query, seeded, tmp_path / "fresh" / "input"),
+    )
     assert len(expected) == len(B)
     assert list(got.values()) == list(expected.values())
     with session_confs(spark, query.confs):
@@ -213,10 +227,9 @@ def test_one_key_replaced_and_one_deleted_change_exactly_those_in_the_output(spa
     assert (store["gained"], store["replaced"], store["lost"]) == (0, 1, 1)
 
     copy = str(tmp_path / "copy")
-    shutil.copytree(src, copy)
+    copy_as_another_query(src, copy)
     add_input(tmp_path / "run" / "input", B)
-    expected = resume(spark, _query("agg", "hdfs", B), copy, tmp_path / "run" / "input")
-    got = resume(spark, _query("agg", "hdfs", B), edited, tmp_path / "run" / "input")
+    expected, got = resume_each(spark, _query("agg", "hdfs", B), [copy, edited], tmp_path / "run" / "input")
     assert len(got) == len(expected) == len(B)
     for want_rows, got_rows in zip(expected.values(), got.values(), strict=True):
         want = {r[0]: r for r in map(ast.literal_eval, want_rows)}

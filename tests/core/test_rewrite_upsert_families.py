@@ -6,6 +6,8 @@ seed's input."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pyarrow as pa
 import pytest
 
@@ -16,6 +18,7 @@ from state_reader.formats.rocksdb_encoding import column_family_ids, decode_keys
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.state_variables import timer_family
+from tests.support.parallel import side_by_side
 from tests.support.resume import add_input, digest, forget_unfinished_batch, resume_with_timers
 from tests.support.streaming_queries import ROCKSDB_CHANGELOG, T0, Query, _events, _transform_with_state, run_query
 
@@ -215,8 +218,10 @@ def _tws(batches: list[list[dict]]) -> Query:
 def test_a_seeded_transform_with_state_query_resumes_as_if_it_had_seen_the_seeds_input(spark, tmp_path):
     """Inputs A then B, against B alone on a checkpoint seeded with every variable and timer A left:
     the same output, batch by batch."""
-    reference = run_query(spark, _tws(A), tmp_path / "ref")
-    fresh = run_query(spark, _tws(NOTHING), tmp_path / "fresh")
+    reference, fresh = side_by_side(
+        partial(run_query, spark.newSession(), _tws(A), tmp_path / "ref"),
+        partial(run_query, spark.newSession(), _tws(NOTHING), tmp_path / "fresh"),
+    )
     for checkpoint in (reference, fresh):
         forget_unfinished_batch(checkpoint)
     targets = _targets(reference)
@@ -227,8 +232,10 @@ def test_a_seeded_transform_with_state_query_resumes_as_if_it_had_seen_the_seeds
     assert sum(report.gained_per_partition) > 0
     add_input(tmp_path / "ref" / "input", B)
     add_input(tmp_path / "fresh" / "input", B)
-    expected = resume_with_timers(spark, _tws(B), reference, tmp_path / "ref" / "input", batches=len(B))
-    got = resume_with_timers(spark, _tws(B), seeded, tmp_path / "fresh" / "input", batches=len(B))
+    expected, got = side_by_side(
+        partial(resume_with_timers, spark.newSession(), _tws(B), reference, tmp_path / "ref" / "input", len(B)),
+        partial(resume_with_timers, spark.newSession(), _tws(B), seeded, tmp_path / "fresh" / "input", len(B)),
+    )
     assert got == expected
 
     def visits(checkpoint: str) -> dict[str, int]:

@@ -16,9 +16,10 @@ from state_reader.io.destination import INCOMPLETE_PREFIX
 from tests.support.resume import (
     add_input,
     assert_builtin_sees_same_state,
+    copy_as_another_query,
     digest,
     new_batches,
-    resume,
+    resume_each,
     state_rows,
     stores,
 )
@@ -61,10 +62,9 @@ def assert_same_report(got: RewriteReport, want: RewriteReport) -> None:
 
 
 @pytest.mark.parametrize(("name", "options"), CASES, ids=[c[0] for c in CASES])
-def test_resume_oracle_through_spark(spark, tmp_path, name, options):
+def test_resume_oracle_through_spark(spark, own_run, tmp_path, name, options):
     query = QUERIES[name]
-    src = run_query(spark, query, tmp_path / "run")
-    input_dir = tmp_path / "run" / "input"
+    src, input_dir = own_run
     before = digest(src)
     options = dict(options)
     if options.get("drop_keys") is DROP_ONE_JOIN_KEY:
@@ -86,10 +86,10 @@ def test_resume_oracle_through_spark(spark, tmp_path, name, options):
 
     add_input(input_dir, new_batches(query))
     copy = str(tmp_path / "reference")
-    shutil.copytree(reference, copy)
-    expected = resume(spark, query, copy, input_dir)
+    copy_as_another_query(reference, copy)
+    expected, resumed = resume_each(spark, query, [copy, dst], input_dir)
     assert expected, "the restarted query ran no batch"
-    assert resume(spark, query, dst, input_dir) == expected
+    assert resumed == expected
     for op, store in stores(copy):
         options = {"operatorId": op, "storeName": store}
         assert state_rows(spark, dst, **options) == state_rows(spark, copy, **options), (op, store)
@@ -132,9 +132,9 @@ def test_through_spark_on_local_cluster(spark, tmp_path, local_cluster):
 
     add_input(input_dir, new_batches(query))
     copy = str(tmp_path / "src-copy")
-    shutil.copytree(src, copy)
-    expected = resume(spark, query, copy, input_dir)
-    assert expected and resume(spark, query, dst, input_dir) == expected
+    copy_as_another_query(src, copy)
+    expected, resumed = resume_each(spark, query, [copy, dst], input_dir)
+    assert expected and resumed == expected
 
 
 def _doubled_counts(rows):

@@ -24,10 +24,13 @@ from tests.support.paths import GOLDEN, ROOT
 from tests.support.resume import (
     add_input,
     assert_builtin_sees_same_state,
+    copy_as_another_query,
     digest,
     forget_unfinished_batch,
     new_batches,
+    restart_each,
     resume,
+    resume_each,
     resume_with_timers,
     state_rows,
     stores,
@@ -71,12 +74,11 @@ NOT_RESUMED = {"agg_zstd", "agg_snappy", "agg_lzf"}
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_resume_oracle(spark, tmp_path, name):
+def test_resume_oracle(spark, own_run, tmp_path, name):
     """Rewritten to more partitions and to fewer in the other provider's files: Spark's reader sees the source's
     state in both, each row in the partition hash() gives it, and the second resumes as the source does."""
     query = ALL_QUERIES[name]
-    src = run_query(spark, query, tmp_path / "run")
-    input_dir = tmp_path / "run" / "input"
+    src, input_dir = own_run
     before = digest(src)
     op, store = stores(src)[0]
     plan = plan_state_read(from_kwargs(src, {"operator_id": op, "store_name": store}))
@@ -101,21 +103,17 @@ def test_resume_oracle(spark, tmp_path, name):
         return
     add_input(input_dir, new_batches(query))
     copy = str(tmp_path / "src-copy")
-    shutil.copytree(src, copy)
-    expected = resume(spark, query, copy, input_dir)
-    assert expected, "the restarted query ran no batch"
+    copy_as_another_query(src, copy)
     # restarted: the rewrite into fewer partitions, in the other provider's files where it can move (the one into
     # more partitions is judged by Spark's reader above; the resume oracle through Spark restarts from more)
-    for label, (n, _) in targets.items():
-        if label == "more":
-            continue
-        dst = str(tmp_path / f"dst-{label}")
-        got = resume(spark, query, dst, input_dir)
-        assert got == expected, (label, n)
-        with session_confs(spark, query.confs):
-            for op, store in stores(copy):
-                options = {"operatorId": op, "storeName": store}
-                assert state_rows(spark, dst, **options) == state_rows(spark, copy, **options), (label, op, store)
+    dst = str(tmp_path / f"dst-{other}")
+    expected, got = resume_each(spark, query, [copy, dst], input_dir)
+    assert expected, "the restarted query ran no batch"
+    assert got == expected
+    with session_confs(spark, query.confs):
+        for op, store in stores(copy):
+            options = {"operatorId": op, "storeName": store}
+            assert state_rows(spark, dst, **options) == state_rows(spark, copy, **options), (op, store)
     if targets[other][1] is not None:
         # the resumed query kept the provider the rewrite put in the checkpoint
         after = plan_state_read(from_kwargs(str(tmp_path / f"dst-{other}"), {"operator_id": op, "store_name": store}))
@@ -163,9 +161,9 @@ def test_snapshot_built_through_small_memtables_resumes(spark, tmp_path, monkeyp
     input_dir = tmp_path / "run" / "input"
     add_input(input_dir, new_batches(query))
     copy = str(tmp_path / "src-copy")
-    shutil.copytree(src, copy)
-    expected = resume(spark, query, copy, input_dir)
-    assert expected and resume(spark, query, dst, input_dir) == expected
+    copy_as_another_query(src, copy)
+    expected, got = resume_each(spark, query, [copy, dst], input_dir)
+    assert expected and got == expected
 
 
 # stores with RocksDB column families: transformWithState (every variable kind, TTL, timers) and joins of
@@ -205,15 +203,14 @@ def _family_rows(
 
 
 @pytest.mark.parametrize("name", FAMILY_CASES)
-def test_resume_oracle_column_families(spark, tmp_path, name):
+def test_resume_oracle_column_families(spark, own_run, tmp_path, name):
     """Every column family is rewritten (internal ones too): Spark's reader sees each variable, its
     timers and both join sides unchanged, every row where hash() puts it, and the query resumes alike."""
     from pyspark.sql import functions as F
 
     query = QUERIES[name]
-    src = run_query(spark, query, tmp_path / "run")
+    src, input_dir = own_run
     forget_unfinished_batch(src)
-    input_dir = tmp_path / "run" / "input"
     before = digest(src)
     reads = _family_reads(src)
     with pytest.raises(state_reader.UnsupportedOptionError, match="RocksDB provider only"):
@@ -234,13 +231,13 @@ def test_resume_oracle_column_families(spark, tmp_path, name):
             assert wrong == 0, (label, options)
     add_input(input_dir, new_batches(query))
     copy = str(tmp_path / "src-copy")
-    shutil.copytree(src, copy)
-    restart = resume_with_timers if query.processing_time else resume
-    expected = restart(spark, query, copy, input_dir)
+    copy_as_another_query(src, copy)
+    dsts = {label: str(tmp_path / f"dst-{label}") for label in targets}
+    expected, *got = resume_each(spark, query, [copy, *dsts.values()], input_dir, timers=bool(query.processing_time))
     assert expected, "the restarted query ran no batch"
-    for label in targets:
-        dst = str(tmp_path / f"dst-{label}")
-        assert restart(spark, query, dst, input_dir) == expected, label
+    for label, rows in zip(dsts, got, strict=True):
+        assert rows == expected, label
+    for dst in dsts.values():
         for options in reads:
             assert _family_rows(spark, dst, options, clock=False) == _family_rows(spark, copy, options, clock=False)
 
@@ -311,13 +308,13 @@ def test_avro_range_scan_keys_rewritten(spark, tmp_path):
     # new input without the dropped key: the source's timers for it still fire, with its last counts
     add_input(input_dir, [[r for r in batch if r["user"] != "ann"] for batch in new_batches(query)])
     copy = str(tmp_path / "src-copy")
-    shutil.copytree(src, copy)
-    expected = resume(spark, query, copy, input_dir)
+    copy_as_another_query(src, copy)
+    expected, from_more, from_dropped = resume_each(spark, query, [copy, more, dropped], input_dir)
     assert any("'expired'" in r for rows in expected.values() for r in rows), "no timer fired after the restart"
-    assert resume(spark, query, more, input_dir) == expected
+    assert from_more == expected
     without = {b: [r for r in rows if not r.startswith("('ann',")] for b, rows in expected.items()}
     assert without != expected
-    assert resume(spark, query, dropped, input_dir) == without
+    assert from_dropped == without
 
 
 def test_drop_keys_removes_them_from_every_store(spark, tmp_path):
@@ -423,11 +420,17 @@ def test_resume_oracle_older_writers(spark, tmp_path, writer, name):
     input_root = tmp_path / "input"
     for stream_name, stream in spec.data(spec.name).items():
         golden.write_input(str(input_root / stream_name), stream.batches[-1], 90)
-    with session_confs(spark, spec.conf):
-        expected = _resume_golden(spark, golden, spec, str(original), input_root)
-        for label in targets:
-            got = _resume_golden(spark, golden, spec, str(tmp_path / f"dst-{label}"), input_root)
-            assert expected and got == expected, label
+
+    def restart(checkpoint: str) -> dict[int, list[str]]:
+        session = spark.newSession()
+        with session_confs(session, spec.conf):
+            return _resume_golden(session, golden, spec, checkpoint, input_root)
+
+    reference = copy_as_another_query(str(original), str(tmp_path / "reference"))
+    expected, *got = restart_each(restart, [reference, *(str(tmp_path / f"dst-{label}") for label in targets)])
+    assert expected
+    for label, rows in zip(targets, got, strict=True):
+        assert rows == expected, label
 
 
 @pytest.mark.parametrize("name", ["rocksdb_agg_window", "tws", "join_v3"])

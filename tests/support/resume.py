@@ -4,21 +4,29 @@ batch produces, and Spark's built-in reader's view of a rewritten checkpoint's s
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+import threading
 import time
+import uuid
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from state_reader.core.options import from_kwargs
 from state_reader.core.planner import plan_state_read, store_names_on_disk
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
+from tests.support.parallel import side_by_side
 from tests.support.streaming_queries import (
     Query,
     session_confs,
     write_input,
 )
 
+T = TypeVar("T")
 SHIFT = 200  # seconds: the new input comes after the old, so watermarks move on
 
 
@@ -69,6 +77,34 @@ def resume(spark, query: Query, checkpoint: str, input_dir: Path) -> dict[int, l
         )
         handle.awaitTermination()
     return collected
+
+
+def copy_as_another_query(src: str, dst: str) -> str:
+    """A copy of checkpoint ``src`` under a query id of its own, to restart beside the rewrites of ``src``
+    (which keep its id): Spark runs one instance of a query id at a time."""
+    shutil.copytree(src, dst)
+    (Path(dst) / "metadata").write_text(json.dumps({"id": str(uuid.uuid4())}, separators=(",", ":")))
+    return dst
+
+
+def restart_each(restart: Callable[[str], T], checkpoints: list[str]) -> list[T]:
+    """``restart(checkpoint)`` for each of ``checkpoints``, side by side where their query ids differ (Spark
+    runs one instance of a query id at a time): the results, in order."""
+    ids = [json.loads((Path(cp) / "metadata").read_text())["id"] for cp in checkpoints]
+    locks = {query_id: threading.Lock() for query_id in ids}
+
+    def one(checkpoint: str, query_id: str) -> T:
+        with locks[query_id]:
+            return restart(checkpoint)
+
+    return side_by_side(*[partial(one, cp, query_id) for cp, query_id in zip(checkpoints, ids, strict=True)])
+
+
+def resume_each(spark, query: Query, checkpoints: list[str], input_dir: Path, timers: bool = False) -> list:
+    """``resume`` (``resume_with_timers`` with ``timers``) from each of ``checkpoints`` over the same input,
+    each in a session of its own, side by side where they can be: what each restart produced."""
+    run = resume_with_timers if timers else resume
+    return restart_each(lambda checkpoint: run(spark.newSession(), query, checkpoint, input_dir), checkpoints)
 
 
 def resume_with_timers(spark, query: Query, checkpoint: str, input_dir: Path, batches: int = 2) -> list[list[str]]:

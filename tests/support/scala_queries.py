@@ -3,7 +3,7 @@
 Case classes under flatMapGroupsWithState state format 1, ``Encoders.kryo`` state
 and typed Aggregators exist only in the Scala API. The queries are compiled with
 the Scala compiler pyspark ships (``jars/scala-compiler-*.jar``) and run with its
-``spark-submit``, one batch per input file.
+``spark-submit``, one batch per input file, all in one JVM.
 """
 
 from __future__ import annotations
@@ -64,17 +64,15 @@ def compile_queries(out: Path) -> Path:
     return jar
 
 
-def run_scala_query(jar: Path, name: str, out: Path) -> str:
-    """Run query ``name`` over :data:`READINGS` into ``out``; the checkpoint path."""
-    write_input(READINGS, out / "input")
-    checkpoint = out / "checkpoint"
+def run_scala_queries(jar: Path, names: list[str], base: Path) -> dict[str, str]:
+    """Run the queries ``names`` over :data:`READINGS`, each into ``base / name``, in one ``spark-submit``
+    (one JVM start, not one per query); their checkpoint paths by name."""
     confs = {
         "spark.sql.shuffle.partitions": "2",
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
         "spark.driver.memory": "1g",
-        **QUERIES[name],
     }
     command = [
         str(_pyspark_home() / "bin" / "spark-submit"),
@@ -85,9 +83,15 @@ def run_scala_query(jar: Path, name: str, out: Path) -> str:
     ]
     for key, value in confs.items():
         command += ["--conf", f"{key}={value}"]
-    command += [str(jar), name, str(out / "input"), str(checkpoint)]
+    command.append(str(jar))
+    paths = {}
+    for name in names:
+        write_input(READINGS, base / name / "input")
+        paths[name] = str(base / name / "checkpoint")
+        own = ";".join(f"{k}={v}" for k, v in QUERIES[name].items())
+        command += [name, str(base / name / "input"), paths[name], own]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "TZ": "UTC"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     if done.returncode != 0:
-        raise RuntimeError(f"Scala query {name} failed:\n{done.stderr[-4000:]}")
-    return str(checkpoint)
+        raise RuntimeError(f"the Scala queries {names} failed:\n{done.stderr[-4000:]}")
+    return paths

@@ -719,3 +719,7 @@ def _avro_event_time_tws(df: DataFrame) -> DataFrame:
 
 
 QUERIES["tws_avro_event_time"] = Query(_avro_event_time_tws, confs=AVRO)
+
+
+# every query the suite's session checkpoints come from, by name
+ALL_SESSION_QUERIES: dict[str, Query] = {**QUERIES, **CHECKPOINT_V2_QUERIES, **FMGWS_TIMEOUT_QUERIES}

@@ -1,6 +1,6 @@
 // Small Scala streaming queries whose state PySpark cannot write: case classes under
 // flatMapGroupsWithState state format 1, Encoders.kryo state, a typed Aggregator.
-// Compiled and run by tests/scala_queries.py with the Scala compiler and spark-submit
+// Compiled and run by tests/support/scala_queries.py with the Scala compiler and spark-submit
 // that pyspark ships.
 package statequeries
 
@@ -63,9 +63,22 @@ object StateQueries {
     Emitted(sensor, seen.size.toLong)
   }
 
+  // args: one group of four per query (name, input, checkpoint, its confs as k=v joined by ';'): the
+  // queries run one after another in one JVM, each in a session of its own with its confs
   def main(args: Array[String]): Unit = {
-    val Array(name, input, checkpoint) = args
-    val spark = SparkSession.builder().getOrCreate()
+    val base = SparkSession.builder().getOrCreate()
+    args.grouped(4).foreach { case Array(name, input, checkpoint, confs) =>
+      val spark = base.newSession()
+      confs.split(";").filter(_.nonEmpty).foreach { kv =>
+        val Array(k, v) = kv.split("=", 2)
+        spark.conf.set(k, v)
+      }
+      run(spark, name, input, checkpoint)
+    }
+    base.stop()
+  }
+
+  def run(spark: SparkSession, name: String, input: String, checkpoint: String): Unit = {
     import spark.implicits._
     val readings = spark.readStream.schema("sensor INT, ts TIMESTAMP, celsius DOUBLE, label STRING")
       .option("maxFilesPerTrigger", 1).option("allowNonNumericNumbers", "true").json(input).as[Reading]
@@ -81,6 +94,5 @@ object StateQueries {
     }
     out.writeStream.format("noop").outputMode(mode).option("checkpointLocation", checkpoint)
       .trigger(Trigger.AvailableNow()).start().awaitTermination()
-    spark.stop()
   }
 }
