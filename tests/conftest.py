@@ -86,13 +86,77 @@ def scala_checkpoints(tmp_path_factory):
     every.close()
 
 
+@pytest.fixture(scope="session")
+def _examples(request):
+    """The example scripts the selected tests run (``@pytest.mark.example(script)``), each once in a process
+    of its own, one at a time in the background from the start."""
+    import subprocess
+    import sys
+
+    from tests.support.parallel import OnceEach
+    from tests.support.paths import ROOT
+
+    def run(script: str) -> subprocess.CompletedProcess:
+        command = [sys.executable, f"examples/{script}"]
+        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+    every = OnceEach(run, workers=1)
+    every.prefetch(request.config.stash[EXAMPLES])
+    yield every
+    every.close()
+
+
+@pytest.fixture
+def example(_examples, request) -> str:
+    """The standard output of the example script the test's ``example`` mark names, which must succeed."""
+    script = request.node.get_closest_marker("example").args[0]
+    done = _examples(script)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory, request):
+    """Virtualenvs with this checkout pip-installed, without bytecode (the tests import a small part of what
+    is installed): ``installed("")`` with no extra, ``installed("notebook")`` with that one. Made one at a
+    time in the background from the start; a call waits for its own."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.parallel import OnceEach
+    from tests.support.paths import ROOT
+
+    base = tmp_path_factory.mktemp("installed")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the installed package, not this checkout
+
+    def build(extra: str) -> Path:
+        venv = base / (extra or "bare")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+        what = f"{ROOT}[{extra}]" if extra else str(ROOT)
+        command = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        done = subprocess.run(
+            [*command, "--no-compile", what], capture_output=True, text=True, timeout=900, env=env, cwd=base
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        return venv
+
+    every = OnceEach(build, workers=1)
+    every.prefetch(["", "notebook"])
+    yield every
+    every.close()
+
+
+# what is made ahead, from the start, when a selected test needs it
+AHEAD = ("_written", "scala_checkpoints", "_examples", "installed")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _ahead(request):
-    """From the start, the checkpoints the selected tests need are written beside them."""
-    if request.config.stash[PREFETCH]:
-        request.getfixturevalue("_written")
-    if request.config.stash[SCALA]:
-        request.getfixturevalue("scala_checkpoints")
+    """From the start, the checkpoints, example runs and installs the selected tests need are made beside
+    them."""
+    for name in request.config.stash[STARTED_AHEAD]:
+        request.getfixturevalue(name)
 
 
 @pytest.fixture(scope="session")
@@ -107,16 +171,17 @@ def local_cluster(tmp_path_factory):
 
 PREFETCH = pytest.StashKey[list]()
 OWN_RUNS = pytest.StashKey[dict]()
-SCALA = pytest.StashKey[bool]()
+EXAMPLES = pytest.StashKey[list]()
+STARTED_AHEAD = pytest.StashKey[list]()
 
 
-def pytest_collection_modifyitems(config, items):
+def pytest_collection_finish(session):
+    """What the selected tests (after ``-k`` and ``-m``) will need, in the order they run, to make ahead."""
     from tests.support.streaming_queries import ALL_SESSION_QUERIES
 
-    # the checkpoints the selected tests name, in the order they run, to be written ahead
     wanted: dict[tuple[str, str], None] = {}
     own: dict[str, tuple[int, str]] = {}
-    for item in items:
+    for item in session.items:
         fixtures = getattr(item, "fixturenames", ())
         params = getattr(getattr(item, "callspec", None), "params", {})
         if "agg" in fixtures:
@@ -128,11 +193,16 @@ def pytest_collection_modifyitems(config, items):
         if "own_run" in fixtures:
             own[item.nodeid] = (len(own), params["name"])
             wanted["own", item.nodeid] = None
-    config.stash[PREFETCH] = list(wanted)
-    config.stash[OWN_RUNS] = own
-    config.stash[SCALA] = any("scala_checkpoints" in getattr(item, "fixturenames", ()) for item in items)
-    # every test that needs a SparkSession, directly or through the checkpoints it writes, is marked
-    # `spark`, so `pytest -m "not spark"` runs the Spark-free tests alone in seconds
+    session.config.stash[PREFETCH] = list(wanted)
+    session.config.stash[OWN_RUNS] = own
+    session.config.stash[EXAMPLES] = [m.args[0] for item in session.items for m in item.iter_markers("example")]
+    used = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    session.config.stash[STARTED_AHEAD] = [name for name in AHEAD if name in used]
+
+
+def pytest_collection_modifyitems(config, items):
+    # every test that needs Spark, directly, through the checkpoints it writes or in an example's process, is
+    # marked `spark`, so `pytest -m "not spark"` runs the Spark-free tests alone in seconds
     for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
+        if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("example"):
             item.add_marker(pytest.mark.spark)

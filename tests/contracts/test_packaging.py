@@ -51,26 +51,19 @@ def test_file_urls_and_relative_paths(checkpoints, monkeypatch):
     assert arrow_rows(state_reader.read_state(os.path.basename(path))) == expected
 
 
-def test_bare_install_gives_a_working_command_line(checkpoints, tmp_path):
+def test_bare_install_gives_a_working_command_line(checkpoints, installed, tmp_path):
     """``pip install state-reader`` with no extras: every command that does not draw works; plot says in one
     line which extra it needs. Then the extras: ``notebook`` gives plots and pandas, ``spark`` brings pyspark."""
     import os
 
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    py, exe = str(venv / "bin" / "python"), str(venv / "bin" / "state-reader")
     env = {**os.environ, "COLUMNS": "200"}
     env.pop("PYTHONPATH", None)  # the installed package, not this checkout
 
     def run(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
         return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, env=env, cwd=tmp_path)
 
-    def install(what: str) -> None:
-        # no bytecode compiled: what the test runs imports a small part of what is installed
-        done = run(py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", what, timeout=900)
-        assert done.returncode == 0, done.stderr[-2000:]
-
-    install(str(ROOT))
+    venv = installed("")
+    py, exe = str(venv / "bin" / "python"), str(venv / "bin" / "state-reader")
     for absent in ("pyspark", "matplotlib", "pandas"):
         assert run(py, "-c", f"import {absent}").returncode != 0, f"{absent} came with a bare install"
     # the compiled kernels are part of the base install: large reads are fast without an extra
@@ -93,7 +86,8 @@ def test_bare_install_gives_a_working_command_line(checkpoints, tmp_path):
     assert "state-reader[plot]" in proc.stderr
 
     # each extra adds what its user needs: a notebook user pandas and plots, a Spark user the Spark fronts
-    install(f"{ROOT}[notebook]")
+    venv = installed("notebook")
+    py, exe = str(venv / "bin" / "python"), str(venv / "bin" / "state-reader")
     proc = run(exe, "plot", path, "--out", str(tmp_path / "p.png"))
     assert proc.returncode == 0 and (tmp_path / "p.png").stat().st_size > 0, proc.stderr
     frame = run(py, "-c", f"import state_reader; print(len(state_reader.read_state({path!r}).to_pandas()))")

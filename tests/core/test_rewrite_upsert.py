@@ -423,20 +423,10 @@ def test_through_spark_the_rows_stay_on_the_executors_and_land_alike(spark, tota
 # -- the seeding examples -----------------------------------------------------------------------------------
 
 
-def _example(name: str) -> list[str]:
-    import subprocess
-    import sys
-
-    from tests.support.paths import ROOT
-
-    out = subprocess.run([sys.executable, f"examples/{name}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout.splitlines()
-
-
-def test_the_seeded_aggregation_example_runs():
+@pytest.mark.example("seed_aggregation.py")
+def test_the_seeded_aggregation_example_runs(example):
     """examples/seed_aggregation.py: the history's totals (5 purchases, 50 spent each) carry on in the query."""
-    lines = _example("seed_aggregation.py")
+    lines = example.splitlines()
     assert "dry run: 5 customers gained, 5 replaced" in lines
     assert [line.strip() for line in lines if line.startswith("  c")] == [
         "c0: 7 purchases, 151 spent",
@@ -445,8 +435,9 @@ def test_the_seeded_aggregation_example_runs():
     ]
 
 
-def test_the_seeded_dedup_example_runs():
+@pytest.mark.example("seed_dedup.py")
+def test_the_seeded_dedup_example_runs(example):
     """examples/seed_dedup.py: ids delivered before the query started are not delivered again."""
-    lines = _example("seed_dedup.py")
+    lines = example.splitlines()
     assert "seeded 100 delivered ids; the state holds 102" in lines
     assert lines[-1] == "the query resumed from the seeded checkpoint emits ids [200, 201]"

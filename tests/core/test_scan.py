@@ -4,8 +4,6 @@ queried by DuckDB."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 
 import duckdb
 import pyarrow as pa
@@ -13,7 +11,6 @@ import pytest
 
 import state_reader
 from tests.support.oracle import arrow_rows
-from tests.support.paths import ROOT
 
 
 @pytest.mark.parametrize(
@@ -109,14 +106,11 @@ def test_duckdb_queries_the_reader(checkpoints):
 
 
 @pytest.mark.spark
-def test_duckdb_example_runs():
+@pytest.mark.example("query_state_with_duckdb.py")
+def test_duckdb_example_runs(example):
     """examples/query_state_with_duckdb.py: its own streaming query, SQL over the state, one key."""
-    out = subprocess.run(
-        [sys.executable, "examples/query_state_with_duckdb.py"], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
     # 500 customers, 100 per country; c7 bought in all three batches: 49 + 50 + 51
     assert [
-        line.split(":")[1].split(",")[0].strip() for line in out.stdout.splitlines() if line.startswith("  country-")
+        line.split(":")[1].split(",")[0].strip() for line in example.splitlines() if line.startswith("  country-")
     ] == ["100 customers"] * 5
-    assert "customer c7: 3 purchases, 150 spent, in state partition" in out.stdout
+    assert "customer c7: 3 purchases, 150 spent, in state partition" in example

@@ -30,12 +30,15 @@ from tests.support.keyed_queries import (
     stats_text,
     windowed,
 )
+from tests.support.parallel import side_by_side
 from tests.support.streaming_queries import T0, Query, run_query
 
 
 def test_expired_rows_complete_mode_against_update_mode(spark, tmp_path):
-    problem = run_keyed(spark, tmp_path, "complete", windowed, output_mode="complete")
-    healthy = run_keyed(spark, tmp_path, "update", windowed)
+    problem, healthy = side_by_side(
+        lambda: run_keyed(spark, tmp_path, "complete", windowed, output_mode="complete"),
+        lambda: run_keyed(spark, tmp_path, "update", windowed),
+    )
     diagnosis = state_reader.diagnose(problem)
     found = [f for f in diagnosis.findings if f.kind == "expired-rows"]
     assert found and found[0].evidence["expired_rows"] >= BATCHES - 3, found
@@ -74,8 +77,10 @@ def test_never_evicted_join_with_watermarks_against_one_without(spark, tmp_path)
         build = keyed_join(left, right)
         return run_keyed(spark, tmp_path, name, build, output_mode="append", batches=batches, sources=2)
 
-    healthy = run("watermarks", True, True)
-    problem = run("no_watermarks", False, False)
+    healthy, problem = side_by_side(
+        lambda: run("watermarks", True, True),
+        lambda: run("no_watermarks", False, False),
+    )
     for store in JOIN_STORES:  # what a rule by the key alone sees: more rows, and every key still there
         assert _grew_keeping_every_key(healthy, store_name=store), store
     feed = state_reader.changes(healthy, 1, store_name="left-keyWithIndexToValue")
@@ -133,8 +138,10 @@ def test_never_evicted_judged_by_the_change_feed(spark, tmp_path):
     """A key removed and added again is in the oldest and the latest state alike: the change feed shows
     its removal, and a state that removes keys is not called never evicted."""
     batches = keyed_rows(growing_keys)
-    healthy = run_keyed(spark, tmp_path, "removes", _counter(True), batches=batches)
-    problem = run_keyed(spark, tmp_path, "keeps", _counter(False), batches=batches)
+    healthy, problem = side_by_side(
+        lambda: run_keyed(spark, tmp_path, "removes", _counter(True), batches=batches),
+        lambda: run_keyed(spark, tmp_path, "keeps", _counter(False), batches=batches),
+    )
     assert _grew_keeping_every_key(healthy)
     assert "delete" in state_reader.changes(healthy, 1).column("change_type").to_pylist()
     assert "never-evicted" not in kinds(healthy)
@@ -145,8 +152,10 @@ def test_never_evicted_judged_by_the_change_feed(spark, tmp_path):
 def test_watermark_stalled_when_event_time_stops(spark, tmp_path):
     # the same input rows arrive every batch; in the problem, event time stops moving after batch 2
     stalled = keyed_rows(new_keys, event_time=lambda b, i: T0 + min(b, 2) * 10 + i)
-    problem = run_keyed(spark, tmp_path, "stalled", windowed, batches=stalled)
-    healthy = run_keyed(spark, tmp_path, "moving", windowed)
+    problem, healthy = side_by_side(
+        lambda: run_keyed(spark, tmp_path, "stalled", windowed, batches=stalled),
+        lambda: run_keyed(spark, tmp_path, "moving", windowed),
+    )
     found = [f for f in state_reader.diagnose(problem).findings if f.kind == "watermark-stalled"]
     assert found and found[0].evidence["batches_with_input"] >= 5, found
     assert "watermark-stalled" not in kinds(healthy)
@@ -162,8 +171,10 @@ def test_skew_when_keys_land_in_one_partition(spark, tmp_path):
         return keyed_rows(lambda b: keys[b * 150 : (b + 1) * 150])
 
     dedup = lambda df: df.dropDuplicates(["k"])  # noqa: E731
-    problem = run_keyed(spark, tmp_path, "hot", dedup, output_mode="append", confs=confs, batches=batches(hot))
-    healthy = run_keyed(spark, tmp_path, "spread", dedup, output_mode="append", confs=confs, batches=batches(spread))
+    problem, healthy = side_by_side(
+        lambda: run_keyed(spark, tmp_path, "hot", dedup, output_mode="append", confs=confs, batches=batches(hot)),
+        lambda: run_keyed(spark, tmp_path, "spread", dedup, output_mode="append", confs=confs, batches=batches(spread)),
+    )
     found = [f for f in state_reader.diagnose(problem).findings if f.kind == "skew"]
     assert found and found[0].evidence["partition"] == 0 and found[0].evidence["rows"] == 1500, found
     # three of four partitions empty: the median is 0, and the finding says so rather than "inf×"
@@ -180,8 +191,10 @@ def test_large_rows_when_state_holds_a_big_payload(spark, tmp_path):
             df.withColumn("payload", F.repeat(F.lit("x"), size)).groupBy("k").agg(F.max("payload").alias("payload"))
         )
 
-    problem = run_keyed(spark, tmp_path, "big", build(True), batches=keyed_rows(lambda b: ["one"]))
-    healthy = run_keyed(spark, tmp_path, "small", build(False), batches=keyed_rows(lambda b: ["one"]))
+    problem, healthy = side_by_side(
+        lambda: run_keyed(spark, tmp_path, "big", build(True), batches=keyed_rows(lambda b: ["one"])),
+        lambda: run_keyed(spark, tmp_path, "small", build(False), batches=keyed_rows(lambda b: ["one"])),
+    )
     found = [f for f in state_reader.diagnose(problem).findings if f.kind == "large-rows"]
     assert found and found[0].evidence["column"] == "value" and found[0].evidence["largest"][0]["bytes"] >= 1_200_000
     assert "large-rows" not in kinds(healthy)
@@ -246,10 +259,12 @@ def test_overdue_timers_set_in_the_past(spark, tmp_path):
             processing_time="1 second",
             batches=keyed_rows(lambda b: [f"k{b}"]),
         )
-        return run_query(spark, query, tmp_path / name)
+        return run_query(spark.newSession(), query, tmp_path / name)
 
-    problem = run("past", -3_600_000)
-    healthy = run("future", 3_600_000)
+    problem, healthy = side_by_side(
+        lambda: run("past", -3_600_000),
+        lambda: run("future", 3_600_000),
+    )
     found = [f for f in state_reader.diagnose(problem).findings if f.kind == "overdue-timers"]
     assert found and found[0].evidence["overdue"] >= 1, found
     assert "overdue-timers" not in kinds(healthy)
@@ -290,7 +305,7 @@ def test_never_evicted_state_variable_without_ttl(spark, tmp_path):
 
     def run(name: str, ttl_ms: int | None) -> str:
         return run_query(
-            spark,
+            spark.newSession(),
             Query(
                 _count_processor(ttl_ms),
                 confs=ROCKSDB_CHANGELOG,
@@ -301,8 +316,10 @@ def test_never_evicted_state_variable_without_ttl(spark, tmp_path):
             tmp_path / name,
         )
 
-    problem = run("no_ttl", None)
-    healthy = run("ttl", 3_600_000)
+    problem, healthy = side_by_side(
+        lambda: run("no_ttl", None),
+        lambda: run("ttl", 3_600_000),
+    )
     found = [f for f in state_reader.diagnose(problem).findings if f.kind == "never-evicted"]
     assert found and "TTL" in found[0].evidence["why"], found
     assert "never-evicted" not in kinds(healthy)

@@ -20,7 +20,7 @@ from state_reader.model.checkpoint import CheckpointDir
 # every operator the HDFS-backed provider runs, and every codec; RocksDB (checkpoint format 1) without and
 # with changelog checkpointing, for the operators without column families
 # with checkpoint format 2 (files named by unique ids in the commit log)
-from tests.support.paths import GOLDEN, ROOT
+from tests.support.paths import GOLDEN
 from tests.support.resume import (
     add_input,
     assert_builtin_sees_same_state,
@@ -455,19 +455,13 @@ def test_equals_sparks_own_repartition(spark, checkpoints, tmp_path, name):
         ), options
 
 
-def test_schema_evolution_example_runs():
+@pytest.mark.example("schema_evolution.py")
+def test_schema_evolution_example_runs(example):
     """examples/schema_evolution.py: Spark refuses the changed query on the old checkpoint and resumes it
     from the rewrite, old aggregates carried on and the new one computed from the rows after the change."""
-    import subprocess
-    import sys
-
-    out = subprocess.run(
-        [sys.executable, "examples/schema_evolution.py"], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "refused (STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE)" in out.stdout, out.stdout
+    assert "refused (STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE)" in example, example
     # c<i> bought for i, i+1, i+2 before the change and 100+i after it
-    assert [line.strip() for line in out.stdout.splitlines() if line.startswith("  c")] == [
+    assert [line.strip() for line in example.splitlines() if line.startswith("  c")] == [
         f"c{i}: 4 purchases, {4 * i + 103} spent, largest since the change {100 + i}" for i in range(5)
     ]
 

@@ -76,7 +76,7 @@ def run_keyed(
         batches=batches or keyed_rows(new_keys),
         sources=sources,
     )
-    return run_query(spark, query, tmp_path / name)
+    return run_query(spark.newSession(), query, tmp_path / name)  # a session of its own: pairs run side by side
 
 
 def kinds(path: str, **thresholds) -> set[str]:
