@@ -235,6 +235,7 @@ def rewrite(
     store_name: str | None = None,
     state_var_name: str | None = None,
     join_side: str | None = None,
+    read_registered_timers: bool = False,
     storage_options: dict[str, Any] | None = None,
     destination_storage_options: dict[str, Any] | None = None,
     spark: Any = None,
@@ -276,10 +277,11 @@ def rewrite(
     one row each, a join key as often as it has rows); an upsert replaces all the rows a join key holds
     on that side (in the order given), a delete removes them all. ``matched`` (state formats 2 and 3):
     an extra boolean ``matched`` field of the value, else False. State formats 1 to 3.
-    transformWithState: the variable by ``state_var_name`` (its timers:
-    ``"$procTimers_keyToTimestamp"`` or ``"$eventTimers_keyToTimestamp"``), several as a dict
-    keyed by variable name (or ``(operator_id, name)``); lists and maps one row per element, as
-    ``read_state`` shows them; a list's upsert replaces the key's whole list, a map's one entry.
+    transformWithState: the variable by ``state_var_name`` (its timers by
+    ``read_registered_timers=True``, rows as ``read_state`` gives them with it), several as a dict
+    keyed by variable name (or ``(operator_id, name)``; the timers by ``"$procTimers_keyToTimestamp"``
+    or ``"$eventTimers_keyToTimestamp"``); lists and maps one row per element, as ``read_state`` shows
+    them; a list's upsert replaces the key's whole list, a map's one entry.
     ``spark``: a SparkSession to run the rewrite on, for states larger than one machine: its
     executors read the old partitions, Spark's own hash partitioning sends each row to its new
     partition, and one task writes each new partition (the driver writes only the logs and
@@ -297,7 +299,9 @@ def rewrite(
     """
     # through Spark (not a dry run), a Spark DataFrame of rows stays where it is: its rows never reach the driver
     distributed = spark is not None and not dry_run
-    seeds = _seeds(upsert, delete, operator_id, store_name, state_var_name, distributed, join_side)
+    seeds = _seeds(
+        upsert, delete, operator_id, store_name, state_var_name, distributed, join_side, read_registered_timers
+    )
     source = _Storage(checkpoint, dict(storage_options or {}))
     dest = (
         None
@@ -327,15 +331,17 @@ def _seeds(
     state_var_name: str | None,
     distributed: bool = False,
     join_side: str | None = None,
+    read_registered_timers: bool = False,
 ) -> list[_StoreSeed]:
     """``rewrite``'s rows to write, one :class:`StoreSeed` per store: the store the selectors name,
     or, given as dicts, each store a key names (a store name, or ``(operator_id, store_name)``);
     with ``join_side``, one seed for that side of a join."""
-    chosen = (operator_id, store_name, state_var_name, join_side) != (None, None, None, None)
+    chosen = (operator_id, store_name, state_var_name, join_side) != (None, None, None, None) or read_registered_timers
     if upsert is None and delete is None:
         if chosen:
             raise _InvalidOptionError(
-                "operator_id, store_name, state_var_name and join_side choose the store upsert or delete write"
+                "operator_id, store_name, state_var_name, join_side and read_registered_timers choose the store "
+                "upsert or delete write"
             )
         return []
     if join_side is not None:
@@ -355,13 +361,19 @@ def _seeds(
     if not isinstance(upsert, dict) and not isinstance(delete, dict):
         return [
             _StoreSeed(
-                _as_rows(upsert, distributed), _as_rows(delete, distributed), operator_id, store_name, state_var_name
+                _as_rows(upsert, distributed),
+                _as_rows(delete, distributed),
+                operator_id,
+                store_name,
+                state_var_name,
+                read_registered_timers=read_registered_timers,
             )
         ]
     if chosen or not all(isinstance(x, dict | None) for x in (upsert, delete)):
         raise _InvalidOptionError(
             "give upsert and delete as dicts {store_name or (operator_id, store_name): rows}, both of them, "
-            "without operator_id, store_name, state_var_name or join_side, to write into several stores"
+            "without operator_id, store_name, state_var_name, join_side or read_registered_timers, to write into "
+            "several stores"
         )
     by_store: dict[tuple[int | None, str], dict[str, Any]] = {}
     for what, given in (("upsert", upsert), ("delete", delete)):

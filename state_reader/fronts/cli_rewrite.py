@@ -60,6 +60,13 @@ if TYPE_CHECKING:
     type=click.Choice(["left", "right"]),
     help="The join side --upsert and --delete write into (rows as show --join-side gives them).",
 )
+@click.option(
+    "--timers",
+    "read_registered_timers",
+    is_flag=True,
+    default=None,
+    help="--upsert and --delete write timers of a transformWithState operator (rows as show --timers gives them).",
+)
 @common_options
 def rewrite(
     checkpoint: str,
@@ -78,14 +85,16 @@ def rewrite(
     store_name: str | None,
     state_var_name: str | None,
     join_side: str | None,
+    read_registered_timers: bool | None,
     as_json: bool,
     debug: bool,
     storage_option: Sequence[str],
 ) -> int:
     """Write CHECKPOINT's state into a new checkpoint DESTINATION that the same query resumes from
     (CHECKPOINT is only read; DESTINATION must not exist or be empty). With --upsert and --delete,
-    rows are written into one store (or, with --join-side, one side of a join) on the way (the dry
-    run says how many keys each partition gains, replaces and loses)."""
+    rows are written into one store (or, with --join-side, one side of a join; with --timers, the
+    timers of a transformWithState operator) on the way (the dry run says how many keys each
+    partition gains, replaces and loses)."""
     from state_reader.fronts.api import rewrite as rewrite_checkpoint
 
     num_partitions = instead_of(num_partitions, deprecated_n, "--partitions", "-n")
@@ -110,7 +119,18 @@ def rewrite(
         dry_run=dry_run,
         storage_options=storage_options_of(storage_option),
         **_rows_to_write(
-            checkpoint, upsert, delete, operator_id, store_name, state_var_name, join_side, storage_option, batch_id
+            checkpoint,
+            upsert,
+            delete,
+            {
+                "operator_id": operator_id,
+                "store_name": store_name,
+                "state_var_name": state_var_name,
+                "join_side": join_side,
+                "read_registered_timers": read_registered_timers,
+            },
+            storage_option,
+            batch_id,
         ),
     )
     if plot_out is not None:
@@ -125,43 +145,30 @@ def _rows_to_write(
     checkpoint: str,
     upsert_file: str | None,
     delete_file: str | None,
-    operator_id: int | None,
-    store_name: str | None,
-    state_var_name: str | None,
-    join_side: str | None,
+    selectors: dict[str, Any],
     storage_option: Sequence[str],
     batch_id: int | None,
 ) -> dict[str, Any]:
-    """``rewrite``'s ``upsert``, ``delete`` and store selectors, the files read with the store's own
-    column types (JSON lines and CSV say little about types themselves)."""
+    """``rewrite``'s ``upsert``, ``delete`` and store ``selectors`` (those given), the files read with
+    the store's own column types (JSON lines and CSV say little about types themselves)."""
+    chosen = {name: value for name, value in selectors.items() if value is not None}
     if upsert_file is None and delete_file is None:
-        if (operator_id, store_name, state_var_name, join_side) != (None, None, None, None):
+        if chosen:
             raise click.UsageError(
-                "--operator, --store, --state-var-name and --join-side choose the store that --upsert and --delete "
-                "write into"
+                "--operator, --store, --state-var-name, --join-side and --timers choose the store that --upsert and "
+                "--delete write into"
             )
         return {}
     from state_reader.fronts.api import scan_state
     from state_reader.inspect.flatten import unique_schema
 
-    reader = scan_state(
-        checkpoint,
-        operator_id=operator_id,
-        store_name=store_name,
-        state_var_name=state_var_name,
-        join_side=join_side,
-        batch_id=batch_id,
-        storage_options=storage_options_of(storage_option),
-    )
+    reader = scan_state(checkpoint, batch_id=batch_id, storage_options=storage_options_of(storage_option), **chosen)
     schema = unique_schema(reader.schema)
     reader.close()
     return {
         "upsert": None if upsert_file is None else _read_rows(upsert_file, schema, "--upsert"),
         "delete": None if delete_file is None else _read_rows(delete_file, schema, "--delete"),
-        "operator_id": operator_id,
-        "store_name": store_name,
-        "state_var_name": state_var_name,
-        **({"join_side": join_side} if join_side is not None else {}),
+        **chosen,
     }
 
 

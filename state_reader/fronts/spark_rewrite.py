@@ -95,7 +95,7 @@ class SparkRows:
     ) -> StoreReport:
         """One Spark job: the old partitions read on executors, routed by Spark, each new one written by one task
         (``edit``'s rows, a Spark DataFrame, routed with them and applied there)."""
-        if edit is not None and not edit.distributed and (edit.upsert_keys is not None or edit.delete_keys is not None):
+        if edit is not None and not edit.distributed and edit.spill is not None:
             raise UnsupportedOptionError("with spark=, give upsert and delete as Spark DataFrames")
         label = store_label(rows.plan, located=True)
         store = store_report(rows.plan)

@@ -42,6 +42,15 @@ DEFAULT_STORE = "default"
 JOIN_STORES = ("left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue")
 # join state format 4: column families of the default store, keys carry the event time
 JOIN_V4_STORES = ("left-keyWithTsToValues", "left-tsWithKey", "right-keyWithTsToValues", "right-tsWithKey")
+JOIN_SIDES = ("left", "right")
+
+
+def join_side_stores(side: str, v4: bool = False) -> tuple[str, str]:
+    """The two stores of one side of a join: its counts and its rows (``keyToNumValues``,
+    ``keyWithIndexToValue``), or in state format 4 its rows and their event-time index."""
+    first, second = (s for s in (JOIN_V4_STORES if v4 else JOIN_STORES) if s.startswith(side + "-"))
+    return first, second
+
 
 # A unique id of checkpoint format 2, as it appears in state file names and the commit log.
 UNIQUE_ID_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]*")

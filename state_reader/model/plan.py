@@ -15,12 +15,10 @@ import pyarrow as pa
 from state_reader.formats.spark_types import INTEGER, LONG, STRING, StructField, StructType
 from state_reader.formats.unsaferow import narrow_long_slots
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import CheckpointDir
+from state_reader.model.checkpoint import CheckpointDir, join_side_stores
 from state_reader.model.conf import StoreConf
 from state_reader.model.operators import widened
 from state_reader.model.state_variables import StateVariable
-
-JOIN_SIDE_STORES = ("keyToNumValues", "keyWithIndexToValue")
 
 
 @dataclass
@@ -44,7 +42,7 @@ class JoinSidePlan:
 
     def store_name(self, index: int) -> str:
         """The store (formats 1 and 2: its sub-directory) of the counts (0) or the rows (1) of this side."""
-        return f"{self.side}-{JOIN_SIDE_STORES[index]}"
+        return join_side_stores(self.side)[index]
 
     @property
     def shown_value_schema(self) -> StructType:

@@ -348,10 +348,57 @@ def test_the_same_key_twice_is_refused(totals, tmp_path):
     )
 
 
+def test_a_seed_is_checked_and_written_in_runs_with_errors_naming_rows_of_the_whole_table(
+    spark, totals, tmp_path, monkeypatch
+):
+    """Seed rows are checked, encoded and routed a run at a time (memory follows a run and a new partition, not
+    the seed): the rows land alike, a bad row in a later run is named by its row in the whole table, and a
+    key given in two runs is still refused."""
+    from state_reader.core.rewrite import seed
+
+    monkeypatch.setattr(seed, "_SEED_ROWS", 2)
+    rows = _rows(totals)
+    assert rows.num_rows > 4
+    dst = str(tmp_path / "in-runs")
+    report = state_reader.rewrite(totals, dst, upsert=rows, num_partitions=3)
+    assert report.summary()["stores"][0]["replaced"] == rows.num_rows
+    assert_builtin_sees_same_state(spark, totals, dst, 3)
+    last = rows.num_rows - 1
+    key = rows.column("key").combine_chunks()
+    mask = pa.array([i == last for i in range(rows.num_rows)])
+    nulled = pa.StructArray.from_arrays([key.field(0)], fields=list(key.type), mask=mask)
+    _refused(
+        totals,
+        tmp_path,
+        state_reader.SeedNullError,
+        f"upsert row {last} has a null key",
+        upsert=rows.set_column(0, "key", nulled),
+    )
+    twice = pa.concat_tables([rows, rows.slice(0, 1)])
+    _refused(
+        totals,
+        tmp_path,
+        state_reader.DuplicateSeedKeyError,
+        f"upsert rows 0 and {rows.num_rows} have the same key",
+        upsert=twice,
+    )
+    _refused(
+        totals,
+        tmp_path,
+        state_reader.DuplicateSeedKeyError,
+        "both upserted and deleted",
+        upsert=rows.slice(0, 3),
+        delete=rows.slice(2, 3).select(["key"]),
+    )
+
+
 def test_rows_for_a_store_or_operator_that_does_not_exist_are_refused(totals, tmp_path):
     rows = _rows(totals)
     _refused(totals, tmp_path, state_reader.UnknownSeedStoreError, "operator 3", upsert=rows, operator_id=3)
     _refused(totals, tmp_path, state_reader.UnknownSeedStoreError, "store 'nope'", upsert=rows, store_name="nope")
+    _refused(
+        totals, tmp_path, state_reader.UnknownSeedStoreError, "for timers", upsert=rows, read_registered_timers=True
+    )
 
 
 def test_a_partition_id_is_checked_never_trusted(spark, totals, tmp_path):

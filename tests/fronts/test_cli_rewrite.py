@@ -109,3 +109,23 @@ def test_join_side_rows_and_keys(checkpoints, tmp_path):
         state_reader.read_state(str(dst), join_side="left").num_rows
         == state_reader.read_state(src, join_side="left").num_rows
     )
+
+
+def test_timers_rows_and_keys(checkpoints, tmp_path):
+    """--timers: the timers of a transformWithState operator as show --timers gives them, written back
+    after all were deleted (the timer family's name is never typed)."""
+    src = checkpoints("tws")
+    timers = state_reader.read_state(src, read_registered_timers=True)
+    assert timers.num_rows
+    pq.write_table(timers, tmp_path / "timers.parquet")
+    emptied = tmp_path / "emptied"
+    run_json("rewrite", src, emptied, "--timers", "--delete", tmp_path / "timers.parquet")
+    assert state_reader.read_state(str(emptied), read_registered_timers=True).num_rows == 0
+    back = tmp_path / "back"
+    run_json("rewrite", emptied, back, "--timers", "--upsert", tmp_path / "timers.parquet")
+    again = state_reader.read_state(str(back), read_registered_timers=True)
+    assert sorted(map(str, again.to_pylist())) == sorted(map(str, timers.to_pylist()))
+    # the other variables are untouched
+    assert state_reader.read_state(str(back), state_var_name="profile").equals(
+        state_reader.read_state(src, state_var_name="profile")
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,7 +23,7 @@ from state_reader.core.rewrite.plan import RewritePlan, plan_rewrite
 from state_reader.core.rewrite.report import RewriteReport, StoreReport, store_report
 from state_reader.core.rewrite.route import Spill, route_store
 from state_reader.core.rewrite.rows import StoreRows, Transform, store_label, zip_extra_metadata
-from state_reader.core.rewrite.seed import EditCounts, EditSpill, StoreEdit, StoreSeed, bind_seeds, edited
+from state_reader.core.rewrite.seed import EditCounts, SpillTo, StoreEdit, StoreSeed, bind_seeds, edited
 from state_reader.core.rewrite.seed_join import expand_join_sides
 from state_reader.core.rewrite.write import Put, counting_writer, failure_marked, finish_checkpoint, write_partition
 from state_reader.core.scan import bind_key_filter
@@ -94,7 +95,7 @@ class LocalRows:
                 f"routing {label}", len(rows.plan.partitions) + len(targets), enabled=self.show_progress
             ) as bar:
                 route_store(rows, store, n, drop, rp.to_rocksdb, spill, bar)
-                seeded = None if edit is None else EditSpill(workdir, edit, n, rp.to_rocksdb)
+                seeded = None if edit is None else edit.spill
                 if edit is not None:
                     store.widened = list(edit.widened)
                 bar.advance(0, f"writing {label}" if target is not None else f"counting {label}")
@@ -154,10 +155,23 @@ def rewrite_checkpoint(
         allow_uncommitted=allow_uncommitted,
         transform=transform,
     )
-    local = LocalRows(show_progress)
-    # checked and encoded up front: rows that do not fit fail before anything is written (a join side's rows
-    # become its two stores' rows first)
-    edits = bind_seeds(rp.stores, expand_join_sides(rp, seeds), rp.checkpoint.location)
+    with tempfile.TemporaryDirectory(prefix="state_reader-seed-") if seeds else nullcontext("") as workdir:
+        # checked, encoded and routed up front: rows that do not fit fail before anything is written (a join
+        # side's rows become its two stores' rows first)
+        to = SpillTo(workdir, rp.new_partitions, rp.to_rocksdb)
+        edits = bind_seeds(rp.stores, expand_join_sides(rp, seeds), rp.checkpoint.location, to)
+        return _rewrite(rp, dest, edits, drop_keys, dry_run, LocalRows(show_progress), mover)
+
+
+def _rewrite(
+    rp: RewritePlan,
+    dest: Destination | None,
+    edits: list[StoreEdit | None],
+    drop_keys: KeyFilterSpec | None,
+    dry_run: bool,
+    local: LocalRows,
+    mover: RowMover | None,
+) -> RewriteReport:
     if dry_run:
         report = rp.report("", dry_run=True)
         for rows, edit in zip(rp.stores, edits, strict=True):

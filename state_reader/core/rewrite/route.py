@@ -79,17 +79,21 @@ class Spill:
     def take(self, pid: int) -> Iterator[bytes]:
         """New partition ``pid``'s records, in chunks of whole records; the file goes once read."""
         try:
-            with open(self.paths[pid], "rb") as fh:
-                chunk = 0
-                for size in self.runs[pid]:
-                    if chunk and chunk + size > self.CHUNK:
-                        yield fh.read(chunk)
-                        chunk = 0
-                    chunk += size
-                if chunk:
-                    yield fh.read(chunk)
+            yield from self.read(pid)
         finally:
             os.remove(self.paths[pid])
+
+    def read(self, pid: int) -> Iterator[bytes]:
+        """New partition ``pid``'s records, in chunks of whole records (the file stays)."""
+        with open(self.paths[pid], "rb") as fh:
+            chunk = 0
+            for size in self.runs[pid]:
+                if chunk and chunk + size > self.CHUNK:
+                    yield fh.read(chunk)
+                    chunk = 0
+                chunk += size
+            if chunk:
+                yield fh.read(chunk)
 
 
 def route_store(

@@ -39,7 +39,13 @@ from state_reader.formats.spark_types import StructField, StructType, from_arrow
 from state_reader.formats.unsaferow import RowBuffer, decode_rows, pack_rows
 from state_reader.formats.unsaferow_encode import encode_rows
 from state_reader.model import operators
-from state_reader.model.checkpoint import DEFAULT_STORE, CheckpointDir, OperatorMetadata, parse_state_file_name
+from state_reader.model.checkpoint import (
+    DEFAULT_STORE,
+    JOIN_V4_STORES,
+    CheckpointDir,
+    OperatorMetadata,
+    parse_state_file_name,
+)
 from state_reader.model.conf import ROCKSDB_PROVIDER
 from state_reader.model.plan import StateReadPlan
 from state_reader.model.state_variables import (
@@ -167,11 +173,7 @@ class FamilyStoreRows(StoreRows):
         }
         self.paths = {name: family_partition_key(name, family, kinds) for name, family in self.families.items()}
         self.specs = {name: KeyEncoderSpec.from_plan(family.key_encoder, 0) for name, family in self.families.items()}
-        self.multi_value = {
-            name
-            for name in self.families
-            if kinds.get(name) == LIST or name.endswith(("-keyWithTsToValues", "-tsWithKey"))
-        }
+        self.multi_value = {name for name in self.families if kinds.get(name) == LIST or name in JOIN_V4_STORES}
         # the ids the destination's snapshots name (their metadata is the source's): rows are renumbered to them
         self.mapping: dict[str, int] = dict(zip_extra_metadata(plan).get("columnFamilyMapping") or {})
         self.names = {cf_id: name for name, cf_id in self.mapping.items()}

@@ -40,6 +40,7 @@ from state_reader.core.size import row_bytes
 from state_reader.errors import (
     DuplicateSeedKeyError,
     InvalidOptionError,
+    StateReaderError,
     UnknownSeedStoreError,
     UnsupportedOptionError,
 )
@@ -47,6 +48,7 @@ from state_reader.formats.rocksdb_encoding import encode_keys, encode_values, wi
 from state_reader.formats.unsaferow import PAD, RowBuffer
 from state_reader.formats.unsaferow_encode import encode_rows
 from state_reader.model.checkpoint import DEFAULT_STORE
+from state_reader.model.state_variables import TIMER_INDEXES
 from state_reader.providers.hdfs import frame_records, framed_rows
 
 
@@ -64,6 +66,8 @@ class StoreSeed:
     # rows of one side of a stream-stream join in ``read_state``'s joinSide shape (``left`` or ``right``),
     # written into that side's two stores (:mod:`~state_reader.core.rewrite.seed_join`)
     join_side: str | None = None
+    # the rows are a transformWithState operator's timers, as ``read_state(read_registered_timers=True)``
+    read_registered_timers: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,9 +84,8 @@ class StoreEdit:
     """A seed bound to one store of a rewrite: its rows checked and encoded as the source store keeps them."""
 
     rows: StoreRows
-    upsert_keys: RowBuffer | None = None
-    upsert_values: RowBuffer | None = None
-    delete_keys: RowBuffer | None = None
+    # the rows given here, checked and encoded, each in its new partition's local file until it is written
+    spill: EditSpill | None = None
     # the safe widenings applied to the given types, one sentence each
     widened: list[str] = field(default_factory=list)
     # rows left where they are (``upsert``, ``delete``): only their schema is checked here
@@ -104,10 +107,25 @@ class EditCounts:
     row_change: int = 0
 
 
-def bind_seeds(stores: Sequence[StoreRows], seeds: Sequence[StoreSeed], location: str) -> list[StoreEdit | None]:
-    """Each store's edit (None where no seed names it), every seed checked and encoded; refuses
-    before anything is written. Seeds for the variables (or join stores) of one store with column
-    families make one edit of that store."""
+@dataclass(frozen=True)
+class SpillTo:
+    """Where a rewrite's seed rows wait for their new partitions: a local temporary directory, the
+    destination's partition count and whether it is RocksDB (the encoding the rows are kept in)."""
+
+    workdir: str
+    num_partitions: int
+    to_rocksdb: bool
+
+    def spill(self, name: str) -> EditSpill:
+        return EditSpill(_subdir(self.workdir, name), self.num_partitions, self.to_rocksdb)
+
+
+def bind_seeds(
+    stores: Sequence[StoreRows], seeds: Sequence[StoreSeed], location: str, to: SpillTo
+) -> list[StoreEdit | None]:
+    """Each store's edit (None where no seed names it), every seed checked, encoded and routed to its
+    new partitions in ``to``; refuses before anything is written. Seeds for the variables (or join
+    stores) of one store with column families make one edit of that store."""
     out: list[StoreEdit | None] = [None] * len(stores)
     by_family: dict[int, dict[str, StoreSeed]] = {}
     for seed in seeds:
@@ -124,11 +142,11 @@ def bind_seeds(stores: Sequence[StoreRows], seeds: Sequence[StoreSeed], location
             continue
         if out[index] is not None:
             raise InvalidOptionError(f"{store_label(stores[index].plan)} is given rows twice; give each store once")
-        out[index] = _bind(stores[index], seed, location)
+        out[index] = _bind(stores[index], seed, location, to.spill(str(index)))
     for index, named in by_family.items():
         rows = stores[index]
         assert isinstance(rows, FamilyStoreRows)
-        out[index] = _bind_families(rows, named, location)
+        out[index] = _bind_families(rows, named, location, to.spill(str(index)))
     return out
 
 
@@ -152,10 +170,11 @@ def _find_store(stores: Sequence[StoreRows], seed: StoreSeed, location: str) -> 
     for i, rows in mine:
         if isinstance(rows, FamilyStoreRows):
             return i, _find_family(rows, seed, location)
-    if seed.state_var_name is not None:
+    if seed.state_var_name is not None or seed.read_registered_timers:
+        what = "timers" if seed.read_registered_timers else f"state variable {seed.state_var_name!r}"
         raise UnknownSeedStoreError(
-            f"the rows are for state variable {seed.state_var_name!r}, but operator {op} of {location} keeps no "
-            "state variables (only transformWithState does)",
+            f"the rows are for {what}, but operator {op} of {location} keeps no state variables or timers (only "
+            "transformWithState does)",
             path=location,
         )
     name = seed.store_name or DEFAULT_STORE
@@ -177,6 +196,17 @@ def _find_family(rows: FamilyStoreRows, seed: StoreSeed, location: str) -> str:
     tws = rows.variable_kinds is not None
     if seed.state_var_name is not None and seed.store_name not in (None, DEFAULT_STORE):
         raise InvalidOptionError("give state_var_name or store_name, not both")
+    if seed.read_registered_timers:
+        if seed.state_var_name is not None:
+            raise InvalidOptionError("give state_var_name or read_registered_timers, not both")
+        timers = [name for name in TIMER_INDEXES if name in known]
+        if not timers:
+            raise UnknownSeedStoreError(
+                f"the rows are for timers, but operator {op} of {location} registers none (its "
+                f"{'state variables' if tws else 'join stores'}: {', '.join(known)})",
+                path=location,
+            )
+        return timers[0]
     name = seed.state_var_name if seed.state_var_name is not None else seed.store_name
     what = "state variables" if tws else "join stores"
     listed = ", ".join(f"{n} ({t.kind}{', TTL' if t.ttl else ''})" if tws else n for n, t in known.items())
@@ -195,7 +225,12 @@ def _find_family(rows: FamilyStoreRows, seed: StoreSeed, location: str) -> str:
     return name
 
 
-def _bind(rows: StoreRows, seed: StoreSeed, location: str) -> StoreEdit:
+# seed rows are checked, encoded and routed this many at a time: beyond the rows given, memory holds one
+# run of them, then one new partition's while it is written
+_SEED_ROWS = 1 << 20
+
+
+def _bind(rows: StoreRows, seed: StoreSeed, location: str, spill: EditSpill) -> StoreEdit:
     plan = rows.plan
     where = store_label(plan, located=True)
     if isinstance(rows, TransformedStoreRows):
@@ -212,23 +247,53 @@ def _bind(rows: StoreRows, seed: StoreSeed, location: str) -> StoreEdit:
             # the rows are checked where they are (a Spark job); their columns and types are checked here
             encode_table(rows, pa.Table.from_batches([], schema=given.schema), what, edit.widened)
             edit.distributed[what] = given
-    upsert, delete = (seed.upsert, seed.delete) if not edit.distributed else (None, None)
-    if upsert is not None:
-        keys, edit.upsert_keys, edit.upsert_values = encode_table(rows, upsert, "upsert", edit.widened)
-        require_unique(edit.upsert_keys, keys, "upsert")
-    if delete is not None:
-        keys, edit.delete_keys, _ = encode_table(rows, delete, "delete", edit.widened)
-        if edit.upsert_keys is not None:
-            both = pc.is_in(key_bytes(edit.delete_keys), value_set=key_bytes(edit.upsert_keys))
-            if pc.any(both).as_py():
-                first = int(np.flatnonzero(both.to_numpy(zero_copy_only=False))[0])
-                raise DuplicateSeedKeyError(
-                    f"key {keys[first].as_py()} (delete row {first}) is both upserted and deleted; give it once"
-                )
+    if edit.distributed:
+        return edit
+    given = {"upsert": seed.upsert, "delete": seed.delete}
+    tables = {what: _seed_table(rows, what, rows_given) for what, rows_given in given.items() if rows_given is not None}
+    for what, table in tables.items():
+        for lo in range(0, table.num_rows, _SEED_ROWS):
+            try:
+                _, keys, values = encode_table(rows, table.slice(lo, _SEED_ROWS), what, edit.widened)
+            except StateReaderError:
+                encode_table(rows, table, what, [])  # the whole table: the error names the row among all
+                raise
+            spill.add(rows, what, keys, values)
+    if not spill.keys_unique():
+        _refuse_repeated_keys(rows, tables)
+    edit.spill = spill
     return edit
 
 
-def _bind_families(rows: FamilyStoreRows, named: dict[str, StoreSeed], location: str) -> StoreEdit:
+def _seed_table(rows: StoreRows, what: str, given: Any) -> pa.Table:
+    plan = rows.plan
+    if what == "upsert":
+        table = as_table(given, what, plan.key_schema, plan.value_schema)
+        require_columns(table, ("key", "value"), what, store_label(plan, located=True))
+    else:
+        table = as_table(given, what, plan.key_schema, None)
+        require_columns(table, ("key",), what, store_label(plan, located=True), optional=("value",))
+    return table
+
+
+def _refuse_repeated_keys(rows: StoreRows, tables: dict[str, pa.Table]) -> None:
+    """A key upserted twice, or both upserted and deleted, refused naming the rows (the seed encoded
+    whole: an error is rare, and its message names rows of the whole table)."""
+    encoded = {what: encode_table(rows, table, what, []) for what, table in tables.items()}
+    if "upsert" in encoded:
+        keys, upsert_keys, _ = encoded["upsert"]
+        require_unique(upsert_keys, keys, "upsert")
+    if "delete" in encoded and "upsert" in encoded:
+        keys, delete_keys, _ = encoded["delete"]
+        both = pc.is_in(key_bytes(delete_keys), value_set=key_bytes(encoded["upsert"][1]))
+        first = int(np.flatnonzero(both.to_numpy(zero_copy_only=False))[0])
+        raise DuplicateSeedKeyError(
+            f"key {keys[first].as_py()} (delete row {first}) is both upserted and deleted; give it once"
+        )
+    raise AssertionError("a repeated key was found in the routed rows but not in the rows given")
+
+
+def _bind_families(rows: FamilyStoreRows, named: dict[str, StoreSeed], location: str, spill: EditSpill) -> StoreEdit:
     """One edit of a store with column families from the seeds of its variables (or join stores)."""
     where = store_label(rows.plan, located=True)
     if rows.plan.store_conf.row_checksum:
@@ -242,7 +307,12 @@ def _bind_families(rows: FamilyStoreRows, named: dict[str, StoreSeed], location:
                 "without column families only for now; collect them (toArrow) and rewrite without spark="
             )
     bound = fam.bind_families(rows, {name: (seed.upsert, seed.delete) for name, seed in named.items()})
-    return StoreEdit(rows, bound.upsert_keys, bound.upsert_values, bound.delete_keys, bound.widened, match=bound.match)
+    # checked whole (a variable's rows against its others'), then routed
+    if bound.upsert_keys is not None and bound.upsert_values is not None:
+        spill.add(rows, "upsert", bound.upsert_keys, bound.upsert_values)
+    if bound.delete_keys is not None:
+        spill.add(rows, "delete", bound.delete_keys, None)
+    return StoreEdit(rows, spill, bound.widened, match=bound.match)
 
 
 def encode_table(
@@ -253,14 +323,8 @@ def encode_table(
     their bytes, and the values' bytes (None for ``delete``). A ``partition_id`` is checked here.
     The widenings applied are added to ``widened``."""
     plan = rows.plan
-    where = store_label(plan, located=True)
-    source = f"{what} rows for {where}"
-    if what == "upsert":
-        table = as_table(given, what, plan.key_schema, plan.value_schema)
-        require_columns(table, ("key", "value"), what, where)
-    else:
-        table = as_table(given, what, plan.key_schema, None)
-        require_columns(table, ("key",), what, where, optional=("value",))
+    source = f"{what} rows for {store_label(plan, located=True)}"
+    table = _seed_table(rows, what, given)
     notes: list[str] = []
     keys = conform_column(table.column("key"), plan.key_schema, "key", what, notes)
     require_non_null(keys, plan.key_schema, "key", what)
@@ -300,25 +364,39 @@ class EditSpill:
     """A store's upserted rows and deleted keys, each routed to its new partition in the destination's
     encoding and held in local temporary files until that partition is written."""
 
-    def __init__(self, workdir: str, edit: StoreEdit, num_partitions: int, to_rocksdb: bool) -> None:
-        rows = edit.rows
+    def __init__(self, workdir: str, num_partitions: int, to_rocksdb: bool) -> None:
+        self.num_partitions = num_partitions
+        self.to_rocksdb = to_rocksdb
         self.upserts = Spill(_subdir(workdir, "upsert"), num_partitions)
         self.deletes = Spill(_subdir(workdir, "delete"), num_partitions)
-        if edit.upsert_keys is not None and edit.upsert_values is not None:
-            _spill(rows, edit.upsert_keys, edit.upsert_values, num_partitions, to_rocksdb, self.upserts)
-        if edit.delete_keys is not None:
-            _spill(
-                rows,
-                edit.delete_keys,
-                empty_values(rows, len(edit.delete_keys.starts)),
-                num_partitions,
-                to_rocksdb,
-                self.deletes,
-            )
+
+    def add(self, rows: StoreRows, what: str, keys: RowBuffer, values: RowBuffer | None) -> None:
+        """Route encoded ``upsert`` rows (``values`` given) or ``delete`` keys to their new partitions."""
+        if values is None:
+            values = empty_values(rows, len(keys.starts))
+        spill = self.upserts if what == "upsert" else self.deletes
+        _spill(rows, keys, values, self.num_partitions, self.to_rocksdb, spill)
+
+    def keys_unique(self) -> bool:
+        """No key upserted twice, nor both upserted and deleted: checked one new partition at a time (a
+        key's rows all go to one partition)."""
+        for pid in range(self.num_partitions):
+            up = _spilled_keys(self.upserts, pid)
+            if len(pc.unique(up)) != len(up):
+                return False
+            gone = _spilled_keys(self.deletes, pid)
+            if len(up) and len(gone) and pc.any(pc.is_in(gone, value_set=up)).as_py():
+                return False
+        return True
 
     def take(self, pid: int) -> tuple[bytes, bytes]:
         """New partition ``pid``'s upserted records and deleted keys (framed records), read once."""
         return b"".join(self.upserts.take(pid)), b"".join(self.deletes.take(pid))
+
+
+def _spilled_keys(spill: Spill, pid: int) -> pa.Array:
+    data = b"".join(spill.read(pid))
+    return key_bytes(framed_rows(data, "routed seed rows")[0]) if data else pa.array([], pa.large_binary())
 
 
 def _subdir(workdir: str, name: str) -> str:
@@ -333,7 +411,7 @@ def empty_values(rows: StoreRows, n: int) -> RowBuffer:
     return encode_values(empty) if rows.rocksdb and n else empty
 
 
-# seed rows are routed this many at a time: what routing holds beyond the encoded seed follows a run
+# seed rows are routed this many at a time: what routing holds beyond a run of encoded rows follows this
 _SPILL_ROWS = 1 << 16
 
 

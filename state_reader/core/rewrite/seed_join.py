@@ -36,8 +36,8 @@ from state_reader.core.scan import read_table
 from state_reader.errors import InvalidOptionError, UnknownSeedStoreError, UnsupportedOptionError
 from state_reader.formats.spark_types import DataType, StructField, StructType
 from state_reader.formats.unsaferow_encode import encode_rows
+from state_reader.model.checkpoint import JOIN_SIDES, join_side_stores
 
-JOIN_SIDES = ("left", "right")
 # the field of a keyWithIndexToValue value (state formats 2 and 3) that says whether the row has found a match
 MATCHED = "matched"
 _BOOLEAN = DataType("boolean", json_name="boolean")
@@ -71,12 +71,13 @@ def _side_seeds(rp: RewritePlan, seed: StoreSeed) -> list[StoreSeed]:
         )
     op = _operator(rp, seed.operator_id, location)
     shapes = _store_shapes([rows for rows in rp.stores if rows.plan.operator_id == op])
-    counts_name, values_name = f"{side}-keyToNumValues", f"{side}-keyWithIndexToValue"
-    if f"{side}-keyWithTsToValues" in shapes:
+    counts_name, values_name = join_side_stores(side)
+    v4_rows, v4_index = join_side_stores(side, v4=True)
+    if v4_rows in shapes:
         raise UnsupportedOptionError(
             f"operator {op} of {location} is a join in state format 4 (event time in its keys): rows of a side "
-            f"are written into formats 1 to 3 only; write its stores by name instead (store_name='{side}-"
-            f"keyWithTsToValues', '{side}-tsWithKey')",
+            f"are written into formats 1 to 3 only; write its stores by name instead (store_name='{v4_rows}', "
+            f"'{v4_index}')",
             path=location,
         )
     if counts_name not in shapes or values_name not in shapes:
