@@ -200,7 +200,7 @@ def _follow_live(spark, tmp_path, build, confs, mode, **options):
     # catch up with AvailableNow, two producer batches per micro-batch where Spark has read limits
     limits = {"maxBatchesPerTrigger": "2"} if _read_limits() else {}
     final = _reader(spark, producer.cp, out, own, {"availableNow": True}, **options, **limits)
-    final.awaitTermination(120)
+    assert final.awaitTermination(300), "the query did not end"
     assert final.exception() is None
     assert _end_offset(final) == last
     assert stopped_at is not None and 0 < stopped_at < last, "the reader was not stopped mid-way"
@@ -320,7 +320,7 @@ def test_a_follower_behind_retention_skips_ahead_when_told(spark, short_retentio
     with pytest.raises(Exception, match="STATE_READER_CHANGES_LOST"):
         spark.readStream.format(SOURCE).option("readChangeFeed", "true").option("changeStartBatchId", 0).load(
             cp
-        ).writeStream.format("noop").trigger(availableNow=True).start().awaitTermination(60)
+        ).writeStream.format("noop").trigger(availableNow=True).start().awaitTermination(300)
 
 
 @pytest.fixture(scope="module")
@@ -408,7 +408,7 @@ def _skipping_stream(spark, cp: str, tmp_path: Path, start: int) -> list[str]:
         changeStartBatchId=str(start),
         failOnDataLoss="false",
     )
-    query.awaitTermination(120)
+    assert query.awaitTermination(300), "the query did not end"
     assert query.exception() is None
     return spark_rows(spark.read.parquet(str(tmp_path / "out")))
 
@@ -438,7 +438,7 @@ def test_a_history_starts_with_a_snapshot(spark, short_retention, tmp_path):
     query = _reader(
         spark, Path(cp), tmp_path / "out", tmp_path / "own", {"availableNow": True}, startWithSnapshot="true"
     )
-    query.awaitTermination(60)
+    assert query.awaitTermination(300), "the query did not end"
     assert query.exception() is None
     assert spark_rows(spark.read.parquet(str(tmp_path / "out"))) == _rows_of(items)
 
@@ -485,7 +485,7 @@ def test_a_follower_needs_a_checkpoint_a_first_commit_and_the_operator(spark, ch
     with pytest.raises(Exception, match="readChangeFeed"):
         spark.readStream.format(SOURCE).load(checkpoints("agg_fmt2")).writeStream.format("noop").trigger(
             availableNow=True
-        ).start().awaitTermination(60)
+        ).start().awaitTermination(300)
     with pytest.raises(Exception, match="changeEndBatchId"):
         spark.readStream.format(SOURCE).option("readChangeFeed", "true").option("changeEndBatchId", 3).load(
             checkpoints("agg_fmt2")
