@@ -14,9 +14,10 @@ a fresh process per run:
   driver's Python process's peak RSS over its RSS before the call (no seed row passes
   through it).
 
-Medians of ``--repeats`` runs.
+Medians of ``--repeats`` runs. ``--num-partitions N`` rewrites into N partitions (smaller ones: the
+Spark-free peak follows the largest new partition, not the seed).
 
-    python benchmarks/bench_seed.py [--rows 10M] [--repeats 3] [--json out.json]
+    python benchmarks/bench_seed.py [--rows 10M] [--repeats 3] [--num-partitions N] [--spark-free-only] [--json out.json]
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ try:
 except OSError:
     pass
 start = time.perf_counter()
-report = state_reader.rewrite(sys.argv[1], sys.argv[2], upsert=seed)
+report = state_reader.rewrite(sys.argv[1], sys.argv[2], upsert=seed, num_partitions=int(sys.argv[5]) or None)
 elapsed = time.perf_counter() - start
 store = report.stores[0]
 print(json.dumps({
@@ -86,7 +87,8 @@ try:
 except OSError:
     pass
 start = time.perf_counter()
-report = state_reader.rewrite(sys.argv[1], sys.argv[2], upsert=seed, spark=spark)
+n = int(sys.argv[5]) or None
+report = state_reader.rewrite(sys.argv[1], sys.argv[2], upsert=seed, spark=spark, num_partitions=n)
 elapsed = time.perf_counter() - start
 store = report.stores[0]
 print(json.dumps({"seconds": elapsed, "peak_over_start": peak() - before, "rows": store.rows,
@@ -119,10 +121,11 @@ def write_seed(checkpoint: Path, rows: int, out: Path) -> None:
     pq.write_table(pa.table({"key": key, "value": value}, schema=schema), out)
 
 
-def run_once(src: Path, seed: Path, script: str = _RUN) -> dict:
+def run_once(src: Path, seed: Path, script: str = _RUN, num_partitions: int = 0) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench-seed-") as tmp:
+        here = str(Path(__file__).parent)
         proc = subprocess.run(
-            [sys.executable, "-c", script, str(src), str(Path(tmp) / "dst"), str(seed), str(Path(__file__).parent)],
+            [sys.executable, "-c", script, str(src), str(Path(tmp) / "dst"), str(seed), here, str(num_partitions)],
             capture_output=True,
             text=True,
             check=False,
@@ -138,6 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data", help="where the checkpoints are cached (default: generate.py's)")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument(
+        "--num-partitions",
+        type=int,
+        default=0,
+        help="new state partitions (default: the source's 8); more partitions, smaller ones, less memory",
+    )
+    parser.add_argument("--spark-free-only", action="store_true", help="leave out the run through Spark")
     args = parser.parse_args(argv)
     rows = generate.parse_keys(args.rows)[0]
     root = generate.data_dir(args.data)
@@ -149,8 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     seed = root / f"seed-{rows}.parquet"
     if not seed.exists():
         write_seed(src, rows, seed)
-    runs = [run_once(src, seed) for _ in range(args.repeats)]
-    spark_runs = [run_once(src, seed, _SPARK) for _ in range(args.repeats)]
+    runs = [run_once(src, seed, num_partitions=args.num_partitions) for _ in range(args.repeats)]
+    spark_runs = (
+        [] if args.spark_free_only else [run_once(src, seed, _SPARK, args.num_partitions) for _ in range(args.repeats)]
+    )
     result = {
         "rows": rows,
         "spark-free": {
@@ -160,19 +172,26 @@ def main(argv: list[str] | None = None) -> int:
             "largest_partition_bytes": runs[0]["largest_partition_bytes"],
             "gained": runs[0]["gained"],
         },
-        "spark": {
+    }
+    if spark_runs:
+        result["spark"] = {
             "seconds": statistics.median(r["seconds"] for r in spark_runs),
             "driver_peak_over_start": statistics.median(r["peak_over_start"] for r in spark_runs),
             "gained": spark_runs[0]["gained"],
-        },
-    }
-    free, through = result["spark-free"], result["spark"]
-    print(
+        }
+    free = result["spark-free"]
+    line = (
         f"{rows:,} seed rows, spark-free: {free['seconds']:.1f} s, peak RSS +{free['peak_over_start'] / 2**20:.0f} MiB "
         f"(seed {free['seed_bytes'] / 2**20:.0f} MiB in memory, largest new partition "
-        f"{free['largest_partition_bytes'] / 2**20:.0f} MiB); through Spark: {through['seconds']:.1f} s, "
-        f"driver peak RSS +{through['driver_peak_over_start'] / 2**20:.0f} MiB"
+        f"{free['largest_partition_bytes'] / 2**20:.0f} MiB)"
     )
+    if spark_runs:
+        through = result["spark"]
+        line += (
+            f"; through Spark: {through['seconds']:.1f} s, "
+            f"driver peak RSS +{through['driver_peak_over_start'] / 2**20:.0f} MiB"
+        )
+    print(line)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     return 0
