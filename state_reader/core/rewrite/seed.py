@@ -227,7 +227,7 @@ def _find_family(rows: FamilyStoreRows, seed: StoreSeed, location: str) -> str:
 
 # seed rows are checked, encoded and routed this many at a time: beyond the rows given, memory holds one
 # run of them, then one new partition's while it is written
-_SEED_ROWS = 1 << 20
+_SEED_ROWS = 1 << 18
 
 
 def _bind(rows: StoreRows, seed: StoreSeed, location: str, spill: EditSpill) -> StoreEdit:
