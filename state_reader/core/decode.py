@@ -21,6 +21,7 @@ from state_reader.core.size import StateSize, state_size
 from state_reader.errors import RowDecodeError, UnsupportedOptionError
 from state_reader.formats.unsaferow import RowBuffer
 from state_reader.grouping import group_ids
+from state_reader.model.checkpoint import MATCHED_FIELD
 from state_reader.model.conf import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from state_reader.model.plan import JoinSidePlan, StateReadPlan
 from state_reader.providers import hdfs, rocksdb
@@ -183,7 +184,7 @@ def _decode_join_side(
     keys = pa.StructArray.from_arrays(
         [row_keys.field(i) for i in range(n_key)], fields=list(plan.key_schema.to_arrow())
     )
-    shown = [i for i, f in enumerate(join.row_value_schema.fields) if f.name != "matched"]
+    shown = [i for i, f in enumerate(join.row_value_schema.fields) if f.name != MATCHED_FIELD]
     values = pa.StructArray.from_arrays([row_values.field(i) for i in shown], fields=list(plan.value_schema.to_arrow()))
     mask = pa.array(live)
     return keys.filter(mask), values.filter(mask)

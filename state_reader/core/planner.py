@@ -38,8 +38,10 @@ from state_reader.model.checkpoint import (
     DEFAULT_STORE,
     JOIN_STORES,
     JOIN_V4_STORES,
+    MATCHED_FIELD,
     CheckpointDir,
     OperatorMetadata,
+    join_side_stores,
     parse_state_file_name,
 )
 from state_reader.model.conf import CONF_CHANGELOG, HDFS_PROVIDER, ROCKSDB_PROVIDER, StoreConf, conf_flag
@@ -264,12 +266,13 @@ def plan_state_read(
     elif join_families is not None:
         # join formats 3 and 4: the stores are column families of the default store
         store_name = DEFAULT_STORE
-        if opts.join_side != "none" and f"{opts.join_side}-keyWithTsToValues" in join_families.names:
+        side_rows = join_side_stores(opts.join_side, v4=True)[0] if opts.join_side != "none" else None
+        if side_rows is not None and side_rows in join_families.names:
             # format 4: the side's rows are the values of keyWithTsToValues, one element per row
-            variable = replace(join_families(f"{opts.join_side}-keyWithTsToValues"), hidden=("matched",))
+            variable = replace(join_families(side_rows), hidden=(MATCHED_FIELD,))
             key_schema, value_schema = variable.grouping_key, variable.shown_value_schema
         elif opts.join_side != "none":
-            count, rows = (join_families(f"{opts.join_side}-{s}") for s in ("keyToNumValues", "keyWithIndexToValue"))
+            count, rows = (join_families(name) for name in join_side_stores(opts.join_side))
             join = JoinSidePlan(
                 opts.join_side,
                 count.family.key_schema,
@@ -461,7 +464,7 @@ def _join_families(cp: CheckpointDir, metadata: OperatorMetadata | None) -> _Joi
 
 
 def _join_side_plan(cp: CheckpointDir, operator_id: int, side: str) -> JoinSidePlan:
-    count_store, row_store = f"{side}-keyToNumValues", f"{side}-keyWithIndexToValue"
+    count_store, row_store = join_side_stores(side)
     if not cp.storage.exists(cp.schema_file(operator_id, count_store)):
         rel = cp.schema_file(operator_id, count_store)
         raise SchemaReadError(

@@ -275,8 +275,9 @@ def rewrite(
     ``join_side``: ``"left"`` or ``"right"``: the rows are one side of a stream-stream join in the
     shape ``read_state(join_side=...)`` returns (``key``: the join key, ``value``: a buffered input row,
     one row each, a join key as often as it has rows); an upsert replaces all the rows a join key holds
-    on that side (in the order given), a delete removes them all. ``matched`` (state formats 2 and 3):
-    an extra boolean ``matched`` field of the value, else False. State formats 1 to 3.
+    on that side (in the order given), a delete removes them all. ``matched`` (state formats 2 to 4):
+    an extra boolean ``matched`` field of the value, else False. State formats 1 to 4 (format 4: the
+    key's ``__event_time`` is the row's event time; a delete may give the join key alone).
     transformWithState: the variable by ``state_var_name`` (its timers by
     ``read_registered_timers=True``, rows as ``read_state`` gives them with it), several as a dict
     keyed by variable name (or ``(operator_id, name)``; the timers by ``"$procTimers_keyToTimestamp"``

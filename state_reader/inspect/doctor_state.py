@@ -25,7 +25,14 @@ from state_reader.errors import MissingSchemaFileError, StateReaderError
 from state_reader.grouping import group_ids
 from state_reader.inspect.doctor_findings import Finding, Store, plural
 from state_reader.model import operators
-from state_reader.model.checkpoint import JOIN_STORES, JOIN_V4_STORES, CheckpointDir, OffsetEntry, numeric_names
+from state_reader.model.checkpoint import (
+    JOIN_STORES,
+    JOIN_V4_STORES,
+    WATERMARK_METADATA,
+    CheckpointDir,
+    OffsetEntry,
+    numeric_names,
+)
 from state_reader.model.plan import StateReadPlan
 from state_reader.providers.store_files import StoreFiles
 from state_reader.units import human_bytes
@@ -96,9 +103,6 @@ def watermark_stalled(entries: dict[int, OffsetEntry], limit: float, event_time_
 
 
 # --- the state checks --------------------------------------------------------------------------------
-
-
-WATERMARK_METADATA = "spark.watermarkDelayMs"  # on the event-time column of a key, in the schema file
 
 
 def _event_times(store: Store) -> tuple[np.ndarray, str, bool] | None:

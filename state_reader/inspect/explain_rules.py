@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_reader.inspect.doctor_state import WATERMARK_METADATA
 from state_reader.model import operators
+from state_reader.model.checkpoint import WATERMARK_METADATA
 
 if TYPE_CHECKING:
     from state_reader.model.checkpoint import OffsetEntry

@@ -15,7 +15,7 @@ import pyarrow as pa
 from state_reader.formats.spark_types import INTEGER, LONG, STRING, StructField, StructType
 from state_reader.formats.unsaferow import narrow_long_slots
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import CheckpointDir, join_side_stores
+from state_reader.model.checkpoint import EVENT_TIME_FIELD, MATCHED_FIELD, CheckpointDir, join_side_stores
 from state_reader.model.conf import StoreConf
 from state_reader.model.operators import widened
 from state_reader.model.state_variables import StateVariable
@@ -47,7 +47,7 @@ class JoinSidePlan:
     @property
     def shown_value_schema(self) -> StructType:
         """The buffered row without the internal ``matched`` flag."""
-        return StructType([f for f in self.row_value_schema.fields if f.name != "matched"])
+        return StructType([f for f in self.row_value_schema.fields if f.name != MATCHED_FIELD])
 
 
 @dataclass
@@ -159,7 +159,7 @@ class StateReadPlan:
             return fields - 1
         if name.endswith(("-keyWithTsToValues", "-tsWithKey")):
             # join state format 4: the join key, then the row's event time
-            return fields - 1 if self.key_schema.fields[-1].name == "__event_time" else None
+            return fields - 1 if self.key_schema.fields[-1].name == EVENT_TIME_FIELD else None
         if self.variable is None and self.num_cols_prefix_key:
             return self.num_cols_prefix_key
         return fields

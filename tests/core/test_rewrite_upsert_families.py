@@ -20,14 +20,25 @@ from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.state_variables import timer_family
 from tests.support.parallel import side_by_side
 from tests.support.resume import add_input, digest, forget_unfinished_batch, resume_with_timers
-from tests.support.streaming_queries import ROCKSDB_CHANGELOG, T0, Query, _events, _transform_with_state, run_query
+from tests.support.streaming_queries import (
+    ROCKSDB_CHANGELOG,
+    ROW_CHECKSUM,
+    T0,
+    VERIFY_ROW_CHECKSUMS,
+    Query,
+    _events,
+    _transform_with_state,
+    run_query,
+    session_confs,
+)
 
 # transformWithState (UnsafeRow and Avro: value, list and map variables, TTL, timers; tws_avro_types: every
-# type Spark keeps in Avro state, a list with TTL, a map keyed by a struct), joins of formats 3 and 4
-FAMILY_CASES = ["tws", "tws_avro", "tws_avro_types", "join_v3", "join_v4"]
-# Spark's reader reads these back too (a second or two a read); the others' entries are compared byte
-# for byte, partition by partition, which is what Spark would read
-BUILTIN_READS = {"tws", "join_v4"}
+# type Spark keeps in Avro state, a list with TTL, a map keyed by a struct; tws_checksum: every value of every
+# column family framed with its row checksum), joins of formats 3 and 4
+FAMILY_CASES = ["tws", "tws_avro", "tws_avro_types", "tws_checksum", "join_v3", "join_v4"]
+# Spark's reader reads these back too (a second or two a read), verifying every row checksum; the others'
+# entries are compared byte for byte, partition by partition, which is what Spark would read
+BUILTIN_READS = {"tws", "tws_checksum", "join_v4"}
 
 
 def _targets(checkpoint: str) -> dict[str, dict]:
@@ -53,8 +64,10 @@ def _builtin_reads(checkpoint: str) -> list[dict[str, str]]:
 
 
 def _builtin_rows(spark, checkpoint: str, options: dict[str, str]) -> list[str]:
-    """Spark's reader's rows, partition_id included."""
-    rows = spark.read.format("statestore").options(**options).load(checkpoint).collect()
+    """Spark's reader's rows, partition_id included; it verifies every row checksum a store keeps (a
+    checksum that does not fit fails the read)."""
+    with session_confs(spark, VERIFY_ROW_CHECKSUMS):
+        rows = spark.read.format("statestore").options(**options).load(checkpoint).collect()
     return sorted(repr(r.asDict(recursive=True)) for r in rows)
 
 
@@ -206,21 +219,22 @@ B = _events()[2:4]  # the second closes a group (its tag is "close"): the proces
 NOTHING = [[{"ts": T0, "user": "nobody", "grp": "a", "n": -1, "amount": 0, "price": 0.0, "ok": True, "tag": "x"}]]
 
 
-def _tws(batches: list[list[dict]]) -> Query:
+def _tws(batches: list[list[dict]], confs: dict[str, str]) -> Query:
     return Query(
         lambda df: _transform_with_state(df.where("n >= 0")),
-        confs=ROCKSDB_CHANGELOG,
+        confs={**ROCKSDB_CHANGELOG, **confs},
         processing_time="1 second",
         batches=lambda: [list(b) for b in batches],
     )
 
 
-def test_a_seeded_transform_with_state_query_resumes_as_if_it_had_seen_the_seeds_input(spark, tmp_path):
+@pytest.mark.parametrize("confs", [{}, {**ROW_CHECKSUM, **VERIFY_ROW_CHECKSUMS}], ids=["plain", "row_checksums"])
+def test_a_seeded_transform_with_state_query_resumes_as_if_it_had_seen_the_seeds_input(spark, tmp_path, confs):
     """Inputs A then B, against B alone on a checkpoint seeded with every variable and timer A left:
-    the same output, batch by batch."""
+    the same output, batch by batch (with row checksums, Spark verifies every row it reads)."""
     reference, fresh = side_by_side(
-        partial(run_query, spark.newSession(), _tws(A), tmp_path / "ref"),
-        partial(run_query, spark.newSession(), _tws(NOTHING), tmp_path / "fresh"),
+        partial(run_query, spark.newSession(), _tws(A, confs), tmp_path / "ref"),
+        partial(run_query, spark.newSession(), _tws(NOTHING, confs), tmp_path / "fresh"),
     )
     for checkpoint in (reference, fresh):
         forget_unfinished_batch(checkpoint)
@@ -233,8 +247,8 @@ def test_a_seeded_transform_with_state_query_resumes_as_if_it_had_seen_the_seeds
     add_input(tmp_path / "ref" / "input", B)
     add_input(tmp_path / "fresh" / "input", B)
     expected, got = side_by_side(
-        partial(resume_with_timers, spark.newSession(), _tws(B), reference, tmp_path / "ref" / "input", len(B)),
-        partial(resume_with_timers, spark.newSession(), _tws(B), seeded, tmp_path / "fresh" / "input", len(B)),
+        partial(resume_with_timers, spark.newSession(), _tws(B, confs), reference, tmp_path / "ref" / "input", len(B)),
+        partial(resume_with_timers, spark.newSession(), _tws(B, confs), seeded, tmp_path / "fresh" / "input", len(B)),
     )
     assert got == expected
 

@@ -1,6 +1,6 @@
 """Rows of one side of a stream-stream join written by a rewrite (``join_side=``), in the shape
 ``read_state(join_side=...)`` returns, judged by Spark's built-in reader: by side and by store name,
-the same rows in the same partitions as the source."""
+the same rows in the same partitions as the source (state formats 1 to 4, with row checksums too)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pyarrow as pa
 import pytest
 
 import state_reader
-from state_reader.model.checkpoint import JOIN_STORES
+from state_reader.model.checkpoint import JOIN_STORES, JOIN_V4_STORES, join_side_stores
 from tests.support.resume import digest
+from tests.support.streaming_queries import VERIFY_ROW_CHECKSUMS, session_confs
 
 SIDES = ("left", "right")
 
@@ -140,3 +141,93 @@ def test_dry_run_counts_both_stores_and_refuses_bad_rows(checkpoints):
     )
     with pytest.raises(state_reader.SeedPartitionError):
         state_reader.rewrite(src, upsert=wrong, join_side="left", dry_run=True)
+
+
+# -- state format 4: a key is a join key and an event time ---------------------------------------------
+
+
+def _v4_side(src: str, side: str) -> pa.Table:
+    """The side's rows as read_state shows them, each value with the ``matched`` flag its entry holds
+    (read_state by store name shows the same rows, in the same order, with the flag)."""
+    rows = state_reader.read_state(src, join_side=side)
+    stored = state_reader.read_state(src, store_name=join_side_stores(side, v4=True)[0])
+    assert stored.column("key").to_pylist() == rows.column("key").to_pylist()
+    flags = stored.column("value").combine_chunks()
+    assert [_bare(v, "matched") for v in flags.to_pylist()] == [repr(v) for v in rows.column("value").to_pylist()]
+    return rows.set_column(rows.column_names.index("value"), "value", flags)
+
+
+@pytest.mark.parametrize("name", ["join_v4", "join_v4_checksum"])
+def test_round_trip_by_side_in_state_format_4(spark, checkpoints, tmp_path, name):
+    """Every join key of both sides deleted, then each side's rows upserted back (with their matched
+    flags): Spark's reader, by side and by store name, sees the source's rows in the source's
+    partitions (with row checksums, verifying each)."""
+    src = checkpoints(name)
+    before = digest(src)
+    sides = {side: _v4_side(src, side) for side in SIDES}
+    assert all(t.num_rows for t in sides.values())
+    step = src
+    for i, (side, rows) in enumerate(sides.items()):
+        out = str(tmp_path / f"deleted-{i}")
+        state_reader.rewrite(step, out, delete=rows.select(["key"]), join_side=side)
+        step = out
+    assert all(state_reader.read_state(step, join_side=side).num_rows == 0 for side in SIDES)
+    assert all(state_reader.read_state(step, store_name=s).num_rows == 0 for s in JOIN_V4_STORES)
+    for i, (side, rows) in enumerate(sides.items()):
+        out = str(tmp_path / f"upserted-{i}")
+        state_reader.rewrite(step, out, upsert=rows, join_side=side)
+        step = out
+    with session_confs(spark, VERIFY_ROW_CHECKSUMS):
+        for side in SIDES:
+            assert _spark_rows(spark, step, joinSide=side) == _spark_rows(spark, src, joinSide=side), side
+        for store in JOIN_V4_STORES:
+            assert _spark_rows(spark, step, storeName=store) == _spark_rows(spark, src, storeName=store), store
+    assert digest(src) == before, "the source changed"
+
+
+def test_format_4_one_join_key_replaced_and_one_deleted(spark, checkpoints, tmp_path):
+    """A join key holding rows at two event times upserted with one row at one of them: that row alone
+    is left, under that event time in both stores, unmatched (the default). A join key deleted by the
+    join key alone (no event time) leaves nothing. Spark's reader sees every other row as it was."""
+    src = checkpoints("join_v4")
+    rows = state_reader.read_state(src, join_side="left")
+    join_keys = [k["field0"] for k in rows.column("key").to_pylist()]
+    times = {}
+    for key in rows.column("key").to_pylist():
+        times.setdefault(key["field0"], set()).add(key["__event_time"])
+    replaced = next(k for k in join_keys if k is not None and len(times[k]) >= 2)
+    deleted = next(k for k in join_keys if k not in (None, replaced))
+    mine = rows.filter(pa.array([k == replaced for k in join_keys]))
+    row = mine.slice(0, 1).to_pylist()[0]
+    row["value"]["amount"] = 999
+    upsert = pa.Table.from_pylist([row], schema=rows.schema)
+    delete = pa.table({"key": pa.array([{"field0": deleted}], pa.struct([("field0", pa.string())]))})
+    dst = str(tmp_path / "dst")
+    state_reader.rewrite(src, dst, upsert=upsert, delete=delete, join_side="left")
+
+    after = state_reader.read_state(dst, join_side="left").to_pylist()
+    assert [r for r in after if r["key"]["field0"] == replaced] == [row]
+    assert [r for r in after if r["key"]["field0"] == deleted] == []
+    for store in join_side_stores("left", v4=True):
+        entries = state_reader.read_state(dst, store_name=store).to_pylist()
+        assert [r["key"] for r in entries if r["key"]["field0"] in (replaced, deleted)] == [row["key"]], store
+    flags = state_reader.read_state(dst, store_name="left-keyWithTsToValues").to_pylist()
+    assert [r["value"]["matched"] for r in flags if r["key"]["field0"] == replaced] == [False]
+
+    def spark_rows(checkpoint: str, side: str, leave_out: tuple[str, ...] = ()) -> list[str]:
+        rows = spark.read.format("statestore").option("joinSide", side).load(checkpoint).collect()
+        return sorted(repr(r) for r in rows if r["key"]["field0"] not in leave_out)
+
+    # Spark's reader: the replaced row as given, the other keys' rows as they were
+    assert spark_rows(dst, "left") == sorted(
+        spark_rows(src, "left", (replaced, deleted))
+        + [r for r in spark_rows(dst, "left") if f"amount={row['value']['amount']}" in r]
+    )
+    assert len(spark_rows(dst, "left")) == len(spark_rows(src, "left", (replaced, deleted))) + 1
+    assert spark_rows(dst, "right") == spark_rows(src, "right")
+
+    late = pa.Table.from_pylist([{**row, "key": {**row["key"], "__event_time": 1}}], schema=rows.schema)
+    with pytest.raises(state_reader.InvalidSeedError, match="event time"):
+        state_reader.rewrite(src, upsert=late, join_side="left", dry_run=True)
+    with pytest.raises(state_reader.DuplicateSeedKeyError):
+        state_reader.rewrite(src, upsert=upsert, delete=upsert.select(["key"]), join_side="left", dry_run=True)

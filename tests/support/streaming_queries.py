@@ -473,9 +473,10 @@ for _name in ROCKSDB_BASE_QUERIES:
     QUERIES[f"rocksdb_cl_{_name}"] = _with(QUERIES[_name], ROCKSDB_CHANGELOG)
 QUERIES["rocksdb_lookup_types"] = _with(QUERIES["lookup_types"], ROCKSDB)
 QUERIES["rocksdb_cl_agg_zstd"] = _with(QUERIES["agg_zstd"], ROCKSDB_CHANGELOG)
-QUERIES["rocksdb_cl_checksum_agg_window"] = _with(
-    QUERIES["agg_window"], {**ROCKSDB_CHANGELOG, "spark.sql.streaming.stateStore.rowChecksum.enabled": "true"}
-)
+# row checksums (Spark 4.1+); Spark's reader verifies them only when asked, in the reading session
+ROW_CHECKSUM = {"spark.sql.streaming.stateStore.rowChecksum.enabled": "true"}
+VERIFY_ROW_CHECKSUMS = {"spark.sql.streaming.stateStore.rowChecksum.readVerificationRatio": "1"}
+QUERIES["rocksdb_cl_checksum_agg_window"] = _with(QUERIES["agg_window"], {**ROCKSDB_CHANGELOG, **ROW_CHECKSUM})
 
 # Checkpoint format 2 (RocksDB + changelog): kept apart from QUERIES because Spark's
 # reader fails on these unless the reading session sets the conf as well.
@@ -487,6 +488,8 @@ CHECKPOINT_V2_QUERIES: dict[str, Query] = {
 
 # transformWithState runs on RocksDB only
 QUERIES["tws"] = Query(_transform_with_state, confs=ROCKSDB_CHANGELOG, processing_time="1 second")
+# every column family's values framed with row checksums
+QUERIES["tws_checksum"] = _with(QUERIES["tws"], ROW_CHECKSUM)
 QUERIES["tws_avro"] = Query(
     _transform_with_state,
     processing_time="1 second",
@@ -513,6 +516,7 @@ QUERIES["join_v4"] = Query(
     batches=_join_batches,
     confs={**ROCKSDB_CHANGELOG, "spark.sql.streaming.join.stateFormatVersion": "4"},
 )
+QUERIES["join_v4_checksum"] = _with(QUERIES["join_v4"], ROW_CHECKSUM)
 
 # flatMapGroupsWithState state format 1 with timeouts: Spark's reader fails on these
 # (the timeout is a long under an int in the schema), so they are not in QUERIES. Only

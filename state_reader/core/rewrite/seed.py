@@ -296,10 +296,6 @@ def _refuse_repeated_keys(rows: StoreRows, tables: dict[str, pa.Table]) -> None:
 def _bind_families(rows: FamilyStoreRows, named: dict[str, StoreSeed], location: str, spill: EditSpill) -> StoreEdit:
     """One edit of a store with column families from the seeds of its variables (or join stores)."""
     where = store_label(rows.plan, located=True)
-    if rows.plan.store_conf.row_checksum:
-        raise UnsupportedOptionError(
-            f"{where} keeps row checksums; writing rows into it is not supported yet", path=location
-        )
     for name, seed in named.items():
         if any(isinstance(given, DistributedRows) for given in (seed.upsert, seed.delete)):
             raise UnsupportedOptionError(

@@ -49,9 +49,11 @@ from state_reader.formats.rocksdb_encoding import (
     VIRTUAL_CF_PREFIX_BYTES,
     column_family_ids,
     encode_keys,
+    encode_multi_values,
     encode_range_scan_keys,
     encode_timestamp_keys,
     encode_values,
+    with_row_checksums,
     with_spans,
 )
 from state_reader.formats.schema_files import ColumnFamilySchema
@@ -84,15 +86,21 @@ class FamilyTarget:
 @dataclass
 class FamilyRows:
     """Encoded entries of one store (column family id first), as the edit applies them: keys with their
-    values (upserts), or keys alone (deletes)."""
+    values (upserts), or keys alone (deletes). With ``checksum`` (row checksums on) each single value
+    is framed with the checksum of its key and value as it is added."""
 
+    checksum: bool = False
     keys: list[RowBuffer] = field(default_factory=list)
     values: list[RowBuffer] = field(default_factory=list)
 
-    def add(self, keys: RowBuffer, values: RowBuffer | None = None) -> None:
+    def add(self, keys: RowBuffer, values: RowBuffer | None = None, framed: bool = False) -> None:
+        """Entries of ``keys`` (and ``values``); ``framed``: the values carry their checksums already
+        (multi values, framed element by element)."""
         if len(keys.starts):
             self.keys.append(keys)
             if values is not None:
+                if self.checksum and not framed:
+                    values = with_row_checksums(keys, values, with_length=True)
                 self.values.append(values)
 
     def joined(self) -> tuple[RowBuffer | None, RowBuffer | None]:
@@ -177,7 +185,8 @@ class FamilyEdit:
 def bind_families(rows: FamilyStoreRows, named: dict[str, tuple[Any, Any]]) -> FamilyEdit:
     """The rows (``upsert``, ``delete``) for each variable or join store ``named``, checked and encoded."""
     edit = FamilyEdit(family_match(rows))
-    upserts, deletes = FamilyRows(), FamilyRows()
+    # Spark frames every value of every column family with its row checksum when they are on
+    upserts, deletes = FamilyRows(rows.plan.store_conf.row_checksum), FamilyRows()
     known = targets(rows)
     for name, (upsert, delete) in named.items():
         target = known[name]
@@ -264,7 +273,7 @@ def _family_upsert(
         groups = np.asarray(pc.dictionary_encode(key_bytes(each)).indices.to_numpy(zero_copy_only=False), np.int64)
         _, first = np.unique(groups, return_index=True)
         own = each.take(first)
-        out.add(own, list_values(rows, name, elements, groups, source))
+        out.add(own, list_values(rows, name, elements, groups, own, source), framed=True)
         owners = keys.take(pa.array(first))
         for counter in (COUNTER_PREFIX + name, COUNT_PREFIX + name):
             _add_long(rows, counter, owners, np.bincount(groups), out, source)
@@ -424,18 +433,15 @@ def empty_family_values(rows: FamilyStoreRows, name: str, n: int, source: str) -
 
 
 def list_values(
-    rows: FamilyStoreRows, name: str, elements: pa.StructArray, groups: np.ndarray, source: str
+    rows: FamilyStoreRows, name: str, elements: pa.StructArray, groups: np.ndarray, keys: RowBuffer, source: str
 ) -> RowBuffer:
-    """One multi value per group (``groups``: each element's group, 0..n-1, in the order given):
-    each element framed by its length, joined by the merge operator's delimiter."""
+    """One multi value per group (``groups``: each element's group, 0..n-1, in the order given; ``keys``:
+    each group's key as stored): each element framed by its length (and its row checksum, when the
+    store keeps them), joined by the merge operator's delimiter."""
+    conf = rows.plan.store_conf
     encoded = family_values(rows, name, elements, source)
-    n = int(groups.max()) + 1 if len(groups) else 0
-    delimiter = MERGE_DELIMITERS[rows.plan.store_conf.merge_operator_version]
-    pieces: list[list[bytes]] = [[] for _ in range(n)]
-    buf = encoded.buf
-    for g, start, length in zip(groups.tolist(), encoded.starts.tolist(), encoded.lengths.tolist(), strict=True):
-        pieces[g].append(int(length).to_bytes(LENGTH_BYTES, "little", signed=True) + bytes(buf[start : start + length]))
-    return RowBuffer.from_rows([delimiter.join(p) for p in pieces], source)
+    delimiter = MERGE_DELIMITERS[conf.merge_operator_version]
+    return encode_multi_values(encoded, groups, delimiter, keys if conf.row_checksum else None)
 
 
 def long_values(rows: FamilyStoreRows, name: str, numbers: np.ndarray, source: str) -> RowBuffer:

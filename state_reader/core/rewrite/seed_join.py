@@ -8,6 +8,14 @@ flag from state format 2 on). An upsert gives a join key's whole buffer: its row
 given, become indices 0..n-1 and its count n; the entries the source holds at indices n and above
 are deleted, so the source's counts of the seeded keys are read first. A delete takes join keys
 and removes every index of each, and its count.
+
+State format 4 keeps a side as ``<side>-keyWithTsToValues`` (join key and event time -> the rows
+at that time, each with its ``matched`` flag) and ``<side>-tsWithKey`` (event time first, one
+entry per row), and ``read_state`` shows a key as the join key with its ``__event_time``. The
+rows are written into both stores by their names
+(:mod:`~state_reader.core.rewrite.seed_families`); an upserted join key's entries at other event
+times, and a deleted join key's at every event time, are deleted from both, so the source's keys
+of that side are read first.
 """
 
 from __future__ import annotations
@@ -33,13 +41,23 @@ from state_reader.core.rewrite.seed_fit import (
     typed_table,
 )
 from state_reader.core.scan import read_table
-from state_reader.errors import InvalidOptionError, UnknownSeedStoreError, UnsupportedOptionError
+from state_reader.errors import (
+    DuplicateSeedKeyError,
+    InvalidOptionError,
+    InvalidSeedError,
+    UnknownSeedStoreError,
+    UnsupportedOptionError,
+)
 from state_reader.formats.spark_types import DataType, StructField, StructType
 from state_reader.formats.unsaferow_encode import encode_rows
-from state_reader.model.checkpoint import JOIN_SIDES, join_side_stores
+from state_reader.model.checkpoint import (
+    EVENT_TIME_FIELD,
+    JOIN_SIDES,
+    MATCHED_FIELD,
+    WATERMARK_METADATA,
+    join_side_stores,
+)
 
-# the field of a keyWithIndexToValue value (state formats 2 and 3) that says whether the row has found a match
-MATCHED = "matched"
 _BOOLEAN = DataType("boolean", json_name="boolean")
 
 
@@ -71,15 +89,9 @@ def _side_seeds(rp: RewritePlan, seed: StoreSeed) -> list[StoreSeed]:
         )
     op = _operator(rp, seed.operator_id, location)
     shapes = _store_shapes([rows for rows in rp.stores if rows.plan.operator_id == op])
+    if join_side_stores(side, v4=True)[0] in shapes:
+        return _event_time_side_seeds(rp, seed, op, shapes)
     counts_name, values_name = join_side_stores(side)
-    v4_rows, v4_index = join_side_stores(side, v4=True)
-    if v4_rows in shapes:
-        raise UnsupportedOptionError(
-            f"operator {op} of {location} is a join in state format 4 (event time in its keys): rows of a side "
-            f"are written into formats 1 to 3 only; write its stores by name instead (store_name='{v4_rows}', "
-            f"'{v4_index}')",
-            path=location,
-        )
     if counts_name not in shapes or values_name not in shapes:
         raise UnknownSeedStoreError(
             f"the rows are for the {side} side of a join, but operator {op} of {location} is not a stream-stream "
@@ -130,14 +142,122 @@ def _side_seeds(rp: RewritePlan, seed: StoreSeed) -> list[StoreSeed]:
     ]
 
 
+def _event_time_side_seeds(
+    rp: RewritePlan, seed: StoreSeed, op: int, shapes: dict[str, tuple[StructType, StructType]]
+) -> list[StoreSeed]:
+    """The seeds of a side's two stores in state format 4, where a key is a join key and an event time:
+    ``keyWithTsToValues`` (the rows of each, with their ``matched`` flags) and ``tsWithKey`` (one entry
+    per row), both given the upserted rows. The source's entries of an upserted join key at event
+    times the upsert does not give, and every entry of a deleted join key, are deleted from both."""
+    side = seed.join_side
+    assert side is not None
+    rows_name, index_name = join_side_stores(side, v4=True)
+    key_type, stored = shapes[rows_name]
+    index_value = shapes[index_name][1]
+    join_key = StructType(key_type.fields[:-1])
+    where = f"the {side} side of operator {op}"
+    old = _old_keys(rp, op, index_name, key_type)
+    old_join = _bytes(_join_keys(old, join_key), join_key)
+    stale = np.zeros(len(old), dtype=bool)
+    rows_up = index_up = up_join = None
+    if seed.upsert is not None:
+        table = _typed_upsert(seed.upsert, key_type, stored)
+        require_columns(table, ("key", "value"), "upsert", where)
+        keys = _conformed(_column(table, "key"), key_type, "upsert")
+        values = _with_matched(_column(table, "value"), stored)
+        _require_event_times(keys, values, stored, where)
+        rows_up = _table(keys, values, table, None)
+        index_up = _table(keys, _null_values(index_value, len(keys)), table, None)
+        up_join = _bytes(_join_keys(keys, join_key), join_key)
+        # the join key's entries at event times the upsert does not give (those it gives are replaced)
+        kept = pc.is_in(_bytes(old, key_type), value_set=_bytes(keys, key_type)).to_numpy(zero_copy_only=False)
+        stale |= pc.is_in(old_join, value_set=up_join).to_numpy(zero_copy_only=False) & ~kept
+    if seed.delete is not None:
+        table = as_table(seed.delete, "delete", key_type, None)
+        require_columns(table, ("key",), "delete", where, optional=("value",))
+        gone = _delete_join_keys(_column(table, "key"), key_type, join_key)
+        gone_bytes = _bytes(gone, join_key, "delete")
+        if up_join is not None:
+            both = pc.is_in(gone_bytes, value_set=up_join).to_numpy(zero_copy_only=False)
+            if both.any():
+                first = int(np.flatnonzero(both)[0])
+                raise DuplicateSeedKeyError(
+                    f"join key {gone[first].as_py()} of {where} (delete row {first}) is both upserted and "
+                    "deleted; give it once"
+                )
+        stale |= pc.is_in(old_join, value_set=gone_bytes).to_numpy(zero_copy_only=False)
+    down = pa.table({"key": old.filter(pa.array(stale))}) if stale.any() else None
+    return [
+        StoreSeed(rows_up, down, operator_id=op, store_name=rows_name),
+        StoreSeed(index_up, down, operator_id=op, store_name=index_name),
+    ]
+
+
+def _old_keys(rp: RewritePlan, op: int, index_name: str, key_type: StructType) -> pa.StructArray:
+    """The source's keys (join key and event time) of one side in state format 4, each once."""
+    table = read_table(plan_store_read(rp.checkpoint, op, index_name, rp.batch_id))
+    keys = _conformed(_column(table, "key"), key_type, "read")
+    if not len(keys):
+        return keys
+    _, first = _groups(keys, key_type, "read")
+    return keys.take(pa.array(first))
+
+
+def _join_keys(keys: pa.Array, join_key: StructType) -> pa.StructArray:
+    """Keys of state format 4 without their last field, the event time: the join keys."""
+    assert isinstance(keys, pa.StructArray)
+    arrow = join_key.to_arrow()
+    return pa.StructArray.from_arrays([keys.field(i) for i in range(arrow.num_fields)], fields=list(arrow))
+
+
+def _delete_join_keys(keys: pa.Array, key_type: StructType, join_key: StructType) -> pa.Array:
+    """The join keys a delete names: its keys as ``read_state`` shows them (the event time last,
+    which a delete does not need) or the join keys alone."""
+    names = [keys.type.field(i).name for i in range(keys.type.num_fields)] if pa.types.is_struct(keys.type) else []
+    if names and names[-1] == EVENT_TIME_FIELD:
+        return _join_keys(_conformed(keys, key_type, "delete"), join_key)
+    return _conformed(keys, join_key, "delete")
+
+
+def _require_event_times(keys: pa.StructArray, values: pa.StructArray, stored: StructType, where: str) -> None:
+    """Each key's event time must be its row's, as Spark takes it: the row's event-time column (the
+    one with a watermark), or the end of a window there."""
+    at = next((i for i, f in enumerate(stored.fields) if WATERMARK_METADATA in (f.metadata or {})), None)
+    if at is None:
+        return
+    column = values.field(at)
+    if pa.types.is_struct(column.type):
+        column = column.field(1)  # a window: its end
+    times = column.cast(pa.int64())
+    given = keys.field(keys.type.num_fields - 1)
+    differ = pc.fill_null(pc.not_equal(times, given), True).to_numpy(zero_copy_only=False)
+    if differ.any():
+        first = int(np.flatnonzero(differ)[0])
+        raise InvalidSeedError(
+            f"upsert row {first} for {where} has key.{EVENT_TIME_FIELD} {given[first].as_py()}, but its row's "
+            f"event time ({stored.fields[at].name}) is {times[first].as_py()} µs: Spark files each row under its "
+            f"own event time ({int(differ.sum())} rows differ)"
+        )
+
+
+def _null_values(schema: StructType, n: int) -> pa.StructArray:
+    """``n`` values of a store that keeps none (its one void field, null)."""
+    arrow = schema.to_arrow()
+    return pa.StructArray.from_arrays([pa.nulls(n, f.type) for f in arrow], fields=list(arrow))
+
+
 def _typed_upsert(given: Any, join_key: StructType, stored: StructType) -> pa.Table:
     """Upsert rows as a pyarrow Table; a pandas DataFrame's typed as the side's rows, with or without
     a ``matched`` flag (whichever its values fit)."""
     if not type(given).__module__.startswith("pandas"):
         return as_table(given, "upsert", join_key, None)
-    row = [f for f in stored.fields if f.name != MATCHED] if stored.fields[-1].name == MATCHED else list(stored.fields)
+    row = (
+        [f for f in stored.fields if f.name != MATCHED_FIELD]
+        if stored.fields[-1].name == MATCHED_FIELD
+        else list(stored.fields)
+    )
     table = None
-    for fields in (row, [*row, StructField(MATCHED, _BOOLEAN)]):
+    for fields in (row, [*row, StructField(MATCHED_FIELD, _BOOLEAN)]):
         value = StructType(fields)
         table = typed_table(given, "upsert", [("key", join_key), ("value", value)])
         if "value" in table.column_names and table.schema.field("value").type.equals(value.to_arrow()):
@@ -253,16 +373,16 @@ def _with_matched(values: pa.Array, stored: StructType) -> pa.StructArray:
     assert isinstance(values, pa.StructArray)
     names = [values.type.field(i).name for i in range(values.type.num_fields)]
     children = [values.field(i) for i in range(values.type.num_fields)]
-    keeps_flag = stored.fields[-1].name == MATCHED
+    keeps_flag = stored.fields[-1].name == MATCHED_FIELD
     row_width = len(stored.fields) - (1 if keeps_flag else 0)
     flag = None
-    if len(names) == row_width + 1 and MATCHED in names:
-        at = len(names) - 1 - names[::-1].index(MATCHED)
+    if len(names) == row_width + 1 and MATCHED_FIELD in names:
+        at = len(names) - 1 - names[::-1].index(MATCHED_FIELD)
         flag, _ = children.pop(at), names.pop(at)
     if not keeps_flag:  # state format 1 keeps no flag
         return pa.StructArray.from_arrays(children, names=names)
     flag = pa.array(np.zeros(len(values), bool)) if flag is None else flag
-    return pa.StructArray.from_arrays([*children, flag], names=[*names, MATCHED])
+    return pa.StructArray.from_arrays([*children, flag], names=[*names, MATCHED_FIELD])
 
 
 def _table(keys: pa.Array, values: pa.Array | None, given: pa.Table, rows: np.ndarray | None) -> pa.Table:
