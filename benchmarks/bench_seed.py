@@ -17,7 +17,8 @@ a fresh process per run:
 Medians of ``--repeats`` runs. ``--num-partitions N`` rewrites into N partitions (smaller ones: the
 Spark-free peak follows the largest new partition, not the seed).
 
-    python benchmarks/bench_seed.py [--rows 10M] [--repeats 3] [--num-partitions N] [--spark-free-only] [--json out.json]
+    python benchmarks/bench_seed.py [--rows 10M] [--repeats 3] [--num-partitions N] [--spark-free-only]
+                                    [--json out.json]
 """
 
 from __future__ import annotations
