@@ -47,6 +47,7 @@ from state_reader.errors import (
 from state_reader.formats.rocksdb_encoding import encode_keys, encode_values, with_row_checksums
 from state_reader.formats.unsaferow import PAD, RowBuffer
 from state_reader.formats.unsaferow_encode import encode_rows
+from state_reader.io.memory import release_free_memory
 from state_reader.model.checkpoint import DEFAULT_STORE
 from state_reader.model.state_variables import TIMER_INDEXES
 from state_reader.providers.hdfs import frame_records, framed_rows
@@ -383,6 +384,8 @@ class EditSpill:
             gone = _spilled_keys(self.deletes, pid)
             if len(up) and len(gone) and pc.any(pc.is_in(gone, value_set=up)).as_py():
                 return False
+            del up, gone
+            release_free_memory()  # a partition's keys, not every partition's, held at a time
         return True
 
     def take(self, pid: int) -> tuple[bytes, bytes]:
