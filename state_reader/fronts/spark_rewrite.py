@@ -26,7 +26,7 @@ once. pyspark is imported inside functions only: importing this module needs no 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
 from typing import Any
 
@@ -41,6 +41,7 @@ from state_reader.core.rewrite.plan import RewritePlan
 from state_reader.core.rewrite.report import StoreReport, store_report
 from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, store_label, zip_extra_metadata
 from state_reader.core.rewrite.seed import (
+    DistributedRows,
     EditCounts,
     StoreEdit,
     bind_family_rows,
@@ -271,18 +272,52 @@ def _encoded_seed(spark: Any, rp: RewritePlan, rows: StoreRows, edit: StoreEdit,
     order = _UPSERT_ORDER if what == "upsert" else _DELETE_ORDER
     schema = _transport_spark_schema(names, key_json)
     if not edit.families:
-        return edit.distributed[what].frame.mapInArrow(_EncodeSeed(rows, what, order, rp.to_rocksdb, transport), schema)
+        frame = _rows_frame(edit.distributed[what], rp.new_partitions)
+        return frame.mapInArrow(_EncodeSeed(rows, what, order, rp.to_rocksdb, transport), schema)
     assert isinstance(rows, FamilyStoreRows)
     out = None
     for name, frames in edit.families.items():
         if what not in frames:
             continue
         # every row of a key in one task (a list's elements make one value; a key given twice is seen there)
-        frame = frames[what].frame.repartition(rp.new_partitions, "key")
+        frame = _rows_frame(frames[what], rp.new_partitions).repartition(rp.new_partitions, "key")
         encoded = frame.mapInArrow(_EncodeFamilySeed(rows, name, what, order, transport), schema)
         out = encoded if out is None else out.unionByName(encoded)
     assert out is not None
     return out
+
+
+def _rows_frame(given: DistributedRows, n: int) -> Any:
+    """The Spark DataFrame of rows written into a store: the user's, or rows derived from the user's
+    where they are (every row of a key in one of ``n`` tasks), with the more rows that come along."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    frames = []
+    for part in (given, *given.more):
+        if part.derive is None:
+            frames.append(part.frame)
+        else:
+            derived = _Derive(part.derive, part.schema)
+            frames.append(part.frame.repartition(n, "key").mapInArrow(derived, from_arrow_schema(part.schema)))
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
+
+
+class _Derive:
+    """Rows derived from one task's rows, all of them at once (``mapInArrow``)."""
+
+    def __init__(self, derive: Callable[[pa.Table], pa.Table], schema: pa.Schema) -> None:
+        self.derive = derive
+        self.schema = schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        with spark_worker_errors("rows written into a store"):
+            given = [batch for batch in batches if batch.num_rows]
+            if not given:
+                return
+            yield from self.derive(pa.Table.from_batches(given)).cast(self.schema).to_batches(BATCH_ROWS)
 
 
 class _EncodeSeed:
@@ -329,9 +364,10 @@ class _EncodeFamilySeed:
         label = f"{self.what} rows for {self.name} of {store_label(self.rows.plan, located=True)}"
         with spark_worker_errors(label):
             # one partition of the rows in memory, never the whole seed
-            table = pa.Table.from_batches([b for b in batches if b.num_rows])
-            if not table.num_rows:
+            given = [batch for batch in batches if batch.num_rows]
+            if not given:
                 return
+            table = pa.Table.from_batches(given)
             keys, values = bind_family_rows(self.rows, self.name, self.what, table)
             if keys is None:
                 return

@@ -16,7 +16,7 @@ encoding, which is Spark's own (Spark compares state keys as bytes too).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +77,11 @@ class DistributedRows:
 
     schema: pa.Schema
     frame: Any
+    # rows derived from ``frame`` where they are: called on one task's rows (a table of ``frame``'s, every row
+    # of a key among them), it returns rows of ``schema`` (a join side's rows as one of its stores')
+    derive: Callable[[pa.Table], pa.Table] | None = None
+    # more rows of the same schema, written with these (a join side's stale entries, from upserts and deletes)
+    more: tuple[DistributedRows, ...] = ()
 
 
 @dataclass
