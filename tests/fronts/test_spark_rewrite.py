@@ -274,13 +274,14 @@ def test_column_families_deleted_and_upserted_back_through_spark(spark, checkpoi
     assert digest(src) == before, "the source changed"
 
 
-def test_join_side_through_spark(spark, checkpoints, tmp_path):
+@pytest.mark.parametrize("name", ["join_inner", "join_v3"])
+def test_join_side_through_spark(spark, checkpoints, tmp_path, name):
     """A join side's rows from Spark DataFrames (``join_side=``): deleted and upserted back, and one join
     key's rows shrunk while another key is deleted (the source's counts read where the rows are), the
     same state and counts as the Spark-free rewrites'; a key upserted and deleted is refused before any write."""
     from tests.core.test_rewrite_upsert_join import SIDES, _spark_rows, _with_matched
 
-    src = checkpoints("join_inner")
+    src = checkpoints(name)
     before = digest(src)
     sides = {side: _with_matched(src, side) for side in SIDES}
 

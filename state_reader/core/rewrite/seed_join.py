@@ -187,9 +187,10 @@ class SideRows:
 
 @dataclass(frozen=True)
 class _Expand:
-    """One Spark task's share of a side's rows (every row of a join key) as one of its stores' rows:
-    ``part`` 0 and 1 the counts and values stores' upserted rows (or, for deleted keys, the counts
-    store's), 2 the values store's entries to delete. Called with the task's rows as one table."""
+    """One Spark task's share of a side's rows (every row of a join key) as one of its stores' rows.
+    ``upsert``: ``part`` 0 the counts store's rows, 1 the values store's, 2 the values store's entries
+    to delete (past each key's new count); ``delete``: 0 the counts store's keys, 1 the values
+    store's. Called with the task's rows as one table."""
 
     side: SideRows
     what: str
@@ -198,12 +199,13 @@ class _Expand:
 
     def __call__(self, given: pa.Table) -> pa.Table:
         given = self.side.typed(given, self.what, self.where)
+        stale = self.part == (2 if self.what == "upsert" else 1)
+        # the source's counts are needed for the entries to delete only, and of this task's keys only
+        keys = _column(given, "key") if stale and given.num_rows else pa.array([])
+        old = self.side.old_counts(keys, self.what)
         if self.what == "upsert":
-            old = self.side.old_counts(_column(given, "key") if given.num_rows else pa.array([]), "upsert")
             return self.side.upserted(given, old)[self.part]
-        old = self.side.old_counts(_column(given, "key") if given.num_rows else pa.array([]), "delete")
-        counts_down, stale = self.side.deleted(given, old)
-        return counts_down if self.part == 0 else stale
+        return self.side.deleted(given, old)[self.part]
 
 
 def _spread_seeds(
