@@ -8,13 +8,16 @@ flag from state format 2 on). An upsert gives a join key's whole buffer: its row
 given, become indices 0..n-1 and its count n; the entries the source holds at indices n and above
 are deleted, so the source's counts of the seeded keys are read first. A delete takes join keys
 and removes every index of each, and its count.
+
+Rows given as Spark DataFrames stay where they are: each store's rows are derived on the executors
+(:class:`SideRows`, one task's join keys at a time, every row of a key in one task), the source's
+counts read there from the partitions that hold the task's keys.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -228,7 +231,7 @@ def _spread_seeds(
     if seed.delete is not None:
         counts_down = derived("delete", 0)
         gone = derived("delete", 1)
-        values_down = gone if values_down is None else dataclasses.replace(values_down, more=(gone,))
+        values_down = gone if values_down is None else replace(values_down, more=(gone,))
     return [
         StoreSeed(counts_up, counts_down, operator_id=op, store_name=counts_name),
         StoreSeed(values_up, values_down, operator_id=op, store_name=values_name),
