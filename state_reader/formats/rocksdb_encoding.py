@@ -398,7 +398,8 @@ def encode_timestamp_keys(keys: pa.StructArray, schema: StructType, prefix: bool
         normalize_floats=True,
     )
     times = np.asarray(keys.field(len(fields) - 1).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    stamp = np.ascontiguousarray((times.view("<u8") ^ _SIGN_BIT).astype(">u8")).view(np.uint8).reshape(n, -1)
+    stamp = np.ascontiguousarray((times.view("<u8") ^ _SIGN_BIT).astype(">u8")).view(np.uint8)
+    stamp = stamp.reshape(n, TIMESTAMP_BYTES)  # no rows too
     if prefix:
         out = pack_rows([(TIMESTAMP_BYTES + 1, row)], source)
         at = out.starts

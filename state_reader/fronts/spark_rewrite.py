@@ -26,7 +26,8 @@ once. pyspark is imported inside functions only: importing this module needs no 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -38,8 +39,17 @@ from state_reader.core.key_filter import KeyFilter
 from state_reader.core.rewrite.pipeline import Target
 from state_reader.core.rewrite.plan import RewritePlan
 from state_reader.core.rewrite.report import StoreReport, store_report
-from state_reader.core.rewrite.rows import StoreRows, store_label, zip_extra_metadata
-from state_reader.core.rewrite.seed import EditCounts, StoreEdit, empty_values, encode_table
+from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, store_label, zip_extra_metadata
+from state_reader.core.rewrite.seed import (
+    DistributedRows,
+    EditCounts,
+    StoreEdit,
+    bind_family_rows,
+    edited,
+    empty_values,
+    encode_table,
+)
+from state_reader.core.rewrite.seed_families import FamilyMatch
 from state_reader.core.rewrite.write import write_partition
 from state_reader.core.size import row_bytes
 from state_reader.errors import DuplicateSeedKeyError, StateReaderError, UnsupportedOptionError
@@ -95,7 +105,7 @@ class SparkRows:
     ) -> StoreReport:
         """One Spark job: the old partitions read on executors, routed by Spark, each new one written by one task
         (``edit``'s rows, a Spark DataFrame, routed with them and applied there)."""
-        if edit is not None and not edit.distributed and edit.spill is not None:
+        if edit is not None and not edit.spread and edit.spill is not None:
             raise UnsupportedOptionError("with spark=, give upsert and delete as Spark DataFrames")
         label = store_label(rows.plan, located=True)
         store = store_report(rows.plan)
@@ -160,7 +170,7 @@ class SparkRows:
         """Check rows given as Spark DataFrames before anything is written: each batch against the
         store's schemas on the executors (as it will be encoded), then no key given twice."""
         label = store_label(rows.plan, located=True)
-        encoded = {what: _encoded_seed(self.spark, rp, rows, edit, what) for what in edit.distributed}
+        encoded = {what: _encoded_seed(self.spark, rp, rows, edit, what) for what in _given(edit)}
         try:
             if "upsert" in encoded:
                 twice = encoded["upsert"].groupBy("key").count().where("count > 1").limit(1).collect()
@@ -208,7 +218,7 @@ def _store_job(
     old = spark.range(0, len(pids), 1, max(1, len(pids))).mapInArrow(
         _ReadOld(rows, pids, drop, rp.to_rocksdb, transport), spark_schema
     )
-    for what in edit.distributed if edit is not None else ():
+    for what in _given(edit):
         assert edit is not None
         old = old.unionByName(_encoded_seed(spark, rp, rows, edit, what))
     # routing: Spark's hash partitioning by the partition key (an explicit count, which adaptive
@@ -218,8 +228,19 @@ def _store_job(
     routed = routed.sortWithinPartitions("_order").select("_order", "key", "value")
     # stage 2: one task per new partition writes it
     return routed.mapInArrow(
-        _WriteNew(rows, unique_ids, rp.to_rocksdb, extra, dest.url, dict(dest.storage_options)), _SUMMARY_DDL
+        _WriteNew(
+            rows, unique_ids, rp.to_rocksdb, extra, dest.url, dict(dest.storage_options), edit.match if edit else None
+        ),
+        _SUMMARY_DDL,
     )
+
+
+def _given(edit: StoreEdit | None) -> list[str]:
+    """Which of ``upsert`` and ``delete`` an edit gives as Spark DataFrames."""
+    if edit is None:
+        return []
+    given = set(edit.distributed).union(*(frames for frames in edit.families.values()))
+    return [what for what in ("upsert", "delete") if what in given]
 
 
 def _transport_spark_schema(names: list[str], key_json: list[Any]) -> Any:
@@ -249,9 +270,54 @@ def _encoded_seed(spark: Any, rp: RewritePlan, rows: StoreRows, edit: StoreEdit,
         ]
     )
     order = _UPSERT_ORDER if what == "upsert" else _DELETE_ORDER
-    return edit.distributed[what].frame.mapInArrow(
-        _EncodeSeed(rows, what, order, rp.to_rocksdb, transport), _transport_spark_schema(names, key_json)
-    )
+    schema = _transport_spark_schema(names, key_json)
+    if not edit.families:
+        frame = _rows_frame(edit.distributed[what], rp.new_partitions)
+        return frame.mapInArrow(_EncodeSeed(rows, what, order, rp.to_rocksdb, transport), schema)
+    assert isinstance(rows, FamilyStoreRows)
+    out = None
+    for name, frames in edit.families.items():
+        if what not in frames:
+            continue
+        # every row of a key in one task (a list's elements make one value; a key given twice is seen there)
+        frame = _rows_frame(frames[what], rp.new_partitions).repartition(rp.new_partitions, "key")
+        encoded = frame.mapInArrow(_EncodeFamilySeed(rows, name, what, order, transport), schema)
+        out = encoded if out is None else out.unionByName(encoded)
+    assert out is not None
+    return out
+
+
+def _rows_frame(given: DistributedRows, n: int) -> Any:
+    """The Spark DataFrame of rows written into a store: the user's, or rows derived from the user's
+    where they are (every row of a key in one of ``n`` tasks), with the more rows that come along."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    frames = []
+    for part in (given, *given.more):
+        if part.derive is None:
+            frames.append(part.frame)
+        else:
+            derived = _Derive(part.derive, part.schema)
+            frames.append(part.frame.repartition(n, "key").mapInArrow(derived, from_arrow_schema(part.schema)))
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
+
+
+class _Derive:
+    """Rows derived from one task's rows, all of them at once (``mapInArrow``)."""
+
+    def __init__(self, derive: Callable[[pa.Table], pa.Table], schema: pa.Schema) -> None:
+        self.derive = derive
+        self.schema = schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        with spark_worker_errors("rows written into a store"):
+            given = [batch for batch in batches if batch.num_rows]
+            if not given:
+                return
+            yield from self.derive(pa.Table.from_batches(given)).cast(self.schema).to_batches(BATCH_ROWS)
 
 
 class _EncodeSeed:
@@ -278,6 +344,45 @@ class _EncodeSeed:
                 k, v = rows.convert(keys, values if values is not None else empty_values(rows, n), self.to_rocksdb)
                 yield pa.RecordBatch.from_arrays(
                     [*columns, pa.array(np.full(n, self.order, dtype=np.int64)), binary_array(k), binary_array(v)],
+                    schema=self.transport,
+                )
+
+
+class _EncodeFamilySeed:
+    """Rows written into one variable (or join store) of a store with column families (``mapInArrow``
+    over the user's DataFrame, repartitioned by its ``key``): the task's rows checked and encoded
+    together, with the entries Spark keeps beside them, each entry with its grouping key."""
+
+    def __init__(self, rows: FamilyStoreRows, name: str, what: str, order: int, transport: pa.Schema) -> None:
+        self.rows = rows
+        self.name = name
+        self.what = what
+        self.order = order
+        self.transport = transport
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        label = f"{self.what} rows for {self.name} of {store_label(self.rows.plan, located=True)}"
+        with spark_worker_errors(label):
+            # one partition of the rows in memory, never the whole seed
+            given = [batch for batch in batches if batch.num_rows]
+            if not given:
+                return
+            table = pa.Table.from_batches(given)
+            keys, values = bind_family_rows(self.rows, self.name, self.what, table)
+            if keys is None:
+                return
+            n = len(keys.starts)
+            columns, _ = self.rows.partition_key(keys, None)
+            values = values if values is not None else empty_values(self.rows, n)
+            for lo in range(0, n, BATCH_ROWS):
+                run = slice(lo, lo + BATCH_ROWS)
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        *(c.slice(lo, BATCH_ROWS) for c in columns),
+                        pa.array(np.full(len(keys.starts[run]), self.order, dtype=np.int64)),
+                        binary_array(keys.take(run)),
+                        binary_array(values.take(run)),
+                    ],
                     schema=self.transport,
                 )
 
@@ -437,8 +542,9 @@ class _Writer:
 
 class _WriteNew:
     """Stage 2 (``mapInArrow`` over the routed rows): the task's new partition (its Spark partition id)
-    framed and written as the snapshot of version B + 1; one summary row for it, and the counts
-    rows of the old partitions that came along."""
+    framed and written as the snapshot of version B + 1, with the rows written into the store applied
+    (``match``: how a store with column families matches old entries); one summary row for it, and
+    the counts rows of the old partitions that came along."""
 
     def __init__(
         self,
@@ -448,6 +554,7 @@ class _WriteNew:
         extra: dict[str, Any],
         url: str,
         storage_options: dict[str, Any],
+        match: FamilyMatch | None = None,
     ) -> None:
         self.rows = rows
         self.label = store_label(rows.plan, located=True)
@@ -457,6 +564,7 @@ class _WriteNew:
         self.extra = extra
         self.url = url
         self.storage_options = storage_options
+        self.match = match
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -472,29 +580,47 @@ class _WriteNew:
         source = f"rows routed to partition {pid} of {self.label}"
         counts: list[np.ndarray] = []
         rows = size = 0
-        # rows written into the store: they come first in the partition's order, deleted keys then upserts
+        # rows written into the store come first in the partition's order (deleted keys, then upserts):
+        # all of them are read before the first old row
         upserted: list[tuple[pa.Array, pa.Array]] = []
-        deleted: list[pa.Array] = []
-        edit = EditCounts()
+        deleted: list[tuple[pa.Array, pa.Array]] = []
+        first: list[tuple[pa.Array, pa.Array]] = []  # the old rows of the batch where the seed rows end
+        stream = iter(batches)
 
-        def framed() -> Iterator[np.ndarray]:
-            # the rows stream into the writer batch by batch; the old partitions' counts are picked out
+        def old_rows(batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array, pa.Array]:
+            order, keys, values = batch.column("_order"), batch.column("key"), batch.column("value")
+            if keys.null_count:  # an old partition's counts
+                marks = keys.is_null()
+                counts.extend(np.frombuffer(raw, dtype=_COUNTS) for raw in values.filter(marks).to_pylist())
+                keep = pc.invert(marks)
+                order, keys, values = order.filter(keep), keys.filter(keep), values.filter(keep)
+            return order, keys, values
+
+        for batch in stream:
+            order, keys, values = old_rows(batch)
+            seeds = pc.less_equal(order, _UPSERT_ORDER)
+            if pc.any(seeds).as_py():
+                up, down = pc.equal(order, _UPSERT_ORDER), pc.equal(order, _DELETE_ORDER)
+                upserted.append((keys.filter(up), values.filter(up)))
+                deleted.append((keys.filter(down), values.filter(down)))
+                old = pc.invert(seeds)
+                keys, values = keys.filter(old), values.filter(old)
+            if len(keys):
+                first.append((keys, values))
+                break
+
+        def framed(parts: list[tuple[pa.Array, pa.Array]], what: str) -> bytes:
+            if not parts:
+                return b""
+            k = row_buffer(_joined([k for k, _ in parts]), f"{source} {what} key")
+            v = row_buffer(_joined([v for _, v in parts]), f"{source} {what} value")
+            return frame_records(k, v)[0].tobytes() if len(k.starts) else b""
+
+        def framed_old() -> Iterator[np.ndarray]:
+            # the old rows stream into the writer batch by batch; the old partitions' counts are picked out
             nonlocal rows, size
-            hit: tuple[pa.Array, pa.Array] | None = None  # the keys upserted and deleted, once all are in
-            for batch in batches:
-                order, keys, values = batch.column("_order"), batch.column("key"), batch.column("value")
-                if keys.null_count:
-                    marks = keys.is_null()
-                    counts.extend(np.frombuffer(raw, dtype=_COUNTS) for raw in values.filter(marks).to_pylist())
-                    keep = pc.invert(marks)
-                    order, keys, values = order.filter(keep), keys.filter(keep), values.filter(keep)
-                seeds = pc.less_equal(order, _UPSERT_ORDER)
-                if pc.any(seeds).as_py():
-                    up = pc.equal(order, _UPSERT_ORDER)
-                    upserted.append((keys.filter(up), values.filter(up)))
-                    deleted.append(keys.filter(pc.equal(order, _DELETE_ORDER)))
-                    old = pc.invert(seeds)
-                    keys, values = keys.filter(old), values.filter(old)
+            rest = (old_rows(batch)[1:] for batch in stream)
+            for keys, values in chain(first, rest):
                 if not len(keys):
                     continue
                 if pid not in self.targets:
@@ -502,36 +628,22 @@ class _WriteNew:
                         f"rows were routed to partition {pid} of {self.label}, which is "
                         f"not among its new partitions {sorted(self.targets)}"
                     )
-                if hit is None:
-                    hit = (_joined([k for k, _ in upserted]), _joined(deleted))
                 k, v = row_buffer(keys, source + " key"), row_buffer(values, source + " value")
-                if len(hit[0]) or len(hit[1]):
-                    replaced = pc.is_in(keys, value_set=hit[0]).to_numpy(zero_copy_only=False)
-                    lost = pc.is_in(keys, value_set=hit[1]).to_numpy(zero_copy_only=False)
-                    edit.replaced += int(replaced.sum())
-                    edit.lost += int(lost.sum())
-                    kept = np.flatnonzero(~(replaced | lost))
-                    k, v = k.take(kept), v.take(kept)
-                    if not len(kept):
-                        continue
                 rows += len(k.starts)
                 size += int(row_bytes(k, v).sum())
                 yield frame_records(k, v)[0]
-            if upserted and pid in self.targets:
-                k = row_buffer(_joined([k for k, _ in upserted]), source + " upserted key")
-                v = row_buffer(_joined([v for _, v in upserted]), source + " upserted value")
-                edit.gained += len(k.starts) - edit.replaced
-                rows += len(k.starts)
-                size += int(row_bytes(k, v).sum())
-                if len(k.starts):
-                    yield frame_records(k, v)[0]
 
+        ups, downs = framed(upserted, "upserted"), framed(deleted, "deleted")
+        edit = EditCounts()
+        records = edited(framed_old(), ups, downs, source, edit, self.match) if ups or downs else framed_old()
         writer = _Writer(self.url, self.storage_options)
         if pid in self.targets:
-            write_partition(plan, pid, framed(), self.to_rocksdb, self.extra, writer, self.targets[pid])
+            write_partition(plan, pid, records, self.to_rocksdb, self.extra, writer, self.targets[pid])
         else:
-            for _ in framed():
+            for _ in records:
                 pass
+        rows += edit.row_change
+        size += edit.added_bytes - edit.removed_bytes
         old = np.array(counts, dtype=_COUNTS).reshape(-1, 4)
         # this partition's row (when it is one of the store's), then the old partitions' counts
         mine = (

@@ -182,7 +182,7 @@ def _rewrite(
     # bound to each store's key up front: a bad filter fails before anything is written or any task runs
     dropped = [_dropped(rows, drop_keys) for rows in rp.stores]
     for rows, edit in zip(rp.stores, edits, strict=True):
-        if edit is not None and edit.distributed:
+        if edit is not None and edit.spread:
             # rows left where they are (a Spark DataFrame) are checked by the mover that reads them, before any write
             check = getattr(mover, "check_seed", None)
             if check is None:

@@ -16,7 +16,7 @@ encoding, which is Spark's own (Spark compares state keys as bytes too).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +78,11 @@ class DistributedRows:
 
     schema: pa.Schema
     frame: Any
+    # rows derived from ``frame`` where they are: called on one task's rows (a table of ``frame``'s, every row
+    # of a key among them), it returns rows of ``schema`` (a join side's rows as one of its stores')
+    derive: Callable[[pa.Table], pa.Table] | None = None
+    # more rows of the same schema, written with these (a join side's stale entries, from upserts and deletes)
+    more: tuple[DistributedRows, ...] = ()
 
 
 @dataclass
@@ -93,6 +98,14 @@ class StoreEdit:
     distributed: dict[str, DistributedRows] = field(default_factory=dict)
     # a store with column families: how old entries are matched and which the counts count
     match: fam.FamilyMatch | None = None
+    # a store with column families, rows left where they are: each variable's (or join store's)
+    # ``upsert`` and ``delete`` rows, bound on the executors a grouping key's rows at a time
+    families: dict[str, dict[str, DistributedRows]] = field(default_factory=dict)
+
+    @property
+    def spread(self) -> bool:
+        """The rows are left where they are (Spark DataFrames), for the Spark row mover to check and write."""
+        return bool(self.distributed or self.families)
 
 
 @dataclass
@@ -297,12 +310,12 @@ def _refuse_repeated_keys(rows: StoreRows, tables: dict[str, pa.Table]) -> None:
 def _bind_families(rows: FamilyStoreRows, named: dict[str, StoreSeed], location: str, spill: EditSpill) -> StoreEdit:
     """One edit of a store with column families from the seeds of its variables (or join stores)."""
     where = store_label(rows.plan, located=True)
-    for name, seed in named.items():
-        if any(isinstance(given, DistributedRows) for given in (seed.upsert, seed.delete)):
-            raise UnsupportedOptionError(
-                f"rows for {name} of {where} are a Spark DataFrame: through Spark, rows are written into stores "
-                "without column families only for now; collect them (toArrow) and rewrite without spark="
-            )
+    spread = {
+        name: {what: given for what, given in (("upsert", seed.upsert), ("delete", seed.delete)) if given is not None}
+        for name, seed in named.items()
+    }
+    if any(isinstance(given, DistributedRows) for frames in spread.values() for given in frames.values()):
+        return _spread_families(rows, spread, where)
     bound = fam.bind_families(rows, {name: (seed.upsert, seed.delete) for name, seed in named.items()})
     # checked whole (a variable's rows against its others'), then routed
     if bound.upsert_keys is not None and bound.upsert_values is not None:
@@ -310,6 +323,37 @@ def _bind_families(rows: FamilyStoreRows, named: dict[str, StoreSeed], location:
     if bound.delete_keys is not None:
         spill.add(rows, "delete", bound.delete_keys, None)
     return StoreEdit(rows, spill, bound.widened, match=bound.match)
+
+
+def _spread_families(rows: FamilyStoreRows, spread: dict[str, dict[str, Any]], where: str) -> StoreEdit:
+    """The edit of a store with column families whose rows are Spark DataFrames: their columns and
+    types checked here (on no rows), their rows checked and encoded where they are."""
+    for name, frames in spread.items():
+        if not all(isinstance(given, DistributedRows) for given in frames.values()):
+            raise UnsupportedOptionError(
+                f"rows for {name} of {where} mix Spark DataFrames and local rows; give both as Spark DataFrames"
+            )
+    empty = {
+        name: tuple(
+            pa.Table.from_batches([], schema=frames[what].schema) if what in frames else None
+            for what in ("upsert", "delete")
+        )
+        for name, frames in spread.items()
+    }
+    bound = fam.bind_families(rows, empty)
+    return StoreEdit(rows, None, bound.widened, match=bound.match, families=spread)
+
+
+def bind_family_rows(
+    rows: FamilyStoreRows, name: str, what: str, given: pa.Table
+) -> tuple[RowBuffer | None, RowBuffer | None]:
+    """The ``what`` rows of one variable (or join store) checked and encoded with the entries Spark
+    keeps beside them: the keys, and (``upsert``) their values; every row of a grouping key must be
+    among ``given`` (a list's elements make one value, a key given twice is refused)."""
+    bound = fam.bind_families(rows, {name: (given, None) if what == "upsert" else (None, given)})
+    if what == "upsert":
+        return bound.upsert_keys, bound.upsert_values
+    return bound.delete_keys, None
 
 
 def encode_table(

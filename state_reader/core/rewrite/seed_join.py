@@ -16,11 +16,16 @@ rows are written into both stores by their names
 (:mod:`~state_reader.core.rewrite.seed_families`); an upserted join key's entries at other event
 times, and a deleted join key's at every event time, are deleted from both, so the source's keys
 of that side are read first.
+
+Rows given as Spark DataFrames stay where they are: each store's rows are derived on the executors
+(:class:`SideRows`, one task's join keys at a time, every row of a key in one task), the source's
+counts read there from the partitions that hold the task's keys.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -48,6 +53,7 @@ from state_reader.errors import (
     UnknownSeedStoreError,
     UnsupportedOptionError,
 )
+from state_reader.formats.spark_hash import partition_ids
 from state_reader.formats.spark_types import DataType, StructField, StructType
 from state_reader.formats.unsaferow_encode import encode_rows
 from state_reader.model.checkpoint import (
@@ -57,6 +63,7 @@ from state_reader.model.checkpoint import (
     WATERMARK_METADATA,
     join_side_stores,
 )
+from state_reader.model.plan import StateReadPlan
 
 _BOOLEAN = DataType("boolean", json_name="boolean")
 
@@ -82,14 +89,15 @@ def _side_seeds(rp: RewritePlan, seed: StoreSeed) -> list[StoreSeed]:
         raise InvalidOptionError(f"join_side is {side!r}; give 'left' or 'right'")
     if seed.store_name is not None or seed.state_var_name is not None:
         raise InvalidOptionError("join_side names the side's stores itself; give join_side or store_name, not both")
-    if any(isinstance(given, DistributedRows) for given in (seed.upsert, seed.delete)):
-        raise UnsupportedOptionError(
-            "rows for a join side are a Spark DataFrame: through Spark, rows of a join side are not written yet; "
-            "collect them (toArrow) and rewrite without spark="
-        )
     op = _operator(rp, seed.operator_id, location)
     shapes = _store_shapes([rows for rows in rp.stores if rows.plan.operator_id == op])
     if join_side_stores(side, v4=True)[0] in shapes:
+        if any(isinstance(given, DistributedRows) for given in (seed.upsert, seed.delete)):
+            raise UnsupportedOptionError(
+                f"operator {op} of {location} is a join in state format 4: through Spark, rows of its sides are not "
+                "written yet; collect them (toArrow) and rewrite without spark=, or write its stores by name",
+                path=location,
+            )
         return _event_time_side_seeds(rp, seed, op, shapes)
     counts_name, values_name = join_side_stores(side)
     if counts_name not in shapes or values_name not in shapes:
@@ -100,42 +108,148 @@ def _side_seeds(rp: RewritePlan, seed: StoreSeed) -> list[StoreSeed]:
         )
     join_key, count_type = shapes[counts_name]
     values_key, values_value = shapes[values_name]
+    side_rows = SideRows(
+        plan_store_read(rp.checkpoint, op, counts_name, rp.batch_id), join_key, count_type, values_key, values_value
+    )
     where = f"the {side} side of operator {op}"
+    given = {"upsert": seed.upsert, "delete": seed.delete}
+    spread = [what for what, rows in given.items() if isinstance(rows, DistributedRows)]
+    if spread:
+        if len(spread) != sum(rows is not None for rows in given.values()):
+            raise UnsupportedOptionError(f"rows for {where} mix Spark DataFrames and local rows; give both as either")
+        return _spread_seeds(side_rows, seed, where, op, counts_name, values_name)
     upsert = delete = None
     if seed.upsert is not None:
-        table = _typed_upsert(seed.upsert, join_key, values_value)
-        require_columns(table, ("key", "value"), "upsert", where)
-        upsert = table
+        upsert = side_rows.typed(seed.upsert, "upsert", where)
     if seed.delete is not None:
-        table = as_table(seed.delete, "delete", join_key, None)
-        require_columns(table, ("key",), "delete", where, optional=("value",))
-        delete = table
-    old = _old_counts(rp, op, counts_name, join_key)
-
-    counts_up = values_up = None
-    stale: list[tuple[pa.Array, np.ndarray, np.ndarray]] = []  # join keys, first index to delete, old count
+        delete = side_rows.typed(seed.delete, "delete", where)
+    old = side_rows.old_counts(None)
+    counts_up = values_up = counts_down = None
+    stale: list[pa.Table] = []
     if upsert is not None:
+        counts_up, values_up, gone = side_rows.upserted(upsert, old)
+        stale.append(gone)
+    if delete is not None:
+        counts_down, gone = side_rows.deleted(delete, old)
+        stale.append(gone)
+    stale = [t for t in stale if t.num_rows]
+    values_down = pa.concat_tables(stale) if stale else None
+    return [
+        StoreSeed(counts_up, counts_down, operator_id=op, store_name=counts_name),
+        StoreSeed(values_up, values_down, operator_id=op, store_name=values_name),
+    ]
+
+
+@dataclass(frozen=True)
+class SideRows:
+    """How one side's rows become its two stores' rows (what a Spark task runs too, on its share of
+    the rows: every row of a join key among them)."""
+
+    counts_plan: StateReadPlan  # the read of the side's keyToNumValues store in the source
+    join_key: StructType
+    count_type: StructType
+    values_key: StructType
+    values_value: StructType
+
+    def typed(self, given: Any, what: str, where: str) -> pa.Table:
+        """``what`` rows as a pyarrow Table with the columns they need."""
+        if what == "upsert":
+            table = _typed_upsert(given, self.join_key, self.values_value)
+            require_columns(table, ("key", "value"), "upsert", where)
+        else:
+            table = as_table(given, "delete", self.join_key, None)
+            require_columns(table, ("key",), "delete", where, optional=("value",))
+        return table
+
+    def old_counts(self, keys: pa.Array | None, what: str = "upsert") -> tuple[pa.Array, np.ndarray]:
+        """The source's join keys of the side (their bytes) and how many rows each holds: all of them, or
+        (``keys`` given) those of the partitions Spark's hash puts ``keys`` in."""
+        plan = self.counts_plan
+        partitions = None
+        if keys is not None:
+            if not len(keys):
+                return pa.array([], pa.large_binary()), np.zeros(0, np.int64)
+            n = plan.num_partitions or len(plan.partitions) or 1
+            hashed = partition_ids([_conformed(keys, self.join_key, what)], n)
+            partitions = sorted(set(np.asarray(hashed).tolist()) & set(plan.partitions))
+        table = read_table(plan, partitions=partitions)
+        found = table.column("key").combine_chunks()
+        counts = table.column("value").combine_chunks().field(0)
+        return _bytes(found, self.join_key), np.asarray(counts.to_numpy(zero_copy_only=False), np.int64)
+
+    def upserted(self, upsert: pa.Table, old: tuple[pa.Array, np.ndarray]) -> tuple[pa.Table, pa.Table, pa.Table]:
+        """Upserted rows as the counts store's rows, the values store's, and the values store's
+        entries to delete (the source's indices past each join key's new count)."""
         keys = _column(upsert, "key")
-        groups, first = _groups(keys, join_key, "upsert")
+        groups, first = _groups(keys, self.join_key, "upsert")
         n = np.bincount(groups, minlength=len(first)).astype(np.int64)
         index = _rank(groups)
         owners = keys.take(pa.array(first))
-        counts_up = _table(owners, _count_values(n, count_type), upsert, first)
+        counts_up = _table(owners, _count_values(n, self.count_type), upsert, first)
         values_up = _table(
-            _with_index(keys, index, values_key),
-            _with_matched(_column(upsert, "value"), values_value),
+            _with_index(keys, index, self.values_key),
+            _with_matched(_column(upsert, "value"), self.values_value),
             upsert,
             None,
         )
-        stale.append((_conformed(owners, join_key, "upsert"), n, _lookup(old, _bytes(owners, join_key))))
-    counts_down = None
-    if delete is not None:
+        conformed = _conformed(owners, self.join_key, "upsert")
+        stale = _stale_entries(conformed, n, _lookup(old, _bytes(owners, self.join_key)), self.values_key)
+        return counts_up, values_up, stale
+
+    def deleted(self, delete: pa.Table, old: tuple[pa.Array, np.ndarray]) -> tuple[pa.Table, pa.Table]:
+        """Deleted join keys as the counts store's keys, and the values store's keys of every index they hold."""
         keys = _column(delete, "key")
         counts_down = _table(keys, None, delete, None)
-        _, first = _groups(keys, join_key, "delete")
-        owners = _conformed(keys.take(pa.array(first)), join_key, "delete")
-        stale.append((owners, np.zeros(len(first), np.int64), _lookup(old, _bytes(owners, join_key, "delete"))))
-    values_down = _stale_entries(stale, values_key)
+        _, first = _groups(keys, self.join_key, "delete")
+        owners = _conformed(keys.take(pa.array(first)), self.join_key, "delete")
+        ends = _lookup(old, _bytes(owners, self.join_key, "delete"))
+        return counts_down, _stale_entries(owners, np.zeros(len(first), np.int64), ends, self.values_key)
+
+
+@dataclass(frozen=True)
+class _Expand:
+    """One Spark task's share of a side's rows (every row of a join key) as one of its stores' rows.
+    ``upsert``: ``part`` 0 the counts store's rows, 1 the values store's, 2 the values store's entries
+    to delete (past each key's new count); ``delete``: 0 the counts store's keys, 1 the values
+    store's. Called with the task's rows as one table."""
+
+    side: SideRows
+    what: str
+    part: int
+    where: str
+
+    def __call__(self, given: pa.Table) -> pa.Table:
+        given = self.side.typed(given, self.what, self.where)
+        stale = self.part == (2 if self.what == "upsert" else 1)
+        # the source's counts are needed for the entries to delete only, and of this task's keys only
+        keys = _column(given, "key") if stale and given.num_rows else pa.array([])
+        old = self.side.old_counts(keys, self.what)
+        if self.what == "upsert":
+            return self.side.upserted(given, old)[self.part]
+        return self.side.deleted(given, old)[self.part]
+
+
+def _spread_seeds(
+    side: SideRows, seed: StoreSeed, where: str, op: int, counts_name: str, values_name: str
+) -> list[StoreSeed]:
+    """A side's seeds from Spark DataFrames: each store's rows derived on the executors from the rows
+    of the join keys a task holds (their schemas found here, on no rows)."""
+
+    def derived(what: str, part: int) -> DistributedRows:
+        given = getattr(seed, what)
+        assert isinstance(given, DistributedRows)
+        expand = _Expand(side, what, part, where)
+        empty = pa.Table.from_batches([], schema=given.schema)
+        return DistributedRows(expand(empty).schema, given.frame, derive=expand)
+
+    counts_up = values_up = counts_down = values_down = None
+    if seed.upsert is not None:
+        counts_up, values_up = derived("upsert", 0), derived("upsert", 1)
+        values_down = derived("upsert", 2)
+    if seed.delete is not None:
+        counts_down = derived("delete", 0)
+        gone = derived("delete", 1)
+        values_down = gone if values_down is None else replace(values_down, more=(gone,))
     return [
         StoreSeed(counts_up, counts_down, operator_id=op, store_name=counts_name),
         StoreSeed(values_up, values_down, operator_id=op, store_name=values_name),
@@ -298,14 +412,6 @@ def _store_shapes(stores: Sequence[StoreRows]) -> dict[str, tuple[StructType, St
     return out
 
 
-def _old_counts(rp: RewritePlan, op: int, counts_name: str, join_key: StructType) -> tuple[pa.Array, np.ndarray]:
-    """The source's join keys of one side (their bytes) and how many rows each holds."""
-    table = read_table(plan_store_read(rp.checkpoint, op, counts_name, rp.batch_id))
-    keys = table.column("key").combine_chunks()
-    counts = table.column("value").combine_chunks().field(0)
-    return _bytes(keys, join_key), np.asarray(counts.to_numpy(zero_copy_only=False), np.int64)
-
-
 def _column(table: pa.Table, name: str) -> pa.Array:
     column = table.column(name)
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
@@ -396,17 +502,10 @@ def _table(keys: pa.Array, values: pa.Array | None, given: pa.Table, rows: np.nd
     return pa.table(columns)
 
 
-def _stale_entries(stale: list[tuple[pa.Array, np.ndarray, np.ndarray]], values_key: StructType) -> pa.Table | None:
+def _stale_entries(owners: pa.Array, start: np.ndarray, end: np.ndarray, values_key: StructType) -> pa.Table:
     """The keyWithIndexToValue keys at indices from each join key's new count up to its old count."""
-    keys: list[pa.Array] = []
-    for owners, start, end in stale:
-        width = np.maximum(end - start, 0)
-        if not width.any():
-            continue
-        owner = np.repeat(np.arange(len(owners)), width)
-        offsets = np.r_[0, np.cumsum(width)[:-1]]
-        index = np.arange(int(width.sum())) - np.repeat(offsets, width) + np.repeat(start, width)
-        keys.append(_with_index(owners.take(pa.array(owner)), index, values_key))
-    if not keys:
-        return None
-    return pa.table({"key": pa.concat_arrays(keys) if len(keys) > 1 else keys[0]})
+    width = np.maximum(end - start, 0)
+    owner = np.repeat(np.arange(len(owners)), width)
+    offsets = np.r_[0, np.cumsum(width)[:-1]] if len(width) else np.zeros(0, np.int64)
+    index = np.arange(int(width.sum())) - np.repeat(offsets, width) + np.repeat(start, width)
+    return pa.table({"key": _with_index(owners.take(pa.array(owner, pa.int64())), index, values_key)})
