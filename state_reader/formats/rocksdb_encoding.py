@@ -57,7 +57,7 @@ import pyarrow as pa
 
 from state_reader.errors import CorruptFileError, RowDecodeError, UnsupportedOptionError
 from state_reader.formats.spark_types import DataType, StructField, StructType
-from state_reader.formats.unsaferow import PAD, RowBuffer, copy_spans, decode_rows, pack_rows, splice_rows
+from state_reader.formats.unsaferow import PAD, RowBuffer, decode_rows, pack_rows, splice_rows
 from state_reader.formats.unsaferow_encode import encode_rows
 
 STATE_ENCODING_VERSION = 0
@@ -68,7 +68,6 @@ LENGTH_BYTES = 4
 # mergeOperatorVersion -> delimiter of RocksDB's StringAppendOperator as Spark configures it
 MERGE_DELIMITERS = {1: b",", 2: b""}
 DEFAULT_MERGE_OPERATOR_VERSION = 1
-_COMMA = 0x2C
 
 NO_PREFIX = "NoPrefixKeyStateEncoderSpec"
 PREFIX_SCAN = "PrefixKeyScanStateEncoderSpec"
@@ -577,50 +576,6 @@ def decode_values(
     return _decode_payload(values, schema, "value", avro, valid=checked)
 
 
-def multi_value_header(row_checksum: bool) -> int:
-    """The bytes before each element's encoded row in a multi value: its length, and with row
-    checksums the checksum and the length of what it frames (that length and the row) before it."""
-    return (CHECKSUM_BYTES + LENGTH_BYTES if row_checksum else 0) + LENGTH_BYTES
-
-
-def split_multi_value(
-    value: bytes, merge_operator_version: int, row_checksum: bool, source: str
-) -> list[tuple[int, int]]:
-    """(start, length) of each encoded element (version byte + UnsafeRow) of a multi value.
-
-    Elements are found by their lengths; a ',' between two elements is skipped when
-    the merge operator puts one there (version 1) or when reading past it gives a
-    plausible element, since RocksDB adds ',' when it combines operands at read time.
-    """
-    header = multi_value_header(row_checksum)
-    n = len(value)
-
-    def element_at(pos: int) -> int | None:
-        """Length of a plausible element at ``pos``, else None."""
-        if pos + header > n:
-            return None
-        size = int.from_bytes(value[pos + header - LENGTH_BYTES : pos + header], "little", signed=True)
-        if size < 1 or pos + header + size > n or value[pos + header] != STATE_ENCODING_VERSION:
-            return None
-        if row_checksum:  # the checksum frames the element's own length and row
-            framed = int.from_bytes(value[pos + CHECKSUM_BYTES : pos + 2 * LENGTH_BYTES], "little", signed=True)
-            if framed != size + LENGTH_BYTES:
-                return None
-        return size
-
-    out: list[tuple[int, int]] = []
-    pos = 0
-    while pos < n:
-        size = element_at(pos)
-        if size is None:
-            raise CorruptFileError(f"{source}: no valid list element at byte {pos} of a {n}-byte value", path=source)
-        out.append((pos + header, size))
-        pos += header + size
-        if pos < n and value[pos] == _COMMA and (merge_operator_version == 1 or element_at(pos + 1) is not None):
-            pos += 1
-    return out
-
-
 # -- writing: UnsafeRows <-> RocksDB keys and values --------------------------------
 
 # key encoders whose keys hold the whole key as UnsafeRows, so they convert to and from the
@@ -696,55 +651,6 @@ def with_row_checksums(keys: RowBuffer, values: RowBuffer, with_length: bool) ->
     return out
 
 
-def encode_multi_values(
-    elements: RowBuffer, groups: np.ndarray, delimiter: bytes, keys: RowBuffer | None = None
-) -> RowBuffer:
-    """Multi values as Spark writes them: one per group (``groups``: each element's group, 0..n-1),
-    its encoded elements (version byte first) in the order given, each after its int32 length and
-    joined by the merge operator's ``delimiter``. With ``keys`` (one per group, as stored) each
-    element is framed with its row checksum over its group's key."""
-    framed = pack_rows([(LENGTH_BYTES, elements)], elements.source)
-    _put_int32(framed, 0, elements.lengths)
-    if keys is not None:
-        framed = with_row_checksums(keys.take(groups), framed, with_length=True)
-    order = np.argsort(groups, kind="stable")
-    owner = np.asarray(groups, dtype=np.int64)[order]
-    lengths = framed.lengths[order]
-    n = int(owner[-1]) + 1 if len(owner) else 0
-    counts = np.bincount(owner, minlength=n)
-    width = len(delimiter)
-    out_lengths = np.bincount(owner, weights=lengths, minlength=n).astype(np.int64) + width * (counts - 1)
-    out_starts = np.cumsum(out_lengths) - out_lengths
-    first = np.cumsum(counts) - counts  # each group's first element, in sorted order
-    before = np.cumsum(lengths) - lengths
-    rank = np.arange(len(owner)) - first[owner]
-    at = out_starts[owner] + before - before[first[owner]] + width * rank
-    size = int(out_lengths.sum())
-    buf = np.zeros(size + PAD, dtype=np.uint8)
-    copy_spans(buf, at, framed.buf, framed.starts[order], lengths)
-    if width:
-        gaps = at[rank > 0] - width
-        buf[gaps[:, None] + np.arange(width, dtype=np.int64)] = np.frombuffer(delimiter, dtype=np.uint8)
-    return RowBuffer.wrap(buf, size, out_starts, out_lengths, elements.source)
-
-
-def _put_int32(rows: RowBuffer, offset: int, numbers: np.ndarray) -> None:
-    """Row i's bytes ``offset..offset+4`` set to ``numbers[i]``, int32 little-endian."""
-    at = rows.starts[:, None] + offset + np.arange(LENGTH_BYTES, dtype=np.int64)
-    rows.buf[at] = np.asarray(numbers).astype("<i4").view(np.uint8).reshape(-1, LENGTH_BYTES)
-
-
 def unsafe_values(values: RowBuffer) -> RowBuffer:
     """Single RocksDB values (no row checksum) as UnsafeRows."""
     return _strip_version(values, "value")
-
-
-def rejoin_multi_value(value: bytes, merge_operator_version: int, row_checksum: bool, source: str) -> bytes:
-    """A multi value with its elements joined by the delimiter of ``merge_operator_version``:
-    values RocksDB combined at read time have ',' between elements, which version 2 does not write."""
-    header = multi_value_header(row_checksum)
-    delimiter = MERGE_DELIMITERS[merge_operator_version]
-    return delimiter.join(
-        value[start - header : start + size]
-        for start, size in split_multi_value(value, merge_operator_version, row_checksum, source)
-    )

@@ -19,9 +19,9 @@ from state_reader.formats.rocksdb_encoding import (
     decode_keys,
     decode_values,
     select,
-    split_multi_value,
     strip_column_family,
 )
+from state_reader.formats.rocksdb_multi_value import split_multi_value
 from state_reader.formats.spark_types import StructType
 from state_reader.formats.unsaferow import RowBuffer, decode_rows
 from state_reader.grouping import dense_ids, group_ids

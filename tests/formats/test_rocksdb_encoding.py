@@ -152,7 +152,8 @@ def test_multi_values_encode_as_spark_frames_them(merge_operator_version, row_ch
     and joined by the merge operator's delimiter; with row checksums each element is framed by
     the CRC-32C of its key and the element (its length included), then that framed length, as
     Spark writes them. They split back into the elements given."""
-    from state_reader.formats.rocksdb_encoding import MERGE_DELIMITERS, encode_multi_values, split_multi_value
+    from state_reader.formats.rocksdb_encoding import MERGE_DELIMITERS
+    from state_reader.formats.rocksdb_multi_value import encode_multi_values, split_multi_value
     from state_reader.io.integrity import crc32c
 
     elements = [b"\x00" + bytes([i]) * (8 + 8 * (i % 2)) for i in range(5)]

@@ -29,11 +29,11 @@ from state_reader.formats.rocksdb_encoding import (
     decode_keys,
     encode_keys,
     encode_values,
-    rejoin_multi_value,
     strip_column_family,
     unsafe_keys,
     unsafe_values,
 )
+from state_reader.formats.rocksdb_multi_value import rejoin_multi_value
 from state_reader.formats.spark_hash import partition_ids
 from state_reader.formats.spark_types import StructField, StructType, from_arrow
 from state_reader.formats.unsaferow import RowBuffer, decode_rows, pack_rows

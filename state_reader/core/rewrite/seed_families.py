@@ -49,13 +49,13 @@ from state_reader.formats.rocksdb_encoding import (
     VIRTUAL_CF_PREFIX_BYTES,
     column_family_ids,
     encode_keys,
-    encode_multi_values,
     encode_range_scan_keys,
     encode_timestamp_keys,
     encode_values,
     with_row_checksums,
     with_spans,
 )
+from state_reader.formats.rocksdb_multi_value import encode_multi_values
 from state_reader.formats.schema_files import ColumnFamilySchema
 from state_reader.formats.spark_types import LONG, DataType, StructType
 from state_reader.formats.unsaferow import PAD, RowBuffer, copy_spans, pack_rows
