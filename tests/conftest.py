@@ -36,10 +36,14 @@ def _written(spark, tmp_path_factory, request):
 
     def build(key: tuple[str, str]) -> str:
         kind, name = key
+        out = base / name
         if kind == "own":
             index, name = own[name]
-            return run_query(spark.newSession(), ALL_SESSION_QUERIES[name], base / "own" / str(index))
-        return run_query(spark.newSession(), ALL_SESSION_QUERIES[name], base / name)
+            out = base / "own" / str(index)
+        try:
+            return run_query(spark.newSession(), ALL_SESSION_QUERIES[name], out)
+        except Exception:  # once more: under load a Python worker can miss the time Spark gives it to connect
+            return run_query(spark.newSession(), ALL_SESSION_QUERIES[name], out)
 
     written = OnceEach(build)
     written.prefetch(request.config.stash[PREFETCH])
@@ -69,9 +73,20 @@ def agg(checkpoints) -> str:
 
 
 @pytest.fixture(scope="session")
-def scala_checkpoints(tmp_path_factory):
+def _lane():
+    """One background thread for the work made in processes of its own (installs, the Scala queries, the
+    examples): one such process at a time, beside the suite's own JVM."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="lane")
+    yield pool
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="session")
+def scala_checkpoints(tmp_path_factory, _lane):
     """Checkpoints of the Scala queries, all written by one ``spark-submit`` in the background from the
-    first use on: ``scala_checkpoints("fmgws_v1")`` -> path."""
+    start: ``scala_checkpoints("fmgws_v1")`` -> path."""
     from tests.support.parallel import OnceEach
     from tests.support.scala_queries import QUERIES, compile_queries, run_scala_queries
 
@@ -80,16 +95,16 @@ def scala_checkpoints(tmp_path_factory):
     def build(_: str) -> dict[str, str]:
         return run_scala_queries(compile_queries(base), list(QUERIES), base)
 
-    every = OnceEach(build, workers=1)
+    every = OnceEach(build, pool=_lane)
     every.prefetch(["all"])
     yield lambda name: every("all")[name]
     every.close()
 
 
 @pytest.fixture(scope="session")
-def _examples(request):
+def _examples(request, _lane):
     """The example scripts the selected tests run (``@pytest.mark.example(script)``), each once in a process
-    of its own, one at a time in the background from the start."""
+    of its own, in the background from the start."""
     import subprocess
     import sys
 
@@ -100,7 +115,7 @@ def _examples(request):
         command = [sys.executable, f"examples/{script}"]
         return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
-    every = OnceEach(run, workers=1)
+    every = OnceEach(run, pool=_lane)
     every.prefetch(request.config.stash[EXAMPLES])
     yield every
     every.close()
@@ -116,10 +131,10 @@ def example(_examples, request) -> str:
 
 
 @pytest.fixture(scope="session")
-def installed(tmp_path_factory, request):
+def installed(tmp_path_factory, _lane):
     """Virtualenvs with this checkout pip-installed, without bytecode (the tests import a small part of what
-    is installed): ``installed("")`` with no extra, ``installed("notebook")`` with that one. Made one at a
-    time in the background from the start; a call waits for its own."""
+    is installed): ``installed("")`` with no extra, ``installed("notebook")`` with that one. Made in the
+    background from the start; a call waits for its own."""
     import os
     import subprocess
     import sys
@@ -141,14 +156,14 @@ def installed(tmp_path_factory, request):
         assert done.returncode == 0, done.stderr[-2000:]
         return venv
 
-    every = OnceEach(build, workers=1)
+    every = OnceEach(build, pool=_lane)
     every.prefetch(["", "notebook"])
     yield every
     every.close()
 
 
-# what is made ahead, from the start, when a selected test needs it
-AHEAD = ("_written", "scala_checkpoints", "_examples", "installed")
+# what is made ahead, from the start, when a selected test needs it (the processes of its own in this order)
+AHEAD = ("_written", "installed", "scala_checkpoints", "_examples")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -29,11 +29,15 @@ class OnceEach(Generic[T]):
     """``build(key)`` run once per key: on the first ``self(key)``, or earlier in the background through
     :meth:`prefetch`. The first failure of a key is raised to every test that asks for it."""
 
-    def __init__(self, build: Callable[[Hashable], T], workers: int = 2) -> None:
+    def __init__(
+        self, build: Callable[[Hashable], T], workers: int = 2, pool: ThreadPoolExecutor | None = None
+    ) -> None:
         self._build = build
         self._lock = threading.Lock()
         self._futures: dict[Hashable, Future] = {}
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="prefetch")
+        # a pool given is shared (its work runs one piece after another beside the tests) and not shut down here
+        self._own = pool is None
+        self._pool = pool or ThreadPoolExecutor(workers, thread_name_prefix="prefetch")
 
     def prefetch(self, keys: Iterable[Hashable]) -> None:
         """Start building ``keys`` in this order, beside whatever runs meanwhile."""
@@ -56,4 +60,5 @@ class OnceEach(Generic[T]):
         return future.result()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._own:
+            self._pool.shutdown(wait=True, cancel_futures=True)
