@@ -192,8 +192,12 @@ STARTED_AHEAD = pytest.StashKey[list]()
 
 def pytest_collection_finish(session):
     """What the selected tests (after ``-k`` and ``-m``) will need, in the order they run, to make ahead."""
-    from tests.support.streaming_queries import ALL_SESSION_QUERIES
+    used = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    known: set[str] = set()
+    if "checkpoints" in used:  # the query definitions import pyspark, which a run without Spark may lack
+        from tests.support.streaming_queries import ALL_SESSION_QUERIES
 
+        known = set(ALL_SESSION_QUERIES)
     wanted: dict[tuple[str, str], None] = {}
     own: dict[str, tuple[int, str]] = {}
     for item in session.items:
@@ -203,7 +207,7 @@ def pytest_collection_finish(session):
             wanted["shared", "agg_window"] = None
         if "checkpoints" in fixtures:
             for value in params.values():
-                if isinstance(value, str) and value in ALL_SESSION_QUERIES:
+                if isinstance(value, str) and value in known:
                     wanted["shared", value] = None
         if "own_run" in fixtures:
             own[item.nodeid] = (len(own), params["name"])
@@ -211,7 +215,6 @@ def pytest_collection_finish(session):
     session.config.stash[PREFETCH] = list(wanted)
     session.config.stash[OWN_RUNS] = own
     session.config.stash[EXAMPLES] = [m.args[0] for item in session.items for m in item.iter_markers("example")]
-    used = {name for item in session.items for name in getattr(item, "fixturenames", ())}
     session.config.stash[STARTED_AHEAD] = [name for name in AHEAD if name in used]
 
 

@@ -333,14 +333,13 @@ def _spread_families(rows: FamilyStoreRows, spread: dict[str, dict[str, Any]], w
             raise UnsupportedOptionError(
                 f"rows for {name} of {where} mix Spark DataFrames and local rows; give both as Spark DataFrames"
             )
-    empty = {
-        name: tuple(
-            pa.Table.from_batches([], schema=frames[what].schema) if what in frames else None
-            for what in ("upsert", "delete")
-        )
-        for name, frames in spread.items()
-    }
-    bound = fam.bind_families(rows, empty)
+
+    def empty(frames: dict[str, Any], what: str) -> pa.Table | None:
+        return pa.Table.from_batches([], schema=frames[what].schema) if what in frames else None
+
+    bound = fam.bind_families(
+        rows, {name: (empty(frames, "upsert"), empty(frames, "delete")) for name, frames in spread.items()}
+    )
     return StoreEdit(rows, None, bound.widened, match=bound.match, families=spread)
 
 
