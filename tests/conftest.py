@@ -219,6 +219,9 @@ def pytest_collection_finish(session):
 
 
 def pytest_collection_modifyitems(config, items):
+    # the tests that wait on the installs made in the background run last: the installs are done by then
+    waiting = [item for item in items if "installed" in getattr(item, "fixturenames", ())]
+    items[:] = [item for item in items if item not in waiting] + waiting
     # every test that needs Spark, directly, through the checkpoints it writes or in an example's process, is
     # marked `spark`, so `pytest -m "not spark"` runs the Spark-free tests alone in seconds
     for item in items:
