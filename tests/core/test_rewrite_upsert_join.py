@@ -4,6 +4,8 @@ the same rows in the same partitions as the source (state formats 1 to 4, with r
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 
@@ -50,6 +52,16 @@ def _with_matched(src: str, side: str) -> pa.Table:
     return rows.set_column(rows.column_names.index("value"), "value", extended)
 
 
+def _every_join_key_deleted(src: str, sides: dict, tmp_path: Path) -> str:
+    """A rewrite of ``src`` with every join key of ``sides`` (each side's rows) deleted, side by side."""
+    step = src
+    for i, (side, rows) in enumerate(sides.items()):
+        out = str(tmp_path / f"deleted-{i}")
+        state_reader.rewrite(step, out, delete=rows.select(["key"]), join_side=side)
+        step = out
+    return step
+
+
 @pytest.mark.parametrize("name", ["join_inner", "join_left_outer_rocksdb_cl", "join_v3"])
 def test_round_trip_by_side(spark, checkpoints, tmp_path, name):
     """Every join key of both sides deleted, then each side's rows upserted back: Spark's reader,
@@ -58,11 +70,7 @@ def test_round_trip_by_side(spark, checkpoints, tmp_path, name):
     before = digest(src)
     sides = {side: _with_matched(src, side) for side in SIDES}
     assert all(t.num_rows for t in sides.values())
-    step = src
-    for i, (side, rows) in enumerate(sides.items()):
-        out = str(tmp_path / f"deleted-{i}")
-        state_reader.rewrite(step, out, delete=rows.select(["key"]), join_side=side)
-        step = out
+    step = _every_join_key_deleted(src, sides, tmp_path)
     for side in SIDES:
         assert state_reader.read_state(step, join_side=side).num_rows == 0
     assert all(state_reader.read_state(step, store_name=s).num_rows == 0 for s in JOIN_STORES)
@@ -166,11 +174,7 @@ def test_round_trip_by_side_in_state_format_4(spark, checkpoints, tmp_path, name
     before = digest(src)
     sides = {side: _v4_side(src, side) for side in SIDES}
     assert all(t.num_rows for t in sides.values())
-    step = src
-    for i, (side, rows) in enumerate(sides.items()):
-        out = str(tmp_path / f"deleted-{i}")
-        state_reader.rewrite(step, out, delete=rows.select(["key"]), join_side=side)
-        step = out
+    step = _every_join_key_deleted(src, sides, tmp_path)
     assert all(state_reader.read_state(step, join_side=side).num_rows == 0 for side in SIDES)
     assert all(state_reader.read_state(step, store_name=s).num_rows == 0 for s in JOIN_V4_STORES)
     for i, (side, rows) in enumerate(sides.items()):
