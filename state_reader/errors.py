@@ -254,6 +254,13 @@ class SeedSchemaError(InvalidSeedError):
     error_class = "STATE_READER_SEED_SCHEMA_MISMATCH"
 
 
+class SeedValueError(SeedSchemaError):
+    """A value of the rows is not one the store's type holds exactly (1.5 or 3e9 for an ``int``, text for
+    a number, a decimal with more digits than its scale)."""
+
+    error_class = "STATE_READER_SEED_VALUE"
+
+
 class SeedNullError(InvalidSeedError):
     """The rows hold a null where the store's schema forbids one."""
 

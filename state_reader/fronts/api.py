@@ -408,7 +408,10 @@ def _as_rows(rows: Any, distributed: bool = False) -> Any:
         return _DistributedRows(to_arrow_schema(rows.schema, **zone), rows)
     if hasattr(rows, "toArrow"):
         return rows.toArrow()
-    return pa.Table.from_pandas(rows.toPandas(), preserve_index=False)
+    # pyspark 3.5: Arrow batches as toPandas collects them, never through pandas (which bends types)
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return pa.Table.from_batches(rows._collect_as_arrow(), schema=to_arrow_schema(rows.schema))
 
 
 @_public_api

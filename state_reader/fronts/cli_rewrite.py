@@ -28,6 +28,8 @@ from state_reader.model.conf import PROVIDER_NAMES
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from state_reader.core.rewrite.seed_fit import TextRows
+
 
 @click.command(epilog=KEY_FILTER_HELP)
 @click.argument("checkpoint")
@@ -119,7 +121,6 @@ def rewrite(
         dry_run=dry_run,
         storage_options=storage_options_of(storage_option),
         **_rows_to_write(
-            checkpoint,
             upsert,
             delete,
             {
@@ -129,8 +130,6 @@ def rewrite(
                 "join_side": join_side,
                 "read_registered_timers": read_registered_timers,
             },
-            storage_option,
-            batch_id,
         ),
     )
     if plot_out is not None:
@@ -141,16 +140,9 @@ def rewrite(
     return EXIT_OK
 
 
-def _rows_to_write(
-    checkpoint: str,
-    upsert_file: str | None,
-    delete_file: str | None,
-    selectors: dict[str, Any],
-    storage_option: Sequence[str],
-    batch_id: int | None,
-) -> dict[str, Any]:
-    """``rewrite``'s ``upsert``, ``delete`` and store ``selectors`` (those given), the files read with
-    the store's own column types (JSON lines and CSV say little about types themselves)."""
+def _rows_to_write(upsert_file: str | None, delete_file: str | None, selectors: dict[str, Any]) -> dict[str, Any]:
+    """``rewrite``'s ``upsert``, ``delete`` and store ``selectors`` (those given), the files read as
+    they are: the rewrite types them by the store they go into, as it does every form of rows."""
     chosen = {name: value for name, value in selectors.items() if value is not None}
     if upsert_file is None and delete_file is None:
         if chosen:
@@ -159,30 +151,25 @@ def _rows_to_write(
                 "--delete write into"
             )
         return {}
-    from state_reader.fronts.api import scan_state
-    from state_reader.inspect.flatten import unique_schema
-
-    reader = scan_state(checkpoint, batch_id=batch_id, storage_options=storage_options_of(storage_option), **chosen)
-    schema = unique_schema(reader.schema)
-    reader.close()
     return {
-        "upsert": None if upsert_file is None else _read_rows(upsert_file, schema, "--upsert"),
-        "delete": None if delete_file is None else _read_rows(delete_file, schema, "--delete"),
+        "upsert": None if upsert_file is None else read_rows_file(upsert_file, "--upsert"),
+        "delete": None if delete_file is None else read_rows_file(delete_file, "--delete"),
         **chosen,
     }
 
 
-ROWS_FORMATS = {".parquet": "parquet", ".jsonl": "json", ".ndjson": "json", ".csv": "csv"}
+ROWS_FORMATS = {".parquet": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv"}
 
 
-def _read_rows(path: str, schema: pa.Schema, flag: str) -> pa.Table:
-    """A file of rows (Parquet; JSON lines with ``key`` and ``value`` objects; CSV with dotted column
-    names such as ``key.user``), typed by ``schema`` where the format does not carry types."""
+def read_rows_file(path: str, flag: str) -> pa.Table | TextRows:
+    """A file of rows in a format ``export`` writes: Parquet as its table; JSON lines, a JSON array
+    of objects, or CSV with dotted column names (``key.user``) as text the rewrite types by the
+    store's schema (these formats carry no types of their own)."""
     import pyarrow as pa
 
     kind = ROWS_FORMATS.get(os.path.splitext(path)[1].lower())
     if kind is None:
-        raise click.UsageError(f"{flag} {path}: give a .parquet, .jsonl (JSON lines) or .csv file")
+        raise click.UsageError(f"{flag} {path}: give a .parquet, .jsonl (JSON lines), .json or .csv file")
     if not os.path.isfile(path):
         raise click.UsageError(f"{flag} {path}: no such file")
     try:
@@ -190,55 +177,63 @@ def _read_rows(path: str, schema: pa.Schema, flag: str) -> pa.Table:
             import pyarrow.parquet as pq
 
             return pq.read_table(path)
-        if kind == "json":
-            from pyarrow import json as pa_json
-
-            with open(path, "rb") as fh:
-                names = set(json.loads(fh.readline() or b"{}"))
-            fields = [f for f in schema if f.name in names]
-            options = pa_json.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="infer")
-            return pa_json.read_json(path, parse_options=options)
-        from pyarrow import csv as pa_csv
-
-        leaves = dict(_leaf_types(schema))
-        # an empty field is a null, a quoted empty one an empty string (as pyarrow and Spark write them)
-        convert = pa_csv.ConvertOptions(column_types=leaves, strings_can_be_null=True, quoted_strings_can_be_null=False)
-        table = pa_csv.read_csv(path, convert_options=convert)
-        return _nested(table)
-    except pa.ArrowInvalid as exc:
+        if kind == "csv":
+            return _csv_rows(path, flag)
+        return _json_rows(path, flag, lines=kind == "jsonl")
+    except (pa.ArrowInvalid, UnicodeDecodeError) as exc:
         raise click.UsageError(f"{flag} {path}: {exc}") from None
 
 
-def _leaf_types(schema: pa.Schema | pa.StructType, prefix: str = "") -> list[tuple[str, pa.DataType]]:
-    """Each plain field of ``schema`` by its dotted name (``value.count``), as CSV columns name them."""
+def _json_rows(path: str, flag: str, *, lines: bool) -> TextRows:
+    from state_reader.core.rewrite.seed_fit import TextRows
+    from state_reader.errors import SeedSchemaError
+
+    def no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        names = [k for k, _ in pairs]
+        if len(set(names)) != len(names):
+            twice = next(k for k in names if names.count(k) > 1)
+            raise ValueError(f"the field {twice!r} is given twice in one object")
+        return dict(pairs)
+
+    with open(path, encoding="utf-8") as fh:
+        try:
+            if lines:
+                rows = [json.loads(line, object_pairs_hook=no_repeats) for line in fh if line.strip()]
+            else:
+                rows = json.load(fh, object_pairs_hook=no_repeats)
+        except ValueError as exc:  # json.JSONDecodeError among them
+            raise click.UsageError(f"{flag} {path}: not JSON{' lines' if lines else ''} ({exc})") from None
+    if not isinstance(rows, list):
+        raise click.UsageError(f"{flag} {path}: a .json file of rows is one array of objects")
+    names = list(rows[0]) if rows else []
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or set(row) != set(names):
+            raise SeedSchemaError(
+                f"{flag} {path}: row {i} is not an object with the fields of row 0 ({', '.join(names)})", path=path
+            )
+    return TextRows({name: [row[name] for row in rows] for name in names}, len(rows), "json", path)
+
+
+def _csv_rows(path: str, flag: str) -> TextRows:
+    import csv
+
     import pyarrow as pa
+    from pyarrow import csv as pa_csv
 
-    out: list[tuple[str, pa.DataType]] = []
-    for f in schema if isinstance(schema, pa.Schema) else [schema.field(i) for i in range(schema.num_fields)]:
-        name = f"{prefix}{f.name}"
-        if pa.types.is_struct(f.type):
-            out += _leaf_types(f.type, name + ".")
-        elif not pa.types.is_nested(f.type):
-            out.append((name, f.type))
-    return out
+    from state_reader.core.rewrite.seed_fit import TextRows
+    from state_reader.errors import SeedSchemaError
 
-
-def _nested(table: pa.Table) -> pa.Table:
-    """Dotted columns (``key.user``) gathered back into struct columns, in the order they come."""
-    import pyarrow as pa
-
-    tree: dict[str, Any] = {}
-    for name, column in zip(table.column_names, table.columns, strict=True):
-        node = tree
-        *parents, leaf = name.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = column.combine_chunks()
-
-    def build(node: Any) -> pa.Array:
-        if not isinstance(node, dict):
-            return node
-        children = {k: build(v) for k, v in node.items()}
-        return pa.StructArray.from_arrays(list(children.values()), names=list(children))
-
-    return pa.table({name: build(node) for name, node in tree.items()})
+    with open(path, encoding="utf-8", newline="") as fh:
+        names = next(csv.reader(fh), [])
+    if len(set(names)) != len(names):
+        raise SeedSchemaError(f"{flag} {path}: a column is named twice in the header ({', '.join(names)})", path=path)
+    # every cell as text: an empty cell is a null, a quoted empty one the empty string (as export writes them)
+    convert = pa_csv.ConvertOptions(
+        column_types={name: pa.string() for name in names},
+        null_values=[""],
+        strings_can_be_null=True,
+        quoted_strings_can_be_null=False,
+    )
+    table = pa_csv.read_csv(path, convert_options=convert)
+    columns = {name: table.column(name).combine_chunks() for name in table.column_names}
+    return TextRows(columns, table.num_rows, "csv", path)

@@ -8,25 +8,30 @@
   names of aggregation buffers (two ``sum`` fields); duplicates get ``#2``,
   ``#3``… suffixes.
 
-JSON conventions: timestamps and dates ISO 8601, decimals as strings (exact),
-binary as base64, day-time intervals as ISO 8601 durations, calendar intervals
-as ``{"months", "days", "nanoseconds"}``, NaN/±Infinity as the strings
-``"NaN"``, ``"Infinity"``, ``"-Infinity"``, maps with string keys as objects and
-other maps as lists of ``{"key", "value"}``.
+The JSON conventions (and reading them back) are :mod:`state_reader.formats.json_values`.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import json
-import math
-from collections.abc import Iterable
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from state_reader.formats.json_values import json_values, render_compact, unique_names
+
+__all__ = [
+    "display_rows",
+    "flatten_table",
+    "is_plain",
+    "json_rows",
+    "json_values",
+    "renamed_batch",
+    "render_cell",
+    "render_compact",
+    "unique_names",
+    "unique_schema",
+    "with_unique_field_names",
+]
 
 # Types a CSV writer and a terminal show well as they are.
 _PLAIN = (
@@ -45,16 +50,6 @@ _PLAIN = (
 def is_plain(typ: pa.DataType) -> bool:
     """True for types that need no rendering to be shown or written to CSV."""
     return any(check(typ) for check in _PLAIN)
-
-
-def unique_names(names: Iterable[str]) -> list[str]:
-    """``names`` with repeats renamed ``name#2``, ``name#3``…"""
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        out.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
-    return out
 
 
 def _unique_type(typ: pa.DataType) -> pa.DataType:
@@ -142,107 +137,11 @@ def flatten_table(table: pa.Table | pa.RecordBatch, *, render_nested: bool = Fal
     return table
 
 
-# ---------------------------------------------------------------------------
-# JSON values
-
-
-def _float(v: float) -> Any:
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "Infinity" if v > 0 else "-Infinity"
-    return v
-
-
-def _duration(td: dt.timedelta) -> str:
-    sign = "-" if td < dt.timedelta(0) else ""
-    td = abs(td)
-    seconds = td.seconds + td.microseconds / 1e6
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    text = f"{sign}P{td.days}DT{int(hours)}H{int(minutes)}M"
-    return text + (f"{secs:.6f}".rstrip("0").rstrip(".") + "S")
-
-
-def _scalar(v: Any) -> Any:
-    """One plain Python value (from ``to_pylist``) as a JSON value."""
-    if v is None or isinstance(v, (bool, int, str)):
-        return v
-    if isinstance(v, float):
-        return _float(v)
-    if isinstance(v, Decimal):
-        return str(v)
-    if isinstance(v, dt.datetime):
-        return v.isoformat()
-    if isinstance(v, (dt.date, dt.time)):
-        return v.isoformat()
-    if isinstance(v, dt.timedelta):
-        return _duration(v)
-    if isinstance(v, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(v)).decode("ascii")
-    if hasattr(v, "months") and hasattr(v, "days") and hasattr(v, "nanoseconds"):
-        return {"months": v.months, "days": v.days, "nanoseconds": v.nanoseconds}
-    return str(v)
-
-
-def json_values(array: pa.Array | pa.ChunkedArray) -> list[Any]:
-    """The values of ``array`` as JSON-ready Python values (None for null)."""
-    if isinstance(array, pa.ChunkedArray):
-        return [v for chunk in array.chunks for v in json_values(chunk)]
-    typ = array.type
-    if isinstance(array, pa.ExtensionArray):
-        return json_values(array.storage)
-    if pa.types.is_struct(typ):
-        names = unique_names(f.name for f in typ)
-        children = [json_values(child) for child in array.flatten()]  # flatten() honours slices and nulls
-        valid = array.is_valid().to_pylist()
-        return [
-            dict(zip(names, (c[i] for c in children), strict=True)) if valid[i] else None for i in range(len(array))
-        ]
-    if pa.types.is_map(typ):
-        # offsets index the whole key/item children, also for a sliced array
-        offsets = array.offsets.to_pylist()
-        keys, items = json_values(array.keys), json_values(array.items)
-        valid = array.is_valid().to_pylist()
-        string_keys = pa.types.is_string(typ.key_type) or pa.types.is_large_string(typ.key_type)
-        out: list[Any] = []
-        for i in range(len(array)):
-            if not valid[i]:
-                out.append(None)
-                continue
-            lo, hi = offsets[i], offsets[i + 1]
-            if string_keys:
-                out.append(dict(zip(keys[lo:hi], items[lo:hi], strict=True)))
-            else:
-                out.append([{"key": k, "value": v} for k, v in zip(keys[lo:hi], items[lo:hi], strict=True)])
-        return out
-    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
-        values = json_values(array.flatten())
-        lengths = pc.list_value_length(array).to_pylist()
-        out = []
-        pos = 0
-        for n in lengths:
-            if n is None:
-                out.append(None)
-            else:
-                out.append(values[pos : pos + n])
-                pos += n
-        return out
-    return [_scalar(v) for v in array.to_pylist()]
-
-
 def json_rows(table: pa.Table | pa.RecordBatch) -> list[dict[str, Any]]:
     """Rows of ``table`` as dicts of JSON-ready values (nested structure kept)."""
     names = unique_names(table.schema.names)
     columns = [json_values(table.column(i)) for i in range(table.num_columns)]
     return [dict(zip(names, (c[i] for c in columns), strict=True)) for i in range(table.num_rows)]
-
-
-def render_compact(value: Any) -> str:
-    """A JSON value as one short line: ``[1, 2, null]``, ``{"a": 1}``; strings bare."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
 
 
 def render_cell(value: Any) -> str:

@@ -24,6 +24,7 @@ from tests.support.resume import (
     resume,
     resume_each,
     state_rows,
+    stored_rows,
     stores,
 )
 from tests.support.streaming_queries import (
@@ -75,25 +76,11 @@ def test_round_trip_through_delete_and_upsert(spark, checkpoints, tmp_path, name
     assert store["rows"] == rows.num_rows
     assert_builtin_sees_same_state(spark, src, full, report.new_partitions)
     if "checksum" in name:  # the checksums written are Spark's, byte for byte
-        assert _stored(full) == _stored(src)
+        assert stored_rows(full) == stored_rows(src)
     # the same rows upserted over themselves: every key replaced, none gained (keys match byte for byte)
     dry = state_reader.rewrite(src, upsert=rows, dry_run=True).summary()["stores"][0]
     assert (dry["gained"], dry["replaced"], dry["lost"]) == (0, rows.num_rows, 0)
     assert digest(src) == before, "the source changed"
-
-
-def _stored(checkpoint: str) -> set[tuple[bytes, bytes]]:
-    """Every (key, value) of the checkpoint's one store, as the bytes the store keeps."""
-    from state_reader.core.rewrite import plan_rewrite
-    from state_reader.io.storage import Storage
-
-    (rows,) = plan_rewrite(Storage(checkpoint)).stores
-    out = set()
-    for pid in rows.plan.partitions:
-        keys, values = rows.load(pid)
-        for k0, kn, v0, vn in zip(keys.starts, keys.lengths, values.starts, values.lengths, strict=True):
-            out.add((bytes(keys.buf[k0 : k0 + kn]), bytes(values.buf[v0 : v0 + vn])))
-    return out
 
 
 @pytest.mark.parametrize("name", ["join_inner", "join_left_outer_rocksdb_cl"])

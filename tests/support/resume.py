@@ -157,6 +157,20 @@ def digest(directory: str) -> dict[str, str]:
     }
 
 
+def stored_rows(checkpoint: str) -> set[tuple[bytes, bytes]]:
+    """Every (key, value) of the checkpoint's stores, as the bytes the stores keep (column families
+    included): what two writes of the same rows must agree on, whatever files hold them."""
+    from state_reader.core.rewrite import plan_rewrite
+
+    out = set()
+    for rows in plan_rewrite(Storage(checkpoint)).stores:
+        for pid in rows.plan.partitions:
+            keys, values = rows.load(pid)
+            for k0, kn, v0, vn in zip(keys.starts, keys.lengths, values.starts, values.lengths, strict=True):
+                out.add((bytes(keys.buf[k0 : k0 + kn]), bytes(values.buf[v0 : v0 + vn])))
+    return out
+
+
 def state_rows(spark, checkpoint: str, **options) -> list[str]:
     reader = spark.read.format("statestore")
     for key, value in options.items():

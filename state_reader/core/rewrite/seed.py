@@ -28,13 +28,13 @@ from state_reader.core.rewrite import seed_families as fam
 from state_reader.core.rewrite.route import Spill
 from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, TransformedStoreRows, store_label
 from state_reader.core.rewrite.seed_fit import (
-    as_table,
     check_partitions,
     conform_column,
     key_bytes,
     require_columns,
     require_non_null,
     require_unique,
+    typed_table,
 )
 from state_reader.core.size import row_bytes
 from state_reader.errors import (
@@ -281,12 +281,13 @@ def _bind(rows: StoreRows, seed: StoreSeed, location: str, spill: EditSpill) -> 
 
 def _seed_table(rows: StoreRows, what: str, given: Any) -> pa.Table:
     plan = rows.plan
+    typed = [("key", plan.key_schema), ("value", plan.value_schema)]
     if what == "upsert":
-        table = as_table(given, what, plan.key_schema, plan.value_schema)
-        require_columns(table, ("key", "value"), what, store_label(plan, located=True))
+        table = typed_table(given, what, typed)
+        require_columns(table, ("key", "value"), what, store_label(plan, located=True), typed=typed)
     else:
-        table = as_table(given, what, plan.key_schema, None)
-        require_columns(table, ("key",), what, store_label(plan, located=True), optional=("value",))
+        table = typed_table(given, what, typed[:1])
+        require_columns(table, ("key",), what, store_label(plan, located=True), optional=("value",), typed=typed)
     return table
 
 

@@ -228,13 +228,13 @@ def _family_table(
     table = typed_table(given, what, columns)
     needed = tuple(name for name, _ in (columns if what == "upsert" else columns[:key_width]))
     optional = tuple(name for name, _ in columns if name not in needed)
-    require_columns(table, needed, what, where, optional=optional)
+    require_columns(table, needed, what, where, optional=optional, typed=columns)
     notes: list[str] = []
     out = []
     for name, dt in columns:
         if name not in needed:
             continue
-        arr = conform_column(table.column(name), dt, name, what, notes)  # type: ignore[arg-type]
+        arr = conform_column(table.column(name), dt, name, what, notes)
         if isinstance(dt, StructType):
             require_non_null(arr, dt, name, what)
         elif arr.null_count:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,15 @@ from state_reader.errors import (
     SeedNullError,
     SeedPartitionError,
     SeedSchemaError,
+    SeedValueError,
+)
+from state_reader.formats.json_values import (
+    arrow_type_name,
+    map_array,
+    objects_to_arrow,
+    refuse_value,
+    text_to_arrow,
+    unique_names,
 )
 from state_reader.formats.spark_types import ArrayType, DataType, MapType, StructType, UserDefinedType
 from state_reader.formats.unsaferow import RowBuffer, copy_spans
@@ -31,9 +42,20 @@ PARTITION_COLUMN = "partition_id"
 # -- the rows as a table ---------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class TextRows:
+    """Rows read from a file that carries no types, typed once the store they go into is known:
+    JSON (``form="json"``: each column's values as JSON gives them) or CSV (``form="csv"``: each
+    column's cells as text, null where a cell is empty, the columns of structs dotted)."""
+
+    columns: dict[str, Any]
+    num_rows: int
+    form: str
+    source: str
+
+
 def as_table(rows: Any, what: str, key_schema: StructType, value_schema: StructType | None) -> pa.Table:
-    """``rows`` as a pyarrow Table: a RecordBatch wrapped, a pandas DataFrame converted with the
-    store's types where its values allow (pandas holds ints as int64, structs as dicts)."""
+    """``rows`` as a pyarrow Table whose ``key`` (and ``value``) columns have the store's structure."""
     typed: list[tuple[str, DataType]] = [("key", key_schema)]
     if value_schema is not None:
         typed.append(("value", value_schema))
@@ -41,29 +63,163 @@ def as_table(rows: Any, what: str, key_schema: StructType, value_schema: StructT
 
 
 def typed_table(rows: Any, what: str, typed: Sequence[tuple[str, DataType]]) -> pa.Table:
-    """``rows`` as a pyarrow Table, a pandas DataFrame's columns named in ``typed`` converted to their types."""
-    if isinstance(rows, pa.Table):
-        return rows
+    """``rows`` in any form a rewrite takes (pyarrow, pandas, or a file's :class:`TextRows`) as a
+    pyarrow Table, the same for the same rows in every form. The columns named in ``typed`` get
+    their type's structure: given nested (``key`` as a struct, or objects as ``to_pandas()`` and
+    JSON give them) or flat (dotted columns such as ``key.user``, as CSV and ``flatten`` give them);
+    a field missing or extra is refused here. Plain values keep the types the input gives them
+    (pandas' and JSON's numbers, a CSV cell's number) for :func:`conform_column`'s check of every
+    value against the store's types; nothing is converted to fit."""
+    columns, form = _columns_of(rows, what)
+    if columns is None:
+        return rows  # a pyarrow Table with a repeated column name: require_columns names it
+    out: dict[str, Any] = {}
+    for name, dt in typed:
+        target = _plain_type(dt).to_arrow()
+        if name in columns:
+            out[name] = _typed_column(columns.pop(name), form, target, name, what)
+            continue
+        dotted = {c: columns.pop(c) for c in list(columns) if c.startswith(name + ".")}
+        if dotted and pa.types.is_struct(target):
+            out[name] = _unflatten(dotted, target, name, form, what, top=True)
+        elif dotted:
+            columns.update(dotted)
+    for name, column in columns.items():  # partition_id, and columns require_columns refuses
+        target = pa.int32() if name == PARTITION_COLUMN else pa.string()
+        out[name] = _typed_column(column, form, target, name, what) if form in ("json", "csv") else column
+        if form == "pandas" and not isinstance(out[name], pa.Array):
+            out[name] = _from_pandas(column, target, name, what)
+    return pa.table({name: _one_array(column) for name, column in out.items()})
+
+
+def _columns_of(rows: Any, what: str) -> tuple[dict[str, Any] | None, str]:
     if isinstance(rows, pa.RecordBatch):
-        return pa.Table.from_batches([rows])
+        rows = pa.Table.from_batches([rows])
+    if isinstance(rows, pa.Table):
+        if len(set(rows.column_names)) != rows.num_columns:
+            return None, "arrow"
+        return dict(zip(rows.column_names, rows.columns, strict=True)), "arrow"
+    if isinstance(rows, TextRows):
+        return dict(rows.columns), rows.form
     if type(rows).__module__.startswith("pandas"):
-        fields = [pa.field(name, dt.to_arrow()) for name, dt in typed if name in rows.columns]
-        extra = [c for c in rows.columns if c not in {f.name for f in fields}]
-        try:
-            table = pa.Table.from_pandas(rows[[f.name for f in fields]], schema=pa.schema(fields), preserve_index=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError):
-            return pa.Table.from_pandas(rows, preserve_index=False)  # the checks below name what does not fit
-        for name in extra:
-            table = table.append_column(name, pa.Array.from_pandas(rows[name]))
-        return table
+        if len(set(rows.columns)) != len(rows.columns):
+            raise SeedSchemaError(f"{what} rows name a column twice: {', '.join(map(str, rows.columns))}")
+        return {str(name): rows[name] for name in rows.columns}, "pandas"
     raise InvalidOptionError(
         f"{what} must be a pyarrow Table or RecordBatch, a pandas DataFrame or a Spark DataFrame, "
         f"got {type(rows).__name__}"
     )
 
 
+def _plain_type(dt: DataType) -> DataType:
+    while isinstance(dt, UserDefinedType):
+        dt = dt.sql_type
+    return dt
+
+
+def _one_array(column: Any) -> pa.Array:
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def _typed_column(column: Any, form: str, target: pa.DataType, path: str, what: str) -> Any:
+    if form == "json":
+        return objects_to_arrow(column, target, path, what, text=True)
+    if form == "csv":
+        return text_to_arrow(column, target, path, what)
+    if form == "pandas":
+        return _from_pandas(column, target, path, what)
+    return column
+
+
+def _from_pandas(series: Any, target: pa.DataType, path: str, what: str) -> pa.Array:
+    """A pandas column: objects (dicts, lists, as ``to_pandas()`` gives structs, lists and maps) by
+    the store's structure; a plain column as pyarrow converts it. A NaN in a float column is pandas'
+    missing value (a null) where the store's field is not a float or double (pandas holds an
+    integer column with a missing value as floats); where it is one, a NaN could be either, and
+    is refused rather than guessed."""
+    if series.dtype == object and (pa.types.is_nested(target) or _holds_nested(series)):
+        return objects_to_arrow(list(series), target, path, what, text=False)
+    if (
+        isinstance(series.dtype, np.dtype)
+        and series.dtype.kind == "f"
+        and pa.types.is_floating(target)
+        and series.isna().any()
+    ):
+        first = int(np.flatnonzero(series.isna().to_numpy())[0])
+        raise SeedValueError(
+            f"{what} row {first}: {path} is NaN in a pandas {series.dtype} column, where NaN stands for both a "
+            "null and the number NaN: give the column as pandas' nullable Float64 (pd.NA for null), or the rows "
+            "nested as read_state(...).to_pandas() gives them (None for null)"
+        )
+    try:
+        return pa.Array.from_pandas(series)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+        # values of several kinds in one column: named, row by row
+        return objects_to_arrow([None if _pandas_missing(v) else v for v in series], target, path, what, text=False)
+
+
+def _holds_nested(series: Any) -> bool:
+    return any(isinstance(v, (dict, list, tuple, np.ndarray)) for v in series)
+
+
+def _pandas_missing(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and np.isnan(v))
+
+
+def _unflatten(
+    dotted: dict[str, Any], target: pa.StructType, prefix: str, form: str, what: str, *, top: bool = False
+) -> pa.Array:
+    """Dotted columns (``key.user``, ``key.window.start``) as one struct column of ``target``'s
+    fields, every field given once (repeated names as ``name#2``, as export writes them)."""
+    names = unique_names(f.name for f in target)
+    children = []
+    missing = []
+    for f, name in zip(target, names, strict=True):
+        column = f"{prefix}.{name}"
+        if column in dotted:
+            children.append(_one_array(_typed_column(dotted.pop(column), form, f.type, column, what)))
+            continue
+        below = {c: dotted.pop(c) for c in list(dotted) if c.startswith(column + ".")}
+        if below and pa.types.is_struct(f.type):
+            children.append(_unflatten(below, f.type, column, form, what))
+        else:
+            missing.append(column)
+            dotted.update(below)
+    if missing or dotted:
+        said = [f"missing column {c}" for c in missing] + [f"extra column {c}" for c in dotted]
+        raise SeedSchemaError(
+            f"{what} rows give {prefix} as dotted columns, which must be {', '.join(_leaf_columns(target, prefix))}: "
+            f"{'; '.join(said)}"
+        )
+    mask = None
+    if not top and children:
+        # a row with every field null was a null struct when flattened (a CSV cell cannot say which)
+        mask = pc.and_kleene(*[c.is_null() for c in children]) if len(children) > 1 else children[0].is_null()
+        mask = mask if mask.true_count else None
+    return pa.StructArray.from_arrays(children, names=names, mask=mask)
+
+
+def _leaf_columns(target: pa.DataType, prefix: str) -> list[str]:
+    if not pa.types.is_struct(target):
+        return [prefix]
+    names = unique_names(f.name for f in target)
+    return [c for f, name in zip(target, names, strict=True) for c in _leaf_columns(f.type, f"{prefix}.{name}")]
+
+
+def expected_columns(typed: Sequence[tuple[str, DataType]]) -> str:
+    """The columns rows for a store take, nested and flat: what an error about missing columns says."""
+    nested = ", ".join(name for name, _ in typed)
+    flat = ", ".join(c for name, dt in typed for c in _leaf_columns(_plain_type(dt).to_arrow(), name))
+    return f"{nested} (nested, as read_state returns them), or the dotted columns {flat}"
+
+
 def require_columns(
-    table: pa.Table, needed: tuple[str, ...], what: str, where: str, optional: tuple[str, ...] = ()
+    table: pa.Table,
+    needed: tuple[str, ...],
+    what: str,
+    where: str,
+    optional: tuple[str, ...] = (),
+    typed: Sequence[tuple[str, DataType]] = (),
 ) -> None:
     names = table.column_names
     missing = [c for c in needed if c not in names]
@@ -72,49 +228,40 @@ def require_columns(
         said = [f"missing column {c}" for c in missing] + [f"extra column {c}" for c in extra]
         if len(set(names)) != len(names):
             said.append("a column given twice")
+        columns = expected_columns([t for t in typed if t[0] in needed]) if typed else ", ".join(needed)
         raise SeedSchemaError(
-            f"{what} rows for {where} must have the columns {', '.join(needed)} "
-            f"(and optionally {', '.join((*optional, PARTITION_COLUMN))}), as read_state returns them: "
-            f"{'; '.join(said)}"
+            f"{what} rows for {where} must have the columns {columns} "
+            f"(and optionally {', '.join((*optional, PARTITION_COLUMN))}): {'; '.join(said)}"
         )
 
 
-# -- types -------------------------------------------------------------------------------------------
+# -- types: every value the store's type holds exactly ------------------------------------------------
 
-_INTS = {pa.int8(): 1, pa.int16(): 2, pa.int32(): 4, pa.int64(): 8}
-_UINTS = {pa.uint8(): 1, pa.uint16(): 2, pa.uint32(): 4}
+_INTS = {pa.int8(): 8, pa.int16(): 16, pa.int32(): 32, pa.int64(): 64}
 
 
 def spark_type_name(dt: DataType) -> str:
     """A Spark type as Spark's ``simpleString`` spells it (``bigint``, ``struct<a:int>``)."""
-    while isinstance(dt, UserDefinedType):
-        dt = dt.sql_type
-    if isinstance(dt, StructType):
-        return "struct<" + ",".join(f"{f.name}:{spark_type_name(f.data_type)}" for f in dt.fields) + ">"
-    if isinstance(dt, ArrayType):
-        return f"array<{spark_type_name(dt.element)}>"
-    if isinstance(dt, MapType):
-        return f"map<{spark_type_name(dt.key)},{spark_type_name(dt.value)}>"
-    if dt.kind == "decimal":
-        return f"decimal({dt.precision},{dt.scale})"
-    return {"long": "bigint", "integer": "int", "short": "smallint", "byte": "tinyint"}.get(dt.kind, dt.kind)
+    return arrow_type_name(_plain_type(dt).to_arrow())
 
 
 def _same_name(given: str, expected: str) -> bool:
     return given == expected or re.fullmatch(re.escape(expected) + r"#\d+", given) is not None
 
 
-def conform_column(column: pa.ChunkedArray, dt: StructType, path: str, what: str, notes: list[str]) -> pa.Array:
+def conform_column(column: pa.ChunkedArray, dt: DataType, path: str, what: str, notes: list[str]) -> pa.Array:
+    """``column`` as the Arrow type of ``dt``: fields matched by position (``name#2`` for a repeated
+    name), every value one the store's type holds exactly (a conversion of type, with every value
+    kept, added to ``notes``), anything else refused naming the field, the row and both types."""
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    return _conform(arr, dt, path, what, notes)
+    return _conform(arr, dt, path, what, notes, None)
 
 
-def _conform(arr: pa.Array, dt: DataType, path: str, what: str, notes: list[str]) -> pa.Array:
-    """``arr`` as the Arrow type of ``dt``: fields matched by position, safe widenings applied (and
-    noted), anything else refused naming the field and both types."""
-    while isinstance(dt, UserDefinedType):
-        dt = dt.sql_type
+def _conform(arr: pa.Array, dt: DataType, path: str, what: str, notes: list[str], rows: np.ndarray | None) -> pa.Array:
+    dt = _plain_type(dt)
     target = dt.to_arrow()
+    if isinstance(arr, pa.ExtensionArray):
+        arr = arr.storage
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
     given = arr.type
@@ -123,25 +270,33 @@ def _conform(arr: pa.Array, dt: DataType, path: str, what: str, notes: list[str]
     if pa.types.is_null(given):
         return pa.nulls(len(arr), target)
     if isinstance(dt, StructType) and pa.types.is_struct(given):
-        return _conform_struct(arr, dt, path, what, notes)
-    widening = _widening(given, target)
-    if widening is None:
-        raise SeedSchemaError(
-            f"{what} field {path} is {given} ({_arrow_as_spark(given)}), which does not fit the store's "
-            f"{spark_type_name(dt)} ({target})"
-        )
-    try:
-        out = arr.cast(target, safe=True)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise SeedSchemaError(
-            f"{what} field {path} is {given}, which does not fit the store's {spark_type_name(dt)} ({target}): {exc}"
-        ) from exc
-    if widening:
-        notes.append(f"{what} field {path}: {given} widened to {spark_type_name(dt)}")
-    return out
+        return _conform_struct(arr, dt, path, what, notes, rows)
+    if isinstance(dt, ArrayType) and (pa.types.is_list(given) or pa.types.is_large_list(given)):
+        values = arr.values.slice(arr.offsets[0].as_py(), arr.offsets[-1].as_py() - arr.offsets[0].as_py())
+        at = _element_rows(arr, rows)
+        elements = _conform(values, dt.element, f"{path}[]", what, notes, at)
+        offsets = pc.subtract(arr.offsets.cast(pa.int64()), arr.offsets[0].cast(pa.int64())).cast(pa.int32())
+        return pa.ListArray.from_arrays(offsets, elements, type=target, mask=arr.is_null() if arr.null_count else None)
+    if isinstance(dt, MapType) and pa.types.is_map(given):
+        lo, hi = arr.offsets[0].as_py(), arr.offsets[-1].as_py()
+        at = _element_rows(arr, rows)
+        keys = _conform(arr.keys.slice(lo, hi - lo), dt.key, f"{path}.key", what, notes, at)
+        items = _conform(arr.items.slice(lo, hi - lo), dt.value, f"{path}.value", what, notes, at)
+        offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64) - lo
+        valid = ~arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else None
+        return map_array(offsets, keys, items, valid, type=target)
+    return _conform_plain(arr, target, path, what, notes, rows)
 
 
-def _conform_struct(arr: pa.StructArray, dt: StructType, path: str, what: str, notes: list[str]) -> pa.Array:
+def _element_rows(arr: pa.Array, rows: np.ndarray | None) -> np.ndarray:
+    """The row (among the rows given) of each element of a list or map array."""
+    parents = pc.list_parent_indices(arr).to_numpy(zero_copy_only=False)
+    return parents if rows is None else rows[parents]
+
+
+def _conform_struct(
+    arr: pa.StructArray, dt: StructType, path: str, what: str, notes: list[str], rows: np.ndarray | None
+) -> pa.Array:
     given = [arr.type.field(i) for i in range(arr.type.num_fields)]
     expected = list(dt.fields)
     names_fit = len(given) == len(expected) and all(
@@ -160,85 +315,158 @@ def _conform_struct(arr: pa.StructArray, dt: StructType, path: str, what: str, n
         )
     flat = arr.flatten()
     children = [
-        _conform(child, e.data_type, f"{path}.{e.name}", what, notes) for child, e in zip(flat, expected, strict=True)
+        _conform(child, e.data_type, f"{path}.{name}", what, notes, rows)
+        for child, e, name in zip(flat, expected, unique_names(dt.names), strict=True)
     ]
     mask = arr.is_null() if arr.null_count else None
     return pa.StructArray.from_arrays(children, fields=[e.to_arrow() for e in expected], mask=mask)
 
 
-def _widening(given: pa.DataType, target: pa.DataType) -> bool | None:
-    """Whether ``given`` converts to ``target`` without loss: True for a widening worth saying
-    (int to long), False for a change of representation only (string kinds, time zones), None if not."""
-    if given in _INTS and target in _INTS:
-        return True if _INTS[given] < _INTS[target] else None
-    if given in _UINTS and target in _INTS:
-        return True if _UINTS[given] < _INTS[target] else None
-    if pa.types.is_float32(given) and pa.types.is_float64(target):
-        return True
-    if pa.types.is_decimal(given) and pa.types.is_decimal(target):
-        fits = given.scale <= target.scale and given.precision - given.scale <= target.precision - target.scale
-        return True if fits else None
-    if (pa.types.is_large_string(given) and pa.types.is_string(target)) or (
-        pa.types.is_large_binary(given) and pa.types.is_binary(target)
+def _conform_plain(
+    arr: pa.Array, target: pa.DataType, path: str, what: str, notes: list[str], rows: np.ndarray | None
+) -> pa.Array:
+    """One plain column as ``target``: kept as it is where only its representation changes; where
+    its type does, every value checked to be one ``target`` holds exactly (a double into a
+    ``float`` rounded as Spark's cast rounds it)."""
+    given = arr.type
+    change = f"{what} field {path}: {arrow_type_name(given)} converted to {arrow_type_name(target)}"
+
+    def refuse(mask: np.ndarray, why: str = "") -> None:
+        first = int(np.flatnonzero(mask)[0])
+        row = first if rows is None else int(rows[first])
+        refuse_value(what, row, path, arr[first].as_py(), arrow_type_name(given), target, why)
+
+    if _same_kind(given, target):
+        try:
+            return arr.cast(target, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            refuse(_lossy(arr, target), "it has a part the store's type does not keep")
+    valid = ~arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else np.ones(len(arr), bool)
+    if pa.types.is_integer(target) and (pa.types.is_integer(given) or pa.types.is_floating(given)):
+        numbers = arr.to_numpy(zero_copy_only=False)
+        if pa.types.is_floating(given):
+            numbers = np.where(valid, numbers, 0)
+            whole = np.isfinite(numbers) & (np.floor(numbers) == numbers)
+            if not whole[valid].all():
+                refuse(valid & ~whole)
+        bits = _INTS[target]
+        lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+        inside = (numbers >= lo) & (numbers <= hi) if pa.types.is_floating(given) else _int_range(arr, lo, hi)
+        if not inside[valid].all():
+            refuse(valid & ~inside)
+        out = pa.array(np.where(valid, numbers, 0).astype(target.to_pandas_dtype()), target, mask=~valid)
+        notes.append(
+            change + (", every value whole and in range" if pa.types.is_floating(given) else ", every value fits")
+        )
+        return out
+    if pa.types.is_floating(target) and (pa.types.is_integer(given) or pa.types.is_floating(given)):
+        numbers = arr.to_numpy(zero_copy_only=False)
+        numbers = np.where(valid, numbers, 0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = numbers.astype(target.to_pandas_dtype())
+        if pa.types.is_integer(given):
+            back = out.astype(np.float64)
+            exact = np.abs(back) < 2.0**63
+            exact[exact] = back[exact].astype(np.int64) == numbers[exact].astype(np.int64)
+            if not exact[valid].all():
+                refuse(valid & ~exact, "not exactly")
+            notes.append(change + ", every value exact")
+        elif target.bit_width < given.bit_width:
+            overflow = np.isinf(out) & np.isfinite(numbers)
+            if overflow[valid].any():
+                refuse(valid & overflow, "out of its range")
+            notes.append(change + ", rounded as Spark's cast rounds it")
+        else:
+            notes.append(change + ", every value exact")
+        return pa.array(out, target, mask=~valid if not valid.all() else None)
+    if pa.types.is_decimal(target) and (
+        pa.types.is_integer(given) or pa.types.is_floating(given) or pa.types.is_decimal(given)
     ):
-        return False
-    if pa.types.is_timestamp(given) and pa.types.is_timestamp(target):
-        return False  # another unit or time zone: the same instants (a cast that would lose precision fails)
-    if pa.types.is_date(given) and pa.types.is_date(target):
-        return False
-    nested = (pa.types.is_list, pa.types.is_large_list, pa.types.is_map)
-    if any(k(given) for k in nested) and any(k(target) for k in nested):
-        return _nested_widening(given, target)
-    return None
+        return _to_decimal(arr, target, valid, change, notes, refuse)
+    refuse_value(
+        what,
+        0 if rows is None or not len(rows) else int(rows[0]),
+        path,
+        _first_value(arr),
+        arrow_type_name(given),
+        target,
+    )
+    raise AssertionError("unreachable")
 
 
-def _nested_widening(given: pa.DataType, target: pa.DataType) -> bool | None:
-    if pa.types.is_map(given) != pa.types.is_map(target):
-        return None
-    if pa.types.is_map(given):
-        parts = [
-            _widening_or_same(given.key_type, target.key_type),
-            _widening_or_same(given.item_type, target.item_type),
-        ]
-    else:
-        parts = [_widening_or_same(given.value_type, target.value_type)]
-    if any(p is None for p in parts):
-        return None
-    return any(parts)
+def _first_value(arr: pa.Array) -> Any:
+    valid = arr.drop_null()
+    return valid[0].as_py() if len(valid) else None
 
 
-def _widening_or_same(given: pa.DataType, target: pa.DataType) -> bool | None:
-    if given.equals(target):
-        return False
-    if pa.types.is_struct(given) and pa.types.is_struct(target):
-        if given.num_fields != target.num_fields:
-            return None
-        parts = [_widening_or_same(given.field(i).type, target.field(i).type) for i in range(given.num_fields)]
-        return None if any(p is None for p in parts) else any(parts)
-    return _widening(given, target)
+def _same_kind(given: pa.DataType, target: pa.DataType) -> bool:
+    """Types whose values are the same things in another representation (string kinds, time units
+    and zones, date widths)."""
+    kinds = (
+        lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+        lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t),
+        pa.types.is_timestamp,
+        pa.types.is_date,
+        pa.types.is_duration,
+        pa.types.is_time,
+        pa.types.is_boolean,
+    )
+    return any(k(given) and k(target) for k in kinds)
 
 
-def _arrow_as_spark(t: pa.DataType) -> str:
-    names = {
-        pa.int8(): "tinyint",
-        pa.int16(): "smallint",
-        pa.int32(): "int",
-        pa.int64(): "bigint",
-        pa.float32(): "float",
-        pa.float64(): "double",
-        pa.string(): "string",
-        pa.large_string(): "string",
-        pa.bool_(): "boolean",
-        pa.binary(): "binary",
-        pa.date32(): "date",
-    }
-    if t in names:
-        return names[t]
-    if pa.types.is_timestamp(t):
-        return "timestamp" if t.tz else "timestamp_ntz"
-    if pa.types.is_decimal(t):
-        return f"decimal({t.precision},{t.scale})"
-    return str(t)
+def _lossy(arr: pa.Array, target: pa.DataType) -> np.ndarray:
+    """Which values a cast to ``target`` would not keep exactly."""
+    out = np.zeros(len(arr), dtype=bool)
+    for i in range(len(arr)):
+        try:
+            arr.slice(i, 1).cast(target, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            out[i] = True
+    return out
+
+
+def _int_range(arr: pa.Array, lo: int, hi: int) -> np.ndarray:
+    filled = arr.fill_null(0) if arr.null_count else arr
+    if pa.types.is_unsigned_integer(filled.type):
+        return filled.to_numpy(zero_copy_only=False) <= hi
+    ge = pc.greater_equal(filled, pa.scalar(lo, pa.int64()).cast(pa.int64()))
+    le = pc.less_equal(filled, pa.scalar(hi, pa.int64()))
+    return pc.and_(ge, le).to_numpy(zero_copy_only=False)
+
+
+def _to_decimal(
+    arr: pa.Array, target: pa.DataType, valid: np.ndarray, change: str, notes: list[str], refuse: Any
+) -> pa.Array:
+    """Numbers as a decimal: each must have no more digits than the store's scale after its point
+    and fit its precision (a double is taken as it is written, as Spark's cast takes it)."""
+    quantum = Decimal(1).scaleb(-target.scale)
+    limit = Decimal(10) ** (target.precision - target.scale)
+    out: list[Decimal | None] = []
+    bad = np.zeros(len(arr), dtype=bool)
+    for i, v in enumerate(arr.to_pylist()):
+        if v is None:
+            out.append(None)
+            continue
+        if isinstance(v, float):
+            if not np.isfinite(v):
+                bad[i] = True
+                out.append(None)
+                continue
+            v = Decimal(repr(v))
+        number = Decimal(v)
+        exact = number.quantize(quantum) if abs(number) < limit else None
+        if exact is None or exact != number:
+            bad[i] = True
+            out.append(None)
+            continue
+        out.append(exact)
+    if bad.any():
+        refuse(bad & valid)
+    if not (pa.types.is_decimal(arr.type) and arr.type.scale <= target.scale):
+        notes.append(change + ", every value exact")
+    elif arr.type.precision - arr.type.scale > target.precision - target.scale:
+        notes.append(change + ", every value fits")
+    return pa.array(out, target)
 
 
 # -- nulls -------------------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from state_reader.errors import (
     DuplicateSeedKeyError,
     InvalidOptionError,
     InvalidSeedError,
+    SeedSchemaError,
     UnknownSeedStoreError,
     UnsupportedOptionError,
 )
@@ -65,7 +66,8 @@ from state_reader.model.checkpoint import (
 )
 from state_reader.model.plan import StateReadPlan
 
-_BOOLEAN = DataType("boolean", json_name="boolean")
+# the flag a side's row may carry (else False)
+MATCHED = StructField(MATCHED_FIELD, DataType("boolean", json_name="boolean"))
 
 
 def expand_join_sides(rp: RewritePlan, seeds: Sequence[StoreSeed]) -> list[StoreSeed]:
@@ -361,23 +363,22 @@ def _null_values(schema: StructType, n: int) -> pa.StructArray:
 
 
 def _typed_upsert(given: Any, join_key: StructType, stored: StructType) -> pa.Table:
-    """Upsert rows as a pyarrow Table; a pandas DataFrame's typed as the side's rows, with or without
-    a ``matched`` flag (whichever its values fit)."""
-    if not type(given).__module__.startswith("pandas"):
+    """Upsert rows as a pyarrow Table; rows that carry no Arrow types (pandas, a file's) typed as the
+    side's rows, with or without a ``matched`` flag (whichever they give)."""
+    if isinstance(given, (pa.Table, pa.RecordBatch)):
         return as_table(given, "upsert", join_key, None)
     row = (
         [f for f in stored.fields if f.name != MATCHED_FIELD]
         if stored.fields[-1].name == MATCHED_FIELD
         else list(stored.fields)
     )
-    table = None
-    for fields in (row, [*row, StructField(MATCHED_FIELD, _BOOLEAN)]):
-        value = StructType(fields)
-        table = typed_table(given, "upsert", [("key", join_key), ("value", value)])
-        if "value" in table.column_names and table.schema.field("value").type.equals(value.to_arrow()):
-            break
-    assert table is not None
-    return table
+    try:
+        return typed_table(given, "upsert", [("key", join_key), ("value", StructType(row))])
+    except SeedSchemaError as without:
+        try:
+            return typed_table(given, "upsert", [("key", join_key), ("value", StructType([*row, MATCHED]))])
+        except SeedSchemaError:
+            raise without from None
 
 
 def _operator(rp: RewritePlan, given: int | None, location: str) -> int:
