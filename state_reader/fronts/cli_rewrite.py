@@ -110,34 +110,51 @@ def rewrite(
 
             raise click.ClickException(PLOT_NEEDS) from None
         matplotlib.use("Agg")
-    report = rewrite_checkpoint(
-        checkpoint,
-        None if dry_run else destination,
-        num_partitions=num_partitions,
-        provider=provider,
-        drop_keys=drop_keys,
-        batch_id=batch_id,
-        allow_uncommitted=allow_uncommitted,
-        dry_run=dry_run,
-        storage_options=storage_options_of(storage_option),
-        **_rows_to_write(
-            upsert,
-            delete,
-            {
-                "operator_id": operator_id,
-                "store_name": store_name,
-                "state_var_name": state_var_name,
-                "join_side": join_side,
-                "read_registered_timers": read_registered_timers,
-            },
-        ),
-    )
+    from state_reader.errors import InvalidSeedError
+
+    try:
+        report = rewrite_checkpoint(
+            checkpoint,
+            None if dry_run else destination,
+            num_partitions=num_partitions,
+            provider=provider,
+            drop_keys=drop_keys,
+            batch_id=batch_id,
+            allow_uncommitted=allow_uncommitted,
+            dry_run=dry_run,
+            storage_options=storage_options_of(storage_option),
+            **_rows_to_write(
+                upsert,
+                delete,
+                {
+                    "operator_id": operator_id,
+                    "store_name": store_name,
+                    "state_var_name": state_var_name,
+                    "join_side": join_side,
+                    "read_registered_timers": read_registered_timers,
+                },
+            ),
+        )
+    except InvalidSeedError as exc:
+        raise _naming_the_file(exc, upsert, delete) from None
     if plot_out is not None:
         from state_reader.fronts.plotting import rewrite_layout_figure
 
         rewrite_layout_figure(report).savefig(plot_out)
     render_rewrite(report, plot_out=plot_out, as_json=as_json)
     return EXIT_OK
+
+
+def _naming_the_file(exc: Exception, upsert_file: str | None, delete_file: str | None) -> Exception:
+    """A seed error with the file its rows came from (the message says ``upsert`` or ``delete``)."""
+    from state_reader.errors import InvalidSeedError
+
+    assert isinstance(exc, InvalidSeedError)
+    path = delete_file if exc.message.startswith("delete") or upsert_file is None else upsert_file
+    if path is None or path in exc.message:
+        return exc
+    flag = "--delete" if path == delete_file else "--upsert"
+    return type(exc)(f"{exc.message} (the rows of {flag} {path})", path=path)
 
 
 def _rows_to_write(upsert_file: str | None, delete_file: str | None, selectors: dict[str, Any]) -> dict[str, Any]:

@@ -281,33 +281,44 @@ def test_a_missing_or_extra_field_is_refused(totals, tmp_path):
     _refused(totals, tmp_path, state_reader.SeedSchemaError, r"extra field value\.x", upsert=_with_value(rows, more))
 
 
-def test_a_type_that_does_not_fit_names_the_field_and_both_types(totals, tmp_path):
+def test_a_value_that_does_not_fit_names_the_row_the_field_and_both_types(totals, tmp_path):
     rows = _rows(totals)
     value = rows.column("value").combine_chunks()
     text = pa.StructArray.from_arrays([value.field("count"), value.field("sum").cast(pa.string())], ["count", "sum"])
     _refused(
         totals,
         tmp_path,
-        state_reader.SeedSchemaError,
-        r"value\.sum is string .*bigint",
+        state_reader.SeedValueError,
+        r"upsert row 0: value\.sum is '-?\d+' \(string\), which the store's bigint does not hold",
         upsert=_with_value(rows, text),
     )
-    narrowed = pa.StructArray.from_arrays(
-        [value.field("count"), value.field("sum").cast(pa.float64())], ["count", "sum"]
-    )
+    sums = value.field("sum").cast(pa.float64()).to_pylist()
+    sums[1] += 0.5
+    fraction = pa.StructArray.from_arrays([value.field("count"), pa.array(sums)], ["count", "sum"])
     _refused(
-        totals, tmp_path, state_reader.SeedSchemaError, r"value\.sum is double", upsert=_with_value(rows, narrowed)
+        totals,
+        tmp_path,
+        state_reader.SeedValueError,
+        r"upsert row 1: value\.sum is -?\d+\.5 \(double\), which the store's bigint does not hold",
+        upsert=_with_value(rows, fraction),
     )
 
 
-def test_a_safe_widening_is_applied_and_said(spark, totals, tmp_path):
+def test_a_conversion_that_keeps_every_value_is_applied_and_said(spark, totals, tmp_path):
+    """A narrower integer widened, and whole doubles (as a hand-built table holds numbers) taken as the
+    store's bigint: written, and listed in the report."""
     rows = _rows(totals)
     value = rows.column("value").combine_chunks()
-    small = pa.StructArray.from_arrays([value.field("count"), value.field("sum").cast(pa.int32())], ["count", "sum"])
+    converted = pa.StructArray.from_arrays(
+        [value.field("count").cast(pa.float64()), value.field("sum").cast(pa.int32())], ["count", "sum"]
+    )
     dst = str(tmp_path / "dst")
-    report = state_reader.rewrite(totals, dst, upsert=_with_value(rows, small))
+    report = state_reader.rewrite(totals, dst, upsert=_with_value(rows, converted))
     store = report.stores[0]
-    assert store.widened == ["upsert field value.sum: int32 widened to bigint"]
+    assert store.widened == [
+        "upsert field value.count: double converted to bigint, every value whole and in range",
+        "upsert field value.sum: int converted to bigint, every value fits",
+    ]
     assert report.summary()["stores"][0]["widened"] == store.widened
     assert_builtin_sees_same_state(spark, totals, dst, report.new_partitions)
 

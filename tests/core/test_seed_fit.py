@@ -355,3 +355,41 @@ def test_export_then_upsert_changes_nothing(spark, checkpoints, tmp_path, name, 
     assert digest(src) == before, "the source changed"
     if name != "tws_avro":
         assert_builtin_sees_same_state(spark, src, str(tmp_path / "parquet"), report["new"]["partitions"])
+
+
+def test_values_inside_lists_and_maps_are_checked_and_named_by_their_row():
+    value = parse_ddl("tags ARRAY<INT>, totals MAP<STRING,INT>")
+    given = pa.table(
+        {
+            "value": pa.StructArray.from_arrays(
+                [
+                    pa.array([[1, 2], None, [3]], pa.list_(pa.int64())),
+                    pa.array([[("a", 1)], [], None], pa.map_(pa.string(), pa.int64())),
+                ],
+                names=["tags", "totals"],
+            )
+        }
+    )
+    notes: list[str] = []
+    out = conform_column(given.column("value"), value, "value", "upsert", notes)
+    assert out.type == value.to_arrow()
+    assert json_values(out) == [
+        {"tags": [1, 2], "totals": {"a": 1}},
+        {"tags": None, "totals": {}},
+        {"tags": [3], "totals": None},
+    ]
+    assert notes == [
+        "upsert field value.tags[]: bigint converted to int, every value fits",
+        "upsert field value.totals.value: bigint converted to int, every value fits",
+    ]
+    wide = pa.table({"value": pa.array([{"tags": [1], "totals": None}, {"tags": [2, 2**40], "totals": None}])})
+    wide = wide.set_column(
+        0,
+        "value",
+        pa.StructArray.from_arrays(
+            [wide["value"].combine_chunks().field(0), pa.nulls(2, pa.map_(pa.string(), pa.int64()))],
+            names=["tags", "totals"],
+        ),
+    )
+    with pytest.raises(SeedValueError, match=r"upsert row 1: value\.tags\[\] is 1099511627776 \(bigint\)"):
+        conform_column(wide.column("value"), value, "value", "upsert", [])

@@ -79,7 +79,11 @@ def test_bad_rows_are_one_line_and_nothing_is_written(agg, tmp_path):
     rows = state_reader.read_state(agg)
     pq.write_table(rows.drop(["value"]), tmp_path / "keys-only.parquet")
     dst = tmp_path / "dst"
-    assert_one_line_error(run("rewrite", agg, dst, "--upsert", tmp_path / "keys-only.parquet"), "missing column value")
+    assert_one_line_error(
+        run("rewrite", agg, dst, "--upsert", tmp_path / "keys-only.parquet"),
+        "missing column value",
+        "keys-only.parquet",
+    )
     assert not dst.exists()
     pq.write_table(rows, tmp_path / "rows.parquet")
     assert_one_line_error(

@@ -59,14 +59,14 @@ def test_rows_written_into_a_store_are_counted_per_partition_they_change():
     store = report.stores[0]
     store.add_edit(0, gained=2, replaced=0, lost=0, byte_change=100)
     store.add_edit(2, gained=0, replaced=1, lost=1, byte_change=-50)
-    store.widened.append("upsert field value.sum: int32 widened to bigint")
+    store.widened.append("upsert field value.sum: int converted to bigint, every value fits")
     assert store.rows == 7 and store.rows_per_partition == [3, 2, 2]
     lines = rewrite_lines(report)
     at = lines.index("    rows written: 2 keys gained, 1 replaced, 1 lost")
     assert lines[at + 1 :] == [
         "      partition 0 gains 2, replaces 0, loses 0",
         "      partition 2 gains 0, replaces 1, loses 1",
-        "    upsert field value.sum: int32 widened to bigint",
+        "    upsert field value.sum: int converted to bigint, every value fits",
     ]
     summary = report.summary()["stores"][0]
     assert summary["gained_per_partition"] == [2, 0, 0] and summary["lost"] == 1

@@ -290,7 +290,8 @@ def _conform(arr: pa.Array, dt: DataType, path: str, what: str, notes: list[str]
 
 def _element_rows(arr: pa.Array, rows: np.ndarray | None) -> np.ndarray:
     """The row (among the rows given) of each element of a list or map array."""
-    parents = pc.list_parent_indices(arr).to_numpy(zero_copy_only=False)
+    offsets = arr.offsets.to_numpy(zero_copy_only=False)
+    parents = np.repeat(np.arange(len(arr)), np.diff(offsets))
     return parents if rows is None else rows[parents]
 
 
