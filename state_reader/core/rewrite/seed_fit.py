@@ -86,9 +86,7 @@ def typed_table(rows: Any, what: str, typed: Sequence[tuple[str, DataType]]) -> 
             columns.update(dotted)
     for name, column in columns.items():  # partition_id, and columns require_columns refuses
         target = pa.int32() if name == PARTITION_COLUMN else pa.string()
-        out[name] = _typed_column(column, form, target, name, what) if form in ("json", "csv") else column
-        if form == "pandas" and not isinstance(out[name], pa.Array):
-            out[name] = _from_pandas(column, target, name, what)
+        out[name] = _typed_column(column, form, target, name, what)
     return pa.table({name: _one_array(column) for name, column in out.items()})
 
 
@@ -194,8 +192,8 @@ def _unflatten(
     mask = None
     if not top and children:
         # a row with every field null was a null struct when flattened (a CSV cell cannot say which)
-        mask = pc.and_kleene(*[c.is_null() for c in children]) if len(children) > 1 else children[0].is_null()
-        mask = mask if mask.true_count else None
+        every_null = np.logical_and.reduce([c.is_null().to_numpy(zero_copy_only=False) for c in children])
+        mask = pa.array(every_null) if every_null.any() else None
     return pa.StructArray.from_arrays(children, names=names, mask=mask)
 
 
@@ -384,20 +382,16 @@ def _conform_plain(
         pa.types.is_integer(given) or pa.types.is_floating(given) or pa.types.is_decimal(given)
     ):
         return _to_decimal(arr, target, valid, change, notes, refuse)
-    refuse_value(
-        what,
-        0 if rows is None or not len(rows) else int(rows[0]),
-        path,
-        _first_value(arr),
-        arrow_type_name(given),
-        target,
-    )
+    if len(arr) and arr.null_count == len(arr):
+        return pa.nulls(len(arr), target)  # nulls only: no value of the other type to bend
+    present = np.flatnonzero(valid)
+    if not len(present):  # no rows (a Spark DataFrame's schema is checked before its rows): the types say it
+        raise SeedValueError(
+            f"{what} field {path} is {arrow_type_name(given)}, which the store's {arrow_type_name(target)} "
+            "does not hold"
+        )
+    refuse(valid)
     raise AssertionError("unreachable")
-
-
-def _first_value(arr: pa.Array) -> Any:
-    valid = arr.drop_null()
-    return valid[0].as_py() if len(valid) else None
 
 
 def _same_kind(given: pa.DataType, target: pa.DataType) -> bool:
@@ -483,9 +477,7 @@ def require_non_null(arr: pa.Array, dt: StructType, path: str, what: str) -> Non
 
 def _nulls_in_struct(arr: pa.StructArray, dt: StructType, path: str, what: str, present: np.ndarray) -> None:
     for child, f in zip(arr.flatten(), dt.fields, strict=True):
-        data_type: DataType = f.data_type
-        while isinstance(data_type, UserDefinedType):
-            data_type = data_type.sql_type
+        data_type = _plain_type(f.data_type)
         valid = ~child.is_null().to_numpy(zero_copy_only=False) if child.null_count else np.ones(len(child), bool)
         if not f.nullable and not pa.types.is_null(child.type):
             bad = present & ~valid
