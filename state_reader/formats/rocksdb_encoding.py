@@ -294,6 +294,23 @@ def decode_keys(keys: RowBuffer, schema: StructType, spec: KeyEncoderSpec, avro:
     raise UnsupportedOptionError(f"RocksDB key encoder {spec.kind} is not supported by state_reader yet")
 
 
+def decode_key_prefixes(
+    keys: RowBuffer, schema: StructType, spec: KeyEncoderSpec, avro: bool = False
+) -> pa.StructArray:
+    """The prefix columns alone (the first ``num_prefix_cols`` of ``schema``) of prefix-scan keys (column family
+    id already stripped); what follows the prefix is not read, so a key may be its prefix alone."""
+    fields = schema.fields
+    n = spec.num_prefix_cols
+    if spec.kind != PREFIX_SCAN or not 0 < n <= len(fields):
+        raise CorruptFileError(
+            f"{keys.source}: keys of the encoder {spec.kind} ({n} prefix columns) have no prefix of a key of "
+            f"{len(fields)} columns",
+            path=keys.source,
+        )
+    head, _ = _length_prefixed(keys, "prefix-scan key")
+    return _decode_payload(head, StructType(fields[:n]), "key prefix", avro, schema_id=False)
+
+
 def _check_ordinals(schema: StructType, ordinals: tuple[int, ...], source: str) -> None:
     n = len(schema.fields)
     if not ordinals or any(not 0 <= o < n for o in ordinals) or len(set(ordinals)) != len(ordinals):
