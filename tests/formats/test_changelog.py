@@ -187,3 +187,55 @@ def test_a_reversed_delete_range_is_refused_naming_the_file(tmp_path):
     store = _store_with_changelogs(tmp_path, [_v2(_record(CF1 + b"a", b"v", PUT), _delete_range(CF2, CF1))])
     with pytest.raises(CorruptFileError, match=r"1\.changelog: a delete range record ends \(0100\) before it begins"):
         store.load(1)
+
+
+def test_sparks_reader_and_ours_replay_a_delete_range_in_a_real_changelog_alike(spark, checkpoints, tmp_path):
+    """A transformWithState checkpoint whose last changelog in partition 0 gains, before its end, a delete
+    range over the map variable's whole column family and then a put of one of its entries back: Spark 4.3's
+    reader (which replays the record itself) and ours see the same map, that entry the only one of partition 0;
+    the change feed of that version is refused, as Spark's is."""
+    import shutil
+
+    from tests.core.test_rewrite_upsert_families import _store
+
+    src = checkpoints("tws")
+    copy = tmp_path / "cp"
+    shutil.copytree(src, copy)
+    rows = _store(src)
+    plan = rows.plan
+    directory = copy / "state" / "0" / "0"
+    path = directory / f"{plan.version}.changelog"
+    assert not (directory / f"{plan.version}.zip").exists(), "the version is a snapshot: no changelog replayed"
+    log = parse_changelog(codecs.decompress(path.read_bytes(), plan.codec, str(path)), str(path))
+    assert log.format_version == 2
+    cf = rows.mapping["counters"].to_bytes(2, "little")
+    keys, values = rows.load(0)
+    mine = [
+        (bytes(keys.buf[k : k + kn]), bytes(values.buf[v : v + vn]))
+        for k, kn, v, vn in zip(keys.starts, keys.lengths, values.starts, values.lengths, strict=True)
+        if bytes(keys.buf[k : k + 2]) == cf
+    ]
+    assert len(mine) > 1
+    kept_key, kept_value = mine[-1]
+    # the family's keys: from its id bytes to those bytes with the second one incremented
+    records = [_record(k, v, kind) for kind, k, v in log.records]
+    records += [_delete_range(cf, cf[:1] + bytes([cf[1] + 1])), _record(kept_key, kept_value, PUT)]
+    path.write_bytes(codecs.compress(_utf("v2") + b"".join(records) + b"\x00", plan.codec))
+    (directory / f".{path.name}.crc").unlink()  # Hadoop's checksum of the file as Spark wrote it
+
+    def spark_rows(checkpoint) -> list[dict]:
+        df = spark.read.format("statestore").option("stateVarName", "counters").load(str(checkpoint))
+        return sorted((r.asDict(recursive=True) for r in df.collect()), key=repr)
+
+    ours = state_reader.read_state(str(copy), state_var_name="counters").to_pylist()
+    before = state_reader.read_state(src, state_var_name="counters").to_pylist()
+    (kept,) = [r for r in ours if r["partition_id"] == 0]
+    assert [r for r in ours if r["partition_id"] != 0] == [r for r in before if r["partition_id"] != 0]
+    want = [
+        r
+        for r in spark_rows(src)
+        if r["partition_id"] != 0 or (r["key"], r["user_map_key"]) == (kept["key"], kept["user_map_key"])
+    ]
+    assert spark_rows(copy) == want and len(want) == len(ours)
+    with pytest.raises(state_reader.UnsupportedOptionError, match="delete range"):
+        state_reader.changes(str(copy), plan.version - 1, state_var_name="counters")
