@@ -10,7 +10,9 @@ is Java ``DataOutputStream`` output (big-endian ints, ``writeUTF`` strings)::
     v2: writeUTF("v2") | record* | byte 0x00
         record = u8 type | int32 keyLen | key | int32 valueLen | value
         type 0x01 put, 0x11 merge (value = one element to append),
-             0x10 delete (valueLen is -1 and no value follows)
+             0x10 delete (valueLen is -1 and no value follows),
+             0x20 delete range (Spark 4.3+): key = the range's first key,
+                  value = its end key (excluded), see :func:`delete_range_end`
     v3: writeUTF("v3") | writeUTF(lineage JSON) | records and end as v1
     v4: writeUTF("v4") | writeUTF(lineage JSON) | records and end as v2
 
@@ -39,14 +41,18 @@ from state_reader.formats.schema_files import decode_modified_utf8
 PUT = 0x01
 DELETE = 0x10
 MERGE = 0x11
+# every key from the record's key (included) to its value (excluded), compared as unsigned bytes (Spark 4.3's
+# RocksDB.deleteRange; no operator of 4.3.0 writes one)
+DELETE_RANGE = 0x20
 _END = 0x00
-RECORD_TYPE_NAMES = {PUT: "update", DELETE: "delete", MERGE: "append"}
+# as Spark's change feed names each record type (it refuses a delete range there)
+RECORD_TYPE_NAMES = {PUT: "update", DELETE: "delete", MERGE: "append", DELETE_RANGE: "delete_range"}
 
 SUPPORTED_VERSIONS = (1, 2, 3, 4)
 _INT = struct.Struct(">i")
 _USHORT = struct.Struct(">H")
 
-# (record type, key bytes, value bytes or None for a delete)
+# (record type, key bytes, value bytes or None for a delete); a delete range's value is its end key as written
 Record = tuple[int, bytes, "bytes | None"]
 
 
@@ -65,6 +71,8 @@ class Changelog:
     format_version: int
     lineage: list[LineageItem] = field(default_factory=list)
     records: list[Record] = field(default_factory=list)
+    # the file, as errors about its records name it
+    path: str = ""
 
 
 def _header(data: bytes) -> tuple[int, int]:
@@ -146,6 +154,10 @@ def _records(data: bytes, pos: int, path: str, typed: bool) -> list[Record]:
                 )
             out.append((DELETE, key, None))
             continue
+        if kind == DELETE_RANGE and value_len < 0:
+            raise CorruptFileError(
+                f"{path}: delete range record at byte {start} has end key size {value_len}", path=path
+            )
         if value_len < 0 or pos + value_len > n:
             raise TruncatedFileError(
                 f"{path}: value of {value_len} bytes at byte {pos} does not fit in the file ({n} bytes)", path=path
@@ -176,7 +188,7 @@ def parse_changelog(data: bytes, path: str) -> Changelog:
     if version >= 3:
         lineage, pos = _lineage(data, pos, path)
     records = _records(data, pos, path, typed=has_column_families(version))
-    return Changelog(format_version=version, lineage=lineage, records=records)
+    return Changelog(format_version=version, lineage=lineage, records=records, path=path)
 
 
 def has_column_families(format_version: int) -> bool:

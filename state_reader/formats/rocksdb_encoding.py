@@ -32,6 +32,8 @@ Layout (``encodingFormat=unsaferow``; all lengths and ids little-endian)::
         multi value element = int32 CRC-32C | int32 L | element as without checksums
                          (int32 L-4 | encoded row), elements joined by the delimiter
         changelog key of a delete = int32 CRC-32C | key
+        changelog end key of a delete range = framed as a single value, the CRC-32C of
+                      the range's first key then its end key
     merge         = existing value | delimiter | operand, where the delimiter is ','
                     for mergeOperatorVersion 1 (and every checkpoint that does not
                     record it) and nothing for version 2
@@ -117,6 +119,23 @@ def merge(existing: bytes | None, operand: bytes, delimiter: bytes) -> bytes:
 def delete_record_key(key: bytes, row_checksum: bool) -> bytes:
     """The RocksDB key a changelog delete record removes (drops the row checksum, if any)."""
     return key[CHECKSUM_BYTES:] if row_checksum else key
+
+
+def delete_range_end(end: bytes, row_checksum: bool, source: str) -> bytes:
+    """The end key (excluded) of a changelog delete range record: with row checksums Spark frames it as
+    it frames a single value (the CRC-32C of the range's first key and its end key, then the length)."""
+    if not row_checksum:
+        return end
+    header = CHECKSUM_BYTES + LENGTH_BYTES
+    length = int.from_bytes(end[CHECKSUM_BYTES:header], "little", signed=True) if len(end) >= header else None
+    if length != len(end) - header:
+        raise CorruptFileError(
+            f"{source}: the end key of a delete range record ({len(end)} bytes) is not framed with its row "
+            f"checksum (a 4-byte checksum, a 4-byte length, then that many bytes), which the store's row "
+            "checksums call for",
+            path=source,
+        )
+    return end[header:]
 
 
 @dataclass(frozen=True)
@@ -273,6 +292,23 @@ def decode_keys(keys: RowBuffer, schema: StructType, spec: KeyEncoderSpec, avro:
     if spec.kind in (TIMESTAMP_PREFIX, TIMESTAMP_POSTFIX):
         return _decode_timestamp_key(keys, schema, spec.kind == TIMESTAMP_PREFIX, avro)
     raise UnsupportedOptionError(f"RocksDB key encoder {spec.kind} is not supported by state_reader yet")
+
+
+def decode_key_prefixes(
+    keys: RowBuffer, schema: StructType, spec: KeyEncoderSpec, avro: bool = False
+) -> pa.StructArray:
+    """The prefix columns alone (the first ``num_prefix_cols`` of ``schema``) of prefix-scan keys (column family
+    id already stripped); what follows the prefix is not read, so a key may be its prefix alone."""
+    fields = schema.fields
+    n = spec.num_prefix_cols
+    if spec.kind != PREFIX_SCAN or not 0 < n <= len(fields):
+        raise CorruptFileError(
+            f"{keys.source}: keys of the encoder {spec.kind} ({n} prefix columns) have no prefix of a key of "
+            f"{len(fields)} columns",
+            path=keys.source,
+        )
+    head, _ = _length_prefixed(keys, "prefix-scan key")
+    return _decode_payload(head, StructType(fields[:n]), "key prefix", avro, schema_id=False)
 
 
 def _check_ordinals(schema: StructType, ordinals: tuple[int, ...], source: str) -> None:

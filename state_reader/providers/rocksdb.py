@@ -59,6 +59,7 @@ from state_reader.formats.rocksdb_encoding import (
     column_family_ids,
     decode_keys,
     decode_values,
+    delete_range_end,
     delete_record_key,
     merge,
     select,
@@ -138,6 +139,21 @@ def _row_byte_strings(rows: RowBuffer, lo: int = 0, hi: int | None = None) -> li
     first = int(starts.min())
     data = rows.buf[first : int((starts + lengths).max())].tobytes()
     return [data[s : s + n] for s, n in zip((starts - first).tolist(), lengths.tolist(), strict=True)]
+
+
+def _delete_range(entries: dict[bytes, bytes], begin: bytes, end: bytes, source: str) -> None:
+    """A changelog's delete range applied as Spark's replay applies it (RocksDB's ``deleteRange`` with its
+    default bytewise comparator): every key from ``begin`` (included) to ``end`` (excluded), the keys
+    compared as unsigned bytes as stored, column family id first. An empty range removes nothing; RocksDB
+    refuses a reversed one, so Spark cannot load the version either."""
+    if begin > end:
+        raise CorruptFileError(
+            f"{source}: a delete range record ends ({end.hex()}) before it begins ({begin.hex()}); RocksDB "
+            "refuses such a range, so Spark cannot rebuild this version either",
+            path=source,
+        )
+    for key in [k for k in entries if begin <= k < end]:
+        del entries[key]
 
 
 # snapshots read by one read_state at least this big (in entries, scaled) load numba; see kernels.NUMBA_MIN_RECORDS:
@@ -329,6 +345,9 @@ class RocksDBStore:
                 entries[key] = value  # type: ignore[assignment]
             elif kind == changelog_format.DELETE:
                 entries.pop(delete_record_key(key, self.row_checksum), None)
+            elif kind == changelog_format.DELETE_RANGE:
+                assert value is not None
+                _delete_range(entries, key, delete_range_end(value, self.row_checksum, log.path), log.path)
             else:
                 entries[key] = merge(entries.get(key), value, self.delimiter)  # type: ignore[arg-type]
 
@@ -514,6 +533,7 @@ def read_changes(
     log = store.read_changelog(version, unique_id, why)
     name = state_file_name(version, "changelog", unique_id)
     source = plan.storage.display(f"{directory}/{name}")
+    _refuse_delete_range(log)
     if changelog_format.has_column_families(log.format_version):
         raise UnsupportedOptionError(
             f"{source}: the store keeps virtual column families; reading its changes needs stateVarName"
@@ -534,6 +554,18 @@ def read_changes(
             source,
         ),
     )
+
+
+def _refuse_delete_range(log: changelog_format.Changelog) -> None:
+    """A change feed shows keys one by one; a delete range names none of the keys it removes, so a
+    changelog holding one has no change feed (Spark's refuses it too, whichever variable is read)."""
+    at = next((i for i, (kind, _, _) in enumerate(log.records) if kind == changelog_format.DELETE_RANGE), None)
+    if at is not None:
+        raise UnsupportedOptionError(
+            f"{log.path}: record {at} is a delete range (Spark 4.3's range deletion), which names no keys: the "
+            "changes of this version cannot be shown key by key (Spark's change feed refuses them too); read the "
+            "state at the batches before and after it instead"
+        )
 
 
 def _changes_from_snapshots(
@@ -610,6 +642,7 @@ def read_variable_changes(
     unique_id = plan.checkpoint.state_unique_id(version - 1, plan.operator_id, partition_id, plan.store_name)
     log = store.read_changelog(version, unique_id, "a change feed is read from changelogs")
     source = plan.storage.display(f"{directory}/{state_file_name(version, 'changelog', unique_id)}")
+    _refuse_delete_range(log)
     row_checksum = plan.store_conf.row_checksum
     records = [
         (changelog_format.RECORD_TYPE_NAMES[kind], delete_record_key(k, row_checksum) if v is None else k, v)

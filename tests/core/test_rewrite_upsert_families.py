@@ -207,8 +207,118 @@ def test_rows_that_do_not_fit_a_variable_are_refused(checkpoints):
         upsert=profile.set_column(1, "value", no_expiry),
         state_var_name="profile",
     )
+    # a map's grouping key alone is a whole map deleted; a key of fields the store does not have matches nothing
+    # and is refused, not taken for an empty match
     counters = state_reader.read_state(src, state_var_name="counters")
-    refused(state_reader.SeedSchemaError, "user_map_key", delete=counters.select(["key"]), state_var_name="counters")
+    for names in (["group"], ["grp", "extra"]):
+        stray = pa.table({"key": pa.StructArray.from_arrays([pa.array(["a"])] * len(names), names=names)})
+        refused(state_reader.SeedSchemaError, "does not have the store's fields", delete={"counters": stray})
+        refused(
+            state_reader.SeedSchemaError,
+            "does not have the store's fields",
+            delete={"counters": stray.append_column("user_map_key", counters.column("user_map_key").slice(0, 1))},
+        )
+    refused(
+        state_reader.SeedNullError,
+        "null user_map_key",
+        delete=counters.select(["key"]).append_column(
+            "user_map_key", pa.nulls(counters.num_rows, counters.schema.field("user_map_key").type)
+        ),
+        state_var_name="counters",
+    )
+
+
+# -- a map deleted by its grouping key alone ----------------------------------------------------------------
+
+
+def _grouping(table: pa.Table, keys: list) -> pa.Table:
+    """Delete rows naming grouping keys alone (no user_map_key): every entry of the map under each."""
+    return pa.table({"key": pa.array(keys, type=table.schema.field("key").type)})
+
+
+@pytest.mark.parametrize("name", ["tws", "tws_avro"])
+def test_a_map_deleted_by_its_grouping_key_loses_every_entry_and_their_ttl_index_entries(
+    spark, checkpoints, tmp_path, name
+):
+    """A delete of a map variable with ``key`` alone takes out every entry of that grouping key and its TTL
+    index entries (stale ones too), nothing else: Spark's reader sees the map less those entries, and the
+    other variables as they were. Upserting entries of the same grouping key in the same rewrite makes them
+    the map's whole content (the others are lost, those given replaced or gained)."""
+    src = checkpoints(name)
+    counters = state_reader.read_state(src, state_var_name="counters")
+    rows = counters.to_pylist()
+    gone = rows[0]["key"]
+    theirs = [r for r in rows if r["key"] == gone]
+    assert 1 < len(theirs) < len(rows)
+    dst = str(tmp_path / "dst")
+    report = state_reader.rewrite(
+        src, dst, delete={"counters": _grouping(counters, [gone])}, allow_uncommitted=True
+    ).summary()["stores"][0]
+    assert (report["gained"], report["replaced"], report["lost"]) == (0, 0, len(theirs))
+    after = state_reader.read_state(dst, state_var_name="counters").to_pylist()
+    assert sorted(after, key=repr) == sorted((r for r in rows if r["key"] != gone), key=repr)
+    index = _ttl_index(src, "counters")
+    assert any(e["elementKey"]["key"] == gone for e in index)
+    assert _ttl_index(dst, "counters") == [e for e in index if e["elementKey"]["key"] != gone]
+    # every other column family's entries are the source's, byte for byte
+    mapping = _store(src).mapping
+    mine = {mapping["counters"], mapping["$ttl_counters"]}
+
+    def others(checkpoint: str) -> set:
+        return {e for e in _entries(checkpoint) if int.from_bytes(e[1][:2], "little", signed=True) not in mine}
+
+    assert others(dst) == others(src)
+    if name in BUILTIN_READS:
+        builtin = _builtin_rows(spark, dst, {"stateVarName": "counters"})
+        want = [r for r in _builtin_rows(spark, src, {"stateVarName": "counters"}) if repr(gone) not in r]
+        assert builtin == want and len(want) == len(after)
+    # a grouping key deleted and one of its entries upserted: that entry is the whole map
+    kept = pa.Table.from_pylist(theirs[:1], schema=counters.schema)
+    again = str(tmp_path / "again")
+    report = state_reader.rewrite(
+        src, again, upsert={"counters": kept}, delete={"counters": _grouping(counters, [gone])}, allow_uncommitted=True
+    ).summary()["stores"][0]
+    assert (report["gained"], report["replaced"], report["lost"]) == (0, 1, len(theirs) - 1)
+    now = [r for r in state_reader.read_state(again, state_var_name="counters").to_pylist() if r["key"] == gone]
+    assert now == theirs[:1]
+    assert [e for e in _ttl_index(again, "counters") if e["elementKey"]["key"] == gone] == [
+        {
+            "expirationMs": theirs[0]["user_map_value"]["ttlExpirationMs"],
+            "elementKey": {"key": gone, "userKey": theirs[0]["user_map_key"]},
+        }
+    ]
+
+
+def test_maps_deleted_by_grouping_key_resume_with_those_maps_empty(spark, tmp_path):
+    """Spark resumes a checkpoint whose map lost a grouping key's entries as a query that never counted
+    there: its output is the original's (the map does not feed it) and the map of that key holds what the
+    new input counted alone, every other key's what the original counted."""
+    reference = run_query(spark.newSession(), _tws(A, {}), tmp_path / "ref")
+    forget_unfinished_batch(reference)
+    counters = state_reader.read_state(reference, state_var_name="counters")
+    gone = counters.column("key")[0].as_py()
+    deleted = str(tmp_path / "deleted")
+    state_reader.rewrite(reference, deleted, delete={"counters": _grouping(counters, [gone])})
+    add_input(tmp_path / "ref" / "input", B)
+    # one after the other: both read the same input
+    expected = resume_with_timers(spark.newSession(), _tws(B, {}), reference, tmp_path / "ref" / "input", len(B))
+    got = resume_with_timers(spark.newSession(), _tws(B, {}), deleted, tmp_path / "ref" / "input", len(B))
+    assert got == expected
+
+    def counted(checkpoint: str) -> dict[tuple[str, str], int]:
+        """Spark's reader's view of the map: (group, tag) -> count."""
+        rows = spark.read.format("statestore").option("stateVarName", "counters").load(checkpoint).collect()
+        return {(r.key.grp, r.user_map_key.tag): r.user_map_value.value.cnt for r in rows}
+
+    resumed, fresh = counted(reference), counted(deleted)
+    group = gone["grp"]
+    in_b: dict[tuple[str, str], int] = {}
+    for row in (r for batch in B for r in batch if r["grp"] == group):
+        in_b[(group, row["tag"])] = in_b.get((group, row["tag"]), 0) + 1
+    in_b.pop((group, "close"), None)  # the processor removes it in the batch that sees it
+    assert in_b and {k: v for k, v in fresh.items() if k[0] == group} == in_b
+    assert {k: v for k, v in fresh.items() if k[0] != group} == {k: v for k, v in resumed.items() if k[0] != group}
+    assert any(k[0] == group and v > in_b.get(k, 0) for k, v in resumed.items()), "the original went on counting"
 
 
 # -- a seeded transformWithState query resumes as if it had seen the seed's input ------------------------

@@ -316,3 +316,22 @@ def test_join_side_through_spark(spark, checkpoints, tmp_path, name):
         state_reader.rewrite(src, str(bad), upsert=up, delete=down, join_side="right", spark=spark)
     assert not bad.exists() or not any(bad.iterdir())
     assert digest(src) == before, "the source changed"
+
+
+def test_maps_deleted_by_grouping_key_through_spark(spark, checkpoints, tmp_path):
+    """A map variable's grouping keys deleted alone (no user_map_key), from a Spark DataFrame: the entries and
+    the counts of the Spark-free rewrite, the TTL index entries of those keys gone with them."""
+    from tests.core.test_rewrite_upsert_families import _entries, _grouping
+
+    src = checkpoints("tws")
+    counters = state_reader.read_state(src, state_var_name="counters")
+    groups = list({repr(k): k for k in counters.column("key").to_pylist()}.values())[:2]
+    keys = _grouping(counters, groups)
+    free, dst = str(tmp_path / "free"), str(tmp_path / "dst")
+    want = state_reader.rewrite(src, free, delete={"counters": keys}, allow_uncommitted=True)
+    got = state_reader.rewrite(
+        src, dst, delete={"counters": spark.createDataFrame(keys)}, allow_uncommitted=True, spark=spark
+    )
+    assert_same_report(got, want)
+    assert sum(got.stores[0].lost_per_partition) == sum(1 for k in counters.column("key").to_pylist() if k in groups)
+    assert _entries(dst) == _entries(free) != _entries(src)

@@ -24,8 +24,10 @@ from state_reader.errors import (
 )
 from state_reader.formats import snapshot_zip
 from state_reader.formats.rocksdb_encoding import (
+    PREFIX_SCAN,
     KeyEncoderSpec,
     column_family_ids,
+    decode_key_prefixes,
     decode_keys,
     encode_keys,
     encode_values,
@@ -245,13 +247,18 @@ class FamilyStoreRows(StoreRows):
                     path=keys.source,
                 )
             index = np.flatnonzero(ids == cf_id)
-            decoded = decode_keys(
-                strip_column_family(keys.take(index)),
-                self.families[name].key_schema,
-                self.specs[name],
-                plan.store_conf.avro,
+            spec, path = self.specs[name], self.paths[name]
+            # a prefix-scan key (a map's) holds the grouping key in its prefix: read that alone, so that a
+            # key that is its prefix alone (a map's grouping key deleted whole) is routed too
+            decode = (
+                decode_key_prefixes
+                if spec.kind == PREFIX_SCAN and path.path and path.path[0] < spec.num_prefix_cols
+                else decode_keys
             )
-            parts.append(_as_type(_array_at(decoded, self.paths[name]), target_type, name))
+            decoded = decode(
+                strip_column_family(keys.take(index)), self.families[name].key_schema, spec, plan.store_conf.avro
+            )
+            parts.append(_as_type(_array_at(decoded, path), target_type, name))
             order.append(index)
         if not parts:
             grouping = pa.array([], type=target_type)

@@ -484,16 +484,19 @@ def edited(
     column families) matches TTL index entries by their element and counts the user's entries only."""
     up_keys, up_values = framed_rows(upserts, source + " upserted") if upserts else (None, None)
     up = _match_bytes(up_keys, match) if up_keys is not None else pa.array([], pa.large_binary())
-    gone = (
-        _match_bytes(framed_rows(deletes, source + " deleted")[0], match)
-        if deletes
-        else pa.array([], pa.large_binary())
-    )
+    gone, groups = _deleted(framed_rows(deletes, source + " deleted")[0] if deletes else None, match)
     for chunk in old:
         keys, values = framed_rows(chunk, source)
         as_bytes = _match_bytes(keys, match)
         replaced = pc.is_in(as_bytes, value_set=up).to_numpy(zero_copy_only=False) if len(up) else None
         lost = pc.is_in(as_bytes, value_set=gone).to_numpy(zero_copy_only=False) if len(gone) else None
+        if len(groups) and match is not None:
+            # maps deleted whole: their entries and TTL index entries, matched by grouping key
+            whole = pc.is_in(match.group_bytes(keys), value_set=groups).fill_null(False)
+            hit = whole.to_numpy(zero_copy_only=False)
+            lost = hit if lost is None else lost | hit
+        if lost is not None and replaced is not None:
+            lost = lost & ~replaced  # an entry of a map deleted whole and upserted again is replaced
         out = np.zeros(len(as_bytes), dtype=bool)
         for hit in (replaced, lost):
             if hit is not None:
@@ -516,6 +519,18 @@ def edited(
         counts.added_bytes += int(row_bytes(up_keys, up_values).sum())
         counts.row_change += len(up)
         yield upserts
+
+
+def _deleted(keys: RowBuffer | None, match: fam.FamilyMatch | None) -> tuple[pa.Array, pa.Array]:
+    """What deleted keys take out: the bytes old entries are matched by, and the maps' grouping keys deleted
+    whole (:meth:`~state_reader.core.rewrite.seed_families.FamilyMatch.group_bytes`)."""
+    none = pa.array([], pa.large_binary())
+    if keys is None:
+        return none, none
+    whole = match.group_deletes(keys) if match is not None else None
+    if whole is None:
+        return _match_bytes(keys, match), none
+    return _match_bytes(keys.take(np.flatnonzero(~whole)), match), key_bytes(keys.take(np.flatnonzero(whole)))
 
 
 def _match_bytes(keys: RowBuffer, match: fam.FamilyMatch | None) -> pa.Array:

@@ -73,6 +73,9 @@ from state_reader.model.state_variables import (
     VALUE,
 )
 
+# the column of a map variable's rows that names an entry's key: a delete without it takes out whole maps
+USER_MAP_KEY = "user_map_key"
+
 
 @dataclass(frozen=True)
 class FamilyTarget:
@@ -116,6 +119,56 @@ class FamilyMatch:
 
     by_element: frozenset[int]
     counted: frozenset[int]
+    # map variables' family ids, and each one's TTL index family id (None without TTL): a deleted key that is a
+    # map's grouping key alone takes out every entry of it and their index entries
+    maps: dict[int, int | None] = field(default_factory=dict)
+    # the store, to find the grouping key of a map's TTL index entries
+    rows: FamilyStoreRows | None = field(default=None, compare=False, repr=False)
+
+    def group_deletes(self, keys: RowBuffer) -> np.ndarray | None:
+        """Which of the deleted ``keys`` name a map's grouping key alone (no user key after the prefix);
+        None when none do."""
+        if not self.maps or not len(keys.starts):
+            return None
+        ids = column_family_ids(keys)
+        mine = np.isin(ids, list(self.maps))
+        if not mine.any():
+            return None
+        mask = np.zeros(len(ids), dtype=bool)
+        mask[mine] = keys.lengths[mine] == VIRTUAL_CF_PREFIX_BYTES + LENGTH_BYTES + _prefix_lengths(keys, mine)
+        return mask if mask.any() else None
+
+    def group_bytes(self, keys: RowBuffer) -> pa.Array:
+        """Each entry's map grouping key as a deletion names it (:func:`map_group_keys`): a map entry's leading
+        bytes, a map's TTL index entry's grouping key encoded so; null for every other entry."""
+        out = pa.nulls(len(keys.starts), pa.large_binary())
+        if not self.maps or not len(keys.starts):
+            return out
+        ids = column_family_ids(keys)
+        found: list[tuple[np.ndarray, pa.Array]] = []
+        entries = np.flatnonzero(np.isin(ids, list(self.maps)))
+        if len(entries):
+            picked = keys.take(entries)
+            every = np.ones(len(entries), dtype=bool)
+            lengths = np.clip(
+                VIRTUAL_CF_PREFIX_BYTES + LENGTH_BYTES + _prefix_lengths(picked, every), 0, picked.lengths
+            )
+            found.append((entries, key_bytes(with_spans(picked, picked.starts, lengths))))
+        rows = self.rows
+        for map_id, ttl_id in self.maps.items():
+            index = np.flatnonzero(ids == ttl_id) if ttl_id is not None else np.zeros(0, np.int64)
+            if not len(index) or rows is None:
+                continue
+            picked = keys.take(index)
+            grouping = rows.partition_key(picked, None)[0][0]
+            found.append((index, key_bytes(map_group_keys(rows, rows.names[map_id], grouping, picked.source))))
+        if not found:
+            return out
+        positions = np.concatenate([index for index, _ in found])
+        values = pa.concat_arrays([out.slice(0, 0), *(v for _, v in found)])
+        take = np.full(len(ids), len(values), dtype=np.int64)  # past the end: null
+        take[positions] = np.arange(len(positions))
+        return pa.concat_arrays([values, pa.nulls(1, pa.large_binary())]).take(pa.array(take))
 
     def element_keys(self, keys: RowBuffer) -> tuple[np.ndarray, RowBuffer] | None:
         """The TTL index entries among ``keys`` (their positions) as their family id and element key,
@@ -143,10 +196,23 @@ class FamilyMatch:
 
 
 def family_match(rows: FamilyStoreRows) -> FamilyMatch:
-    """The match of a store's edits: TTL indexes by element; the user's families (and the timers) counted."""
+    """The match of a store's edits: TTL indexes by element, maps' entries and TTL index entries also by
+    grouping key; the user's families (and the timers) counted."""
     by_element = frozenset(cf for name, cf in rows.mapping.items() if name.startswith(TTL_PREFIX))
     counted = frozenset(cf for name, cf in rows.mapping.items() if not name.startswith("$") or name in TIMER_INDEXES)
-    return FamilyMatch(by_element, counted)
+    maps = {
+        rows.mapping[name]: rows.mapping.get(TTL_PREFIX + name)
+        for name, kind in (rows.variable_kinds or {}).items()
+        if kind == MAP and name in rows.mapping
+    }
+    return FamilyMatch(by_element, counted, maps, rows if maps else None)
+
+
+def _prefix_lengths(keys: RowBuffer, mask: np.ndarray) -> np.ndarray:
+    """The int32 LE prefix length after the family id of the ``mask``ed prefix-scan keys."""
+    at = keys.starts[mask] + VIRTUAL_CF_PREFIX_BYTES
+    raw = keys.buf[at[:, None] + np.arange(LENGTH_BYTES, dtype=np.int64)]
+    return np.ascontiguousarray(raw).view("<i4").reshape(-1).astype(np.int64)
 
 
 def targets(rows: FamilyStoreRows) -> dict[str, FamilyTarget]:
@@ -208,7 +274,7 @@ def _family_columns(rows: FamilyStoreRows, target: FamilyTarget) -> tuple[list[t
     if target.kind == MAP:
         return [
             ("key", fields[0].data_type),
-            ("user_map_key", fields[1].data_type),
+            (USER_MAP_KEY, fields[1].data_type),
             ("user_map_value", family.value_schema),
         ], 2
     if target.kind == TIMERS:
@@ -226,6 +292,8 @@ def _family_table(
     columns, key_width = _family_columns(rows, target)
     where = f"{target.name} of {store_label(rows.plan, located=True)}"
     table = typed_table(given, what, columns)
+    if what == "delete" and target.kind == MAP and USER_MAP_KEY not in table.column_names:
+        key_width = 1  # a grouping key alone: every entry of the map under it
     needed = tuple(name for name, _ in (columns if what == "upsert" else columns[:key_width]))
     optional = tuple(name for name, _ in columns if name not in needed)
     require_columns(table, needed, what, where, optional=optional, typed=columns)
@@ -343,6 +411,14 @@ def _family_delete(
     source = f"delete rows for {name} of {store_label(rows.plan, located=True)}"
     table, columns = _family_table(rows, target, given, "delete", widened)
     family = rows.families[name]
+    if target.kind == MAP and len(columns) == 1:
+        # every entry under a grouping key: its map's entries start with these bytes, and the edit takes them
+        # out with their TTL index entries (FamilyMatch.group_bytes); an entry of it upserted as well is the
+        # map's new content
+        own = map_group_keys(rows, name, columns[0], source)
+        check_partitions(rows, table, own, "delete")
+        out.add(own)
+        return
     if target.kind in (MAP, TIMERS):
         whole = struct_of(columns, family.key_schema.to_arrow())
     else:
@@ -413,6 +489,24 @@ def family_keys(rows: FamilyStoreRows, name: str, keys: pa.StructArray, source: 
         raise UnsupportedOptionError(
             f"{source}: writing keys of the RocksDB key encoder {spec.kind} in the Avro encoding is not supported yet"
         )
+    return _with_family_id(encoded, np.full(len(encoded.starts), rows.mapping[name], dtype=np.int16))
+
+
+def map_group_keys(rows: FamilyStoreRows, name: str, keys: pa.StructArray, source: str) -> RowBuffer:
+    """What every entry of map variable ``name`` under each grouping key of ``keys`` starts with, as Spark
+    writes its prefix-scan keys: the family id, the prefix's length, the encoded grouping key (a version
+    byte, then its UnsafeRow, or the Avro record without a schema id)."""
+    family = _family(rows, name)
+    spec = rows.specs[name]
+    head_schema = StructType(family.key_schema.fields[: spec.num_prefix_cols])
+    grouping = struct_of([keys], head_schema.to_arrow())
+    if rows.plan.store_conf.avro:
+        head = _avro_payloads(grouping, head_schema, None, source)
+    else:
+        head = encode_values(encode_rows(grouping, head_schema, source, normalize_floats=True))
+    encoded = pack_rows([(LENGTH_BYTES, head)], source)
+    length = head.lengths.astype("<i4").view(np.uint8).reshape(-1, LENGTH_BYTES)
+    encoded.buf[encoded.starts[:, None] + np.arange(LENGTH_BYTES, dtype=np.int64)] = length
     return _with_family_id(encoded, np.full(len(encoded.starts), rows.mapping[name], dtype=np.int16))
 
 
