@@ -228,7 +228,7 @@ def _json_rows(path: str, flag: str, *, lines: bool) -> TextRows:
             raise SeedSchemaError(
                 f"{flag} {path}: row {i} is not an object with the fields of row 0 ({', '.join(names)})", path=path
             )
-    return TextRows({name: [row[name] for row in rows] for name in names}, len(rows), "json", path)
+    return TextRows({name: [row[name] for row in rows] for name in names}, "json")
 
 
 def _csv_rows(path: str, flag: str) -> TextRows:
@@ -253,4 +253,4 @@ def _csv_rows(path: str, flag: str) -> TextRows:
     )
     table = pa_csv.read_csv(path, convert_options=convert)
     columns = {name: table.column(name).combine_chunks() for name in table.column_names}
-    return TextRows(columns, table.num_rows, "csv", path)
+    return TextRows(columns, "csv")

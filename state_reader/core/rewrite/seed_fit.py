@@ -49,9 +49,7 @@ class TextRows:
     column's cells as text, null where a cell is empty, the columns of structs dotted)."""
 
     columns: dict[str, Any]
-    num_rows: int
     form: str
-    source: str
 
 
 def as_table(rows: Any, what: str, key_schema: StructType, value_schema: StructType | None) -> pa.Table:
