@@ -19,6 +19,7 @@ from state_reader.fronts.cli_flags import (
     STATE_VAR_NAME,
     common_options,
     deprecated_flag,
+    given_schema_flags,
     instead_of,
     storage_options_of,
 )
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 @deprecated_flag("-n", "--partitions", "deprecated_n", type=click.IntRange(min=1))
 @click.option("--provider", type=click.Choice(list(PROVIDER_NAMES)), help="Write the state in this provider's files.")
 @click.option("--drop-keys", metavar="EXPR", help="Leave out the keys matching this key filter, from every store.")
-@click.option("--batch", "batch_id", type=int, help="Committed batch to rewrite (default: the last).")
+@click.option("--batch", "-b", "batch_id", type=int, help="Committed batch to rewrite (default: the last).")
 @click.option("--allow-uncommitted", is_flag=True, help="Rewrite even when the last planned batch has no commit.")
 @click.option("--dry-run", is_flag=True, help="Write nothing; show the rows and bytes each new partition would get.")
 @click.option("--plot", "plot_out", metavar="FILE.png", help="Also draw the current and the new partition sizes.")
@@ -52,8 +53,20 @@ if TYPE_CHECKING:
     help="Write these rows into one store (Parquet, JSON lines or CSV; columns key and value as show gives them).",
 )
 @click.option("--delete", "delete", metavar="KEYS", help="Take these keys out of that store (a key column).")
-@click.option("--operator", "-O", "operator_id", type=int, help="The operator --upsert and --delete write into.")
-@click.option("--store", "-s", "store_name", help="The store --upsert and --delete write into (default 'default').")
+@click.option(
+    "--operator",
+    "-O",
+    "operator_id",
+    type=int,
+    help="The operator --upsert and --delete write into (and --key-schema and --value-schema describe).",
+)
+@click.option(
+    "--store",
+    "-s",
+    "store_name",
+    help="The store --upsert and --delete write into, and --key-schema and --value-schema describe "
+    "(default 'default').",
+)
 @STATE_VAR_NAME
 @click.option(
     "--join-side",
@@ -67,6 +80,7 @@ if TYPE_CHECKING:
     default=None,
     help="--upsert and --delete write timers of a transformWithState operator (rows as show --timers gives them).",
 )
+@given_schema_flags
 @common_options
 def rewrite(
     checkpoint: str,
@@ -86,6 +100,8 @@ def rewrite(
     state_var_name: str | None,
     join_side: str | None,
     read_registered_timers: bool | None,
+    key_schema: str | None,
+    value_schema: str | None,
     as_json: bool,
     debug: bool,
     storage_option: Sequence[str],
@@ -117,6 +133,8 @@ def rewrite(
         batch_id=batch_id,
         allow_uncommitted=allow_uncommitted,
         dry_run=dry_run,
+        key_schema=key_schema,
+        value_schema=value_schema,
         storage_options=storage_options_of(storage_option),
         **_rows_to_write(
             checkpoint,
@@ -131,6 +149,7 @@ def rewrite(
             },
             storage_option,
             batch_id,
+            (key_schema, value_schema),
         ),
     )
     if plot_out is not None:
@@ -148,11 +167,15 @@ def _rows_to_write(
     selectors: dict[str, Any],
     storage_option: Sequence[str],
     batch_id: int | None,
+    schemas: tuple[str | None, str | None] = (None, None),
 ) -> dict[str, Any]:
     """``rewrite``'s ``upsert``, ``delete`` and store ``selectors`` (those given), the files read with
-    the store's own column types (JSON lines and CSV say little about types themselves)."""
+    the store's own column types (JSON lines and CSV say little about types themselves); ``schemas``: the
+    key and value schemas given for a store without a schema file."""
     chosen = {name: value for name, value in selectors.items() if value is not None}
     if upsert_file is None and delete_file is None:
+        if schemas != (None, None) and set(chosen) <= {"operator_id", "store_name"}:
+            return chosen  # --operator and --store name the store the schemas describe
         if chosen:
             raise click.UsageError(
                 "--operator, --store, --state-var-name, --join-side and --timers choose the store that --upsert and "
@@ -162,7 +185,15 @@ def _rows_to_write(
     from state_reader.fronts.api import scan_state
     from state_reader.inspect.flatten import unique_schema
 
-    reader = scan_state(checkpoint, batch_id=batch_id, storage_options=storage_options_of(storage_option), **chosen)
+    key_schema, value_schema = schemas
+    reader = scan_state(
+        checkpoint,
+        batch_id=batch_id,
+        key_schema=key_schema,
+        value_schema=value_schema,
+        storage_options=storage_options_of(storage_option),
+        **chosen,
+    )
     schema = unique_schema(reader.schema)
     reader.close()
     return {
