@@ -233,7 +233,7 @@ class Follow:
             f"the changes of {batch_span(first, last)} of {where} were lost: the query cleaned them up before they "
             f"were read (committed batches now: {span}). Raise {live.RETENTION_CONF} on the query so it "
             f"retains more batches, read more often (or more batches at a time, {MAX_BATCHES_PER_TRIGGER}), or "
-            f"set {FAIL_ON_DATA_LOSS}=false to skip ahead to the oldest retained batch"
+            f"skip ahead to the oldest retained batch with {FAIL_ON_DATA_LOSS}=false"
             + (f" ({exc.message})" if isinstance(exc, BatchNotRetainedError) else ""),
             path=where,
         )

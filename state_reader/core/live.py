@@ -68,8 +68,10 @@ def read_consistently(
         # what the plan is made from: a caller's checkpoint was listed before now, and whether the
         # query moved on is judged from that listing, not from one made after it
         before = _committed_in(given) if given is not None else committed_now(storage)
-        # remote: the plan starts from the listing just made (each listing is a round trip)
-        fresh = CheckpointDir(storage) if storage.remote else None
+        # remote: the plan starts from the listing just made (each listing is a round trip); the schemas
+        # given for stores without a schema file go with every attempt
+        schemas = checkpoint.given_schemas if checkpoint is not None else {}
+        fresh = CheckpointDir(storage, schemas) if storage.remote or schemas else None
         try:
             return read(plan_state_read(opts, given if given is not None else fresh))
         except BatchNotRetainedError:

@@ -541,14 +541,9 @@ def _given_schemas(
     opts: _Options, join_side: str, state_var_name: str | None, read_timers: bool
 ) -> tuple[str | None, str | None]:
     """``keySchema`` and ``valueSchema``: both or neither, each a schema in DDL, for one store."""
-    key, value = opts.get(KEY_SCHEMA), opts.get(VALUE_SCHEMA)
-    if key is None and value is None:
-        return None, None
+    key, value = check_given_schemas(opts.get(KEY_SCHEMA), opts.get(VALUE_SCHEMA))
     if key is None or value is None:
-        given, missing = (KEY_SCHEMA, VALUE_SCHEMA) if value is None else (VALUE_SCHEMA, KEY_SCHEMA)
-        raise RequiredOptionError(
-            f"'{missing}' must be specified with {given}: a store without a schema file is read with both."
-        )
+        return None, None
     for name, given_too in (
         (JOIN_SIDE, join_side != "none"),
         (STATE_VAR_NAME, state_var_name is not None),
@@ -561,6 +556,19 @@ def _given_schemas(
                 else "transformWithState keeps its schemas in the operator's schema files, which these do not replace"
             )
             raise ConflictingOptionsError(f"Options '{name}' and '{KEY_SCHEMA}' cannot be specified together ({why}).")
+    return key, value
+
+
+def check_given_schemas(key: str | None, value: str | None) -> tuple[str | None, str | None]:
+    """``keySchema`` and ``valueSchema`` of one store as given (both or neither, each a schema in DDL),
+    stripped; the one check of every reader and command that takes them."""
+    if key is None and value is None:
+        return None, None
+    if key is None or value is None:
+        given, missing = (KEY_SCHEMA, VALUE_SCHEMA) if value is None else (VALUE_SCHEMA, KEY_SCHEMA)
+        raise RequiredOptionError(
+            f"'{missing}' must be specified with {given}: a store without a schema file is read with both."
+        )
     # here, not at the top: the command line names options from this module and starts without pyarrow
     from state_reader.formats.spark_types import parse_ddl
 

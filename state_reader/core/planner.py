@@ -20,6 +20,7 @@ from state_reader.core.options import (
     SNAPSHOT_START_BATCH_ID,
     STATE_VAR_NAME,
     StateStoreOptions,
+    check_given_schemas,
     from_kwargs,
 )
 from state_reader.errors import (
@@ -72,11 +73,11 @@ def detect_provider(cp: CheckpointDir, recorded: str | None, operator_id: int) -
     return HDFS_PROVIDER
 
 
-# what the error for a store without a schema file says to do
+# what the error for a store without a schema file says to do; Spark's names, which each front turns into its own
+# (core/options.in_python_names, fronts/cli_flags.in_flags): every reader and command that reads a store takes them
 GIVE_SCHEMAS = (
-    "give the key and value schemas as DDL with the options keySchema and valueSchema (key_schema and "
-    "value_schema in Python, --key-schema and --value-schema on the command line), e.g. "
-    "keySchema='user STRING', valueSchema='count BIGINT'"
+    "give the key and value schemas as DDL with keySchema and valueSchema, e.g. "
+    "keySchema='user STRING' valueSchema='count BIGINT'"
 )
 
 
@@ -127,6 +128,40 @@ def given_schema(
             path=shown,
         )
     return parse_ddl(key), parse_ddl(value)
+
+
+def give_schemas(
+    cp: CheckpointDir,
+    key_schema: str | None,
+    value_schema: str | None,
+    operator_id: int | None = None,
+    store_name: str | None = None,
+) -> CheckpointDir:
+    """``cp``, whose plans read one store with the schemas given (DDL) in place of its schema file: the store
+    ``operator_id`` and ``store_name`` name (operator 0 and store ``default`` unless given, as in a read of one
+    store). How the commands that read several stores (``stats``, ``doctor``, ``verify``, ``rewrite``) take
+    ``keySchema`` and ``valueSchema``; checked here, before anything is read. Neither given: ``cp`` as it is."""
+    key, value = check_given_schemas(key_schema, value_schema)
+    if key is None or value is None:
+        return cp
+    cp.require_checkpoint()  # a location that is no checkpoint fails as such, not for want of an operator
+    op = 0 if operator_id is None else operator_id
+    store = DEFAULT_STORE if store_name is None else store_name
+    given_schema(cp, op, store, key, value)  # the operator and the store are on disk
+    metadata = cp.operator_metadata(op, None)
+    name = metadata.operator_name if metadata is not None else None
+    if operators.is_transform_with_state(name) or _join_families(cp, metadata) is not None:
+        raise _families_keep_schemas(cp, op, name)
+    cp.given_schemas[(op, store)] = (key, value)
+    return cp
+
+
+def _families_keep_schemas(cp: CheckpointDir, operator_id: int, operator_name: str | None) -> InvalidOptionError:
+    return InvalidOptionError(
+        f"Invalid value for option 'keySchema': operator {operator_id} ({operator_name}) of {cp.location} "
+        "keeps its stores as column families whose schemas are in its schema files (state schema v3); "
+        "keySchema and valueSchema stand in for the schema file of a store of its own (schema v1 and v2)"
+    )
 
 
 def _require_operator(cp: CheckpointDir, operator_id: int, store_name: str, shown: str) -> None:
@@ -253,11 +288,10 @@ def plan_state_read(
         (opts.key_schema, opts.value_schema) if opts.key_schema is not None and opts.value_schema is not None else None
     )
     if given is not None and (operators.is_transform_with_state(operator_name) or join_families is not None):
-        raise InvalidOptionError(
-            f"Invalid value for option 'keySchema': operator {opts.operator_id} ({operator_name}) of {cp.location} "
-            "keeps its stores as column families whose schemas are in its schema files (state schema v3); "
-            "keySchema and valueSchema stand in for the schema file of a store of its own (schema v1 and v2)"
-        )
+        raise _families_keep_schemas(cp, opts.operator_id, operator_name)
+    if given is None and opts.state_var_name is None and not opts.read_registered_timers and opts.join_side == "none":
+        # a walk over several stores: the schemas given for this one (give_schemas), checked when given
+        given = cp.given_schemas.get((opts.operator_id, opts.store_name))
     if operators.is_transform_with_state(operator_name) and metadata is not None and store_meta is not None:
         variable = plan_variable(
             cp, metadata, store_meta, opts.state_var_name, opts.read_registered_timers, opts.flatten_collection_types

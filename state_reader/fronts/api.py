@@ -17,6 +17,7 @@ from state_reader.core.live import read_consistently as _read_consistently
 from state_reader.core.metadata import read_metadata_table as _read_metadata_table
 from state_reader.core.options import from_kwargs as _from_kwargs
 from state_reader.core.options import python_api as _public_api
+from state_reader.core.planner import give_schemas as _give_schemas
 from state_reader.core.planner import plan_state_read as _plan_state_read
 from state_reader.core.rewrite import rewrite_checkpoint as _rewrite_checkpoint
 from state_reader.core.rewrite.report import RewriteReport
@@ -179,6 +180,8 @@ def diagnose(
     checkpoint: str,
     *,
     thresholds: dict[str, float] | None = None,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> Diagnosis:
     """What is wrong with the query that wrote ``checkpoint``, from its files alone.
@@ -186,9 +189,17 @@ def diagnose(
     Returns a :class:`Diagnosis`: ``findings`` (each a :class:`Finding` with ``kind``,
     ``severity``, ``operator_id``, ``store_name``, ``summary``, ``evidence``, ``action``),
     ``healthy``, what was ``checked``, and ``table()`` / ``to_pandas()``. ``thresholds``
-    overrides the limits in ``state_reader.inspect.doctor.THRESHOLDS`` by name.
+    overrides the limits in ``state_reader.inspect.doctor.THRESHOLDS`` by name. ``key_schema`` and
+    ``value_schema`` (DDL, both or neither): the schemas of operator 0's store ``default`` when it has no
+    schema file (written before Spark 3.1, or lost), as ``read_state`` takes them.
     """
-    return _diagnose(checkpoint, thresholds=thresholds, storage_options=storage_options)
+    return _diagnose(
+        checkpoint,
+        thresholds=thresholds,
+        key_schema=key_schema,
+        value_schema=value_schema,
+        storage_options=storage_options,
+    )
 
 
 @_public_api
@@ -236,6 +247,8 @@ def rewrite(
     state_var_name: str | None = None,
     join_side: str | None = None,
     read_registered_timers: bool = False,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
     storage_options: dict[str, Any] | None = None,
     destination_storage_options: dict[str, Any] | None = None,
     spark: Any = None,
@@ -292,6 +305,11 @@ def rewrite(
     there too (define it in the notebook or script, or in a module they can import).
     Ignored by a ``dry_run``.
 
+    ``key_schema`` and ``value_schema`` (DDL, both or neither): the schemas of a store without a schema
+    file (written before Spark 3.1, or lost), as ``read_state`` takes them: of the store ``operator_id``
+    and ``store_name`` name (operator 0, store ``default`` unless given), which they also choose for
+    ``upsert`` and ``delete``.
+
     ``checkpoint`` is only read. ``destination`` must not exist or be empty. A source
     whose last planned batch was never committed (a running or crashed query) is refused
     unless ``allow_uncommitted``: resuming would plan that batch again. A rewrite that
@@ -300,10 +318,17 @@ def rewrite(
     """
     # through Spark (not a dry run), a Spark DataFrame of rows stays where it is: its rows never reach the driver
     distributed = spark is not None and not dry_run
+    schemas = (key_schema, value_schema) != (None, None)
     seeds = _seeds(
-        upsert, delete, operator_id, store_name, state_var_name, distributed, join_side, read_registered_timers
+        upsert, delete, operator_id, store_name, state_var_name, distributed, join_side, read_registered_timers, schemas
     )
-    source = _Storage(checkpoint, dict(storage_options or {}))
+    source = _give_schemas(
+        CheckpointDir(_Storage(checkpoint, dict(storage_options or {}))),
+        key_schema,
+        value_schema,
+        operator_id,
+        store_name,
+    )
     dest = (
         None
         if destination is None
@@ -333,16 +358,21 @@ def _seeds(
     distributed: bool = False,
     join_side: str | None = None,
     read_registered_timers: bool = False,
+    schemas: bool = False,
 ) -> list[_StoreSeed]:
     """``rewrite``'s rows to write, one :class:`StoreSeed` per store: the store the selectors name,
     or, given as dicts, each store a key names (a store name, or ``(operator_id, store_name)``);
-    with ``join_side``, one seed for that side of a join."""
+    with ``join_side``, one seed for that side of a join. ``schemas``: key and value schemas were given,
+    for the store ``operator_id`` and ``store_name`` name."""
     chosen = (operator_id, store_name, state_var_name, join_side) != (None, None, None, None) or read_registered_timers
     if upsert is None and delete is None:
+        if schemas and (state_var_name, join_side, read_registered_timers) == (None, None, False):
+            return []  # operator_id and store_name name the store the schemas are of
         if chosen:
             raise _InvalidOptionError(
                 "operator_id, store_name, state_var_name, join_side and read_registered_timers choose the store "
                 "upsert or delete write"
+                + (" (operator_id and store_name also the store key_schema and value_schema are of)" if schemas else "")
             )
         return []
     if join_side is not None:

@@ -12,6 +12,7 @@ with 2 when it finds damage.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import sys
 import time
@@ -30,9 +31,11 @@ from state_reader.fronts.cli_flags import (
     EXIT_FINDINGS,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    FROM_SNAPSHOTS,
     KEY_FILTER_HELP,
     LAYOUT,
     STATE_VAR_NAME,
+    NegatingFlag,
     batch_range_flags,
     chosen_batch_range,
     common_options,
@@ -205,6 +208,7 @@ def show(
     "First batch (default: the oldest whose state is on disk).", "Last batch (default: the latest committed)."
 )
 @deprecated_batches_flag
+@given_schema_flags
 @click.option("--detail", is_flag=True, help="Also list every (batch, partition).")
 @common_options
 def stats(
@@ -214,6 +218,8 @@ def stats(
     change_start_batch_id: int | None,
     change_end_batch_id: int | None,
     batch_range: str | None,
+    key_schema: str | None,
+    value_schema: str | None,
     detail: bool,
     as_json: bool,
     debug: bool,
@@ -229,6 +235,8 @@ def stats(
         store_name=store_name,
         change_start_batch_id=start,
         change_end_batch_id=end,
+        key_schema=key_schema,
+        value_schema=value_schema,
         storage_options=storage_options_of(storage_option),
     )
     console.render_stats(result, batch_summary(result.table), detail=detail, as_json=as_json)
@@ -252,6 +260,8 @@ def stats(
 @click.option(
     "--skip-lost",
     is_flag=True,
+    cls=NegatingFlag,
+    negates="fail_on_data_loss",
     help="With --follow: skip batches the query cleaned up before they "
     "were read (a warning names them) instead of failing.",
 )
@@ -265,6 +275,7 @@ def stats(
 @click.option("--store", "-s", "store_name", help="Store name (default 'default').")
 @STATE_VAR_NAME
 @click.option("--key-filter", "-k", help="Keep keys matching e.g. \"user = 'ann'\".")
+@FROM_SNAPSHOTS
 @given_schema_flags
 @click.option(
     "--limit",
@@ -287,6 +298,7 @@ def changes_command(
     store_name: str | None,
     state_var_name: str | None,
     key_filter: str | None,
+    change_feed_from_snapshots: bool | None,
     key_schema: str | None,
     value_schema: str | None,
     limit: int,
@@ -314,6 +326,7 @@ def changes_command(
             key_filter=key_filter,
             key_schema=key_schema,
             value_schema=value_schema,
+            change_feed_from_snapshots=change_feed_from_snapshots,
             skip_lost=skip_lost,
             start_with_snapshot=start_with_snapshot,
             as_json=as_json,
@@ -334,6 +347,7 @@ def changes_command(
         key_filter=key_filter,
         key_schema=key_schema,
         value_schema=value_schema,
+        change_feed_from_snapshots=change_feed_from_snapshots,
         storage_options=storage_options_of(storage_option),
     )
     console.render_changes(
@@ -420,12 +434,29 @@ def export(
 @cli.command()
 @click.argument("checkpoint")
 @click.option("--operator", "-O", "operator_id", type=int, help="Only this operator (default: all).")
+@given_schema_flags
 @common_options
-def verify(checkpoint: str, operator_id: int | None, as_json: bool, debug: bool, storage_option: Sequence[str]) -> int:
+def verify(
+    checkpoint: str,
+    operator_id: int | None,
+    key_schema: str | None,
+    value_schema: str | None,
+    as_json: bool,
+    debug: bool,
+    storage_option: Sequence[str],
+) -> int:
     """Decode every retained version; exit 2 on damage."""
     from state_reader.inspect.verify import verify_checkpoint
 
-    report = verify_checkpoint(checkpoint, operator_id=operator_id, storage_options=storage_options_of(storage_option))
+    report = verify_checkpoint(
+        checkpoint,
+        operator_id=operator_id,
+        key_schema=key_schema,
+        value_schema=value_schema,
+        storage_options=storage_options_of(storage_option),
+    )
+    for problem in report.problems:  # what the planner says of a store, in the flags' words
+        problem.message = in_flags(problem.message, cli)
     console.render_verify(report, as_json=as_json)
     return EXIT_OK if report.ok else EXIT_DAMAGED
 
@@ -437,6 +468,7 @@ def verify(checkpoint: str, operator_id: int | None, as_json: bool, debug: bool,
 @click.option("--store", "-s", "store_name", help="Only this store (default: all).")
 @batch_range_flags("First batch (default: the oldest whose state is on disk).", "Last batch (default: the latest).")
 @deprecated_batches_flag
+@given_schema_flags
 @common_options
 def plot(
     checkpoint: str,
@@ -446,6 +478,8 @@ def plot(
     change_start_batch_id: int | None,
     change_end_batch_id: int | None,
     batch_range: str | None,
+    key_schema: str | None,
+    value_schema: str | None,
     as_json: bool,
     debug: bool,
     storage_option: Sequence[str],
@@ -467,6 +501,8 @@ def plot(
         store_name=store_name,
         change_start_batch_id=start,
         change_end_batch_id=end,
+        key_schema=key_schema,
+        value_schema=value_schema,
         storage_options=storage_options_of(storage_option),
     )
     fig = figure_from_stats(result.table, title=f"state of {checkpoint}")
@@ -490,9 +526,16 @@ cli.add_command(rewrite)
     metavar="NAME=VALUE",
     help="Override a threshold (repeatable): " + ", ".join(THRESHOLDS) + ".",
 )
+@given_schema_flags
 @common_options
 def doctor(
-    checkpoint: str, thresholds: Sequence[str], as_json: bool, debug: bool, storage_option: Sequence[str]
+    checkpoint: str,
+    thresholds: Sequence[str],
+    key_schema: str | None,
+    value_schema: str | None,
+    as_json: bool,
+    debug: bool,
+    storage_option: Sequence[str],
 ) -> int:
     """Say what is wrong with the query that wrote CHECKPOINT; exit 3 when a warning or worse is found."""
     from state_reader.inspect.doctor import diagnose
@@ -503,7 +546,15 @@ def doctor(
         if not sep:
             raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--threshold")
         given[name.strip()] = value.strip()
-    result = diagnose(checkpoint, thresholds=given, storage_options=storage_options_of(storage_option))
+    result = diagnose(
+        checkpoint,
+        thresholds=given,
+        key_schema=key_schema,
+        value_schema=value_schema,
+        storage_options=storage_options_of(storage_option),
+    )
+    # what a store's read said of it, in the flags' words
+    result.findings = [dataclasses.replace(f, summary=in_flags(f.summary, cli)) for f in result.findings]
     console.render_doctor(result, as_json=as_json)
     return EXIT_OK if result.healthy else EXIT_FINDINGS
 
@@ -511,18 +562,13 @@ def doctor(
 @cli.command(epilog=KEY_FILTER_HELP)
 @click.argument("checkpoint")
 @key_lookup_flags
-@click.option(
-    "--from-snapshots",
-    "change_feed_from_snapshots",
-    is_flag=True,
-    default=None,
-    help="A RocksDB store without changelogs: compare snapshots for the changes (the default when it has none).",
-)
+@FROM_SNAPSHOTS
 @click.option(
     "--history",
     metavar="PATH",
     help="A Parquet history kept by following the query: the timeline starts there, before the retained batches.",
 )
+@given_schema_flags
 @common_options
 def why(
     checkpoint: str,
@@ -532,6 +578,8 @@ def why(
     key_filter: str,
     change_feed_from_snapshots: bool | None,
     history: str | None,
+    key_schema: str | None,
+    value_schema: str | None,
     as_json: bool,
     debug: bool,
     storage_option: Sequence[str],
@@ -548,6 +596,8 @@ def why(
         state_var_name=state_var_name,
         change_feed_from_snapshots=change_feed_from_snapshots,
         history=history,
+        key_schema=key_schema,
+        value_schema=value_schema,
         storage_options=storage_options_of(storage_option),
     )
     console.render_why(result, as_json=as_json)

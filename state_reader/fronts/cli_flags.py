@@ -78,37 +78,56 @@ def common_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-class _OneName(click.Option):
-    """An option shown in ``--help`` under its first name; the others are accepted spellings."""
+def STATE_VAR_NAME(func: Callable[..., Any]) -> Callable[..., Any]:  # noqa: N802 - used as the other flags are
+    """``--state-var-name`` (stateVarName, state_var_name: one name everywhere) and ``--state-var``, its earlier
+    spelling, which still works with a warning; the command gets ``state_var_name`` from either."""
 
-    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
-        names, self.opts = self.opts, self.opts[:1]
-        try:
-            return super().get_help_record(ctx)
-        finally:
-            self.opts = names
+    @functools.wraps(func)
+    def command(*args: Any, deprecated_state_var: str | None = None, **kwargs: Any) -> Any:
+        kwargs["state_var_name"] = instead_of(
+            kwargs.get("state_var_name"), deprecated_state_var, "--state-var-name", "--state-var"
+        )
+        return func(*args, **kwargs)
 
-
-# stateVarName / state_var_name / --state-var-name: one name everywhere; --state-var, its earlier spelling, still works
-STATE_VAR_NAME = click.option(
-    "--state-var-name",
-    "--state-var",
-    "state_var_name",
-    cls=_OneName,
-    help="State variable of a transformWithState operator.",
-)
+    flagged: Callable[..., Any] = deprecated_flag(
+        "--state-var", "--state-var-name", "deprecated_state_var", stands_for="state_var_name"
+    )(command)
+    return click.option("--state-var-name", "state_var_name", help="State variable of a transformWithState operator.")(
+        flagged
+    )
 
 
-def deprecated_flag(old: str, new: str, dest: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+class _EarlierSpelling(click.Option):
+    """A deprecated flag; ``stands_for``: the parameter of the flag that replaces it, whose errors may name
+    it as the user typed it."""
+
+    def __init__(self, *args: Any, stands_for: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stands_for = stands_for
+
+
+class NegatingFlag(click.Option):
+    """A flag that sets a read option to false (``--skip-lost``: ``failOnDataLoss=false``), so that an error
+    naming ``failOnDataLoss=false`` names the flag."""
+
+    def __init__(self, *args: Any, negates: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.negates = negates
+
+
+def deprecated_flag(
+    old: str, new: str, dest: str, *, stands_for: str | None = None, **kwargs: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``old``, a flag's earlier spelling: hidden from ``--help``, it still sets ``dest`` (the command
-    reads it in place of ``new``) and warns on stderr that ``new`` replaces it."""
+    reads it in place of ``new``) and warns on stderr that ``new`` replaces it. ``stands_for``: the
+    parameter ``new`` sets, when an error may name it (then as ``old`` if that is what was typed)."""
 
     def warn(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         if value not in (None, (), False):
             click.echo(f"warning: {renamed_message(old, new)}", err=True)
         return value
 
-    return click.option(old, dest, hidden=True, callback=warn, **kwargs)
+    return click.option(old, dest, hidden=True, callback=warn, cls=_EarlierSpelling, stands_for=stands_for, **kwargs)
 
 
 def instead_of(new: Any, old: Any, new_flag: str, old_flag: str) -> Any:
@@ -147,7 +166,7 @@ def chosen_batch_range(start: int | None, end: int | None, batches: str | None) 
 
 def key_lookup_flags(func: Callable[..., Any]) -> Callable[..., Any]:
     """Which keys of which store (``why``): operator, store, state variable and the key filter (required)."""
-    options = [
+    options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0)."),
         click.option("--store", "-s", "store_name", help="Store name (default 'default')."),
         STATE_VAR_NAME,
@@ -160,13 +179,24 @@ def key_lookup_flags(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+# changeFeedFromSnapshots: a RocksDB store written without changelogs (`changes`, `why`)
+FROM_SNAPSHOTS = click.option(
+    "--from-snapshots",
+    "change_feed_from_snapshots",
+    is_flag=True,
+    default=None,
+    help="A RocksDB store without changelogs: compare snapshots for the changes (why: the default when it has none).",
+)
+
+
 # keySchema / valueSchema: a store without a schema file (written before Spark 3.1, or lost)
 GIVEN_SCHEMAS = (
     click.option(
         "--key-schema",
         metavar="DDL",
         help='The store\'s key schema, e.g. "user STRING, n INT", for a store without a schema file '
-        "(with --value-schema).",
+        "(with --value-schema; a command that reads several stores: the one --operator and --store name, "
+        "by default operator 0's store default).",
     ),
     click.option("--value-schema", metavar="DDL", help="The store's value schema (with --key-schema)."),
 )
@@ -182,7 +212,7 @@ def given_schema_flags(func: Callable[..., Any]) -> Callable[..., Any]:
 def store_read_flags(func: Callable[..., Any]) -> Callable[..., Any]:
     """What to read (``show``, ``export``): operator, store, batch, partitions, key filter, variable, join side,
     and the schemas of a store without a schema file."""
-    options = [
+    options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0)."),
         click.option("--store", "-s", "store_name", help="Store name (default 'default')."),
         click.option("--batch", "-b", "batch_id", type=int, help="Batch id (default: the latest committed)."),
@@ -214,71 +244,112 @@ def store_read_flags(func: Callable[..., Any]) -> Callable[..., Any]:
 # the flags an error message names
 
 
-# the read options that errors name as flags, by the parameter of the commands that takes each; the flags
-# themselves are the ones the commands declare (written once, in their decorators)
-_FLAG_PARAMS: dict[str, str] = {
-    **{
-        option.python: option.name
-        for option in OPTIONS
-        if option.python
-        in (
-            "read_registered_timers",
-            "batch_id",
-            "change_start_batch_id",
-            "change_end_batch_id",
-            "operator_id",
-            "store_name",
-            "state_var_name",
-            "join_side",
-            "key_schema",
-            "value_schema",
-        )
-    },
-    # the Spark-free API's own keywords, named alike in its messages
-    "key_filter": "key_filter",
-    "drop_keys": "drop_keys",
-}
+# the Spark-free functions' own keywords (beyond the read options in core/options.OPTIONS) that their messages
+# name and that commands take as flags of the same meaning
+_API_KEYWORDS = ("key_filter", "drop_keys", "allow_uncommitted", "dry_run", "num_partitions")
+# a command's parameter named otherwise than the keyword it stands for
+_PARAM_KEYWORDS = {"storage_option": "storage_options"}
+
+
+def _is_identifier(name: str) -> bool:
+    """A name no sentence uses as a word (``batchId``, ``key_filter``): only such names are rewritten."""
+    return "_" in name or name != name.lower()
 
 
 @functools.cache
-def flags(group: click.Group) -> dict[str, tuple[str, ...]]:
-    """Each read option -> the long flags that set it, as the commands of ``group`` declare them (first
-    spelling first)."""
+def _options_by_keyword() -> dict[str, str]:
+    """Each Python keyword a message may name -> the option it stands for (Spark's name where there is one)."""
+    out = {option.python: option.name for option in OPTIONS if option.python and _is_identifier(option.python)}
+    out.update({keyword: keyword for keyword in _API_KEYWORDS})
+    return out
+
+
+@functools.cache
+def _declared(group: click.Group) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    """(each option -> the long flags that set it, each option -> the flag that sets it to false), as the
+    commands of ``group`` declare them; a deprecated spelling last."""
     out: dict[str, tuple[str, ...]] = {}
+    earlier: dict[str, tuple[str, ...]] = {}
+    negated: dict[str, str] = {}
     for command in group.commands.values():
         for param in command.params:
-            option = _FLAG_PARAMS.get(param.name or "")
-            if option is not None and isinstance(param, click.Option):
-                spellings = out.get(option, ()) + tuple(o for o in param.opts if o.startswith("--"))
-                out[option] = tuple(dict.fromkeys(spellings))
-    return out
+            if not isinstance(param, click.Option):
+                continue
+            name = getattr(param, "stands_for", None) or param.name or ""
+            long = tuple(o for o in param.opts if o.startswith("--"))
+            negates = _options_by_keyword().get(getattr(param, "negates", None) or "")
+            if negates is not None:
+                negated[negates] = long[0]
+                continue
+            option = _options_by_keyword().get(_PARAM_KEYWORDS.get(name, name))
+            if option is None:
+                continue
+            into = earlier if param.hidden else out
+            into[option] = tuple(dict.fromkeys(into.get(option, ()) + long))
+    for option, spellings in earlier.items():
+        out[option] = tuple(dict.fromkeys(out.get(option, ()) + spellings))
+    return out, negated
+
+
+def flags(group: click.Group) -> dict[str, tuple[str, ...]]:
+    """Each read option (or Spark-free keyword) -> the long flags that set it, as the commands of ``group``
+    declare them (first spelling first, a deprecated one last)."""
+    return _declared(group)[0]
 
 
 @functools.cache
 def _spellings(group: click.Group) -> dict[str, str]:
-    """Each way a message may name a read option -> the option: Spark's name, and the Python keyword in
-    the messages of the Spark-free functions the commands call (``core/options.in_python_names``)."""
-    out = {option: option for option in flags(group)}
-    out.update({snake_case(option): option for option in flags(group)})
-    return out
+    """Each way a message may name an option a flag sets -> the option: Spark's name, and the Python keyword
+    in the messages of the Spark-free functions the commands call (``core/options.in_python_names``)."""
+    named = {*flags(group), *_declared(group)[1]}
+    out = {option: option for option in named}
+    out.update({snake_case(option): option for option in named})
+    return {name: option for name, option in out.items() if _is_identifier(name)}
 
 
 @functools.cache
 def _flag_re(group: click.Group) -> re.Pattern[str]:
     names = sorted(_spellings(group), key=len, reverse=True)
-    return re.compile(r"(?:option |source option )?'?\b(" + "|".join(names) + r")\b'?(=(?:[Tt]rue\b)?)?")
+    return re.compile(r"(?:option |source option )?'?\b(" + "|".join(names) + r")\b'?(=(?:[Tt]rue\b|[Ff]alse\b)?)?")
+
+
+@functools.cache
+def _flagless_re(group: click.Group) -> re.Pattern[str] | None:
+    """A parenthesis that names an option no command has a flag for: advice for the other fronts."""
+    named = set(_spellings(group).values())
+    names = {
+        spelled
+        for option in (o.name for o in OPTIONS if o.python)
+        if option not in named
+        for spelled in (option, snake_case(option))
+        if _is_identifier(spelled)
+    }
+    if not names:
+        return None
+    return re.compile(r" ?\([^()]*\b(?:" + "|".join(sorted(names, key=len, reverse=True)) + r")\b[^()]*\)")
 
 
 def in_flags(message: str, group: click.Group, typed: Sequence[str] = ()) -> str:
-    """An error message with the read options it names written as the flags of ``group``'s commands.
+    """An error message with the options it names written as the flags of ``group``'s commands, whether it
+    names them as Spark does or as the Python keywords; a parenthesis naming an option no command has a
+    flag for (advice for Python and Spark only) is left out.
 
     ``typed``: the command line, so that a flag with several spellings is named as the user wrote it.
     """
     words = {arg.split("=", 1)[0] for arg in typed}
+    declared, negated = _declared(group)
 
-    def flag(named: str) -> str:
-        spellings = flags(group)[_spellings(group)[named]]
-        return next((f for f in spellings if f in words), spellings[0])
+    def flag(match: re.Match[str]) -> str:
+        option, value = _spellings(group)[match.group(1)], match.group(2) or ""
+        if value.lower() == "=false" and option in negated:  # failOnDataLoss=false -> --skip-lost
+            return negated[option]
+        if option not in declared:  # only a flag that sets it to false: named as it was
+            return match.group(0)
+        spellings = declared[option]
+        chosen = next((f for f in spellings if f in words), spellings[0])
+        # "joinSide=left" -> "--join-side left"; "readRegisteredTimers=true" -> "--timers"
+        return chosen + (" " if value == "=" else "" if value.lower() in ("", "=true") else value)
 
-    # "joinSide=left" -> "--join-side left"; "readRegisteredTimers=true" -> "--timers"
-    return _flag_re(group).sub(lambda m: flag(m.group(1)) + (" " if m.group(2) == "=" else ""), message)
+    message = _flag_re(group).sub(flag, message)
+    flagless = _flagless_re(group)
+    return message if flagless is None else flagless.sub("", message)

@@ -19,6 +19,7 @@ from state_reader.fronts.cli_flags import (
     STATE_VAR_NAME,
     common_options,
     deprecated_flag,
+    given_schema_flags,
     instead_of,
     storage_options_of,
 )
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 @deprecated_flag("-n", "--partitions", "deprecated_n", type=click.IntRange(min=1))
 @click.option("--provider", type=click.Choice(list(PROVIDER_NAMES)), help="Write the state in this provider's files.")
 @click.option("--drop-keys", metavar="EXPR", help="Leave out the keys matching this key filter, from every store.")
-@click.option("--batch", "batch_id", type=int, help="Committed batch to rewrite (default: the last).")
+@click.option("--batch", "-b", "batch_id", type=int, help="Committed batch to rewrite (default: the last).")
 @click.option("--allow-uncommitted", is_flag=True, help="Rewrite even when the last planned batch has no commit.")
 @click.option("--dry-run", is_flag=True, help="Write nothing; show the rows and bytes each new partition would get.")
 @click.option("--plot", "plot_out", metavar="FILE.png", help="Also draw the current and the new partition sizes.")
@@ -54,8 +55,20 @@ if TYPE_CHECKING:
     help="Write these rows into one store (Parquet, JSON lines or CSV; columns key and value as show gives them).",
 )
 @click.option("--delete", "delete", metavar="KEYS", help="Take these keys out of that store (a key column).")
-@click.option("--operator", "-O", "operator_id", type=int, help="The operator --upsert and --delete write into.")
-@click.option("--store", "-s", "store_name", help="The store --upsert and --delete write into (default 'default').")
+@click.option(
+    "--operator",
+    "-O",
+    "operator_id",
+    type=int,
+    help="The operator --upsert and --delete write into (and --key-schema and --value-schema describe).",
+)
+@click.option(
+    "--store",
+    "-s",
+    "store_name",
+    help="The store --upsert and --delete write into, and --key-schema and --value-schema describe "
+    "(default 'default').",
+)
 @STATE_VAR_NAME
 @click.option(
     "--join-side",
@@ -69,6 +82,7 @@ if TYPE_CHECKING:
     default=None,
     help="--upsert and --delete write timers of a transformWithState operator (rows as show --timers gives them).",
 )
+@given_schema_flags
 @common_options
 def rewrite(
     checkpoint: str,
@@ -88,6 +102,8 @@ def rewrite(
     state_var_name: str | None,
     join_side: str | None,
     read_registered_timers: bool | None,
+    key_schema: str | None,
+    value_schema: str | None,
     as_json: bool,
     debug: bool,
     storage_option: Sequence[str],
@@ -122,6 +138,8 @@ def rewrite(
             batch_id=batch_id,
             allow_uncommitted=allow_uncommitted,
             dry_run=dry_run,
+            key_schema=key_schema,
+            value_schema=value_schema,
             storage_options=storage_options_of(storage_option),
             **_rows_to_write(
                 upsert,
@@ -133,6 +151,7 @@ def rewrite(
                     "join_side": join_side,
                     "read_registered_timers": read_registered_timers,
                 },
+                (key_schema, value_schema),
             ),
         )
     except InvalidSeedError as exc:
@@ -157,11 +176,19 @@ def _naming_the_file(exc: Exception, upsert_file: str | None, delete_file: str |
     return type(exc)(f"{exc.message} (the rows of {flag} {path})", path=path)
 
 
-def _rows_to_write(upsert_file: str | None, delete_file: str | None, selectors: dict[str, Any]) -> dict[str, Any]:
+def _rows_to_write(
+    upsert_file: str | None,
+    delete_file: str | None,
+    selectors: dict[str, Any],
+    schemas: tuple[str | None, str | None] = (None, None),
+) -> dict[str, Any]:
     """``rewrite``'s ``upsert``, ``delete`` and store ``selectors`` (those given), the files read as
-    they are: the rewrite types them by the store they go into, as it does every form of rows."""
+    they are: the rewrite types them by the store they go into, as it does every form of rows;
+    ``schemas``: the key and value schemas given for a store without a schema file."""
     chosen = {name: value for name, value in selectors.items() if value is not None}
     if upsert_file is None and delete_file is None:
+        if schemas != (None, None) and set(chosen) <= {"operator_id", "store_name"}:
+            return chosen  # --operator and --store name the store the schemas describe
         if chosen:
             raise click.UsageError(
                 "--operator, --store, --state-var-name, --join-side and --timers choose the store that --upsert and "

@@ -609,7 +609,7 @@ def render_why(result: Explanation, *, as_json: bool) -> None:
             [
                 e.batch_id,
                 iso(e.batch_time_ms or None),
-                iso(e.watermark_ms) if e.watermark_ms else None,
+                iso(e.watermark_ms),  # 0 (none set yet) too, as the offset log and --json give it
                 e.change_type,
                 render_compact(e.value) if e.value is not None else None,
             ]

@@ -11,8 +11,12 @@ batches the query cleaned up before they were read are named on stderr and, with
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from state_reader.core.follow import log as follow_log
 from state_reader.core.key_filter import KeyFilter
 from state_reader.fronts.console import render_follow_batch, render_follow_start, render_skipped
 from state_reader.inspect.changefeed import change_counts, follow
@@ -33,6 +37,7 @@ def follow_changes(
     storage_options: dict[str, Any] | None,
     key_schema: str | None = None,
     value_schema: str | None = None,
+    change_feed_from_snapshots: bool | None = None,
 ) -> int:
     """Print each committed batch's changes until interrupted or past ``end``; the command's exit code."""
     items = follow(
@@ -43,10 +48,40 @@ def follow_changes(
         change_start_batch_id=start,
         fail_on_data_loss=not skip_lost,
         start_with_snapshot=start_with_snapshot,
+        change_feed_from_snapshots=change_feed_from_snapshots,
         key_schema=key_schema,
         value_schema=value_schema,
         storage_options=storage_options,
     )
+    with _skips_said_here():
+        return _print(checkpoint, items, start, end, key_filter, start_with_snapshot, as_json)
+
+
+@contextmanager
+def _skips_said_here() -> Iterator[None]:
+    """The follower's log (which warns of nothing but batches skipped) quiet: the command names the batches
+    it skips itself (``render_skipped``), once, in its own words."""
+
+    def nothing(record: logging.LogRecord) -> bool:
+        return False
+
+    follow_log.addFilter(nothing)
+    try:
+        yield
+    finally:
+        follow_log.removeFilter(nothing)
+
+
+def _print(
+    checkpoint: str,
+    items: Iterator[tuple[int, Any]],
+    start: int | None,
+    end: int | None,
+    key_filter: str | None,
+    start_with_snapshot: bool,
+    as_json: bool,
+) -> int:
+    """Print ``items`` (``follow``'s) until they end or pass ``end``; the exit code."""
     keys: KeyFilter | None = None
     render_follow_start(checkpoint, key_filter, as_json=as_json)
     # follow() hands out every batch it reads, in order: a gap is batches skipped as lost (--skip-lost)

@@ -373,12 +373,26 @@ class Checkpoint:
         self.measured = stats(self.path, storage_options=self.storage_options, **options)
         return self.measured
 
-    def doctor(self, thresholds: dict[str, float] | None = None, **deprecated: float) -> Any:
-        """``diagnose`` (``thresholds`` as there); the display shows its findings from then on."""
+    def doctor(
+        self,
+        thresholds: dict[str, float] | None = None,
+        *,
+        key_schema: str | None = None,
+        value_schema: str | None = None,
+        **deprecated: float,
+    ) -> Any:
+        """``diagnose`` (``thresholds``, ``key_schema`` and ``value_schema`` as there); the display shows its
+        findings from then on."""
         if deprecated:
             warn_renamed("Checkpoint.doctor(name=value)", "doctor(thresholds={name: value})")
             thresholds = {**deprecated, **(thresholds or {})}
-        self.diagnosis = diagnose(self.path, thresholds=thresholds or None, storage_options=self.storage_options)
+        self.diagnosis = diagnose(
+            self.path,
+            thresholds=thresholds or None,
+            key_schema=key_schema,
+            value_schema=value_schema,
+            storage_options=self.storage_options,
+        )
         return self.diagnosis
 
     def plot(self, **options: Any) -> Any:

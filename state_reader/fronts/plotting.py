@@ -116,13 +116,16 @@ def plot_state_size(
     store_name: str | None = None,
     change_start_batch_id: int | None = None,
     change_end_batch_id: int | None = None,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
     storage_options: dict[str, Any] | None = None,
     title: str | None = None,
 ) -> Any:
     """State rows and state bytes per partition over batches, as a matplotlib ``Figure``.
 
-    The arguments select what :func:`state_reader.stats` measures. In a notebook
-    the figure displays itself; elsewhere ``fig.savefig("state.png")``.
+    The arguments select what :func:`state_reader.stats` measures (``key_schema`` and ``value_schema``:
+    the schemas of a store without a schema file, as there). In a notebook the figure displays itself;
+    elsewhere ``fig.savefig("state.png")``.
     """
     table = stats(
         checkpoint,
@@ -130,6 +133,8 @@ def plot_state_size(
         store_name=store_name,
         change_start_batch_id=change_start_batch_id,
         change_end_batch_id=change_end_batch_id,
+        key_schema=key_schema,
+        value_schema=value_schema,
         storage_options=storage_options,
     )
     return figure_from_stats(table, title=title or f"state of {checkpoint}")

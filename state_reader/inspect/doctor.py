@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from state_reader.core import live
 from state_reader.core.options import from_kwargs
-from state_reader.core.planner import store_read_options
+from state_reader.core.planner import give_schemas, store_read_options
 from state_reader.core.scan import read_table
 from state_reader.errors import InvalidOptionError, StateReaderError
 from state_reader.inspect.doctor_files import (
@@ -131,11 +131,23 @@ def parse_thresholds(given: dict[str, Any] | None) -> dict[str, float]:
 
 @with_one_listing  # each directory of a remote checkpoint listed once
 def diagnose(
-    checkpoint: str, *, thresholds: dict[str, Any] | None = None, storage_options: dict[str, Any] | None = None
+    checkpoint: str,
+    *,
+    thresholds: dict[str, Any] | None = None,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Diagnosis:
-    """Check a checkpoint for the problems in :data:`KINDS`; see the module docstring."""
+    """Check a checkpoint for the problems in :data:`KINDS`; see the module docstring. ``key_schema`` and
+    ``value_schema``: the schemas of operator 0's store ``default`` when it has no schema file."""
     with checksum_report(warn=False) as malformed:  # a finding of its own, not a warning
-        result = _diagnose(checkpoint, thresholds=thresholds, storage_options=storage_options)
+        result = _diagnose(
+            checkpoint,
+            thresholds=thresholds,
+            key_schema=key_schema,
+            value_schema=value_schema,
+            storage_options=storage_options,
+        )
     found = malformed.found()
     if found:
         result.findings.append(malformed_checksums(found))
@@ -151,12 +163,18 @@ def _sort(findings: list[Finding]) -> None:
 
 
 def _diagnose(
-    checkpoint: str, *, thresholds: dict[str, Any] | None = None, storage_options: dict[str, Any] | None = None
+    checkpoint: str,
+    *,
+    thresholds: dict[str, Any] | None = None,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> Diagnosis:
     limits = parse_thresholds(thresholds)
     storage = Storage(checkpoint, dict(storage_options or {}))
     cp = CheckpointDir(storage)
     latest = cp.latest_committed_batch()
+    give_schemas(cp, key_schema, value_schema)  # every read below plans over cp
     committed = cp.committed_batches
     result = Diagnosis(cp.location, latest, thresholds=limits)
     result.findings += uncommitted(cp, committed)

@@ -141,14 +141,16 @@ class Explanation:
 @with_checksum_report  # one warning for all the files read
 def explain(
     checkpoint: str,
-    *,
     key_filter: KeyFilterSpec,
+    *,
     operator_id: int | None = None,
     store_name: str | None = None,
     state_var_name: str | None = None,
     change_feed_from_snapshots: bool | None = None,
     history: str | None = None,
     max_keys: int = MAX_KEYS,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
     storage_options: dict[str, Any] | None = None,
 ) -> Explanation:
     """Why the keys ``key_filter`` selects are in state (or not), and when they leave it.
@@ -162,7 +164,9 @@ def explain(
     ``change_feed_from_snapshots``: for a RocksDB store written without changelogs, whose change
     feed is computed by comparing snapshots (None: when there is no changelog). ``history``: a Parquet
     history kept by following the query (``examples/state_history.py``): the timelines then start at
-    its first snapshot, before the checkpoint's retention.
+    its first snapshot, before the checkpoint's retention. ``key_schema`` and ``value_schema`` (DDL, both
+    or neither) read a store without a schema file, as in ``read_state``. ``explain(cp, "user = 'ann'")``
+    and ``explain(cp, key_filter="user = 'ann'")`` are the same call.
     """
     if key_filter is None or (isinstance(key_filter, str) and not key_filter.strip()):
         raise InvalidOptionError(f"explain of {checkpoint} needs a key_filter that selects the keys to explain")
@@ -177,6 +181,8 @@ def explain(
         "operator_id": operator_id,
         "store_name": store_name,
         "state_var_name": state_var_name,
+        "key_schema": key_schema,
+        "value_schema": value_schema,
         "storage_options": storage_options,
     }
     join = operator_name == operators.JOIN and store_name is None and state_var_name is None

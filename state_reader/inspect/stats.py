@@ -23,7 +23,7 @@ from state_reader.core import live
 from state_reader.core.decode import measure_partition
 from state_reader.core.metadata import infer_operator_metadata
 from state_reader.core.options import check_batch_range, from_kwargs, python_api
-from state_reader.core.planner import join_column_families, plan_store_read, store_read_options
+from state_reader.core.planner import give_schemas, join_column_families, plan_store_read, store_read_options
 from state_reader.core.scan import fetched_ahead
 from state_reader.core.skew import partition_skew
 from state_reader.deprecation import renamed_keywords
@@ -219,6 +219,8 @@ def _collect_stats(
     store_name: str | None = None,
     change_start_batch_id: int | None = None,
     change_end_batch_id: int | None = None,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
     storage_options: dict[str, Any] | None = None,
     show_progress: bool | None = None,
 ) -> StatsResult:
@@ -226,6 +228,7 @@ def _collect_stats(
     storage = Storage(checkpoint, dict(storage_options or {}))
     cp = CheckpointDir(storage)
     latest = cp.latest_committed_batch()  # fails clearly for a missing or empty checkpoint
+    give_schemas(cp, key_schema, value_schema, operator_id, store_name)
     committed = cp.committed_batches
     targets = operator_stores(cp, operator_id, store_name, latest)
     result = StatsResult(pa.Table.from_pylist([], schema=STATS_SCHEMA), [])
@@ -354,6 +357,8 @@ def stats(
     store_name: str | None = None,
     change_start_batch_id: int | None = None,
     change_end_batch_id: int | None = None,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
     storage_options: dict[str, Any] | None = None,
     show_progress: bool | None = None,
 ) -> pa.Table:
@@ -372,6 +377,9 @@ def stats(
     committed batch whose state files are still on disk. Each (batch, partition)
     is loaded, so narrow the range on large checkpoints. Operators this reader
     cannot read yet are left out (an error if nothing else is left).
+    ``key_schema`` and ``value_schema`` (DDL, both or neither) read a store without a schema file, as in
+    ``read_state``: the store ``operator_id`` and ``store_name`` name (operator 0, store ``default``
+    unless given).
     ``batch_summary(stats(cp))`` gives one row per batch with the skew.
     """
     return collect_stats(
@@ -380,6 +388,8 @@ def stats(
         store_name=store_name,
         change_start_batch_id=change_start_batch_id,
         change_end_batch_id=change_end_batch_id,
+        key_schema=key_schema,
+        value_schema=value_schema,
         storage_options=storage_options,
         show_progress=show_progress,
     ).table

@@ -19,7 +19,7 @@ from typing import Any
 
 from state_reader.core.decode import decode_columns
 from state_reader.core.options import from_kwargs
-from state_reader.core.planner import plan_state_read
+from state_reader.core.planner import give_schemas, plan_state_read
 from state_reader.errors import RequiredOptionError, StateReaderError, UnsupportedOptionError
 from state_reader.inspect.stats import operator_stores
 from state_reader.io.integrity import checksum_report
@@ -143,6 +143,8 @@ def verify_checkpoint(
     checkpoint: str,
     *,
     operator_id: int | None = None,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
     storage_options: dict[str, Any] | None = None,
     show_progress: bool | None = None,
 ) -> VerifyReport:
@@ -151,10 +153,12 @@ def verify_checkpoint(
     Raises only when the checkpoint itself cannot be opened (no commit log);
     everything else becomes a :class:`Problem` in the report. Operators this
     reader does not support yet are listed in ``skipped``; checksum sidecars that
-    are not checksum files, in ``malformed_checksums`` (no warning is logged).
+    are not checksum files, in ``malformed_checksums`` (no warning is logged). ``key_schema`` and
+    ``value_schema``: the schemas of the store ``default`` of ``operator_id`` (default 0) when it has no
+    schema file.
     """
     with checksum_report(warn=False) as malformed:
-        report = _verify(checkpoint, operator_id, storage_options, show_progress)
+        report = _verify(checkpoint, operator_id, storage_options, show_progress, (key_schema, value_schema))
     report.malformed_checksums = [
         {"sidecar": m.sidecar, "file": m.file, "kind": m.kind, "reason": m.reason} for m in malformed.found()
     ]
@@ -162,11 +166,16 @@ def verify_checkpoint(
 
 
 def _verify(
-    checkpoint: str, operator_id: int | None, storage_options: dict[str, Any] | None, show_progress: bool | None
+    checkpoint: str,
+    operator_id: int | None,
+    storage_options: dict[str, Any] | None,
+    show_progress: bool | None,
+    schemas: tuple[str | None, str | None] = (None, None),
 ) -> VerifyReport:
     storage = Storage(checkpoint, dict(storage_options or {}))
     cp = CheckpointDir(storage)
     latest = cp.latest_committed_batch()
+    give_schemas(cp, *schemas, operator_id)  # every plan below is made over cp
     committed_versions = {b + 1 for b in cp.committed_batches}
     report = VerifyReport(checkpoint=cp.location, latest_batch=latest)
 

@@ -156,6 +156,9 @@ class CheckpointDir:
     """
 
     storage: Storage
+    # the schemas (key, value as DDL) given for stores without a schema file, by (operator id, store name):
+    # read in place of the store's schema file by every plan made over this view (core/planner)
+    given_schemas: dict[tuple[int, str], tuple[str, str]] = field(default_factory=dict)
     _offset_cache: dict[int, OffsetEntry] = field(default_factory=dict, repr=False)
     _commit_cache: dict[int, tuple[int, dict[str, Any]]] = field(default_factory=dict, repr=False)
     _metadata_cache: dict[tuple[int, int | None], OperatorMetadata | None] = field(default_factory=dict, repr=False)

@@ -25,6 +25,7 @@ from state_reader.core.options import OPTIONS, snake_case
 from state_reader.deprecation import DeprecatedNameWarning
 from state_reader.errors import StateReaderError
 from state_reader.fronts.cli import cli
+from state_reader.fronts.cli_flags import in_flags
 from state_reader.fronts.notebook import Checkpoint
 from tests.support.paths import DOCS
 
@@ -99,14 +100,19 @@ def _params(func: Callable[..., Any]) -> set[str]:
     }
 
 
+def _set(param: click.Option) -> str:
+    """The keyword a flag sets: its parameter's, or the one a flag such as --skip-lost sets to false."""
+    return getattr(param, "negates", None) or param.name or ""
+
+
 def _flags() -> dict[str, set[str]]:
-    """Each visible flag of every command -> the parameters it sets."""
+    """Each visible flag of every command -> the parameters (keywords) it sets."""
     out: dict[str, set[str]] = {}
     for command in cli.commands.values():
         for param in command.params:
             if isinstance(param, click.Option) and not param.hidden:
                 for flag in (*param.opts, *param.secondary_opts):
-                    out.setdefault(flag, set()).add(param.name or "")
+                    out.setdefault(flag, set()).add(_set(param))
     return out
 
 
@@ -188,6 +194,62 @@ def test_a_concept_with_a_python_keyword_sets_it_from_its_flag():
             assert flags[flag] <= set(row.python) | {"storage_option"}, (row.concept, flag)
 
 
+def test_a_command_that_takes_a_concept_takes_every_flag_of_it():
+    """``rewrite --batch`` takes ``-b`` as ``show --batch`` does: a row's flags work wherever the concept does."""
+    for row in ROWS:
+        wanted = {flag for flag in row.cli if flag.startswith("-")}
+        if not row.python or not wanted:
+            continue
+        for name, command in cli.commands.items():
+            params = [
+                p for p in command.params if isinstance(p, click.Option) and not p.hidden and _set(p) in row.python
+            ]
+            taken = {flag for p in params for flag in (*p.opts, *p.secondary_opts)}
+            assert not params or wanted <= taken, f"{name} takes {row.concept} without {sorted(wanted - taken)}"
+
+
+def test_errors_through_the_command_line_name_no_python_keyword_that_has_a_flag(tmp_path):
+    """What a Spark-free function raises reaches the command line with each Python keyword (or Spark option) a
+    command has a flag for written as that flag: every such keyword, and a real error of each kind."""
+    keywords = {k for func in PYTHON for k in _params(func) if "_" in k}
+    flagged = {
+        _set(p)
+        for command in cli.commands.values()
+        for p in command.params
+        if isinstance(p, click.Option) and _set(p) in keywords
+    }
+    assert {"fail_on_data_loss", "allow_uncommitted", "key_schema", "batch_id"} <= flagged
+    negated = {getattr(p, "negates", None) for command in cli.commands.values() for p in command.params}
+    for keyword in sorted(flagged):
+        spark = next((o.name for o in OPTIONS if o.python == keyword), keyword)
+        said = [f"with {keyword}=False", f"with {spark}=false"]  # all a flag that sets it to false can say
+        if keyword not in negated:
+            said += [f"pass {keyword}=True", f"'{keyword}' is wrong", f"option '{spark}'"]
+        for named in said:
+            shown = in_flags(named, cli)
+            assert keyword not in shown and spark not in shown, (named, shown)
+    # a query stopped in the middle of a batch, which a rewrite refuses: the error names --allow-uncommitted
+    cp = tmp_path / "cp"
+    (cp / "commits").mkdir(parents=True)
+    (cp / "offsets").mkdir()
+    (cp / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    for batch in (0, 1):
+        (cp / "offsets" / str(batch)).write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":0,"conf":{}}\n{}')
+    failures = {
+        ("rewrite", str(cp), "--dry-run"): "--allow-uncommitted",
+        ("stats", str(cp), "--key-schema", "k STRING"): "--value-schema",
+        ("doctor", str(cp), "--key-schema", "k INT", "--value-schema", "no no no"): "--value-schema",
+        ("verify", str(cp), "--value-schema", "v INT"): "--key-schema",
+    }
+    for args, flag in failures.items():
+        proc = subprocess.run([sys.executable, "-m", "state_reader", *args], capture_output=True, text=True)
+        assert proc.returncode == 1 and flag in proc.stderr, proc.stderr
+        said = proc.stderr.replace(str(cp), "CP")
+        for keyword in flagged:
+            spark = next((o.name for o in OPTIONS if o.python == keyword), keyword)
+            assert keyword not in said and spark not in said, (keyword, said)
+
+
 # -- earlier spellings still work, with a warning naming the new one ---------------------------
 
 
@@ -240,6 +302,8 @@ def test_the_spark_fronts_earlier_names_warn(tmp_path):
         (["plot", "{cp}", "--out", "{cp}.png", "--batches", "0..1"], "--from/--to"),
         (["export", "{cp}", "--to", "{cp}.csv"], "--out"),
         (["rewrite", "{cp}", "-n", "2", "--dry-run"], "--partitions"),
+        (["show", "{cp}", "--state-var", "count"], "--state-var-name"),
+        (["changes", "{cp}", "--from", "0", "--state-var", "count"], "--state-var-name"),
     ],
 )
 def test_earlier_flags_warn_on_stderr_and_still_parse(tmp_path, args, new):

@@ -46,7 +46,9 @@ def test_a_store_without_schema_files_reads_with_the_schemas_given(spark, checkp
         state_reader.read_state(cp)
     for named in ("state/0/0/_metadata/schema", "key_schema", "value_schema"):  # the Python keywords
         assert named in caught.value.message
-    assert "--key-schema" in caught.value.message and "--value-schema" in caught.value.message
+    # in Python's words alone: the command line names its flags (tests/fronts/test_cli.py), Spark its options
+    for other in ("--key-schema", "keySchema", "valueSchema"):
+        assert other not in caught.value.message
 
     table = state_reader.read_state(cp, key_schema=key, value_schema=value, exact_schema=True)
     assert arrow_rows(table) == expected
@@ -114,3 +116,59 @@ def test_a_join_store_reads_with_its_own_schemas_given_by_store_name(spark, chec
         state_reader.read_state(cp, key_schema=key, value_schema=value)
     with pytest.raises(errors.ConflictingOptionsError, match="join_side"):
         state_reader.read_state(cp, join_side="left", key_schema=key, value_schema=value)
+
+
+def test_every_function_that_reads_a_store_takes_the_schemas_given(checkpoints, tmp_path):
+    """stats, plot_state_size, explain, diagnose, verify and rewrite read a store without a schema file as
+    read_state does; the functions that read several stores use them for the store operator_id and store_name
+    name, and refuse them for a store that is not there."""
+    from state_reader.inspect.verify import verify_checkpoint
+
+    src = checkpoints("agg_window")
+    stored = state_reader.read_state(src, exact_schema=True).schema
+    key, value = (stored.field(f).type for f in ("key", "value"))
+    key = ", ".join(f"`{f.name}` {_ddl(f.type)}" for f in key)
+    value = ", ".join(f"`{f.name}` {_ddl(f.type)}" for f in value)
+    given = {"key_schema": key, "value_schema": value}
+    cp = _damaged(src, tmp_path)
+
+    with pytest.raises(errors.MissingSchemaFileError, match="key_schema"):
+        state_reader.stats(cp)
+    assert state_reader.stats(cp, **given).equals(state_reader.stats(src))
+    assert state_reader.stats(cp, operator_id=0, store_name="default", **given).equals(state_reader.stats(src))
+    with pytest.raises(errors.InvalidOptionError, match="has no store 'other'"):
+        state_reader.stats(cp, store_name="other", **given)
+    with pytest.raises(errors.RequiredOptionError, match="value_schema"):
+        state_reader.stats(cp, key_schema=key)
+
+    ann = "user = 'ann'"
+    assert [k.timeline for k in state_reader.explain(cp, ann, **given).keys] == [
+        k.timeline for k in state_reader.explain(src, ann).keys
+    ]
+    healthy = state_reader.diagnose(cp, **given)
+    assert "unreadable-store" not in {f.kind for f in healthy.findings}
+    assert "unreadable-store" in {f.kind for f in state_reader.diagnose(cp).findings}
+    assert verify_checkpoint(cp, **given).ok and not verify_checkpoint(cp).ok
+
+    out = tmp_path / "out"
+    report = state_reader.rewrite(cp, str(out), num_partitions=3, **given)
+    assert report.new_partitions == 3
+    rows = state_reader.read_state(str(out), **given)
+    assert sorted(map(str, rows.drop(["partition_id"]).to_pylist())) == sorted(
+        map(str, state_reader.read_state(src).drop(["partition_id"]).to_pylist())
+    )
+
+
+def _ddl(arrow_type) -> str:
+    """A Spark DDL type for the Arrow types of the windowed aggregation's state."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(arrow_type):
+        return "STRUCT<" + ", ".join(f"`{f.name}`: {_ddl(f.type)}" for f in arrow_type) + ">"
+    return {
+        pa.string(): "STRING",
+        pa.int64(): "BIGINT",
+        pa.float64(): "DOUBLE",
+        pa.bool_(): "BOOLEAN",
+        pa.timestamp("us", tz="UTC"): "TIMESTAMP",
+    }[arrow_type]

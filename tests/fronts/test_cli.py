@@ -88,6 +88,64 @@ def test_a_store_without_schema_file_shows_with_the_schema_flags(agg, tmp_path):
     assert_one_line_error(run("show", cp, "--key-schema", stored["key"]), "--value-schema", "must be specified")
 
 
+@pytest.fixture(scope="module")
+def schemaless(agg, tmp_path_factory) -> tuple[str, tuple[str, ...]]:
+    """A copy of ``agg`` without its schema files, and the flags that give its schemas."""
+    (stored,) = run_json("schema", agg)["stores"]
+    cp = tmp_path_factory.mktemp("schemaless") / "cp"
+    shutil.copytree(agg, cp)
+    assert without_schema_files(cp)
+    return str(cp), ("--key-schema", stored["key"], "--value-schema", stored["value"])
+
+
+# what each command that reads a store says of it, without the paths that differ between two copies
+READERS = {
+    # the timelines (a schema in DDL carries no watermark mark, which the verdict reads from the schema file)
+    "why": (["-k", "user = 'ann'"], lambda doc: [(k["key"], k["timeline"]) for k in doc["keys"]]),
+    "stats": (["--from", "1", "--to", "2"], lambda doc: (doc["summary"], doc["partitions"])),
+    "plot": (["--out", "{tmp}/state.png"], lambda doc: (doc["width"], doc["height"], doc["stores"], doc["batches"])),
+    "verify": ([], lambda doc: (doc["ok"], doc["versions_checked"], doc["versions_ok"], doc["problems"])),
+    "doctor": ([], lambda doc: sorted(f["kind"] for f in doc["findings"])),
+    "rewrite": (["--dry-run"], lambda doc: (doc["batch_id"], doc["current"], doc["new"])),
+}
+
+
+@pytest.mark.parametrize("command", sorted(READERS))
+def test_every_command_that_reads_a_store_takes_the_schema_flags(agg, schemaless, tmp_path, command):
+    cp, given = schemaless
+    args, shown = READERS[command]
+    args = [a.format(tmp=tmp_path) for a in args]
+    if command in ("verify", "doctor"):
+        # they report a store they cannot read rather than fail: the report names the flags
+        proc = run(command, cp, *args, "--json")
+        assert proc.returncode in (2, 3), proc.stderr
+        doc = json.loads(proc.stdout)
+        (told,) = [p["message"] for p in doc["problems"]] if command == "verify" else [doc["findings"][0]["summary"]]
+        assert "_metadata/schema does not exist" in told and "--key-schema" in told and "--value-schema" in told
+        assert "keySchema" not in told and "key_schema" not in told, told
+    else:
+        proc = run(command, cp, *args)
+        assert_one_line_error(proc, "_metadata/schema does not exist", "--key-schema", "--value-schema")
+        # the advice in the command line's words alone
+        for other in ("keySchema", "key_schema", "in Python"):
+            assert other not in proc.stderr, proc.stderr
+    assert shown(run_json(command, cp, *args, *given)) == shown(run_json(command, agg, *args))
+
+
+def test_a_checkpoint_without_schema_files_is_rewritten_with_the_schema_flags(agg, schemaless, tmp_path):
+    cp, given = schemaless
+    out = tmp_path / "out"
+    proc = run("rewrite", cp, out, "--partitions", "3", *given)
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        run_json("show", out, "--limit", "0", *given)["row_count"] == run_json("show", agg, "--limit", "0")["row_count"]
+    )
+    # --operator and --store name the store the schemas describe; a store that is not there is refused
+    assert run_json("rewrite", cp, "--dry-run", "-O", "0", "-s", "default", *given)["batch_id"] >= 0
+    proc = run("rewrite", cp, "--dry-run", "--store", "nope", *given)
+    assert_one_line_error(proc, "--store", "has no store 'nope'")
+
+
 # -- one JSON shape per command, as docs/cli.md lists it ------------------------------------------
 
 

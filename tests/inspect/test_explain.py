@@ -115,6 +115,8 @@ def test_json_cli_and_notebook_carry_the_same_keys(agg):
     assert "when_watermark_ms" in first["verdict"] and "when_time_ms" in first["verdict"]
     text = run("why", agg, "-k", "user = 'ann'").stdout
     assert "key " in text and "watermark" in text
+    # the filter positional, as the notebook takes it, or by name: the same call
+    assert state_reader.explain(agg, "user = 'ann'").as_dict() == result.as_dict()
     shown = state_reader.open(agg).explain("user = 'ann'")
     assert "<svg" in shown._repr_html_() and [k.key for k in shown.keys] == [k.key for k in result.keys]
     assert result.table().num_rows == sum(len(k.timeline) for k in result.keys)

@@ -31,6 +31,7 @@ from state_reader.errors import InvalidOptionError
 from state_reader.io.destination import Destination
 from state_reader.io.memory import release_free_memory
 from state_reader.io.storage import Storage
+from state_reader.model.checkpoint import CheckpointDir
 from state_reader.progress import progress
 
 
@@ -123,7 +124,7 @@ class LocalRows:
 
 
 def rewrite_checkpoint(
-    source: Storage,
+    source: Storage | CheckpointDir,
     dest: Destination | None,
     *,
     num_partitions: int | None = None,

@@ -114,7 +114,7 @@ class RewritePlan:
 
 
 def plan_rewrite(
-    source: Storage,
+    source: Storage | CheckpointDir,
     *,
     num_partitions: int | None = None,
     provider: str | None = None,
@@ -122,8 +122,10 @@ def plan_rewrite(
     allow_uncommitted: bool = False,
     transform: Transform | dict[int, Transform] | None = None,
 ) -> RewritePlan:
-    """Check that ``source`` can be rewritten as asked and plan every store; reads logs and metadata only."""
-    cp = CheckpointDir(source)
+    """Check that ``source`` can be rewritten as asked and plan every store; reads logs and metadata only.
+    ``source``: its storage, or a view of it with the schemas of a store without a schema file
+    (:func:`~state_reader.core.planner.give_schemas`)."""
+    cp = source if isinstance(source, CheckpointDir) else CheckpointDir(source)
     cp.require_checkpoint()
     committed = cp.committed_batches
     latest = cp.latest_committed_batch()
