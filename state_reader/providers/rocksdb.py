@@ -571,11 +571,15 @@ def _changes_from_snapshots(
     )
 
 
-def _family_id(families: dict[str, int], name: str, source: str) -> int:
-    if name not in families:
-        known = ", ".join(sorted(families)) or "none"
-        raise InvalidOptionError(f"{source}: no column family '{name}' (column families: {known})")
-    return families[name]
+def _family_id(families: dict[str, int], name: str) -> int | None:
+    """The id of the column family ``name``; None when the version's files hold no such family.
+
+    The variable was checked against the operator's metadata while planning, so a family missing
+    here is one Spark has not created (yet) or never writes (a TTL list keeps ``$count_``/``$min_``,
+    not the ``$rowCounter_`` its schema file names): Spark's reader creates it empty and reads no
+    rows from it, and so do these readers.
+    """
+    return families.get(name)
 
 
 def load_rows(plan: StateReadPlan, directory: str, partition_id: int) -> tuple[RowBuffer, RowBuffer]:
@@ -587,7 +591,8 @@ def load_rows(plan: StateReadPlan, directory: str, partition_id: int) -> tuple[R
     if plan.variable is None or not len(keys.starts):
         return keys, values
     families = state.column_families or _store(plan, directory).column_families(plan.version)
-    mask = column_family_ids(keys) == _family_id(families, plan.variable.family.name, source)
+    family_id = _family_id(families, plan.variable.family.name)
+    mask = column_family_ids(keys) == (-1 if family_id is None else family_id)  # ids are never negative
     return select(keys, mask), select(values, mask)
 
 
@@ -597,8 +602,9 @@ def read_variable(plan: StateReadPlan, directory: str, partition_id: int) -> lis
     state = load_store(plan, directory, partition_id)
     source = f"{plan.storage.display(directory)} (version {plan.version})"
     families = state.column_families or _store(plan, directory).column_families(plan.version)
-    family_id = _family_id(families, plan.variable.family.name, source)
-    return state_columns(plan, plan.variable, list(state.entries.items()), family_id, source)
+    family_id = _family_id(families, plan.variable.family.name)
+    entries = list(state.entries.items()) if family_id is not None else []
+    return state_columns(plan, plan.variable, entries, -1 if family_id is None else family_id, source)
 
 
 def read_variable_changes(
@@ -615,7 +621,9 @@ def read_variable_changes(
         (changelog_format.RECORD_TYPE_NAMES[kind], delete_record_key(k, row_checksum) if v is None else k, v)
         for kind, k, v in log.records
     ]
-    family_id = _family_id(store.column_families(version), plan.variable.family.name, source)
+    family_id = _family_id(store.column_families(version), plan.variable.family.name)
+    if family_id is None:  # not created by this version: it changed nothing
+        records, family_id = [], -1
     return change_columns(plan, plan.variable, records, family_id, source)
 
 
