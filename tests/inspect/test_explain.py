@@ -148,11 +148,24 @@ class Running:
     """A keyed query over ``(ts, k, v)`` files that can be fed more input and run on from its checkpoint."""
 
     def __init__(
-        self, spark, out: Path, build, confs: dict[str, str], output_mode: str = "update", sources: int = 1
+        self,
+        spark,
+        out: Path,
+        build,
+        confs: dict[str, str],
+        output_mode: str = "update",
+        sources: int = 1,
+        keep_output: bool = False,
     ) -> None:
         self.spark, self.out = spark, out
         self.query = Query(build, output_mode=output_mode, confs=confs, schema=SCHEMA, sources=sources)
         self.files = 0
+        self.keep_output = keep_output  # the runs after the first keep the rows the query emits, by batch
+
+    def output(self) -> list[dict]:
+        """The rows the query emitted in the runs after the first, each with its ``batch_id``."""
+        found = sorted((self.out / "output").glob("*.json"))
+        return [json.loads(line) for path in found for line in path.read_text().splitlines() if line]
 
     @property
     def checkpoint(self) -> str:
@@ -182,12 +195,19 @@ class Running:
                 .json(str(self.out / "input"))
                 for _ in range(self.query.sources)
             ]
-            writer = (
-                self.query.build(*sources)
-                .writeStream.format("noop")
-                .outputMode(self.query.output_mode)
-                .option("checkpointLocation", self.checkpoint)
-            )
+            writer = self.query.build(*sources).writeStream.outputMode(self.query.output_mode)
+            writer = writer.option("checkpointLocation", self.checkpoint)
+            if self.keep_output:
+                kept = self.out / "output"
+                kept.mkdir(exist_ok=True)
+
+                def keep(df, batch_id: int) -> None:
+                    rows = [{**row.asDict(), "batch_id": batch_id} for row in df.collect()]
+                    (kept / f"{batch_id:06d}.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+                writer = writer.foreachBatch(keep)
+            else:
+                writer = writer.format("noop")
             if processing_seconds is None:
                 writer.trigger(availableNow=True).start().awaitTermination()
                 return
@@ -553,6 +573,119 @@ def test_transform_with_state_event_time_timer_fires_once_the_watermark_passes_i
     assert any(wm == due for _, wm, _ in seen), seen
     for _, wm, present in seen:
         assert present == (wm < due), seen
+
+
+def _tws_collections(df):
+    """transformWithStateInPandas in event time with a value (``v``: the count and the latest event time), a
+    list (``seen``: every ``v``) and a map (``tags``: a count per ``v % 2``) per key, and a timer two seconds
+    after the key's latest event that clears all three when it fires (and emits ``n = -1``)."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class Collections(StatefulProcessor):
+        def init(self, handle) -> None:
+            self.handle = handle
+            self.v = handle.getValueState("v", "n long, latest long")
+            self.seen = handle.getListState("seen", "v long")
+            self.tags = handle.getMapState("tags", "parity long", "cnt long")
+
+        def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803 - PySpark's names
+            import pandas as pd
+
+            count, latest = self.v.get() if self.v.exists() else (0, 0)
+            for pdf in rows:
+                for _, row in pdf.iterrows():
+                    count += 1
+                    latest = max(latest, int(row["ts"].value // 1_000_000))
+                    self.seen.appendValue((int(row["v"]),))
+                    parity = (int(row["v"]) % 2,)
+                    held = self.tags.getValue(parity)[0] if self.tags.containsKey(parity) else 0
+                    self.tags.updateValue(parity, (held + 1,))
+            self.v.update((count, latest))
+            self.handle.registerTimer(latest + TIMEOUT_AFTER_MS)  # the same timer again while latest stays
+            yield pd.DataFrame({"k": [key[0]], "n": [count]})
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802, N803
+            import pandas as pd
+
+            self.v.clear()
+            self.seen.clear()
+            self.tags.clear()
+            yield pd.DataFrame({"k": [key[0]], "n": [-1]})
+
+        def close(self) -> None:
+            pass
+
+    return (
+        df.withWatermark("ts", "5 seconds")
+        .groupBy("k")
+        .transformWithStateInPandas(Collections(), "k string, n long", "Update", "EventTime")
+    )
+
+
+def _spark_variable(spark, cp: str, batch: int, var: str, where: str) -> dict[str, object]:
+    """Each key (canonical JSON) -> its value as the timeline shows it, from Spark's built-in reader of the
+    variable ``var`` at ``batch``: a value's row, a list's elements in order, a map's entries by user key."""
+    df = spark.read.format("statestore").option("batchId", batch).option("stateVarName", var).load(cp).where(where)
+    table = df.toArrow()
+    keys = [json.dumps(k, sort_keys=True, ensure_ascii=False) for k in json_values(table.column("key"))]
+    out: dict[str, list] = {}
+    if "list_element" in table.column_names:
+        for key, element in zip(keys, json_values(table.column("list_element")), strict=True):
+            out.setdefault(key, []).append(element)
+        return out
+    if "user_map_key" in table.column_names:
+        user_keys = json_values(table.column("user_map_key"))
+        for key, user_key, value in zip(keys, user_keys, json_values(table.column("user_map_value")), strict=True):
+            out.setdefault(key, []).append({"user_map_key": user_key, "user_map_value": value})
+        return {k: sorted(v, key=lambda e: json.dumps(e["user_map_key"], sort_keys=True)) for k, v in out.items()}
+    return dict(zip(keys, json_values(table.column("value")), strict=True))
+
+
+def test_transform_with_state_without_changelogs_explains_every_variable_and_its_timer(spark, tmp_path):
+    """RocksDB without changelog checkpointing (Spark's default): the value, list and map variables' timelines
+    come from comparing snapshots, each value Spark's own reader's at that batch; the event-time timer is
+    predicted at the watermark that equals it, and the query's own output has it fire in that batch."""
+    running = Running(spark, tmp_path / "tws_nocl", _tws_collections, ROCKSDB, keep_output=True)
+    planted = T0 + 3.25
+    cp = running.first([{"ts": _at(planted), "k": "a", "v": 1}, {"ts": _at(T0 + 2), "k": "b", "v": 2}])
+    assert not list(Path(cp, "state", "0", "0").glob("*.changelog"))
+    # more rows of the key that leave its latest event time (and so its timer) where it was
+    running.feed([{"ts": _at(planted - 1), "k": "a", "v": 2}, {"ts": _at(T0 + 1), "k": "a", "v": 3}])
+    running.feed([{"ts": _at(planted - 0.5), "k": "a", "v": 5}])
+    due = round(planted * 1000) + TIMEOUT_AFTER_MS
+
+    for var in ("v", "seen", "tags"):
+        result = state_reader.explain(cp, key_filter="k = 'a'", state_var_name=var)
+        (story,) = result.keys
+        assert [e.change_type for e in story.timeline].count("update") >= 2, story.timeline
+        for entry in story.timeline:
+            assert {json.dumps(story.key, sort_keys=True): entry.value} == _spark_variable(
+                spark, cp, entry.batch_id, var, "key.k = 'a'"
+            ), (var, entry)
+        verdict = story.verdict
+        assert (verdict.event, verdict.when_watermark_ms, verdict.when_time_ms) == ("fire", due, None), verdict
+        assert verdict.details["timers"] == [due] and verdict.details["timer_clock"] == "event time"
+        assert not verdict.overdue and verdict.to_go_ms == due - story.timeline[-1].watermark_ms
+    assert [e.value["n"] for e in state_reader.explain(cp, key_filter="k = 'a'", state_var_name="v").keys[0].timeline][
+        -1
+    ] == 4
+    since = story.timeline[-1].batch_id
+
+    # the watermark a millisecond short of the timer, then at it: the query emits the timer's row in that batch
+    for wm_ms in (due - 1, due):
+        running.feed([{"ts": _at(wm_ms / 1000 + 5), "k": "z", "v": 3}])
+    from state_reader.io.storage import Storage
+    from state_reader.model.checkpoint import CheckpointDir
+
+    logs = CheckpointDir(Storage(cp))
+    watermarks = {b: logs.offset_entry(b).watermark_ms for b in logs.committed_batches}
+    fired = [row["batch_id"] for row in running.output() if row["k"] == "a" and row["n"] == -1]
+    assert len(fired) == 1 and watermarks[fired[0]] == due, (fired, watermarks)
+    assert any(wm == due - 1 for b, wm in watermarks.items() if b > since), watermarks
+    for var in ("v", "seen", "tags"):
+        seen = _presence(cp, "k = 'a'", since, state_var_name=var)
+        for _, wm, present in seen:
+            assert present == (wm < due), (var, seen)
 
 
 @pytest.mark.parametrize("provider", sorted(PROVIDERS))
