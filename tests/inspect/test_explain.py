@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import state_reader
+from state_reader.inspect.explain_rules import join_row_leaves_at
 from state_reader.inspect.flatten import json_values, unique_names
 from tests.support.cli import assert_one_line_error, run, run_json
 from tests.support.keyed_queries import SCHEMA
@@ -330,8 +331,8 @@ def test_join_rows_are_buffered_on_each_side_until_the_watermark_passes_them(spa
     by_side = {story.join_side: story for story in result.keys}
     assert set(by_side) == {"left", "right"}, result.as_dict()
     expected_ms = round(planted * 1000)
-    for story in by_side.values():
-        assert story.verdict.event == "evict" and story.verdict.when_watermark_ms == expected_ms
+    for story in by_side.values():  # no range and an inclusive bound: a millisecond past the event time
+        assert story.verdict.event == "evict" and story.verdict.when_watermark_ms == expected_ms + 1
         assert story.timeline[-1].value["lv" if story.join_side == "left" else "rv"] == 1
     since = by_side["left"].timeline[-1].batch_id
 
@@ -346,6 +347,83 @@ def test_join_rows_are_buffered_on_each_side_until_the_watermark_passes_them(spa
                 assert present, (side, seen)  # never before the predicted watermark
             if wm >= expected_ms + bound_ms + 1:
                 assert not present, (side, seen)
+
+
+def _join_on(condition: str):
+    """An inner join of the input with itself on ``k`` and ``condition`` over the event times ``lts``, ``rts``."""
+
+    def build(left, right):
+        left = left.select(F.col("ts").alias("lts"), F.col("k").alias("lk"), F.col("v").alias("lv"))
+        right = right.select(F.col("ts").alias("rts"), F.col("k").alias("rk"), F.col("v").alias("rv"))
+        left, right = left.withWatermark("lts", "5 seconds"), right.withWatermark("rts", "5 seconds")
+        return left.join(right, F.expr(f"lk = rk AND {condition}"), "inner")
+
+    return build
+
+
+# condition -> (the verdict's watermark, the first watermark that drops a left row, a right row), from the
+# row's event time in microseconds
+JOIN_BOUNDS = {
+    # inclusive bounds: a left row may match right rows up to 5 s later, a right row left rows up to its own time
+    "between": (
+        "rts BETWEEN lts AND lts + interval 5 seconds",
+        lambda t: join_row_leaves_at(t),
+        lambda t: join_row_leaves_at(t, 5000, inclusive=True),
+        lambda t: join_row_leaves_at(t, 0, inclusive=True),
+    ),
+    # strict bounds: each a millisecond sooner (the verdict, which cannot see the condition, says inclusive)
+    "strict": (
+        "rts > lts AND rts < lts + interval 5 seconds",
+        lambda t: join_row_leaves_at(t),
+        lambda t: join_row_leaves_at(t, 5000, inclusive=False),
+        lambda t: join_row_leaves_at(t, 0, inclusive=False),
+    ),
+    # the event time a join key: gone once the watermark reaches it
+    "key": ("lts = rts", lambda t: t // 1000, lambda t: t // 1000, lambda t: t // 1000),
+}
+
+
+@pytest.mark.parametrize("case", sorted(JOIN_BOUNDS))
+def test_join_rows_leave_at_sparks_state_watermark_of_each_side(spark, tmp_path, case):
+    """Spark's own reader, batch by batch: a row is still buffered at the watermark a millisecond short of the
+    rule's, and gone at it, on each side."""
+    condition, verdict_at, left_at, right_at = JOIN_BOUNDS[case]
+    running = Running(spark, tmp_path / case, _join_on(condition), HDFS, output_mode="append", sources=2)
+    planted_us = round((T0 + 3.25) * 1_000_000)
+    cp = running.first([{"ts": _at(planted_us / 1e6), "k": "a", "v": 1}, {"ts": _at(T0 + 2), "k": "b", "v": 2}])
+    result = state_reader.explain(cp, key_filter="field0 = 'a'")
+    by_side = {story.join_side: story for story in result.keys}
+    bounds = {"left": left_at(planted_us), "right": right_at(planted_us)}
+    for side, story in by_side.items():
+        verdict = story.verdict
+        assert (verdict.event, verdict.when_watermark_ms) == ("evict", verdict_at(planted_us)), verdict
+        assert verdict.to_go_ms == verdict.when_watermark_ms - story.timeline[-1].watermark_ms > 0
+        assert not verdict.overdue and verdict.when_watermark_ms <= bounds[side] + 1  # + 1: a strict bound
+    since = by_side["left"].timeline[-1].batch_id
+
+    for wm in sorted({b + d for b in bounds.values() for d in (-1, 0)}):
+        running.feed([{"ts": _at(wm / 1000 + 5), "k": "z", "v": 3}])
+    from state_reader.io.storage import Storage
+    from state_reader.model.checkpoint import CheckpointDir
+
+    offsets = CheckpointDir(Storage(cp))
+    for side, column in (("left", "lk"), ("right", "rk")):
+        seen = []
+        for batch in offsets.committed_batches:
+            if batch <= since:
+                continue
+            rows = (
+                spark.read.format("statestore")
+                .option("batchId", batch)
+                .option("joinSide", side)
+                .load(cp)
+                .where(f"value.{column} = 'a'")
+                .count()
+            )
+            seen.append((offsets.offset_entry(batch).watermark_ms, rows > 0))
+        assert {bounds[side] - 1, bounds[side]} <= {wm for wm, _ in seen}, (side, seen)
+        for wm, present in seen:
+            assert present == (wm < bounds[side]), (side, bounds[side], seen)
 
 
 TIMEOUT_AFTER_MS = 2000
