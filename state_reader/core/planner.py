@@ -412,6 +412,24 @@ def plan_state_read(
     )
 
 
+def keeps_changelogs(cp: CheckpointDir, store_dir: str, conf: Mapping[str, str]) -> bool:
+    """Whether a RocksDB store keeps changelogs: its query ran with changelog checkpointing (the offset
+    log's conf), or one partition's directory ``store_dir`` holds a changelog file (one listing)."""
+    if conf_flag(conf, CONF_CHANGELOG):
+        return True
+    names = cp.storage.list_sizes(store_dir) or {}
+    return any(name.endswith(".changelog") for name in names)
+
+
+def snapshots_give_the_change_feed(plan: StateReadPlan) -> bool:
+    """Whether the change feed of the store ``plan`` reads (one store: not a join side) has to be computed
+    by comparing snapshots: a RocksDB store without changelogs, its query run without changelog
+    checkpointing (Spark's default)."""
+    if plan.provider_class != ROCKSDB_PROVIDER or not plan.partitions:
+        return False
+    return not keeps_changelogs(plan.checkpoint, plan.store_dir(plan.partitions[0]), plan.conf)
+
+
 def _require_changelogs(cp: CheckpointDir, store_dir: str, conf: Mapping[str, str], what: str) -> None:
     """Refuse, while planning, a RocksDB read that needs changelogs of a store written without them.
 
@@ -419,10 +437,7 @@ def _require_changelogs(cp: CheckpointDir, store_dir: str, conf: Mapping[str, st
     would find that out file by file, and Spark shows a task's error under a
     generic first line. One listing of one partition tells.
     """
-    if conf_flag(conf, CONF_CHANGELOG):
-        return
-    names = cp.storage.list_sizes(store_dir) or {}
-    if any(name.endswith(".changelog") for name in names):
+    if keeps_changelogs(cp, store_dir, conf):
         return
     remedy = (
         "the option changeFeedFromSnapshots=true computes one by comparing consecutive snapshots"

@@ -20,9 +20,9 @@ import pyarrow.compute as pc
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec, as_key_filter
 from state_reader.core.live import read_consistently
 from state_reader.core.options import from_kwargs, python_api
-from state_reader.core.planner import plan_state_read
+from state_reader.core.planner import plan_state_read, snapshots_give_the_change_feed
 from state_reader.core.scan import read_table
-from state_reader.errors import InvalidOptionError, MissingStateFileError, StateReaderError, StorageError
+from state_reader.errors import InvalidOptionError, StateReaderError, StorageError
 from state_reader.inspect.changefeed import changes
 from state_reader.inspect.doctor_state import first_retained
 from state_reader.inspect.explain_rules import (
@@ -197,7 +197,10 @@ def explain(
         entries = _offset_entries(cp, first, latest)
         if side is None:
             before = _read_at(checkpoint, selectors, first, key_filter, cp)
-            feed = _feed(checkpoint, selectors, first, latest, key_filter, change_feed_from_snapshots)
+            from_snapshots = change_feed_from_snapshots
+            if from_snapshots is None:  # a store without changelogs has its changes in its snapshots
+                from_snapshots = snapshots_give_the_change_feed(plan)
+            feed = _feed(checkpoint, selectors, first, latest, key_filter, from_snapshots)
             earlier, start = _history(history, key_filter, first) if history is not None else (None, None)
             stories = _stories(before, feed, first, latest, entries, earlier, start)
             first = first if start is None else min(first, start)
@@ -291,21 +294,13 @@ def _feed(
     first: int,
     latest: int,
     key_filter: KeyFilterSpec | KeyFilter,
-    from_snapshots: bool | None,
+    from_snapshots: bool,
 ) -> pa.Table | None:
     """The change feed of batches ``first + 1``..``latest`` for the filtered keys (None: no batch after
-    ``first``); computed from snapshots when asked, or when the store keeps no changelog."""
+    ``first``); ``from_snapshots``: computed by comparing snapshots (a store that keeps no changelog)."""
     if latest <= first:
         return None
     kwargs = {**selectors, "key_filter": key_filter, "show_progress": False}
-    if from_snapshots is None:
-        try:
-            return changes(checkpoint, first + 1, latest, **kwargs)
-        except MissingStateFileError as exc:
-            # the message names the option in Spark's words or, through changes(), in Python's
-            if not any(name in exc.message for name in ("changeFeedFromSnapshots", "change_feed_from_snapshots")):
-                raise
-            from_snapshots = True
     return changes(checkpoint, first + 1, latest, change_feed_from_snapshots=from_snapshots, **kwargs)
 
 
@@ -350,11 +345,30 @@ def _offset_entries(cp: CheckpointDir, first: int, latest: int) -> dict[int, Off
     return out
 
 
-def _keyed(table: pa.Table) -> tuple[list[str], list[Any], pa.Table]:
-    """Each row's key as canonical JSON (what keys are matched by), its value (JSON-ready), and the table."""
+# how a store shows a key's value: one row (a value, or several rows such as a join's buffered rows), the
+# elements of a list variable (``list_element``), the entries of a map variable (``user_map_key``/``_value``)
+ROWS, LIST, MAP = "rows", "list", "map"
+# one row of a key's value: (the map entry's user key as canonical JSON, or None; the row, JSON-ready)
+Held = tuple[str | None, Any]
+
+
+def _keyed(table: pa.Table) -> tuple[list[str], list[Held], str]:
+    """Each row's key as canonical JSON (what keys are matched by), its value row, and how the store shows
+    a key's value (:data:`ROWS`, :data:`LIST`, :data:`MAP`, from the columns ``read_state`` gives)."""
     keys = [_canonical(k) for k in json_values(table.column("key"))]
-    values = json_values(table.column("value")) if "value" in table.column_names else [None] * table.num_rows
-    return keys, values, table
+    names = table.column_names
+    if "user_map_key" in names:  # a map variable: one row per entry, changed and deleted entry by entry
+        user_keys = json_values(table.column("user_map_key"))
+        user_values = json_values(table.column("user_map_value"))
+        held = [
+            (_canonical(k), {"user_map_key": k, "user_map_value": v})
+            for k, v in zip(user_keys, user_values, strict=True)
+        ]
+        return keys, held, MAP
+    if "list_element" in names:  # a list variable: one row per element
+        return keys, [(None, v) for v in json_values(table.column("list_element"))], LIST
+    values = json_values(table.column("value")) if "value" in names else [None] * table.num_rows
+    return keys, [(None, v) for v in values], ROWS
 
 
 def _canonical(value: Any) -> str:
@@ -362,8 +376,14 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def _one(values: list[Any]) -> Any:
-    """A key's value: the one row's, or every row's for a key with several (a list, a join's buffers)."""
+def _one(held: list[Held], shape: str = ROWS) -> Any:
+    """A key's value as the timeline shows it: a list variable's elements in order, a map variable's entries
+    by user key, else the one row's value, or every row's for a key with several (a join's buffers)."""
+    values = [value for _, value in held]
+    if shape == MAP:
+        return [value for _, value in sorted(held, key=lambda row: row[0] or "")]
+    if shape == LIST:
+        return values
     return values[0] if len(values) == 1 else values
 
 
@@ -383,10 +403,11 @@ def _stories(
     checkpoint's retention.
     """
     order: dict[str, None] = {}
-    state: dict[str, list[Any]] = {}
+    state: dict[str, list[Held]] = {}
     rows: dict[str, pa.Table] = {}
-    by_batch: dict[int, dict[str, list[tuple[str, Any, int]]]] = {}
+    by_batch: dict[int, dict[str, list[tuple[str, Held, int]]]] = {}
     start = first if history_start is None else min(first, history_start)
+    keys, values, shape = _keyed(before)
     if history is not None and history.num_rows:
         h_keys, h_values, _ = _keyed(history)
         kinds = history.column("change_type").to_pylist()
@@ -397,7 +418,6 @@ def _stories(
                 state.setdefault(key, []).append(value)
             elif start < batch <= first:
                 by_batch.setdefault(batch, {}).setdefault(key, []).append((kind, value, -1))
-    keys, values, _ = _keyed(before)
     for i, (key, value) in enumerate(zip(keys, values, strict=True)):
         order.setdefault(key)
         if start == first:
@@ -422,7 +442,7 @@ def _stories(
         timeline: list[TimelineEntry] = []
         current = state.get(key)
         if current is not None:
-            timeline.append(entry(start, SNAPSHOT, _one(current)))
+            timeline.append(entry(start, SNAPSHOT, _one(current, shape)))
         for batch in range(start + 1, latest + 1):
             changed = by_batch.get(batch, {}).get(key)
             if changed:
@@ -432,11 +452,11 @@ def _stories(
                     if current is None
                     else (UPDATE if timeline and timeline[-1].change_type != DELETE else INSERT)
                 )
-                timeline.append(entry(batch, kind, None if current is None else _one(current)))
+                timeline.append(entry(batch, kind, None if current is None else _one(current, shape)))
                 if feed is not None and current is not None and changed[-1][2] >= 0:
                     rows[key] = feed.slice(changed[-1][2], 1)
             elif current is not None:
-                timeline.append(entry(batch, UNCHANGED, _one(current)))
+                timeline.append(entry(batch, UNCHANGED, _one(current, shape)))
         out[key] = (timeline, rows.get(key, before.slice(0, 0)))
     return out
 
@@ -471,10 +491,11 @@ def _stories_of_reads(reads: dict[int, pa.Table], entries: dict[int, OffsetEntry
     """Each key (canonical JSON) -> its timeline and its rows at the last batch it was in, from the store
     read at every batch (a key with several rows, as a join's buffered rows, has them all as its value)."""
     order: dict[str, None] = {}
-    per_batch: dict[int, dict[str, tuple[list[Any], list[int]]]] = {}
+    per_batch: dict[int, dict[str, tuple[list[Held], list[int]]]] = {}
+    shape = ROWS
     for batch, table in reads.items():
-        keys, values, _ = _keyed(table)
-        held: dict[str, tuple[list[Any], list[int]]] = {}
+        keys, values, shape = _keyed(table)
+        held: dict[str, tuple[list[Held], list[int]]] = {}
         for i, (key, value) in enumerate(zip(keys, values, strict=True)):
             order.setdefault(key)
             held.setdefault(key, ([], []))[0].append(value)
@@ -485,7 +506,7 @@ def _stories_of_reads(reads: dict[int, pa.Table], entries: dict[int, OffsetEntry
     for key in order:
         timeline: list[TimelineEntry] = []
         rows = reads[batches[0]].slice(0, 0)
-        previous: list[Any] | None = None
+        previous: list[Held] | None = None
         for n, batch in enumerate(batches):
             held_now = per_batch[batch].get(key)
             now = held_now[0] if held_now else None
@@ -497,7 +518,7 @@ def _stories_of_reads(reads: dict[int, pa.Table], entries: dict[int, OffsetEntry
             else:
                 change = INSERT if previous is None else (UNCHANGED if now == previous else UPDATE)
             if change is not None:
-                value = None if now is None else _one(now)
+                value = None if now is None else _one(now, shape)
                 timeline.append(TimelineEntry(batch, known.timestamp_ms, known.watermark_ms, change, value))
             if held_now:
                 rows = reads[batch].take(held_now[1])
@@ -506,15 +527,20 @@ def _stories_of_reads(reads: dict[int, pa.Table], entries: dict[int, OffsetEntry
     return out
 
 
-def _applied(current: list[Any] | None, changed: list[tuple[str, Any, int]]) -> list[Any] | None:
+def _applied(current: list[Held] | None, changed: list[tuple[str, Held, int]]) -> list[Held] | None:
     """A key's value rows after one batch's changes: an update replaces them (the last one wins), a
-    delete removes them, an append (an element of a list) adds one."""
+    delete removes them, an append (an element of a list) adds one; a map variable's entry is updated or
+    deleted alone (its user key says which)."""
     rows = list(current or [])
-    for kind, value, _ in changed:
-        if kind == "delete":
+    for kind, (entry, value), _ in changed:
+        if entry is not None:
+            rows = [row for row in rows if row[0] != entry]
+            if kind != "delete":
+                rows.append((entry, value))
+        elif kind == "delete":
             rows = []
         elif kind == "append":
-            rows.append(value)
+            rows.append((entry, value))
         else:
-            rows = [value]
+            rows = [(entry, value)]
     return rows or None

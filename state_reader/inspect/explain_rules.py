@@ -16,9 +16,20 @@ Spark's rules, as each operator applies them in a batch whose offset log says wa
 * transformWithState: a timer fires in the first batch whose clock (the batch time, or the watermark
   for event-time timers) reaches it (Spark 4's timer index hands out the timers at or before the
   clock); a value with a TTL expires in the first batch whose batch time reaches its expiry;
-* stream-stream joins: a side's buffered row is dropped once the watermark passes its event time by
-  the range the join condition gives the other side (the condition is not in the checkpoint: with
-  an equality of event times, or a range that ends at the row's own time, that is its event time);
+* stream-stream joins (Spark's StreamingSymmetricHashJoinHelper and StreamingJoinHelper), per side:
+
+  - the event time (or a window) is a join key: a row goes once ``key time <= W`` (the state key
+    watermark predicate; a window's end), so in the first batch whose watermark reaches its time. The
+    schema numbers a join key's fields without the watermark's mark: a key field that holds each
+    row's event time (or window) is taken for it;
+  - else the join condition bounds this side's time from below by the other side's: with a range ``R``
+    (ms; ``rts BETWEEN lts AND lts + R`` gives the left side ``R``, the right side 0), Spark solves the
+    bound with the other side's watermark into a state value watermark, ``W - R`` for a strict bound
+    (``<``, ``>``) and ``W - R - 1`` for an inclusive one (``<=``, ``>=``, ``BETWEEN``: a row exactly
+    at the bound may still match), and drops the rows whose event time is ``<=`` it. A row at event
+    time ``t`` goes in the first batch whose watermark reaches ``t + R`` (strict) or ``t + R + 1 ms``
+    (inclusive): :func:`join_row_leaves_at`. The condition is not in the checkpoint, so the verdict
+    gives the time for no range and an inclusive bound (the bound of the right side of a ``BETWEEN``);
 * a key without an event-time column, or a query without a watermark: never, as ``doctor`` says.
 
 A no-data batch runs as soon as the watermark moves past a stateful operator's last, so a key
@@ -104,6 +115,18 @@ def iso(ms: int | None) -> str:
 def _ceil_ms(micros: int) -> int:
     """The first watermark (ms) at or after a time in microseconds: Spark compares ``W * 1000 >= t``."""
     return -((-micros) // 1000)
+
+
+def join_row_leaves_at(event_time_us: int, range_ms: int = 0, *, inclusive: bool = True) -> int:
+    """The first watermark (ms) at which Spark drops a join side's buffered row of event time
+    ``event_time_us``, when the join condition bounds that side's time from below by the other side's
+    time minus ``range_ms`` (the range of the condition that keeps it matchable), with an inclusive bound
+    (``<=``, ``>=``, ``BETWEEN``) or a strict one (``<``, ``>``).
+
+    Spark's state value watermark is ``W - range - 1`` (inclusive) or ``W - range`` (strict), and the
+    predicate drops the rows whose event time is ``<=`` it (``t_us <= state watermark * 1000``).
+    """
+    return _ceil_ms(event_time_us) + range_ms + (1 if inclusive else 0)
 
 
 def _watermark_now(facts: KeyFacts) -> tuple[int, int | None]:
@@ -397,13 +420,56 @@ def _ttl(expiry: int, now: int, moved: int | None, facts: KeyFacts) -> Verdict:
     )
 
 
+def _join_key_time(facts: KeyFacts, column: str) -> tuple[int, str] | None:
+    """(micros, what) when the event-time column ``column`` of a join side's rows is one of its join keys:
+    a key field (the schema names them ``field0``.. without the watermark's mark) that holds the row's event
+    time, or its window, in every row; its time (a window's end) is what Spark's state key watermark drops
+    the rows by."""
+    if not facts.row.num_rows or "key" not in facts.row.column_names:
+        return None
+    times = pc.struct_field(facts.row.column("value"), column)
+    key = facts.row.column("key")
+    for f in key.type:
+        held = pc.struct_field(key, f.name)
+        if held.type != times.type or held.to_pylist() != times.to_pylist():
+            continue
+        if pa.types.is_struct(held.type):  # a window: its end
+            micros = max(_micros(pc.struct_field(held.slice(i, 1), "end")) or 0 for i in range(len(held)))
+            return micros, f"the end of its window ({column}.end)"
+        if pa.types.is_timestamp(held.type):
+            micros = max(_micros(held.slice(i, 1)) or 0 for i in range(len(held)))
+            return micros, f"its event time ({column})"
+    return None
+
+
 def _join_rows(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
-    """The buffered rows of one join key on one side: dropped by the watermark on their event time."""
+    """The buffered rows of one join key on one side: dropped by the watermark on their event time, by
+    the state key watermark (the event time is a join key) or the state value watermark (the condition's
+    range): see :func:`join_row_leaves_at`."""
     schema = facts.plan.join.row_value_schema if facts.plan.join is not None else facts.plan.value_schema
     marked = [f.name for f in schema.fields if WATERMARK_METADATA in (f.metadata or {})]
     value_type = facts.row.schema.field("value").type if "value" in facts.row.column_names else None
     names = [f.name for f in value_type] if value_type is not None and pa.types.is_struct(value_type) else []
     column = next((name for name in marked if name in names), None)
+    keyed = _join_key_time(facts, column) if column is not None else None
+    if keyed is not None:  # the event time (or a window) is a join key: gone once the watermark reaches it
+        micros, what = keyed
+        when = _ceil_ms(micros)
+        overdue = now >= when
+        summary = f"dropped when the watermark reaches {iso(when)} ({what}, a join key: key time <= watermark)"
+        summary += f"; the watermark is {iso(now)}{_since(moved)}" + (
+            "" if overdue else f", {(when - now) / 1000:g} s to go"
+        )
+        return Verdict(
+            "evict",
+            summary,
+            when_watermark_ms=when,
+            watermark_ms=now,
+            watermark_moved_batch_id=moved,
+            to_go_ms=max(when - now, 0),
+            overdue=overdue,
+            details={"of": what, "rule": "state key watermark: key time <= watermark"},
+        )
     if column is None or not facts.row.num_rows:
         why = (
             "this side's input has no watermark"
@@ -421,12 +487,15 @@ def _join_rows(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
     micros = [int(t) for t in times.to_pylist() if t is not None]
     if not micros:
         return Verdict("never", "its rows hold no event time", watermark_ms=now, watermark_moved_batch_id=moved)
-    first, last = _ceil_ms(min(micros)), _ceil_ms(max(micros))
+    first, last = join_row_leaves_at(min(micros)), join_row_leaves_at(max(micros))
     overdue = now >= last
+    count = f"{len(micros)} buffered row{'s' if len(micros) != 1 else ''}"
     summary = (
-        f"{len(micros)} buffered row{'s' if len(micros) != 1 else ''}, event times {iso(first)}..{iso(last)} "
-        f"({column}): each is dropped once the watermark reaches its event time plus the range the join "
-        f"condition allows the other side; the last at {iso(last)} at the earliest"
+        f"{count}, event times {iso(_ceil_ms(min(micros)))}..{iso(_ceil_ms(max(micros)))} ({column}): each is "
+        "dropped in the first batch whose watermark is past its event time plus the range the join condition "
+        "allows the other side (Spark drops a row once event time <= watermark - range - 1 ms for an inclusive "
+        "bound, <= watermark - range for a strict one); with no range and an inclusive bound, the last at "
+        f"{iso(last)}"
     )
     summary += f"; the watermark is {iso(now)}{_since(moved)}" + (
         "" if overdue else f", {(last - now) / 1000:g} s to go"
@@ -443,6 +512,12 @@ def _join_rows(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
             "event_time_column": column,
             "rows": len(micros),
             "first_row_ms": first,
-            "range": "plus the time range the join condition gives the other input (not in the checkpoint)",
+            "rule": (
+                "state value watermark: a row goes once its event time <= watermark - range - 1 ms (an inclusive "
+                "bound: <=, >=, BETWEEN) or <= watermark - range (a strict bound: <, >)"
+            ),
+            "range": "the time range the join condition gives the other input (not in the checkpoint): "
+            "when_watermark_ms is for no range and an inclusive bound; add the range, and with a strict bound "
+            "take 1 ms off",
         },
     )

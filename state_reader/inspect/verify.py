@@ -123,7 +123,9 @@ def _plans(
     """
     options = {"operator_id": op, "store_name": store, "batch_id": batch_id, "storage_options": storage_options}
     if not operators.is_transform_with_state(op_name):
-        return [plan_state_read(from_kwargs(checkpoint, options), cp)]
+        # flatMapGroupsWithState format 1 keeps a long timeout in a slot its schema calls int: the bytes are
+        # whole, only Spark's type is too narrow to show them, which is no damage (timeoutTimestampAsLong)
+        return [plan_state_read(from_kwargs(checkpoint, {**options, "timeout_timestamp_as_long": True}), cp)]
     meta = cp.operator_metadata(op, batch_id)
     store_meta = meta.store(store) if meta is not None else None
     if meta is None or store_meta is None:

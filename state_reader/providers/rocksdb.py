@@ -55,6 +55,7 @@ from state_reader.formats import changelog as changelog_format
 from state_reader.formats import kernels, rocksdict_db, snapshot_zip
 from state_reader.formats.codecs import decompress
 from state_reader.formats.rocksdb_encoding import (
+    VIRTUAL_CF_PREFIX_BYTES,
     KeyEncoderSpec,
     column_family_ids,
     decode_keys,
@@ -603,11 +604,15 @@ def _changes_from_snapshots(
     )
 
 
-def _family_id(families: dict[str, int], name: str, source: str) -> int:
-    if name not in families:
-        known = ", ".join(sorted(families)) or "none"
-        raise InvalidOptionError(f"{source}: no column family '{name}' (column families: {known})")
-    return families[name]
+def _family_id(families: dict[str, int], name: str) -> int | None:
+    """The id of the column family ``name``; None when the version's files hold no such family.
+
+    The variable was checked against the operator's metadata while planning, so a family missing
+    here is one Spark has not created (yet) or never writes (a TTL list keeps ``$count_``/``$min_``,
+    not the ``$rowCounter_`` its schema file names): Spark's reader creates it empty and reads no
+    rows from it, and so do these readers.
+    """
+    return families.get(name)
 
 
 def load_rows(plan: StateReadPlan, directory: str, partition_id: int) -> tuple[RowBuffer, RowBuffer]:
@@ -619,7 +624,8 @@ def load_rows(plan: StateReadPlan, directory: str, partition_id: int) -> tuple[R
     if plan.variable is None or not len(keys.starts):
         return keys, values
     families = state.column_families or _store(plan, directory).column_families(plan.version)
-    mask = column_family_ids(keys) == _family_id(families, plan.variable.family.name, source)
+    family_id = _family_id(families, plan.variable.family.name)
+    mask = column_family_ids(keys) == (-1 if family_id is None else family_id)  # ids are never negative
     return select(keys, mask), select(values, mask)
 
 
@@ -629,8 +635,9 @@ def read_variable(plan: StateReadPlan, directory: str, partition_id: int) -> lis
     state = load_store(plan, directory, partition_id)
     source = f"{plan.storage.display(directory)} (version {plan.version})"
     families = state.column_families or _store(plan, directory).column_families(plan.version)
-    family_id = _family_id(families, plan.variable.family.name, source)
-    return state_columns(plan, plan.variable, list(state.entries.items()), family_id, source)
+    family_id = _family_id(families, plan.variable.family.name)
+    entries = list(state.entries.items()) if family_id is not None else []
+    return state_columns(plan, plan.variable, entries, -1 if family_id is None else family_id, source)
 
 
 def read_variable_changes(
@@ -639,6 +646,8 @@ def read_variable_changes(
     """Change types and output columns of the changes ``version`` made to a transformWithState variable."""
     assert plan.variable is not None
     store = _store(plan, directory)
+    if not store.changelogs and plan.change_feed_from_snapshots:
+        return _variable_changes_from_snapshots(plan, directory, partition_id, version)
     unique_id = plan.checkpoint.state_unique_id(version - 1, plan.operator_id, partition_id, plan.store_name)
     log = store.read_changelog(version, unique_id, "a change feed is read from changelogs")
     source = plan.storage.display(f"{directory}/{state_file_name(version, 'changelog', unique_id)}")
@@ -648,7 +657,45 @@ def read_variable_changes(
         (changelog_format.RECORD_TYPE_NAMES[kind], delete_record_key(k, row_checksum) if v is None else k, v)
         for kind, k, v in log.records
     ]
-    family_id = _family_id(store.column_families(version), plan.variable.family.name, source)
+    family_id = _family_id(store.column_families(version), plan.variable.family.name)
+    if family_id is None:  # not created by this version: it changed nothing
+        records, family_id = [], -1
+    return change_columns(plan, plan.variable, records, family_id, source)
+
+
+def _variable_changes_from_snapshots(
+    plan: StateReadPlan, directory: str, partition_id: int, version: int
+) -> tuple[list[str], list[pa.Array]]:
+    """The changes ``version`` made to a transformWithState variable, from the snapshots of ``version - 1``
+    and ``version`` (a store written without changelogs): as :func:`_changes_from_snapshots`, within the
+    variable's column family. A list whose elements changed shows as the whole new list (an update, then
+    appends), as a changelog's put of a list does."""
+    assert plan.variable is not None
+    name = plan.variable.family.name
+
+    def family_entries(at_version: int) -> tuple[dict[bytes, bytes], int | None]:
+        """The family's entries at ``at_version`` by key without its family id, and that id."""
+        if at_version < 1:
+            return {}, None
+        state = load_store(replace(plan, batch_id=at_version - 1), directory, partition_id)
+        families = state.column_families or _store(plan, directory).column_families(at_version)
+        family_id = _family_id(families, name)
+        if family_id is None:
+            return {}, None
+        prefix = family_id.to_bytes(VIRTUAL_CF_PREFIX_BYTES, "little", signed=True)
+        return {k[len(prefix) :]: v for k, v in state.entries.items() if k[: len(prefix)] == prefix}, family_id
+
+    after, after_id = family_entries(version)
+    before, before_id = family_entries(version - 1)
+    family_id = after_id if after_id is not None else before_id
+    source = f"{plan.storage.display(directory)} (versions {version - 1} and {version})"
+    if family_id is None:
+        return change_columns(plan, plan.variable, [], -1, source)
+    prefix = family_id.to_bytes(VIRTUAL_CF_PREFIX_BYTES, "little", signed=True)
+    records: list[tuple[str, bytes, bytes | None]] = [
+        ("update", prefix + k, v) for k, v in after.items() if before.get(k) != v
+    ]
+    records += [("delete", prefix + k, None) for k in before if k not in after]
     return change_columns(plan, plan.variable, records, family_id, source)
 
 

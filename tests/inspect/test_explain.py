@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import state_reader
+from state_reader.inspect.explain_rules import join_row_leaves_at
 from state_reader.inspect.flatten import json_values, unique_names
 from tests.support.cli import assert_one_line_error, run, run_json
 from tests.support.keyed_queries import SCHEMA
@@ -150,11 +151,24 @@ class Running:
     """A keyed query over ``(ts, k, v)`` files that can be fed more input and run on from its checkpoint."""
 
     def __init__(
-        self, spark, out: Path, build, confs: dict[str, str], output_mode: str = "update", sources: int = 1
+        self,
+        spark,
+        out: Path,
+        build,
+        confs: dict[str, str],
+        output_mode: str = "update",
+        sources: int = 1,
+        keep_output: bool = False,
     ) -> None:
         self.spark, self.out = spark, out
         self.query = Query(build, output_mode=output_mode, confs=confs, schema=SCHEMA, sources=sources)
         self.files = 0
+        self.keep_output = keep_output  # the runs after the first keep the rows the query emits, by batch
+
+    def output(self) -> list[dict]:
+        """The rows the query emitted in the runs after the first, each with its ``batch_id``."""
+        found = sorted((self.out / "output").glob("*.json"))
+        return [json.loads(line) for path in found for line in path.read_text().splitlines() if line]
 
     @property
     def checkpoint(self) -> str:
@@ -184,12 +198,19 @@ class Running:
                 .json(str(self.out / "input"))
                 for _ in range(self.query.sources)
             ]
-            writer = (
-                self.query.build(*sources)
-                .writeStream.format("noop")
-                .outputMode(self.query.output_mode)
-                .option("checkpointLocation", self.checkpoint)
-            )
+            writer = self.query.build(*sources).writeStream.outputMode(self.query.output_mode)
+            writer = writer.option("checkpointLocation", self.checkpoint)
+            if self.keep_output:
+                kept = self.out / "output"
+                kept.mkdir(exist_ok=True)
+
+                def keep(df, batch_id: int) -> None:
+                    rows = [{**row.asDict(), "batch_id": batch_id} for row in df.collect()]
+                    (kept / f"{batch_id:06d}.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+                writer = writer.foreachBatch(keep)
+            else:
+                writer = writer.format("noop")
             if processing_seconds is None:
                 writer.trigger(availableNow=True).start().awaitTermination()
                 return
@@ -312,8 +333,8 @@ def test_join_rows_are_buffered_on_each_side_until_the_watermark_passes_them(spa
     by_side = {story.join_side: story for story in result.keys}
     assert set(by_side) == {"left", "right"}, result.as_dict()
     expected_ms = round(planted * 1000)
-    for story in by_side.values():
-        assert story.verdict.event == "evict" and story.verdict.when_watermark_ms == expected_ms
+    for story in by_side.values():  # no range and an inclusive bound: a millisecond past the event time
+        assert story.verdict.event == "evict" and story.verdict.when_watermark_ms == expected_ms + 1
         assert story.timeline[-1].value["lv" if story.join_side == "left" else "rv"] == 1
     since = by_side["left"].timeline[-1].batch_id
 
@@ -328,6 +349,83 @@ def test_join_rows_are_buffered_on_each_side_until_the_watermark_passes_them(spa
                 assert present, (side, seen)  # never before the predicted watermark
             if wm >= expected_ms + bound_ms + 1:
                 assert not present, (side, seen)
+
+
+def _join_on(condition: str):
+    """An inner join of the input with itself on ``k`` and ``condition`` over the event times ``lts``, ``rts``."""
+
+    def build(left, right):
+        left = left.select(F.col("ts").alias("lts"), F.col("k").alias("lk"), F.col("v").alias("lv"))
+        right = right.select(F.col("ts").alias("rts"), F.col("k").alias("rk"), F.col("v").alias("rv"))
+        left, right = left.withWatermark("lts", "5 seconds"), right.withWatermark("rts", "5 seconds")
+        return left.join(right, F.expr(f"lk = rk AND {condition}"), "inner")
+
+    return build
+
+
+# condition -> (the verdict's watermark, the first watermark that drops a left row, a right row), from the
+# row's event time in microseconds
+JOIN_BOUNDS = {
+    # inclusive bounds: a left row may match right rows up to 5 s later, a right row left rows up to its own time
+    "between": (
+        "rts BETWEEN lts AND lts + interval 5 seconds",
+        lambda t: join_row_leaves_at(t),
+        lambda t: join_row_leaves_at(t, 5000, inclusive=True),
+        lambda t: join_row_leaves_at(t, 0, inclusive=True),
+    ),
+    # strict bounds: each a millisecond sooner (the verdict, which cannot see the condition, says inclusive)
+    "strict": (
+        "rts > lts AND rts < lts + interval 5 seconds",
+        lambda t: join_row_leaves_at(t),
+        lambda t: join_row_leaves_at(t, 5000, inclusive=False),
+        lambda t: join_row_leaves_at(t, 0, inclusive=False),
+    ),
+    # the event time a join key: gone once the watermark reaches it
+    "key": ("lts = rts", lambda t: t // 1000, lambda t: t // 1000, lambda t: t // 1000),
+}
+
+
+@pytest.mark.parametrize("case", sorted(JOIN_BOUNDS))
+def test_join_rows_leave_at_sparks_state_watermark_of_each_side(spark, tmp_path, case):
+    """Spark's own reader, batch by batch: a row is still buffered at the watermark a millisecond short of the
+    rule's, and gone at it, on each side."""
+    condition, verdict_at, left_at, right_at = JOIN_BOUNDS[case]
+    running = Running(spark, tmp_path / case, _join_on(condition), HDFS, output_mode="append", sources=2)
+    planted_us = round((T0 + 3.25) * 1_000_000)
+    cp = running.first([{"ts": _at(planted_us / 1e6), "k": "a", "v": 1}, {"ts": _at(T0 + 2), "k": "b", "v": 2}])
+    result = state_reader.explain(cp, key_filter="field0 = 'a'")
+    by_side = {story.join_side: story for story in result.keys}
+    bounds = {"left": left_at(planted_us), "right": right_at(planted_us)}
+    for side, story in by_side.items():
+        verdict = story.verdict
+        assert (verdict.event, verdict.when_watermark_ms) == ("evict", verdict_at(planted_us)), verdict
+        assert verdict.to_go_ms == verdict.when_watermark_ms - story.timeline[-1].watermark_ms > 0
+        assert not verdict.overdue and verdict.when_watermark_ms <= bounds[side] + 1  # + 1: a strict bound
+    since = by_side["left"].timeline[-1].batch_id
+
+    for wm in sorted({b + d for b in bounds.values() for d in (-1, 0)}):
+        running.feed([{"ts": _at(wm / 1000 + 5), "k": "z", "v": 3}])
+    from state_reader.io.storage import Storage
+    from state_reader.model.checkpoint import CheckpointDir
+
+    offsets = CheckpointDir(Storage(cp))
+    for side, column in (("left", "lk"), ("right", "rk")):
+        seen = []
+        for batch in offsets.committed_batches:
+            if batch <= since:
+                continue
+            rows = (
+                spark.read.format("statestore")
+                .option("batchId", batch)
+                .option("joinSide", side)
+                .load(cp)
+                .where(f"value.{column} = 'a'")
+                .count()
+            )
+            seen.append((offsets.offset_entry(batch).watermark_ms, rows > 0))
+        assert {bounds[side] - 1, bounds[side]} <= {wm for wm, _ in seen}, (side, seen)
+        for wm, present in seen:
+            assert present == (wm < bounds[side]), (side, bounds[side], seen)
 
 
 TIMEOUT_AFTER_MS = 2000
@@ -555,6 +653,119 @@ def test_transform_with_state_event_time_timer_fires_once_the_watermark_passes_i
     assert any(wm == due for _, wm, _ in seen), seen
     for _, wm, present in seen:
         assert present == (wm < due), seen
+
+
+def _tws_collections(df):
+    """transformWithStateInPandas in event time with a value (``v``: the count and the latest event time), a
+    list (``seen``: every ``v``) and a map (``tags``: a count per ``v % 2``) per key, and a timer two seconds
+    after the key's latest event that clears all three when it fires (and emits ``n = -1``)."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class Collections(StatefulProcessor):
+        def init(self, handle) -> None:
+            self.handle = handle
+            self.v = handle.getValueState("v", "n long, latest long")
+            self.seen = handle.getListState("seen", "v long")
+            self.tags = handle.getMapState("tags", "parity long", "cnt long")
+
+        def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803 - PySpark's names
+            import pandas as pd
+
+            count, latest = self.v.get() if self.v.exists() else (0, 0)
+            for pdf in rows:
+                for _, row in pdf.iterrows():
+                    count += 1
+                    latest = max(latest, int(row["ts"].value // 1_000_000))
+                    self.seen.appendValue((int(row["v"]),))
+                    parity = (int(row["v"]) % 2,)
+                    held = self.tags.getValue(parity)[0] if self.tags.containsKey(parity) else 0
+                    self.tags.updateValue(parity, (held + 1,))
+            self.v.update((count, latest))
+            self.handle.registerTimer(latest + TIMEOUT_AFTER_MS)  # the same timer again while latest stays
+            yield pd.DataFrame({"k": [key[0]], "n": [count]})
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):  # noqa: N802, N803
+            import pandas as pd
+
+            self.v.clear()
+            self.seen.clear()
+            self.tags.clear()
+            yield pd.DataFrame({"k": [key[0]], "n": [-1]})
+
+        def close(self) -> None:
+            pass
+
+    return (
+        df.withWatermark("ts", "5 seconds")
+        .groupBy("k")
+        .transformWithStateInPandas(Collections(), "k string, n long", "Update", "EventTime")
+    )
+
+
+def _spark_variable(spark, cp: str, batch: int, var: str, where: str) -> dict[str, object]:
+    """Each key (canonical JSON) -> its value as the timeline shows it, from Spark's built-in reader of the
+    variable ``var`` at ``batch``: a value's row, a list's elements in order, a map's entries by user key."""
+    df = spark.read.format("statestore").option("batchId", batch).option("stateVarName", var).load(cp).where(where)
+    table = df.toArrow()
+    keys = [json.dumps(k, sort_keys=True, ensure_ascii=False) for k in json_values(table.column("key"))]
+    out: dict[str, list] = {}
+    if "list_element" in table.column_names:
+        for key, element in zip(keys, json_values(table.column("list_element")), strict=True):
+            out.setdefault(key, []).append(element)
+        return out
+    if "user_map_key" in table.column_names:
+        user_keys = json_values(table.column("user_map_key"))
+        for key, user_key, value in zip(keys, user_keys, json_values(table.column("user_map_value")), strict=True):
+            out.setdefault(key, []).append({"user_map_key": user_key, "user_map_value": value})
+        return {k: sorted(v, key=lambda e: json.dumps(e["user_map_key"], sort_keys=True)) for k, v in out.items()}
+    return dict(zip(keys, json_values(table.column("value")), strict=True))
+
+
+def test_transform_with_state_without_changelogs_explains_every_variable_and_its_timer(spark, tmp_path):
+    """RocksDB without changelog checkpointing (Spark's default): the value, list and map variables' timelines
+    come from comparing snapshots, each value Spark's own reader's at that batch; the event-time timer is
+    predicted at the watermark that equals it, and the query's own output has it fire in that batch."""
+    running = Running(spark, tmp_path / "tws_nocl", _tws_collections, ROCKSDB, keep_output=True)
+    planted = T0 + 3.25
+    cp = running.first([{"ts": _at(planted), "k": "a", "v": 1}, {"ts": _at(T0 + 2), "k": "b", "v": 2}])
+    assert not list(Path(cp, "state", "0", "0").glob("*.changelog"))
+    # more rows of the key that leave its latest event time (and so its timer) where it was
+    running.feed([{"ts": _at(planted - 1), "k": "a", "v": 2}, {"ts": _at(T0 + 1), "k": "a", "v": 3}])
+    running.feed([{"ts": _at(planted - 0.5), "k": "a", "v": 5}])
+    due = round(planted * 1000) + TIMEOUT_AFTER_MS
+
+    for var in ("v", "seen", "tags"):
+        result = state_reader.explain(cp, key_filter="k = 'a'", state_var_name=var)
+        (story,) = result.keys
+        assert [e.change_type for e in story.timeline].count("update") >= 2, story.timeline
+        for entry in story.timeline:
+            assert {json.dumps(story.key, sort_keys=True): entry.value} == _spark_variable(
+                spark, cp, entry.batch_id, var, "key.k = 'a'"
+            ), (var, entry)
+        verdict = story.verdict
+        assert (verdict.event, verdict.when_watermark_ms, verdict.when_time_ms) == ("fire", due, None), verdict
+        assert verdict.details["timers"] == [due] and verdict.details["timer_clock"] == "event time"
+        assert not verdict.overdue and verdict.to_go_ms == due - story.timeline[-1].watermark_ms
+    assert [e.value["n"] for e in state_reader.explain(cp, key_filter="k = 'a'", state_var_name="v").keys[0].timeline][
+        -1
+    ] == 4
+    since = story.timeline[-1].batch_id
+
+    # the watermark a millisecond short of the timer, then at it: the query emits the timer's row in that batch
+    for wm_ms in (due - 1, due):
+        running.feed([{"ts": _at(wm_ms / 1000 + 5), "k": "z", "v": 3}])
+    from state_reader.io.storage import Storage
+    from state_reader.model.checkpoint import CheckpointDir
+
+    logs = CheckpointDir(Storage(cp))
+    watermarks = {b: logs.offset_entry(b).watermark_ms for b in logs.committed_batches}
+    fired = [row["batch_id"] for row in running.output() if row["k"] == "a" and row["n"] == -1]
+    assert len(fired) == 1 and watermarks[fired[0]] == due, (fired, watermarks)
+    assert any(wm == due - 1 for b, wm in watermarks.items() if b > since), watermarks
+    for var in ("v", "seen", "tags"):
+        seen = _presence(cp, "k = 'a'", since, state_var_name=var)
+        for _, wm, present in seen:
+            assert present == (wm < due), (var, seen)
 
 
 @pytest.mark.parametrize("provider", sorted(PROVIDERS))

@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
+import pytest
+
+import state_reader
 from tests.support.cli import run, run_json
 
 
@@ -56,3 +60,81 @@ def test_verify_says_which_checksum_files_are_not_checksums(agg, tmp_path):
     # the state files verify decodes are among the files read unverified, snapshots and deltas alike
     assert {os.path.splitext(m["file"])[1] for m in found} >= {".delta", ".snapshot"}, found
     assert all(os.path.isfile(m["file"]) for m in found)
+
+
+# a healthy checkpoint of every operator and store layout the suite writes: verify must pass on each (a false
+# "damaged" sends a user to restore a good checkpoint)
+HEALTHY = [
+    "agg_window",  # HDFS
+    "rocksdb_agg_window",  # RocksDB without changelogs: every version a snapshot
+    "rocksdb_cl_agg_window",  # with changelogs
+    "rocksdb_v2_agg_window",  # checkpoint format 2 (unique ids)
+    "dedup",
+    "dedup_within",
+    "session_window",
+    "rocksdb_session_window",  # prefix-scan keys in RocksDB
+    "limit",
+    "multi",  # two stateful operators
+    "apply_in_pandas",
+    "fmgws_timeout_fmt1",  # flatMapGroupsWithState format 1 with timeouts
+    "join_inner",  # join format 2: four stores in directories of their own
+    "join_left_outer_rocksdb_cl",
+    "join_v3",  # join format 3: column families
+    "join_v4",  # join format 4: lists of rows
+    "tws",  # transformWithState: value, list, map, TTL, processing-time timers
+    "tws_avro",  # the same in Avro
+    "tws_avro_event_time",  # event-time timers
+    "tws_lists_rocksdb",  # lists with and without TTL, map, value, timers; RocksDB without changelogs
+]
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_verify_passes_on_a_healthy_checkpoint_of_every_operator(checkpoints, name):
+    cp = checkpoints(name)
+    proc = run("verify", cp)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    report = run_json("verify", cp)
+    assert report["ok"] and not report["problems"] and not report["skipped"], report["problems"][:3]
+    assert report["versions_checked"] == report["versions_ok"] > 0
+
+
+def _families(cp: str) -> set[str]:
+    from state_reader.io.storage import Storage
+    from state_reader.model.checkpoint import CheckpointDir
+    from state_reader.model.state_variables import family_schemas
+
+    logs = CheckpointDir(Storage(cp))
+    meta = logs.operator_metadata(0, logs.latest_committed_batch())
+    return set(family_schemas(logs, 0, meta.store("default")))
+
+
+def test_transform_with_state_families_spark_never_creates_are_not_damage(spark, checkpoints):
+    """A list with TTL: its schema file names a ``$rowCounter_`` family its store never holds (Spark counts
+    such a list in ``$count_``/``$min_``). Spark's reader reads every variable row for row as ours does, and
+    verify checks every family the schema files name, calling none of them damaged."""
+    from tests.support.oracle import assert_same_as_builtin
+
+    cp = checkpoints("tws_lists_rocksdb")
+    assert not list((Path(cp) / "state" / "0" / "0").glob("*.changelog"))
+    families = _families(cp)
+    assert {"$rowCounter_all", "$rowCounter_recent", "$count_recent", "$min_recent"} <= families
+    for var in ("recent", "all", "tags", "total"):
+        assert assert_same_as_builtin(spark, cp, {"stateVarName": var}) > 0, var
+    report = run_json("verify", cp)
+    assert report["ok"], report["problems"][:3]
+    assert {store["store_name"] for store in report["stores"]} == families
+    # the family the files never hold reads as Spark's reader reads it: no rows
+    assert state_reader.read_state(cp, state_var_name="recent").num_rows > 0
+
+
+def test_verify_still_finds_a_transform_with_state_store_damaged(checkpoints, tmp_path):
+    """The same checkpoint with an SST file of its latest snapshot gone: damaged, and verify says which."""
+    copy = tmp_path / "cp"
+    shutil.copytree(checkpoints("tws_lists_rocksdb"), copy)
+    ssts = sorted((copy / "state" / "0" / "1" / "SSTs").glob("*.sst"), key=lambda p: p.stat().st_mtime)
+    ssts[-1].unlink()
+    proc = run("verify", copy)
+    assert proc.returncode == 2 and "DAMAGED" in proc.stdout, (proc.stdout, proc.stderr)
+    report = json.loads(run("verify", copy, "--json").stdout)
+    assert not report["ok"] and {p["partition_id"] for p in report["problems"]} == {1}
+    assert any(ssts[-1].name in (p["message"] + (p["path"] or "")) for p in report["problems"])

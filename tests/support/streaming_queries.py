@@ -725,5 +725,45 @@ def _avro_event_time_tws(df: DataFrame) -> DataFrame:
 QUERIES["tws_avro_event_time"] = Query(_avro_event_time_tws, confs=AVRO)
 
 
+def _tws_lists(df: DataFrame) -> DataFrame:
+    """transformWithStateInPandas with a list with TTL and one without, a map with TTL, a value and timers
+    in processing time. A list with TTL keeps its counts in ``$count_``/``$min_`` families, and its
+    ``$rowCounter_`` family, which the schema file names, is never created."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class Lists(StatefulProcessor):
+        def init(self, handle) -> None:
+            self.handle = handle
+            self.recent = handle.getListState("recent", "n int, tag string", 3600000)
+            self.all = handle.getListState("all", "n int")
+            self.tags = handle.getMapState("tags", "tag string", "cnt long", 3600000)
+            self.total = handle.getValueState("total", "amount long")
+
+        def handleInputRows(self, key, rows, timerValues):  # noqa: N802, N803 - PySpark's names
+            import pandas as pd
+
+            amount = self.total.get()[0] if self.total.exists() else 0
+            for pdf in rows:
+                for _, row in pdf.iterrows():
+                    tag = str(row["tag"])
+                    self.recent.appendValue((int(row["n"]), tag))
+                    self.all.appendValue((int(row["n"]),))
+                    cnt = self.tags.getValue((tag,))[0] if self.tags.containsKey((tag,)) else 0
+                    self.tags.updateValue((tag,), (cnt + 1,))
+                    amount += int(row["amount"])
+            self.total.update((amount,))
+            self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + 3_600_000)
+            yield pd.DataFrame({"grp": [key[0]], "amount": [amount]})
+
+        def close(self) -> None:
+            pass
+
+    return df.groupBy("grp").transformWithStateInPandas(Lists(), "grp string, amount long", "Update", "ProcessingTime")
+
+
+# RocksDB without changelog checkpointing (Spark's default): every version a snapshot
+QUERIES["tws_lists_rocksdb"] = Query(_tws_lists, confs=ROCKSDB, processing_time="1 second")
+
+
 # every query the suite's session checkpoints come from, by name
 ALL_SESSION_QUERIES: dict[str, Query] = {**QUERIES, **CHECKPOINT_V2_QUERIES, **FMGWS_TIMEOUT_QUERIES}
