@@ -360,7 +360,7 @@ def _keyed(table: pa.Table) -> tuple[list[str], list[Held], str]:
     if "user_map_key" in names:  # a map variable: one row per entry, changed and deleted entry by entry
         user_keys = json_values(table.column("user_map_key"))
         user_values = json_values(table.column("user_map_value"))
-        held = [
+        held: list[Held] = [
             (_canonical(k), {"user_map_key": k, "user_map_value": v})
             for k, v in zip(user_keys, user_values, strict=True)
         ]
@@ -518,8 +518,8 @@ def _stories_of_reads(reads: dict[int, pa.Table], entries: dict[int, OffsetEntry
             else:
                 change = INSERT if previous is None else (UNCHANGED if now == previous else UPDATE)
             if change is not None:
-                value = None if now is None else _one(now, shape)
-                timeline.append(TimelineEntry(batch, known.timestamp_ms, known.watermark_ms, change, value))
+                shown = None if now is None else _one(now, shape)
+                timeline.append(TimelineEntry(batch, known.timestamp_ms, known.watermark_ms, change, shown))
             if held_now:
                 rows = reads[batch].take(held_now[1])
             previous = now

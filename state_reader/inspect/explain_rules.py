@@ -484,14 +484,15 @@ def _join_rows(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
             details={"why": why},
         )
     times = pc.cast(pc.struct_field(facts.row.column("value"), column), pa.timestamp("us")).cast(pa.int64())
-    micros = [int(t) for t in times.to_pylist() if t is not None]
-    if not micros:
+    event_micros = [int(t) for t in times.to_pylist() if t is not None]
+    if not event_micros:
         return Verdict("never", "its rows hold no event time", watermark_ms=now, watermark_moved_batch_id=moved)
-    first, last = join_row_leaves_at(min(micros)), join_row_leaves_at(max(micros))
+    first, last = join_row_leaves_at(min(event_micros)), join_row_leaves_at(max(event_micros))
     overdue = now >= last
-    count = f"{len(micros)} buffered row{'s' if len(micros) != 1 else ''}"
+    count = f"{len(event_micros)} buffered row{'s' if len(event_micros) != 1 else ''}"
     summary = (
-        f"{count}, event times {iso(_ceil_ms(min(micros)))}..{iso(_ceil_ms(max(micros)))} ({column}): each is "
+        f"{count}, event times {iso(_ceil_ms(min(event_micros)))}..{iso(_ceil_ms(max(event_micros)))} "
+        f"({column}): each is "
         "dropped in the first batch whose watermark is past its event time plus the range the join condition "
         "allows the other side (Spark drops a row once event time <= watermark - range - 1 ms for an inclusive "
         "bound, <= watermark - range for a strict one); with no range and an inclusive bound, the last at "
@@ -510,7 +511,7 @@ def _join_rows(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
         overdue=False,  # the condition's range may keep them longer: not known to be late
         details={
             "event_time_column": column,
-            "rows": len(micros),
+            "rows": len(event_micros),
             "first_row_ms": first,
             "rule": (
                 "state value watermark: a row goes once its event time <= watermark - range - 1 ms (an inclusive "
