@@ -399,3 +399,163 @@ def test_values_inside_lists_and_maps_are_checked_and_named_by_their_row():
     )
     with pytest.raises(SeedValueError, match=r"upsert row 1: value\.tags\[\] is 1099511627776 \(bigint\)"):
         conform_column(wide.column("value"), value, "value", "upsert", [])
+
+
+# -- every store kind x every form x every mutation: refused, nothing written ------------------------------
+
+MUTATED_STORES = [
+    ("agg_window", {}),
+    ("session_window", {}),
+    ("apply_in_pandas", {}),
+    ("rocksdb_cl_dedup", {}),
+    ("rocksdb_agg_fmt2", {}),
+    ("tws", {"state_var_name": "profile"}),
+    ("tws", {"state_var_name": "counters"}),
+]
+
+
+def _first_int_field(rows: list[dict]) -> str | None:
+    value = rows[0].get("value")
+    if not isinstance(value, dict):
+        return None
+    return next((k for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)), None)
+
+
+def _rename_first_key_field(rows):
+    for r in rows:
+        if isinstance(r["key"], dict):
+            first = next(iter(r["key"]))
+            r["key"] = {(f"{k}_x" if k == first else k): v for k, v in r["key"].items()}
+
+
+def _drop_first_value_field(rows):
+    for r in rows:
+        r["value"].pop(next(iter(r["value"])))
+
+
+def _set_first_int(value):
+    def change(rows):
+        rows[0]["value"][_first_int_field(rows)] = value
+
+    return change
+
+
+def _add_extra(rows):
+    for r in rows:
+        r["value"]["extra"] = 1
+
+
+def _twice(rows):
+    rows.append(dict(rows[0]))
+
+
+def _without_value(rows):
+    for r in rows:
+        r.pop("value")
+
+
+STORE_MUTATIONS = {
+    "a key field renamed": (_rename_first_key_field, SeedSchemaError),
+    "a value field missing": (_drop_first_value_field, SeedSchemaError),
+    "an extra value field": (_add_extra, SeedSchemaError),
+    "text in an integer field": (_set_first_int("seven"), SeedSchemaError),
+    "1.5 in an integer field": (_set_first_int(1.5), SeedSchemaError),
+    "the same key twice": (_twice, state_reader.DuplicateSeedKeyError),
+    "no value column": (_without_value, SeedSchemaError),
+}
+
+
+def _json_ready(value):
+    """A Python value as the JSON conventions write it (what export writes of the same value)."""
+    from state_reader.formats.json_values import _scalar
+
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_ready(v) for v in value]
+    return _scalar(value)
+
+
+def _csv_text(rows: list[dict], path: Path) -> Path:
+    """The rows flattened to dotted columns, as export writes a CSV (strings quoted, a null an empty cell)."""
+
+    def flat(prefix, value, out):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                flat(f"{prefix}.{k}" if prefix else k, v, out)
+        else:
+            out[prefix] = value
+
+    table = []
+    for r in rows:
+        out: dict = {}
+        flat("", _json_ready(r), out)
+        table.append(out)
+    names = list(table[0])
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        fh.write(",".join(f'"{n}"' for n in names) + "\n")
+        for out in table:
+            cells = []
+            for n in names:
+                v = out.get(n)
+                if v is None:
+                    cells.append("")
+                elif isinstance(v, str):
+                    cells.append('"' + v.replace('"', '""') + '"')
+                elif isinstance(v, (list, dict)):
+                    cells.append('"' + json.dumps(v).replace('"', '""') + '"')
+                else:
+                    cells.append(json.dumps(v))
+            fh.write(",".join(cells) + "\n")
+    return path
+
+
+def _mutated_forms(rows: list[dict], tmp_path: Path) -> dict:
+    """The mutated rows in every form: pyarrow built from them, Parquet, pandas, JSON lines, JSON, CSV."""
+    import pandas as pd
+
+    forms: dict = {}
+    try:
+        table = pa.Table.from_pylist(rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        table = None  # text and numbers in one column: pyarrow itself refuses to build the table
+    if table is not None:
+        forms["pyarrow"] = table
+        pq.write_table(table, tmp_path / "rows.parquet")
+        forms["parquet"] = read_rows_file(str(tmp_path / "rows.parquet"), "--upsert")
+    forms["pandas"] = pd.DataFrame({name: [r.get(name) for r in rows] for name in rows[0]})
+    ready = [_json_ready(r) for r in rows]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ready), encoding="utf-8")
+    (tmp_path / "rows.json").write_text(json.dumps(ready), encoding="utf-8")
+    forms["jsonl"] = read_rows_file(str(tmp_path / "rows.jsonl"), "--upsert")
+    forms["json"] = read_rows_file(str(tmp_path / "rows.json"), "--upsert")
+    forms["csv"] = read_rows_file(str(_csv_text(rows, tmp_path / "rows.csv")), "--upsert")
+    return forms
+
+
+@pytest.mark.parametrize("mutation", list(STORE_MUTATIONS))
+@pytest.mark.parametrize(
+    ("name", "options"), MUTATED_STORES, ids=[f"{n}{'-' + o['state_var_name'] if o else ''}" for n, o in MUTATED_STORES]
+)
+def test_a_mutated_seed_is_refused_in_every_form_and_nothing_is_written(checkpoints, tmp_path, name, options, mutation):
+    src = checkpoints(name)
+    base = state_reader.read_state(src, **options).drop(["partition_id"])
+    rows = base.to_pylist()
+    change, error = STORE_MUTATIONS[mutation]
+    if "integer" in mutation and _first_int_field(rows) is None:
+        pytest.skip("the store's value holds no integer field")
+    change(rows)
+    before = digest(src)
+    forms = _mutated_forms(rows, tmp_path)
+    assert {"pandas", "jsonl", "json", "csv"} <= set(forms)
+    for form, given in forms.items():
+        dst = tmp_path / f"dst-{form.replace(' ', '-')}"
+        with pytest.raises(error) as refused:
+            state_reader.rewrite(src, str(dst), upsert=given, allow_uncommitted=True, **options)
+        assert not dst.exists() or not any(dst.iterdir()), f"{form}: something was written"
+        assert refused.value.message, form
+    # the unmutated rows in every form are taken (written in a dry run)
+    for form, given in _mutated_forms(base.to_pylist(), tmp_path).items():
+        report = state_reader.rewrite(src, upsert=given, dry_run=True, allow_uncommitted=True, **options)
+        assert report.summary()["stores"], form
+    assert digest(src) == before
