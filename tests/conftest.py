@@ -227,3 +227,23 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("example"):
             item.add_marker(pytest.mark.spark)
+
+
+# -- the time each suite (a folder of tests) took, printed at the end ---------------------------------------
+
+_SUITE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Sum each test's setup, call and teardown into its folder's time."""
+    parts = report.nodeid.split("::")[0].split("/")
+    suite = parts[1] if len(parts) > 2 else "(top level)"
+    _SUITE_SECONDS[suite] = _SUITE_SECONDS.get(suite, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _SUITE_SECONDS:
+        return
+    terminalreporter.write_sep("-", "time per suite (setup, call and teardown of its tests)")
+    for suite, seconds in sorted(_SUITE_SECONDS.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"  {suite:<12} {seconds:8.1f} s")
