@@ -41,8 +41,9 @@ TYPED = [
 def test_what_export_writes_reads_back_as_the_same_value(given, as_type):
     written = json_values(given)
     back = objects_to_arrow(written, given.type, "value.x", "upsert", text=True)
-    back = back.cast(as_type or given.type)
-    assert back.type == given.type
+    if not pa.types.is_nested(given.type):  # a nested one's plain values keep their own types until conformed
+        back = back.cast(as_type or given.type)
+        assert back.type == given.type
     assert json_values(back) == written  # NaN compares unequal to itself: compared as written
 
 

@@ -262,7 +262,8 @@ def _conform(arr: pa.Array, dt: DataType, path: str, what: str, notes: list[str]
         arr = arr.dictionary_decode()
     given = arr.type
     if given.equals(target):
-        return arr if given.equals(target, check_metadata=True) else arr.cast(target)
+        # the same type but for field metadata: the same buffers, seen as the store's type
+        return arr if given.equals(target, check_metadata=True) else arr.view(target)
     if pa.types.is_null(given):
         return pa.nulls(len(arr), target)
     if isinstance(dt, StructType) and pa.types.is_struct(given):
