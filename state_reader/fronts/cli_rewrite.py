@@ -165,7 +165,7 @@ def rewrite(
 
 
 def _naming_the_file(exc: Exception, upsert_file: str | None, delete_file: str | None) -> Exception:
-    """A seed error with the file its rows came from (the message says ``upsert`` or ``delete``)."""
+    """An edit's error with the file its rows came from (the message says ``upsert`` or ``delete``)."""
     from state_reader.errors import InvalidEditError
 
     assert isinstance(exc, InvalidEditError)

@@ -401,3 +401,10 @@ def test_values_inside_lists_and_maps_are_checked_and_named_by_their_row():
     )
     with pytest.raises(EditValueError, match=r"upsert row 1: value\.tags\[\] is 1099511627776 \(bigint\)"):
         conform_column(wide.column("value"), value, "value", EditMode.UPSERT, [])
+
+
+def test_an_edits_mode_is_the_word_its_messages_and_keywords_say():
+    assert [mode.value for mode in EditMode] == ["upsert", "delete"]
+    assert f"{EditMode.UPSERT} row 3" == "upsert row 3" and str(EditMode.DELETE) == "delete"
+    with pytest.raises(EditNullError, match=r"^\[\w+\] delete row 0 has a null key"):
+        require_non_null(pa.nulls(1, KEY.to_arrow()), KEY, "key", EditMode.DELETE)

@@ -10,7 +10,7 @@ kept twice (key to time, time to key). Rows written here bring those entries alo
 entries of a replaced or deleted element are found by the element's key alone (whatever expiration
 they hold), so no stale index entry outlives its element.
 
-The rows' columns, types and nulls are checked as every seed's are
+The rows' columns, types and nulls are checked as every edit's are
 (:mod:`~state_reader.core.rewrite.edit_fit`), against the columns ``read_state`` shows for the
 variable; :mod:`~state_reader.core.rewrite.edit` binds the result to the store's edit.
 """
@@ -80,7 +80,7 @@ USER_MAP_KEY = "user_map_key"
 
 @dataclass(frozen=True)
 class FamilyTarget:
-    """One family a seed writes into (a variable, its timers, or one join store)."""
+    """One family an edit writes into (a variable, its timers, or one join store)."""
 
     name: str
     kind: str  # ValueState, ListState, MapState, TimerState, or MultiValue (a join format 4 store)
@@ -109,8 +109,8 @@ class FamilyRows:
 
     def joined(self) -> tuple[RowBuffer | None, RowBuffer | None]:
         """All keys, and all values (None where there are none), each in one buffer."""
-        keys = _concat(self.keys, "seed keys") if self.keys else None
-        return keys, _concat(self.values, "seed values") if self.values else None
+        keys = _concat(self.keys, "edit keys") if self.keys else None
+        return keys, _concat(self.values, "edit values") if self.values else None
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,7 @@ def _prefix_lengths(keys: RowBuffer, mask: np.ndarray) -> np.ndarray:
 
 
 def family_targets(rows: FamilyStoreRows) -> dict[str, FamilyTarget]:
-    """The families a seed can name: transformWithState variables and timers, or join stores."""
+    """The families an edit can name: transformWithState variables and timers, or join stores."""
     if rows.variable_kinds is None:  # a join: its four stores (format 4 keeps lists of rows, one row per element)
         return {
             name: FamilyTarget(name, MULTI_VALUE if name in rows.multi_value else VALUE, False)
