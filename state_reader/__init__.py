@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from state_reader._version import __version__ as __version__
+from state_reader.errors import RENAMED_ERRORS as _RENAMED_ERRORS
 from state_reader.errors import (
     BatchNotRetainedError,
     ChangesLostError,
@@ -26,11 +27,15 @@ from state_reader.errors import (
     ConflictingOptionsError,
     CorruptFileError,
     DestinationNotEmptyError,
-    DuplicateSeedKeyError,
+    DuplicateEditKeyError,
+    EditNullError,
+    EditPartitionError,
+    EditSchemaError,
+    EditValueError,
     EmptyOptionError,
     IncompleteRewriteError,
+    InvalidEditError,
     InvalidOptionError,
-    InvalidSeedError,
     MissingSchemaFileError,
     MissingStateFileError,
     NegativeOptionError,
@@ -44,17 +49,13 @@ from state_reader.errors import (
     RowDecodeError,
     RowEncodeError,
     SchemaReadError,
-    SeedNullError,
-    SeedPartitionError,
-    SeedSchemaError,
-    SeedValueError,
     SparkSetupError,
     StateReaderError,
     StorageError,
     TruncatedFileError,
     UncommittedBatchError,
     UnexpectedError,
-    UnknownSeedStoreError,
+    UnknownEditStoreError,
     UnsafeArchiveError,
     UnsupportedOptionError,
     UnsupportedTypeError,
@@ -110,13 +111,17 @@ __all__ = [
     "CorruptFileError",
     "DestinationNotEmptyError",
     "Diagnosis",
-    "DuplicateSeedKeyError",
+    "DuplicateEditKeyError",
+    "EditNullError",
+    "EditPartitionError",
+    "EditSchemaError",
+    "EditValueError",
     "EmptyOptionError",
     "Explanation",
     "Finding",
     "IncompleteRewriteError",
+    "InvalidEditError",
     "InvalidOptionError",
-    "InvalidSeedError",
     "MissingSchemaFileError",
     "MissingStateFileError",
     "NegativeOptionError",
@@ -130,17 +135,13 @@ __all__ = [
     "RowDecodeError",
     "RowEncodeError",
     "SchemaReadError",
-    "SeedNullError",
-    "SeedPartitionError",
-    "SeedSchemaError",
-    "SeedValueError",
     "SparkSetupError",
     "StateReaderError",
     "StorageError",
     "TruncatedFileError",
     "UncommittedBatchError",
     "UnexpectedError",
-    "UnknownSeedStoreError",
+    "UnknownEditStoreError",
     "UnsafeArchiveError",
     "UnsupportedOptionError",
     "UnsupportedTypeError",
@@ -182,6 +183,10 @@ def register(spark: Any) -> None:
 
 
 def __getattr__(name: str) -> Any:
+    if name in _RENAMED_ERRORS:  # an earlier name: the error, with a warning (not cached: it warns each time)
+        import state_reader.errors
+
+        return getattr(state_reader.errors, name)
     module_name = _LAZY.get(name)
     if module_name is None:
         raise AttributeError(f"module 'state_reader' has no attribute {name!r}")

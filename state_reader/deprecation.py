@@ -13,22 +13,12 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+# the warning and its words live with the errors, whose own earlier names warn too
 from state_reader.errors import ConflictingOptionsError
+from state_reader.errors import DeprecatedNameWarning as DeprecatedNameWarning
+from state_reader.errors import renamed_message as renamed_message
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class DeprecatedNameWarning(FutureWarning):
-    """A name that still works but will not for long: the message names the one to use.
-
-    A ``FutureWarning``, so that it shows in scripts and notebooks by default (Python
-    hides a plain ``DeprecationWarning`` raised inside a library).
-    """
-
-
-def renamed_message(old: str, new: str) -> str:
-    """What a warning says of a deprecated name, in every front."""
-    return f"{old} is deprecated and will be removed in the release after next: use {new}"
 
 
 def warn_renamed(old: str, new: str, *, stacklevel: int = 3) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -31,6 +32,19 @@ class StateReaderError(Exception):
     def getCondition(self) -> str:  # noqa: N802 - mirrors PySparkException
         """The error condition name, as PySpark exceptions expose it."""
         return self.error_class
+
+
+class DeprecatedNameWarning(FutureWarning):
+    """A name that still works but will not for long: the message names the one to use.
+
+    A ``FutureWarning``, so that it shows in scripts and notebooks by default (Python
+    hides a plain ``DeprecationWarning`` raised inside a library).
+    """
+
+
+def renamed_message(old: str, new: str) -> str:
+    """What a warning says of a deprecated name, in every front."""
+    return f"{old} is deprecated and will be removed in the release after next: use {new}"
 
 
 # --- options ---------------------------------------------------------------
@@ -242,47 +256,71 @@ class RewriteFailedError(StateReaderError):
     error_class = "STATE_READER_REWRITE_FAILED"
 
 
-class InvalidSeedError(StateReaderError):
+class InvalidEditError(StateReaderError):
     """Rows given to write into a store (``upsert``, ``delete``) do not fit it; nothing was written."""
 
     error_class = "STATE_READER_INVALID_SEED"
 
 
-class SeedSchemaError(InvalidSeedError):
+class EditSchemaError(InvalidEditError):
     """A column or field of the rows is missing or extra, or its type does not fit the store's schema."""
 
     error_class = "STATE_READER_SEED_SCHEMA_MISMATCH"
 
 
-class SeedValueError(SeedSchemaError):
+class EditValueError(EditSchemaError):
     """A value of the rows is not one the store's type holds exactly (1.5 or 3e9 for an ``int``, text for
     a number, a decimal with more digits than its scale)."""
 
     error_class = "STATE_READER_SEED_VALUE"
 
 
-class SeedNullError(InvalidSeedError):
+class EditNullError(InvalidEditError):
     """The rows hold a null where the store's schema forbids one."""
 
     error_class = "STATE_READER_SEED_NULL"
 
 
-class DuplicateSeedKeyError(InvalidSeedError):
+class DuplicateEditKeyError(InvalidEditError):
     """The same key appears twice among the rows given for one store (or is both upserted and deleted)."""
 
     error_class = "STATE_READER_SEED_DUPLICATE_KEY"
 
 
-class UnknownSeedStoreError(InvalidSeedError):
+class UnknownEditStoreError(InvalidEditError):
     """The rows name a store, operator or state variable the checkpoint does not have."""
 
     error_class = "STATE_READER_SEED_UNKNOWN_STORE"
 
 
-class SeedPartitionError(InvalidSeedError):
+class EditPartitionError(InvalidEditError):
     """A ``partition_id`` given with the rows is not the partition Spark's hash gives the row's key."""
 
     error_class = "STATE_READER_SEED_WRONG_PARTITION"
+
+
+# the errors' earlier names (``CHANGELOG.md`` says when each goes): an edit's rows were called a seed
+RENAMED_ERRORS = {
+    "InvalidSeedError": "InvalidEditError",
+    "SeedSchemaError": "EditSchemaError",
+    "SeedValueError": "EditValueError",
+    "SeedNullError": "EditNullError",
+    "DuplicateSeedKeyError": "DuplicateEditKeyError",
+    "UnknownSeedStoreError": "UnknownEditStoreError",
+    "SeedPartitionError": "EditPartitionError",
+}
+
+
+def __getattr__(name: str) -> type[StateReaderError]:
+    """An earlier name of an error: the error itself, with a :class:`DeprecatedNameWarning`."""
+    new = RENAMED_ERRORS.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import warnings
+
+    warnings.warn(renamed_message(name, new), DeprecatedNameWarning, stacklevel=2)
+    error: type[StateReaderError] = globals()[new]
+    return error
 
 
 class UnexpectedError(StateReaderError):
@@ -314,6 +352,30 @@ def unexpected_errors_as_ours(what: str) -> Iterator[None]:
             "recognised, or a bug in state_reader; the original exception is chained)",
             path=what,
         ) from exc
+
+
+# set by Spark in the environment of the Python workers it starts, and nowhere else
+_WORKER_ENV = "PYTHON_WORKER_FACTORY_SECRET"
+_HIDE_TRACEBACK_ENV = "SPARK_HIDE_TRACEBACK"
+
+
+@contextmanager
+def spark_worker_errors(what: str) -> Iterator[None]:
+    """:func:`unexpected_errors_as_ours` for code Spark runs in a Python worker.
+
+    Spark shows a worker's error as its Python traceback, whose first line is
+    "Traceback (most recent call last):"; our own errors say all there is to say,
+    so they are shown as their message alone, as Spark's built-in reader shows its
+    own. A worker exits after reporting an error, so the setting dies with it.
+    :class:`UnexpectedError` (a bug, or damage nobody foresaw) keeps its traceback.
+    """
+    try:
+        with unexpected_errors_as_ours(what):
+            yield
+    except StateReaderError as exc:
+        if not isinstance(exc, UnexpectedError) and _WORKER_ENV in os.environ:
+            os.environ[_HIDE_TRACEBACK_ENV] = "1"
+        raise
 
 
 def public_api(func: _F, *, rename: Callable[[str], str] | None = None) -> _F:

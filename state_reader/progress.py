@@ -111,13 +111,6 @@ class Progress:
             if self._bar is not None:
                 self._bar.update(self._task, completed=self.completed, description=self.description)
 
-    def set_total(self, total: int) -> None:
-        """Change the number of steps once it is known."""
-        with self._lock:
-            self.total = total
-            if self._bar is not None:
-                self._bar.update(self._task, total=total)
-
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:

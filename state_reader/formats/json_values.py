@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_reader.errors import SeedSchemaError, SeedValueError
+from state_reader.errors import EditSchemaError, EditValueError
 
 # ---------------------------------------------------------------------------
 # Arrow -> JSON values
@@ -192,7 +192,7 @@ def _shown(v: Any) -> str:
 
 def refuse_value(what: str, row: int, path: str, value: Any, given: str, target: pa.DataType, why: str = "") -> None:
     """Raise the error for one value the store's type does not hold, naming the row, the field and both types."""
-    raise SeedValueError(
+    raise EditValueError(
         f"{what} row {row}: {path} is {_shown(value)} ({given}), which the store's {arrow_type_name(target)} "
         f"does not hold{': ' + why if why else ''}"
     )
@@ -246,7 +246,7 @@ def _struct(
             missing = [n for n in names if n not in v]
             extra = [str(k) for k in v if k not in expected]
             said = [f"missing field {path}.{n}" for n in missing] + [f"extra field {path}.{k}" for k in extra]
-            raise SeedSchemaError(
+            raise EditSchemaError(
                 f"{what} row {_row(rows, i)}: {path} does not have the store's fields ({', '.join(names)}): "
                 f"{'; '.join(said)}"
             )
@@ -315,7 +315,7 @@ def _map(
     item_array = objects_to_arrow(items, target.item_type, f"{path}.value", what, text=text, rows=at)
     if key_array.null_count:
         first = int(np.flatnonzero(key_array.is_null().to_numpy(zero_copy_only=False))[0])
-        raise SeedValueError(f"{what} row {int(at[first])}: {path} has a null key; a map's keys cannot be null")
+        raise EditValueError(f"{what} row {int(at[first])}: {path} has a null key; a map's keys cannot be null")
     return map_array(np.asarray(offsets, dtype=np.int64), key_array, item_array, valid)
 
 
@@ -360,7 +360,7 @@ def _plain(
     for i, (v, kind) in enumerate(zip(values, kinds, strict=True)):
         if kind is not None and (kind != common or (isinstance(v, int) and not -(2**63) <= v < 2**63)):
             refuse_value(what, _row(rows, i), path, v, _kind_name(v), target)
-    raise SeedValueError(
+    raise EditValueError(
         f"{what} {path}: values of kinds no one type holds ({', '.join(sorted(set(map(str, kinds))))})"
     )
 
@@ -553,4 +553,4 @@ def _refuse_first(cells: pa.Array, target: pa.DataType, path: str, what: str, pa
             parse(cell)
         except (ValueError, KeyError):
             refuse_value(what, i, path, cell, "text", target)
-    raise SeedValueError(f"{what} {path}: text that {arrow_type_name(target)} does not hold")
+    raise EditValueError(f"{what} {path}: text that {arrow_type_name(target)} does not hold")

@@ -20,17 +20,18 @@ from state_reader.core.options import python_api as _public_api
 from state_reader.core.planner import give_schemas as _give_schemas
 from state_reader.core.planner import plan_state_read as _plan_state_read
 from state_reader.core.rewrite import rewrite_checkpoint as _rewrite_checkpoint
+from state_reader.core.rewrite.edit import FrameRows as _FrameRows
+from state_reader.core.rewrite.edit import StoreEdit as _StoreEdit
+from state_reader.core.rewrite.plan import RewriteOptions as _RewriteOptions
 from state_reader.core.rewrite.report import RewriteReport
 from state_reader.core.rewrite.rows import Transform
-from state_reader.core.rewrite.seed import DistributedRows as _DistributedRows
-from state_reader.core.rewrite.seed import StoreSeed as _StoreSeed
+from state_reader.core.rewrite.spark_mover import SparkRows as _SparkRows
 from state_reader.core.scan import bind_key_filter as _bind_key_filter
 from state_reader.core.scan import iter_batches as _iter_batches
 from state_reader.core.scan import read_table as _read_table
 from state_reader.core.scan import result_metadata as _result_metadata
 from state_reader.errors import InvalidOptionError as _InvalidOptionError
 from state_reader.errors import unexpected_errors_as_ours as _unexpected_errors_as_ours
-from state_reader.fronts.spark_rewrite import SparkRows as _SparkRows
 from state_reader.inspect.doctor import Diagnosis
 from state_reader.inspect.doctor import diagnose as _diagnose
 from state_reader.inspect.flatten import renamed_batch as _renamed_batch
@@ -253,74 +254,41 @@ def rewrite(
     destination_storage_options: dict[str, Any] | None = None,
     spark: Any = None,
 ) -> RewriteReport:
-    """Write the state of ``checkpoint`` into a new checkpoint at ``destination`` that the same
-    query resumes from (``checkpointLocation=destination``), continuing with the batch it would
-    have run next.
+    """Write the state of ``checkpoint`` into a new checkpoint at ``destination`` that the same query
+    resumes from (``checkpointLocation=destination``); ``checkpoint`` is only read. Returns a
+    :class:`~state_reader.core.rewrite.report.RewriteReport`. Every option is optional
+    (docs/rewrite.md shows each at work):
 
-    ``num_partitions``: the new number of state partitions (Spark's frozen
-    ``spark.sql.shuffle.partitions``); each row goes to the partition Spark's shuffle sends
-    its key to. ``drop_keys``: a key filter (the grammar of ``read_state``'s
-    ``key_filter``) whose matching keys are left out, from every store of each operator.
-    ``batch_id``: the committed batch whose state is written (default: the last).
-    ``provider``: ``"hdfs"`` or ``"rocksdb"``: write the state in that provider's files and
-    record it in the checkpoint (operators Spark runs on RocksDB only are refused for HDFS).
-    ``dry_run``: write nothing (``destination`` may be omitted) and report the rows and bytes
-    each new partition would get, next to each old partition's (``report.table()``,
-    ``report.skew()``).
-    ``transform``: a function over ``pyarrow.RecordBatch`` es of ``key`` and ``value`` (struct
-    columns, as ``read_state`` shows them) returning the new ``key`` and ``value`` columns, one
-    row per row; the new schemas (the types it returns for an empty batch) go into the state
-    schema files, so a changed query (say, one more aggregate) resumes from ``destination``.
-    A dict ``{operator_id: function}`` picks the operator when there are several.
-    ``upsert``: rows to write into one store, in exactly the shape ``read_state`` returns for it
-    (columns ``key`` and ``value``; a ``partition_id`` column is checked against Spark's hash,
-    never used): a pyarrow Table, a pandas DataFrame or a Spark DataFrame. A key the store holds
-    gets the new value, a key it does not hold is added, each in the partition Spark's hash
-    gives it. ``delete``: keys to take out of that store (a table with a ``key`` column). The
-    store is chosen as ``read_state`` chooses it: ``operator_id`` (default: the only one),
-    ``store_name``, ``state_var_name``. Rows that do not fit the store's schema (a column
-    missing or extra, a type that does not fit, a null the schema forbids, a key given twice)
-    raise an :class:`~state_reader.errors.InvalidSeedError` before anything is written; safe
-    widenings (int to long) are applied and listed in the report. To seed a new query, run it
-    once so that Spark writes its checkpoint, then upsert the seed rows at its last batch.
-    Several stores in one rewrite (the four stores of a stream-stream join): ``upsert`` and
-    ``delete`` as dicts ``{store_name: rows}`` or ``{(operator_id, store_name): rows}``.
-    ``join_side``: ``"left"`` or ``"right"``: the rows are one side of a stream-stream join in the
-    shape ``read_state(join_side=...)`` returns (``key``: the join key, ``value``: a buffered input row,
-    one row each, a join key as often as it has rows); an upsert replaces all the rows a join key holds
-    on that side (in the order given), a delete removes them all. ``matched`` (state formats 2 to 4):
-    an extra boolean ``matched`` field of the value, else False. State formats 1 to 4 (format 4: the
-    key's ``__event_time`` is the row's event time; a delete may give the join key alone).
-    transformWithState: the variable by ``state_var_name`` (its timers by
-    ``read_registered_timers=True``, rows as ``read_state`` gives them with it), several as a dict
-    keyed by variable name (or ``(operator_id, name)``; the timers by ``"$procTimers_keyToTimestamp"``
-    or ``"$eventTimers_keyToTimestamp"``); lists and maps one row per element, as ``read_state`` shows
-    them; a list's upsert replaces the key's whole list, a map's one entry.
-    ``spark``: a SparkSession to run the rewrite on, for states larger than one machine: its
-    executors read the old partitions, Spark's own hash partitioning sends each row to its new
-    partition, and one task writes each new partition (the driver writes only the logs and
-    metadata, and holds no state rows). The files and the report are those of the rewrite
-    without Spark. Executors must be able to import ``state_reader`` and reach both
-    locations (give object-store credentials as ``storage_options``); a ``transform`` runs
-    there too (define it in the notebook or script, or in a module they can import).
-    Ignored by a ``dry_run``.
+    - the layout: ``num_partitions`` (Spark's frozen ``spark.sql.shuffle.partitions``; each row goes
+      to the partition Spark's shuffle sends its key to), ``provider`` (``"hdfs"`` or ``"rocksdb"``),
+      ``batch_id`` (the committed batch written; default the last), ``allow_uncommitted`` (rewrite
+      a source whose last planned batch has no commit: a running or crashed query).
+    - the rows: ``drop_keys`` (a key filter, ``read_state``'s ``key_filter`` grammar, whose keys
+      are left out of every store); ``transform`` (a function over ``pyarrow.RecordBatch`` es of
+      ``key`` and ``value`` returning the new ones, one row per row, whose types become the new
+      schema files; ``{operator_id: function}`` for one of several operators).
+    - an edit, rows written into one store: ``upsert`` (rows in the shape ``read_state`` returns:
+      a key's value replaced, or the key added) and ``delete`` (keys), as a pyarrow Table, a pandas
+      DataFrame or a Spark DataFrame, or dicts ``{store_name or (operator_id, store_name): rows}``
+      for several stores; the store chosen as ``read_state`` chooses it (``operator_id``,
+      ``store_name``, ``state_var_name``, ``read_registered_timers``; ``join_side`` for one side of
+      a stream-stream join). Rows that do not fit raise an
+      :class:`~state_reader.errors.InvalidEditError` before anything is written.
+    - a store without a schema file: ``key_schema`` and ``value_schema`` (DDL, both or neither), of
+      the store ``operator_id`` and ``store_name`` name (operator 0, store ``default`` unless given).
+    - where and how: ``storage_options`` (fsspec, both locations unless
+      ``destination_storage_options``), ``dry_run`` (write nothing, ``destination`` may be omitted:
+      the counts per new partition), ``spark`` (a SparkSession whose executors read, route and write
+      the state; executors must import ``state_reader`` and reach both locations).
 
-    ``key_schema`` and ``value_schema`` (DDL, both or neither): the schemas of a store without a schema
-    file (written before Spark 3.1, or lost), as ``read_state`` takes them: of the store ``operator_id``
-    and ``store_name`` name (operator 0, store ``default`` unless given), which they also choose for
-    ``upsert`` and ``delete``.
-
-    ``checkpoint`` is only read. ``destination`` must not exist or be empty. A source
-    whose last planned batch was never committed (a running or crashed query) is refused
-    unless ``allow_uncommitted``: resuming would plan that batch again. A rewrite that
-    fails part-way leaves a destination Spark refuses to start from. Returns a
-    :class:`~state_reader.core.rewrite.report.RewriteReport` (rows per new partition, files, bytes).
+    ``destination`` must not exist or be empty; a rewrite that fails part-way leaves a destination
+    Spark refuses to start from.
     """
-    # through Spark (not a dry run), a Spark DataFrame of rows stays where it is: its rows never reach the driver
-    distributed = spark is not None and not dry_run
+    # through Spark (not a dry run), a Spark DataFrame of rows stays there: its rows never reach the driver
+    in_spark = spark is not None and not dry_run
     schemas = (key_schema, value_schema) != (None, None)
-    seeds = _seeds(
-        upsert, delete, operator_id, store_name, state_var_name, distributed, join_side, read_registered_timers, schemas
+    edits = _edits(
+        upsert, delete, operator_id, store_name, state_var_name, in_spark, join_side, read_registered_timers, schemas
     )
     source = _give_schemas(
         CheckpointDir(_Storage(checkpoint, dict(storage_options or {}))),
@@ -334,35 +302,33 @@ def rewrite(
         if destination is None
         else _Destination(destination, dict(destination_storage_options or storage_options or {}))
     )
-    return _rewrite_checkpoint(
-        source,
-        dest,
+    options = _RewriteOptions(
         num_partitions=num_partitions,
         provider=provider,
-        drop_keys=drop_keys,
         batch_id=batch_id,
         allow_uncommitted=allow_uncommitted,
-        dry_run=dry_run,
         transform=transform,
-        mover=None if spark is None else _SparkRows(spark),
-        seeds=seeds,
+        drop_keys=drop_keys,
+        edits=tuple(edits),
+        dry_run=dry_run,
     )
+    return _rewrite_checkpoint(source, dest, options, None if spark is None else _SparkRows(spark))
 
 
-def _seeds(
+def _edits(
     upsert: Any,
     delete: Any,
     operator_id: int | None,
     store_name: str | None,
     state_var_name: str | None,
-    distributed: bool = False,
+    in_spark: bool = False,
     join_side: str | None = None,
     read_registered_timers: bool = False,
     schemas: bool = False,
-) -> list[_StoreSeed]:
-    """``rewrite``'s rows to write, one :class:`StoreSeed` per store: the store the selectors name,
+) -> list[_StoreEdit]:
+    """``rewrite``'s rows to write, one :class:`StoreEdit` per store: the store the selectors name,
     or, given as dicts, each store a key names (a store name, or ``(operator_id, store_name)``);
-    with ``join_side``, one seed for that side of a join. ``schemas``: key and value schemas were given,
+    with ``join_side``, one edit for that side of a join. ``schemas``: key and value schemas were given,
     for the store ``operator_id`` and ``store_name`` name."""
     chosen = (operator_id, store_name, state_var_name, join_side) != (None, None, None, None) or read_registered_timers
     if upsert is None and delete is None:
@@ -382,18 +348,18 @@ def _seeds(
                 "state_var_name; give the stores of both sides by name as dicts, without join_side"
             )
         return [
-            _StoreSeed(
-                _as_rows(upsert, distributed),
-                _as_rows(delete, distributed),
+            _StoreEdit(
+                _as_rows(upsert, in_spark),
+                _as_rows(delete, in_spark),
                 operator_id,
                 join_side=join_side,
             )
         ]
     if not isinstance(upsert, dict) and not isinstance(delete, dict):
         return [
-            _StoreSeed(
-                _as_rows(upsert, distributed),
-                _as_rows(delete, distributed),
+            _StoreEdit(
+                _as_rows(upsert, in_spark),
+                _as_rows(delete, in_spark),
                 operator_id,
                 store_name,
                 state_var_name,
@@ -407,35 +373,35 @@ def _seeds(
             "several stores"
         )
     by_store: dict[tuple[int | None, str], dict[str, Any]] = {}
-    for what, given in (("upsert", upsert), ("delete", delete)):
+    for what, given in (("upsert", upsert), ("delete", delete)):  # the keywords, as the messages name them
         for which, rows in (given or {}).items():
             op, name = which if isinstance(which, tuple) else (None, which)
             if not isinstance(name, str) or not (op is None or isinstance(op, int)):
                 raise _InvalidOptionError(
                     f"{what} names a store by {which!r}: give a store name or (operator_id, name)"
                 )
-            by_store.setdefault((op, name), {})[what] = _as_rows(rows, distributed)
+            by_store.setdefault((op, name), {})[what] = _as_rows(rows, in_spark)
     return [
-        _StoreSeed(rows.get("upsert"), rows.get("delete"), operator_id=op, store_name=name)
+        _StoreEdit(rows.get("upsert"), rows.get("delete"), operator_id=op, store_name=name)
         for (op, name), rows in by_store.items()
     ]
 
 
-def _as_rows(rows: Any, distributed: bool = False) -> Any:
-    """Rows as the rewrite takes them: a Spark DataFrame left where it is (``distributed``, a rewrite
+def _as_rows(rows: Any, in_spark: bool = False) -> Any:
+    """Rows as the rewrite takes them: a Spark DataFrame held in Spark (``in_spark``, a rewrite
     through Spark) or collected as Arrow (Spark-free), anything else as given."""
     if rows is None or not type(rows).__module__.startswith("pyspark"):
-        if distributed and rows is not None:
+        if in_spark and rows is not None:
             raise _InvalidOptionError("with spark=, give upsert and delete as Spark DataFrames")
         return rows
-    if distributed:
+    if in_spark:
         import inspect
 
         from pyspark.sql.pandas.types import to_arrow_schema
 
         # timestamps as read_state types them; pyspark 4 asks for the zone, 3.5 always gives UTC
         zone = {"timezone": "UTC"} if "timezone" in inspect.signature(to_arrow_schema).parameters else {}
-        return _DistributedRows(to_arrow_schema(rows.schema, **zone), rows)
+        return _FrameRows(to_arrow_schema(rows.schema, **zone), rows)
     if hasattr(rows, "toArrow"):
         return rows.toArrow()
     # pyspark 3.5: Arrow batches as toPandas collects them, never through pandas (which bends types)

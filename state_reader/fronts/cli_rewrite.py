@@ -29,7 +29,7 @@ from state_reader.model.conf import PROVIDER_NAMES
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from state_reader.core.rewrite.seed_fit import TextRows
+    from state_reader.core.rewrite.edit_fit import TextRows
 
 
 @click.command(epilog=KEY_FILTER_HELP)
@@ -126,7 +126,7 @@ def rewrite(
 
             raise click.ClickException(PLOT_NEEDS) from None
         matplotlib.use("Agg")
-    from state_reader.errors import InvalidSeedError
+    from state_reader.errors import InvalidEditError
 
     try:
         report = rewrite_checkpoint(
@@ -154,7 +154,7 @@ def rewrite(
                 (key_schema, value_schema),
             ),
         )
-    except InvalidSeedError as exc:
+    except InvalidEditError as exc:
         raise _naming_the_file(exc, upsert, delete) from None
     if plot_out is not None:
         from state_reader.fronts.plotting import rewrite_layout_figure
@@ -165,10 +165,10 @@ def rewrite(
 
 
 def _naming_the_file(exc: Exception, upsert_file: str | None, delete_file: str | None) -> Exception:
-    """A seed error with the file its rows came from (the message says ``upsert`` or ``delete``)."""
-    from state_reader.errors import InvalidSeedError
+    """An edit's error with the file its rows came from (the message says ``upsert`` or ``delete``)."""
+    from state_reader.errors import InvalidEditError
 
-    assert isinstance(exc, InvalidSeedError)
+    assert isinstance(exc, InvalidEditError)
     path = delete_file if exc.message.startswith("delete") or upsert_file is None else upsert_file
     if path is None or path in exc.message:
         return exc
@@ -229,8 +229,8 @@ def read_rows_file(path: str, flag: str) -> pa.Table | TextRows:
 
 
 def _json_rows(path: str, flag: str, *, lines: bool) -> TextRows:
-    from state_reader.core.rewrite.seed_fit import TextRows
-    from state_reader.errors import SeedSchemaError
+    from state_reader.core.rewrite.edit_fit import TextRows
+    from state_reader.errors import EditSchemaError
 
     def no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         names = [k for k, _ in pairs]
@@ -252,7 +252,7 @@ def _json_rows(path: str, flag: str, *, lines: bool) -> TextRows:
     names = list(rows[0]) if rows else []
     for i, row in enumerate(rows):
         if not isinstance(row, dict) or set(row) != set(names):
-            raise SeedSchemaError(
+            raise EditSchemaError(
                 f"{flag} {path}: row {i} is not an object with the fields of row 0 ({', '.join(names)})", path=path
             )
     return TextRows({name: [row[name] for row in rows] for name in names}, "json")
@@ -264,13 +264,13 @@ def _csv_rows(path: str, flag: str) -> TextRows:
     import pyarrow as pa
     from pyarrow import csv as pa_csv
 
-    from state_reader.core.rewrite.seed_fit import TextRows
-    from state_reader.errors import SeedSchemaError
+    from state_reader.core.rewrite.edit_fit import TextRows
+    from state_reader.errors import EditSchemaError
 
     with open(path, encoding="utf-8", newline="") as fh:
         names = next(csv.reader(fh), [])
     if len(set(names)) != len(names):
-        raise SeedSchemaError(f"{flag} {path}: a column is named twice in the header ({', '.join(names)})", path=path)
+        raise EditSchemaError(f"{flag} {path}: a column is named twice in the header ({', '.join(names)})", path=path)
     # every cell as text: an empty cell is a null, a quoted empty one the empty string (as export writes them)
     convert = pa_csv.ConvertOptions(
         column_types={name: pa.string() for name in names},

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pyarrow as pa
 
@@ -19,11 +18,11 @@ from state_reader.core.options import PARTITIONS_PER_TASK
 from state_reader.errors import (
     InvalidOptionError,
     SparkSetupError,
-    StateReaderError,
-    UnexpectedError,
     UnsupportedTypeError,
-    unexpected_errors_as_ours,
 )
+
+# the Spark fronts' error boundary in a worker, shared with the rewrite's Spark row mover below them
+from state_reader.errors import spark_worker_errors as spark_worker_errors
 from state_reader.formats.spark_types import StructType
 
 
@@ -69,30 +68,6 @@ def partitions_per_task(options: dict[str, str]) -> int | None:
             f"Invalid value for option '{PARTITIONS_PER_TASK}': {text!r}; a positive integer or 'auto' is expected"
         )
     return value
-
-
-# set by Spark in the environment of the Python workers it starts, and nowhere else
-_WORKER_ENV = "PYTHON_WORKER_FACTORY_SECRET"
-_HIDE_TRACEBACK_ENV = "SPARK_HIDE_TRACEBACK"
-
-
-@contextmanager
-def spark_worker_errors(what: str) -> Iterator[None]:
-    """:func:`unexpected_errors_as_ours` for code Spark runs in a Python worker.
-
-    Spark shows a worker's error as its Python traceback, whose first line is
-    "Traceback (most recent call last):"; our own errors say all there is to say,
-    so they are shown as their message alone, as Spark's built-in reader shows its
-    own. A worker exits after reporting an error, so the setting dies with it.
-    :class:`UnexpectedError` (a bug, or damage nobody foresaw) keeps its traceback.
-    """
-    try:
-        with unexpected_errors_as_ours(what):
-            yield
-    except StateReaderError as exc:
-        if not isinstance(exc, UnexpectedError) and _WORKER_ENV in os.environ:
-            os.environ[_HIDE_TRACEBACK_ENV] = "1"
-        raise
 
 
 def check_arrow_transport(schema: StructType, where: str) -> None:

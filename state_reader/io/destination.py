@@ -75,11 +75,6 @@ class Destination:
     def full(self, rel: str) -> str:
         return self._storage.full(rel)
 
-    def require_empty(self) -> None:
-        """DestinationNotEmptyError unless the destination is missing, an empty directory, or an
-        incomplete rewrite of ours (see :meth:`begin`)."""
-        self._leftovers()
-
     def _leftovers(self) -> list[str]:
         """The names in the destination that an earlier, incomplete rewrite left (empty when there
         are none); DestinationNotEmptyError when it holds anything else."""

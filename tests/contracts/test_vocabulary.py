@@ -20,10 +20,11 @@ import click
 import pytest
 
 import state_reader
+import state_reader.errors
 import state_reader.spark
 from state_reader.core.options import OPTIONS, snake_case
 from state_reader.deprecation import DeprecatedNameWarning
-from state_reader.errors import StateReaderError
+from state_reader.errors import RENAMED_ERRORS, StateReaderError
 from state_reader.fronts.cli import cli
 from state_reader.fronts.cli_flags import in_flags
 from state_reader.fronts.notebook import Checkpoint
@@ -323,3 +324,15 @@ def test_a_deprecated_flag_with_its_replacement_is_refused(tmp_path):
         text=True,
     )
     assert proc.returncode == 1 and "not both --batches and --from/--to" in proc.stderr
+
+
+@pytest.mark.parametrize("old", sorted(RENAMED_ERRORS))
+def test_earlier_error_names_warn_and_are_the_new_errors(old):
+    """An edit's errors were a seed's: ``except state_reader.InvalidSeedError`` still catches, with a warning."""
+    new = RENAMED_ERRORS[old]
+    for module in (state_reader, state_reader.errors):
+        with pytest.warns(DeprecatedNameWarning, match=f"{old} is deprecated .* use {new}"):
+            error = getattr(module, old)
+        assert error is getattr(state_reader.errors, new)
+    edit = next(row for row in ROWS if row.concept.startswith("edit"))
+    assert old in edit.earlier and new in dir(state_reader)

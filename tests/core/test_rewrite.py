@@ -119,7 +119,7 @@ def test_a_failing_row_mover_leaves_the_destination_marked_and_rerunnable(checkp
     """Whatever moves the rows, the pipeline marks the destination first and commits last: a mover
     that fails leaves nothing Spark would start from, and the same rewrite run again into it writes
     what a rewrite into a fresh directory writes."""
-    from state_reader.core.rewrite import LocalRows, rewrite_checkpoint
+    from state_reader.core.rewrite import LocalRows, RewriteOptions, rewrite_checkpoint
     from state_reader.io.destination import INCOMPLETE_PREFIX, Destination
     from state_reader.io.storage import Storage
 
@@ -127,7 +127,7 @@ def test_a_failing_row_mover_leaves_the_destination_marked_and_rerunnable(checkp
     dst = tmp_path / "dst"
     failing = _FailsAfterOnePartition()
     with pytest.raises(state_reader.RewriteFailedError, match="executor running new partition 1 was lost") as err:
-        rewrite_checkpoint(Storage(src), Destination(str(dst)), num_partitions=3, mover=failing)
+        rewrite_checkpoint(Storage(src), Destination(str(dst)), RewriteOptions(num_partitions=3), mover=failing)
     assert "incomplete" in str(err.value) and failing.stores == 1
     assert (dst / "metadata").read_bytes().startswith(INCOMPLETE_PREFIX)
     assert list((dst / "state" / "0" / "0").glob("*.snapshot"))  # what the mover wrote before it failed
@@ -135,21 +135,21 @@ def test_a_failing_row_mover_leaves_the_destination_marked_and_rerunnable(checkp
     with pytest.raises(state_reader.IncompleteRewriteError):
         state_reader.read_state(str(dst))
 
-    again = rewrite_checkpoint(Storage(src), Destination(str(dst)), num_partitions=3, mover=LocalRows())
-    fresh = rewrite_checkpoint(Storage(src), Destination(str(tmp_path / "fresh")), num_partitions=3)
+    again = rewrite_checkpoint(Storage(src), Destination(str(dst)), RewriteOptions(num_partitions=3), mover=LocalRows())
+    fresh = rewrite_checkpoint(Storage(src), Destination(str(tmp_path / "fresh")), RewriteOptions(num_partitions=3))
     assert again.summary() | {"destination": None} == fresh.summary() | {"destination": None}
     assert _files(dst) == _files(tmp_path / "fresh")
 
 
 def test_a_dry_run_counts_on_this_machine_whatever_the_mover(checkpoints):
     """A dry run writes nothing, so no mover is asked: the counts are the Spark-free ones."""
-    from state_reader.core.rewrite import rewrite_checkpoint
+    from state_reader.core.rewrite import RewriteOptions, rewrite_checkpoint
     from state_reader.io.storage import Storage
 
     src = checkpoints("agg_window")
     failing = _FailsAfterOnePartition()
-    dry = rewrite_checkpoint(Storage(src), None, num_partitions=3, dry_run=True, mover=failing)
+    dry = rewrite_checkpoint(Storage(src), None, RewriteOptions(num_partitions=3, dry_run=True), mover=failing)
     assert failing.stores == 0 and dry.dry_run
     assert dry.stores == state_reader.rewrite(src, num_partitions=3, dry_run=True).stores
     with pytest.raises(state_reader.InvalidOptionError, match="needs a destination"):
-        rewrite_checkpoint(Storage(src), None, num_partitions=3, mover=failing)
+        rewrite_checkpoint(Storage(src), None, RewriteOptions(num_partitions=3), mover=failing)

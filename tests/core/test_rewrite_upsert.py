@@ -259,9 +259,9 @@ def _with_value(table: pa.Table, value: pa.Array) -> pa.Table:
 
 def test_a_missing_or_extra_column_is_refused(totals, tmp_path):
     rows = _rows(totals)
-    _refused(totals, tmp_path, state_reader.SeedSchemaError, "missing column value", upsert=rows.drop(["value"]))
+    _refused(totals, tmp_path, state_reader.EditSchemaError, "missing column value", upsert=rows.drop(["value"]))
     extra = rows.append_column("note", pa.array(["x"] * rows.num_rows))
-    _refused(totals, tmp_path, state_reader.SeedSchemaError, "extra column note", upsert=extra)
+    _refused(totals, tmp_path, state_reader.EditSchemaError, "extra column note", upsert=extra)
 
 
 def test_a_missing_or_extra_field_is_refused(totals, tmp_path):
@@ -271,14 +271,14 @@ def test_a_missing_or_extra_field_is_refused(totals, tmp_path):
     _refused(
         totals,
         tmp_path,
-        state_reader.SeedSchemaError,
+        state_reader.EditSchemaError,
         r"missing field value\.sum \(bigint\)",
         upsert=_with_value(rows, fewer),
     )
     more = pa.StructArray.from_arrays(
         [value.field("count"), value.field("sum"), value.field("count")], ["count", "sum", "x"]
     )
-    _refused(totals, tmp_path, state_reader.SeedSchemaError, r"extra field value\.x", upsert=_with_value(rows, more))
+    _refused(totals, tmp_path, state_reader.EditSchemaError, r"extra field value\.x", upsert=_with_value(rows, more))
 
 
 def test_a_value_that_does_not_fit_names_the_row_the_field_and_both_types(totals, tmp_path):
@@ -288,7 +288,7 @@ def test_a_value_that_does_not_fit_names_the_row_the_field_and_both_types(totals
     _refused(
         totals,
         tmp_path,
-        state_reader.SeedValueError,
+        state_reader.EditValueError,
         r"upsert row 0: value\.sum is '-?\d+' \(string\), which the store's bigint does not hold",
         upsert=_with_value(rows, text),
     )
@@ -298,7 +298,7 @@ def test_a_value_that_does_not_fit_names_the_row_the_field_and_both_types(totals
     _refused(
         totals,
         tmp_path,
-        state_reader.SeedValueError,
+        state_reader.EditValueError,
         r"upsert row 1: value\.sum is -?\d+\.5 \(double\), which the store's bigint does not hold",
         upsert=_with_value(rows, fraction),
     )
@@ -329,32 +329,32 @@ def test_a_null_where_the_schema_forbids_one_is_refused(totals, tmp_path):
     _refused(
         totals,
         tmp_path,
-        state_reader.SeedNullError,
+        state_reader.EditNullError,
         "null key",
         upsert=rows.set_column(0, "key", nulls),
     )
     no_value = _with_value(rows, pa.nulls(rows.num_rows, rows.schema.field("value").type))
-    _refused(totals, tmp_path, state_reader.SeedNullError, "null value", upsert=no_value)
+    _refused(totals, tmp_path, state_reader.EditNullError, "null value", upsert=no_value)
 
 
 def test_the_same_key_twice_is_refused(totals, tmp_path):
     rows = _rows(totals)
     twice = pa.concat_tables([rows, rows.slice(0, 1)])
-    _refused(totals, tmp_path, state_reader.DuplicateSeedKeyError, "same key", upsert=twice)
+    _refused(totals, tmp_path, state_reader.DuplicateEditKeyError, "same key", upsert=twice)
     _refused(
-        totals, tmp_path, state_reader.DuplicateSeedKeyError, "both upserted and deleted", upsert=rows, delete=rows
+        totals, tmp_path, state_reader.DuplicateEditKeyError, "both upserted and deleted", upsert=rows, delete=rows
     )
 
 
-def test_a_seed_is_checked_and_written_in_runs_with_errors_naming_rows_of_the_whole_table(
+def test_an_edit_is_checked_and_written_in_runs_with_errors_naming_rows_of_the_whole_table(
     spark, totals, tmp_path, monkeypatch
 ):
-    """Seed rows are checked, encoded and routed a run at a time (memory follows a run and a new partition, not
-    the seed): the rows land alike, a bad row in a later run is named by its row in the whole table, and a
-    key given in two runs is still refused."""
-    from state_reader.core.rewrite import seed
+    """An edit's rows are checked, encoded and routed a run at a time (memory follows a run and a new partition,
+    not all the rows given): the rows land alike, a bad row in a later run is named by its row in the whole table,
+    and a key given in two runs is still refused."""
+    from state_reader.core.rewrite import edit
 
-    monkeypatch.setattr(seed, "_SEED_ROWS", 2)
+    monkeypatch.setattr(edit, "_EDIT_ROWS", 2)
     rows = _rows(totals)
     assert rows.num_rows > 4
     dst = str(tmp_path / "in-runs")
@@ -368,7 +368,7 @@ def test_a_seed_is_checked_and_written_in_runs_with_errors_naming_rows_of_the_wh
     _refused(
         totals,
         tmp_path,
-        state_reader.SeedNullError,
+        state_reader.EditNullError,
         f"upsert row {last} has a null key",
         upsert=rows.set_column(0, "key", nulled),
     )
@@ -376,14 +376,14 @@ def test_a_seed_is_checked_and_written_in_runs_with_errors_naming_rows_of_the_wh
     _refused(
         totals,
         tmp_path,
-        state_reader.DuplicateSeedKeyError,
+        state_reader.DuplicateEditKeyError,
         f"upsert rows 0 and {rows.num_rows} have the same key",
         upsert=twice,
     )
     _refused(
         totals,
         tmp_path,
-        state_reader.DuplicateSeedKeyError,
+        state_reader.DuplicateEditKeyError,
         "both upserted and deleted",
         upsert=rows.slice(0, 3),
         delete=rows.slice(2, 3).select(["key"]),
@@ -392,10 +392,10 @@ def test_a_seed_is_checked_and_written_in_runs_with_errors_naming_rows_of_the_wh
 
 def test_rows_for_a_store_or_operator_that_does_not_exist_are_refused(totals, tmp_path):
     rows = _rows(totals)
-    _refused(totals, tmp_path, state_reader.UnknownSeedStoreError, "operator 3", upsert=rows, operator_id=3)
-    _refused(totals, tmp_path, state_reader.UnknownSeedStoreError, "store 'nope'", upsert=rows, store_name="nope")
+    _refused(totals, tmp_path, state_reader.UnknownEditStoreError, "operator 3", upsert=rows, operator_id=3)
+    _refused(totals, tmp_path, state_reader.UnknownEditStoreError, "store 'nope'", upsert=rows, store_name="nope")
     _refused(
-        totals, tmp_path, state_reader.UnknownSeedStoreError, "for timers", upsert=rows, read_registered_timers=True
+        totals, tmp_path, state_reader.UnknownEditStoreError, "for timers", upsert=rows, read_registered_timers=True
     )
 
 
@@ -406,7 +406,7 @@ def test_a_partition_id_is_checked_never_trusted(spark, totals, tmp_path):
         "partition_id",
         pc.subtract(pa.scalar(1, pa.int32()), rows.column("partition_id")),
     )
-    _refused(totals, tmp_path, state_reader.SeedPartitionError, "partition_id", upsert=moved)
+    _refused(totals, tmp_path, state_reader.EditPartitionError, "partition_id", upsert=moved)
     # without the column, or as read_state gave it, the rows go where their keys hash
     dst = str(tmp_path / "ok")
     report = state_reader.rewrite(totals, dst, upsert=rows.drop(["partition_id"]))
@@ -456,10 +456,10 @@ def test_through_spark_the_rows_stay_on_the_executors_and_land_alike(spark, tota
     assert_builtin_sees_same_state(spark, str(tmp_path / "local"), str(tmp_path / "spark"), 3)
     # bad rows are refused before anything is written
     dst = tmp_path / "bad"
-    with pytest.raises(state_reader.SeedSchemaError, match="missing column value"):
+    with pytest.raises(state_reader.EditSchemaError, match="missing column value"):
         state_reader.rewrite(totals, str(dst), upsert=spark.createDataFrame(gone.to_pandas()), spark=spark)
     twice = pa.concat_tables([seed, seed.slice(0, 1)])
-    with pytest.raises(state_reader.DuplicateSeedKeyError, match="2 times"):
+    with pytest.raises(state_reader.DuplicateEditKeyError, match="2 times"):
         state_reader.rewrite(totals, str(dst), upsert=spark.createDataFrame(twice.to_pandas()), spark=spark)
     assert not dst.exists() or not any(dst.iterdir())
     assert digest(totals) == before

@@ -13,7 +13,7 @@ import pytest
 
 import state_reader
 from state_reader.core.planner import join_column_families
-from state_reader.core.rewrite import FamilyStoreRows, plan_rewrite
+from state_reader.core.rewrite import FamilyStoreRows, RewriteOptions, plan_rewrite
 from state_reader.formats.rocksdb_encoding import column_family_ids, decode_keys, strip_column_family
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
@@ -72,7 +72,7 @@ def _builtin_rows(spark, checkpoint: str, options: dict[str, str]) -> list[str]:
 
 
 def _store(checkpoint: str) -> FamilyStoreRows:
-    rows = plan_rewrite(Storage(checkpoint), allow_uncommitted=True).stores[0]
+    rows = plan_rewrite(Storage(checkpoint), RewriteOptions(allow_uncommitted=True)).stores[0]
     assert isinstance(rows, FamilyStoreRows)
     return rows
 
@@ -188,13 +188,13 @@ def test_rows_that_do_not_fit_a_variable_are_refused(checkpoints):
             state_reader.rewrite(src, dry_run=True, allow_uncommitted=True, **seed)
 
     refused(
-        state_reader.UnknownSeedStoreError,
+        state_reader.UnknownEditStoreError,
         r"profile \(ValueState, TTL\).*events \(ListState\)",
         upsert={"nope": profile},
     )
     refused(state_reader.InvalidOptionError, "name the state variable", upsert=profile)
     refused(
-        state_reader.DuplicateSeedKeyError,
+        state_reader.DuplicateEditKeyError,
         "both upserted and deleted",
         upsert={"profile": profile},
         delete={"profile": profile},
@@ -202,7 +202,7 @@ def test_rows_that_do_not_fit_a_variable_are_refused(checkpoints):
     value = profile.column("value").combine_chunks()
     no_expiry = pa.StructArray.from_arrays([value.field(0), pa.nulls(len(value), pa.int64())], fields=list(value.type))
     refused(
-        state_reader.SeedNullError,
+        state_reader.EditNullError,
         "expiration",
         upsert=profile.set_column(1, "value", no_expiry),
         state_var_name="profile",
@@ -212,14 +212,14 @@ def test_rows_that_do_not_fit_a_variable_are_refused(checkpoints):
     counters = state_reader.read_state(src, state_var_name="counters")
     for names in (["group"], ["grp", "extra"]):
         stray = pa.table({"key": pa.StructArray.from_arrays([pa.array(["a"])] * len(names), names=names)})
-        refused(state_reader.SeedSchemaError, "does not have the store's fields", delete={"counters": stray})
+        refused(state_reader.EditSchemaError, "does not have the store's fields", delete={"counters": stray})
         refused(
-            state_reader.SeedSchemaError,
+            state_reader.EditSchemaError,
             "does not have the store's fields",
             delete={"counters": stray.append_column("user_map_key", counters.column("user_map_key").slice(0, 1))},
         )
     refused(
-        state_reader.SeedNullError,
+        state_reader.EditNullError,
         "null user_map_key",
         delete=counters.select(["key"]).append_column(
             "user_map_key", pa.nulls(counters.num_rows, counters.schema.field("user_map_key").type)

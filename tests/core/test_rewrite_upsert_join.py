@@ -142,12 +142,12 @@ def test_dry_run_counts_both_stores_and_refuses_bad_rows(checkpoints):
     counts = {s["store_name"]: (s.get("gained"), s.get("replaced"), s.get("lost")) for s in summary}
     assert counts["left-keyToNumValues"] == (0, join_keys, 0)
     assert counts["left-keyWithIndexToValue"] == (0, rows.num_rows, 0)
-    with pytest.raises(state_reader.DuplicateSeedKeyError):
+    with pytest.raises(state_reader.DuplicateEditKeyError):
         state_reader.rewrite(src, upsert=rows, delete=rows.select(["key"]), join_side="left", dry_run=True)
     wrong = rows.set_column(
         rows.column_names.index("partition_id"), "partition_id", pa.array([7] * rows.num_rows, pa.int32())
     )
-    with pytest.raises(state_reader.SeedPartitionError):
+    with pytest.raises(state_reader.EditPartitionError):
         state_reader.rewrite(src, upsert=wrong, join_side="left", dry_run=True)
 
 
@@ -231,7 +231,7 @@ def test_format_4_one_join_key_replaced_and_one_deleted(spark, checkpoints, tmp_
     assert spark_rows(dst, "right") == spark_rows(src, "right")
 
     late = pa.Table.from_pylist([{**row, "key": {**row["key"], "__event_time": 1}}], schema=rows.schema)
-    with pytest.raises(state_reader.InvalidSeedError, match="event time"):
+    with pytest.raises(state_reader.InvalidEditError, match="event time"):
         state_reader.rewrite(src, upsert=late, join_side="left", dry_run=True)
-    with pytest.raises(state_reader.DuplicateSeedKeyError):
+    with pytest.raises(state_reader.DuplicateEditKeyError):
         state_reader.rewrite(src, upsert=upsert, delete=upsert.select(["key"]), join_side="left", dry_run=True)

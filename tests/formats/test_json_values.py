@@ -11,7 +11,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
-from state_reader.errors import SeedSchemaError, SeedValueError
+from state_reader.errors import EditSchemaError, EditValueError
 from state_reader.formats.json_values import (
     json_values,
     objects_to_arrow,
@@ -50,16 +50,16 @@ def test_what_export_writes_reads_back_as_the_same_value(given, as_type):
 def test_a_struct_must_have_the_stores_fields_in_every_row():
     target = pa.struct([("count", pa.int64()), ("sum", pa.int64()), ("sum", pa.int64())])
     rows = [{"count": 1, "sum": 2, "sum#2": 3}, {"count": 1, "sum": 2}]
-    with pytest.raises(SeedSchemaError, match=r"upsert row 1: value does not have .* missing field value\.sum#2"):
+    with pytest.raises(EditSchemaError, match=r"upsert row 1: value does not have .* missing field value\.sum#2"):
         objects_to_arrow(rows, target, "value", "upsert", text=True)
-    with pytest.raises(SeedValueError, match=r"upsert row 0: value is \[1, 2\] \(list\)"):
+    with pytest.raises(EditValueError, match=r"upsert row 0: value is \[1, 2\] \(list\)"):
         objects_to_arrow([[1, 2]], target, "value", "upsert", text=True)
 
 
 def test_text_is_parsed_only_where_a_convention_writes_the_type_as_text():
-    with pytest.raises(SeedValueError, match=r"row 1: value\.n is 'seven' \(text\), which the store's bigint"):
+    with pytest.raises(EditValueError, match=r"row 1: value\.n is 'seven' \(text\), which the store's bigint"):
         objects_to_arrow([1, "seven"], pa.int64(), "value.n", "upsert", text=True)
-    with pytest.raises(SeedValueError, match=r"row 0: value\.d is 'nan' \(text\).*\"NaN\""):
+    with pytest.raises(EditValueError, match=r"row 0: value\.d is 'nan' \(text\).*\"NaN\""):
         objects_to_arrow(["nan"], pa.float64(), "value.d", "upsert", text=True)
     assert math.isnan(objects_to_arrow(["NaN"], pa.float64(), "value.d", "upsert", text=True)[0].as_py())
 
@@ -68,7 +68,7 @@ def test_csv_cells_are_numbers_as_they_spell_them():
     cells = pa.array(["1", None, "2.5", "3e9"])
     assert text_to_arrow(cells, pa.int32(), "value.n", "upsert").to_pylist() == [1.0, None, 2.5, 3e9]
     assert text_to_arrow(pa.array(["1", "2"]), pa.int32(), "value.n", "upsert").type == pa.int64()
-    with pytest.raises(SeedValueError, match=r"row 1: value\.n is 'x' \(text\)"):
+    with pytest.raises(EditValueError, match=r"row 1: value\.n is 'x' \(text\)"):
         text_to_arrow(pa.array(["1", "x"]), pa.int32(), "value.n", "upsert")
 
 

@@ -15,10 +15,10 @@ from state_reader.formats.schema_files import (
     read_schema_v1v2,
     read_schema_v3,
     write_schema_v2,
-    write_schema_v3,
 )
 from state_reader.formats.spark_types import StructField, StructType, from_json_value, parse_struct, spark_json
 from tests.support.paths import GOLDEN
+from tests.support.schema_files import write_schema_v3
 
 
 def _v2_files(root: Path) -> list[Path]:

@@ -11,7 +11,6 @@ from state_reader.io.integrity import verify_hadoop
 
 def test_destination_writes_only_into_an_empty_directory(tmp_path):
     dest = Destination(str(tmp_path / "new"))
-    dest.require_empty()
     dest.write("state/0/1/2.snapshot", b"abc")
     assert (tmp_path / "new" / "state" / "0" / "1" / "2.snapshot").read_bytes() == b"abc"
     sidecar = (tmp_path / "new" / "state" / "0" / "1" / ".2.snapshot.crc").read_bytes()
@@ -21,10 +20,10 @@ def test_destination_writes_only_into_an_empty_directory(tmp_path):
         "2.snapshot",
     ]
     with pytest.raises(DestinationNotEmptyError, match="not empty"):
-        Destination(str(tmp_path / "new")).require_empty()
+        Destination(str(tmp_path / "new")).begin("src")
     (tmp_path / "file").write_text("x")
     with pytest.raises(DestinationNotEmptyError, match="is a file"):
-        Destination(str(tmp_path / "file")).require_empty()
+        Destination(str(tmp_path / "file")).begin("src")
 
 
 def test_destination_streams_whole_files_or_none(tmp_path):

@@ -27,16 +27,20 @@ Every operator on both providers: stores with RocksDB column families
 checkpoint format 2 (new unique ids, listed in the rewritten commit entry)
 included, and moves between the providers where Spark runs the operator on both.
 ``transform`` rewrites each row's key and value on the way
-(:class:`TransformedStoreRows`) and the schema files with them. ``seeds`` write rows into a
-store (:class:`StoreSeed`: ``upsert`` and ``delete``, in the shape ``read_state`` returns), checked
+(:class:`TransformedStoreRows`) and the schema files with them. Edits write rows into a
+store (:class:`StoreEdit`: ``upsert`` and ``delete``, in the shape ``read_state`` returns), checked
 against its schemas first and applied to each new partition as it is written
-(:mod:`~state_reader.core.rewrite.seed`).
+(:mod:`~state_reader.core.rewrite.edit`). What a rewrite is asked travels as one
+:class:`RewriteOptions`. :mod:`~state_reader.core.rewrite.spark_mover` moves the rows with Spark
+instead (pyspark imported only when it runs).
 """
 
 from __future__ import annotations
 
+from state_reader.core.rewrite.edit import BoundEdit, StoreEdit, bind_edits
+from state_reader.core.rewrite.edit_fit import EditMode
 from state_reader.core.rewrite.pipeline import LocalRows, RowMover, Target, rewrite_checkpoint
-from state_reader.core.rewrite.plan import SINGLE_PARTITION_OPERATORS, RewritePlan, plan_rewrite
+from state_reader.core.rewrite.plan import SINGLE_PARTITION_OPERATORS, RewriteOptions, RewritePlan, plan_rewrite
 from state_reader.core.rewrite.report import RewriteReport, StoreReport, store_report
 from state_reader.core.rewrite.route import RoutedSlice, route_partition
 from state_reader.core.rewrite.rows import (
@@ -47,14 +51,16 @@ from state_reader.core.rewrite.rows import (
     store_label,
     zip_extra_metadata,
 )
-from state_reader.core.rewrite.seed import StoreEdit, StoreSeed, bind_seeds
 from state_reader.core.rewrite.write import Put, counting_writer, failure_marked, finish_checkpoint, write_partition
 
 __all__ = [
     "SINGLE_PARTITION_OPERATORS",
+    "BoundEdit",
+    "EditMode",
     "FamilyStoreRows",
     "LocalRows",
     "Put",
+    "RewriteOptions",
     "RewritePlan",
     "RewriteReport",
     "RoutedSlice",
@@ -62,11 +68,10 @@ __all__ = [
     "StoreEdit",
     "StoreReport",
     "StoreRows",
-    "StoreSeed",
     "Target",
     "Transform",
     "TransformedStoreRows",
-    "bind_seeds",
+    "bind_edits",
     "counting_writer",
     "failure_marked",
     "finish_checkpoint",

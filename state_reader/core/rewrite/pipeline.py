@@ -4,14 +4,14 @@ incomplete, each store's rows moved by a :class:`RowMover`, then the logs, schem
 metadata, and last the commit point.
 
 Two movers: :class:`LocalRows` routes on this machine through local temporary files; the Spark
-front's moves the rows with Spark's own shuffle (``fronts/spark_rewrite``). A dry run always
+``spark_mover.SparkRows`` moves them with Spark's own shuffle. A dry run always
 counts on this machine (nothing is written, so nothing needs spreading out).
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Protocol
@@ -19,12 +19,12 @@ from typing import Protocol
 import numpy as np
 
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
-from state_reader.core.rewrite.plan import RewritePlan, plan_rewrite
+from state_reader.core.rewrite.edit import BoundEdit, EditCounts, SpillTo, bind_edits, edited
+from state_reader.core.rewrite.edit_join import expand_join_sides
+from state_reader.core.rewrite.plan import RewriteOptions, RewritePlan, plan_rewrite
 from state_reader.core.rewrite.report import RewriteReport, StoreReport, store_report
 from state_reader.core.rewrite.route import Spill, route_store
-from state_reader.core.rewrite.rows import StoreRows, Transform, store_label, zip_extra_metadata
-from state_reader.core.rewrite.seed import EditCounts, SpillTo, StoreEdit, StoreSeed, bind_seeds, edited
-from state_reader.core.rewrite.seed_join import expand_join_sides
+from state_reader.core.rewrite.rows import StoreRows, store_label, zip_extra_metadata
 from state_reader.core.rewrite.write import Put, counting_writer, failure_marked, finish_checkpoint, write_partition
 from state_reader.core.scan import bind_key_filter
 from state_reader.errors import InvalidOptionError
@@ -49,7 +49,12 @@ class RowMover(Protocol):
     """How the rows of one store get from its old partitions into the new partitions' snapshots."""
 
     def move(
-        self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, target: Target, edit: StoreEdit | None = None
+        self,
+        rewrite_plan: RewritePlan,
+        rows: StoreRows,
+        drop: KeyFilter | None,
+        target: Target,
+        edit: BoundEdit | None = None,
     ) -> StoreReport:
         """Write every new partition of ``rows``'s store (an empty one too), leaving out the rows
         ``drop`` matches and applying ``edit`` (rows upserted, keys deleted), and return the
@@ -66,54 +71,64 @@ class LocalRows:
     show_progress: bool | None = None
 
     def move(
-        self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, target: Target, edit: StoreEdit | None = None
+        self,
+        rewrite_plan: RewritePlan,
+        rows: StoreRows,
+        drop: KeyFilter | None,
+        target: Target,
+        edit: BoundEdit | None = None,
     ) -> StoreReport:
-        return self._route(rp, rows, drop, edit, target)
+        return self._route(rewrite_plan, rows, drop, edit, target)
 
     def count(
-        self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, edit: StoreEdit | None = None
+        self, rewrite_plan: RewritePlan, rows: StoreRows, drop: KeyFilter | None, edit: BoundEdit | None = None
     ) -> StoreReport:
         """A dry run's counts of one store: every row routed, nothing written (an edit's rows are
         routed through temporary files, to count the keys each partition gains, replaces and loses)."""
         if edit is not None:
-            return self._route(rp, rows, drop, edit, None)
+            return self._route(rewrite_plan, rows, drop, edit, None)
         store = store_report(rows.plan)
         label = store_label(rows.plan)
         with progress(f"routing {label}", len(rows.plan.partitions), enabled=self.show_progress) as bar:
-            route_store(rows, store, rp.new_partitions, drop, rp.to_rocksdb, None, bar)
+            route_store(rows, store, rewrite_plan.new_partitions, drop, rewrite_plan.to_rocksdb, None, bar)
         return store
 
     def _route(
-        self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, edit: StoreEdit | None, target: Target | None
+        self,
+        rewrite_plan: RewritePlan,
+        rows: StoreRows,
+        drop: KeyFilter | None,
+        edit: BoundEdit | None,
+        target: Target | None,
     ) -> StoreReport:
-        n = rp.new_partitions
+        n = rewrite_plan.new_partitions
         store = store_report(rows.plan)
-        targets = rows.target_partitions(n)
+        new_pids = rows.target_partitions(n)
         label = store_label(rows.plan)
         with tempfile.TemporaryDirectory(prefix="state_reader-rewrite-") as workdir:
             spill = Spill(workdir, n)
             with progress(
-                f"routing {label}", len(rows.plan.partitions) + len(targets), enabled=self.show_progress
+                f"routing {label}", len(rows.plan.partitions) + len(new_pids), enabled=self.show_progress
             ) as bar:
-                route_store(rows, store, n, drop, rp.to_rocksdb, spill, bar)
-                seeded = None if edit is None else edit.spill
+                route_store(rows, store, n, drop, rewrite_plan.to_rocksdb, spill, bar)
+                routed = None if edit is None else edit.spill
                 if edit is not None:
                     store.widened = list(edit.widened)
                 bar.advance(0, f"writing {label}" if target is not None else f"counting {label}")
                 extra = zip_extra_metadata(rows.plan)
-                for index, pid in enumerate(targets):
+                for index, pid in enumerate(new_pids):
                     records: Iterator[bytes | np.ndarray] = spill.take(pid)
                     counts = EditCounts()
-                    if seeded is not None:
+                    if routed is not None:
                         where = f"{label}, new partition {pid}"
-                        records = edited(records, *seeded.take(pid), where, counts, edit.match if edit else None)
+                        records = edited(records, *routed.take(pid), where, counts, edit.match if edit else None)
                     if target is None:
                         for _ in records:  # counted as they pass
                             pass
                     else:
-                        unique_id = rp.unique_id(rows.plan, pid)
-                        write_partition(rows.plan, pid, records, rp.to_rocksdb, extra, target.put, unique_id)
-                    if seeded is not None:
+                        unique_id = rewrite_plan.unique_id(rows.plan, pid)
+                        write_partition(rows.plan, pid, records, rewrite_plan.to_rocksdb, extra, target.put, unique_id)
+                    if routed is not None:
                         byte_change = counts.added_bytes - counts.removed_bytes
                         store.add_edit(
                             index, counts.gained, counts.replaced, counts.lost, byte_change, counts.row_change
@@ -126,76 +141,65 @@ class LocalRows:
 def rewrite_checkpoint(
     source: Storage | CheckpointDir,
     dest: Destination | None,
-    *,
-    num_partitions: int | None = None,
-    provider: str | None = None,
-    drop_keys: KeyFilterSpec | None = None,
-    batch_id: int | None = None,
-    allow_uncommitted: bool = False,
-    dry_run: bool = False,
-    show_progress: bool | None = None,
-    transform: Transform | dict[int, Transform] | None = None,
+    options: RewriteOptions | None = None,
     mover: RowMover | None = None,
-    seeds: Sequence[StoreSeed] = (),
 ) -> RewriteReport:
-    """Write the checkpoint of ``source`` at ``batch_id`` (default: the last committed) into ``dest``.
+    """Write the checkpoint of ``source`` into ``dest`` as ``options`` ask (default: the last committed
+    batch, as it is).
 
-    ``dry_run`` writes nothing (``dest`` may be None) and reports the rows and bytes each
-    new partition would get next to each old partition's. ``transform`` changes each row's
-    key and value on the way (:class:`~state_reader.core.rewrite.rows.TransformedStoreRows`), and
-    the schema files with them. ``mover`` moves each store's rows (default: :class:`LocalRows`);
-    a dry run counts with :class:`LocalRows` whatever it is. ``seeds`` write rows into stores
-    (:class:`~state_reader.core.rewrite.seed.StoreSeed`: ``upsert``, ``delete``), checked against
-    each store's schemas before anything is written.
+    A dry run (``options.dry_run``) writes nothing (``dest`` may be None) and reports the rows and bytes
+    each new partition would get next to each old partition's. ``options.edits`` write rows into stores
+    (:class:`~state_reader.core.rewrite.edit.StoreEdit`: ``upsert``, ``delete``), checked against each
+    store's schemas before anything is written. ``mover`` moves each store's rows (default:
+    :class:`LocalRows`); a dry run counts with :class:`LocalRows` whatever it is.
     """
-    rp = plan_rewrite(
-        source,
-        num_partitions=num_partitions,
-        provider=provider,
-        batch_id=batch_id,
-        allow_uncommitted=allow_uncommitted,
-        transform=transform,
-    )
-    with tempfile.TemporaryDirectory(prefix="state_reader-seed-") if seeds else nullcontext("") as workdir:
+    options = options or RewriteOptions()
+    rewrite_plan = plan_rewrite(source, options)
+    edits = options.edits
+    with tempfile.TemporaryDirectory(prefix="state_reader-edit-") if edits else nullcontext("") as workdir:
         # checked, encoded and routed up front: rows that do not fit fail before anything is written (a join
         # side's rows become its two stores' rows first)
-        to = SpillTo(workdir, rp.new_partitions, rp.to_rocksdb)
-        edits = bind_seeds(rp.stores, expand_join_sides(rp, seeds), rp.checkpoint.location, to)
-        return _rewrite(rp, dest, edits, drop_keys, dry_run, LocalRows(show_progress), mover)
+        to = SpillTo(workdir, rewrite_plan.new_partitions, rewrite_plan.to_rocksdb)
+        location = rewrite_plan.checkpoint.location
+        bound = bind_edits(rewrite_plan.stores, expand_join_sides(rewrite_plan, edits), location, to)
+        local = LocalRows(options.show_progress)
+        return _rewrite(rewrite_plan, dest, bound, options.drop_keys, options.dry_run, local, mover)
 
 
 def _rewrite(
-    rp: RewritePlan,
+    rewrite_plan: RewritePlan,
     dest: Destination | None,
-    edits: list[StoreEdit | None],
+    edits: list[BoundEdit | None],
     drop_keys: KeyFilterSpec | None,
     dry_run: bool,
     local: LocalRows,
     mover: RowMover | None,
 ) -> RewriteReport:
     if dry_run:
-        report = rp.report("", dry_run=True)
-        for rows, edit in zip(rp.stores, edits, strict=True):
-            report.stores.append(local.count(rp, rows, _dropped(rows, drop_keys), edit))
+        report = rewrite_plan.report("", dry_run=True)
+        for rows, edit in zip(rewrite_plan.stores, edits, strict=True):
+            report.stores.append(local.count(rewrite_plan, rows, _dropped(rows, drop_keys), edit))
         return report
     if dest is None:
         raise InvalidOptionError("a rewrite needs a destination (or dry_run=True)")
     # bound to each store's key up front: a bad filter fails before anything is written or any task runs
-    dropped = [_dropped(rows, drop_keys) for rows in rp.stores]
-    for rows, edit in zip(rp.stores, edits, strict=True):
-        if edit is not None and edit.spread:
-            # rows left where they are (a Spark DataFrame) are checked by the mover that reads them, before any write
-            check = getattr(mover, "check_seed", None)
+    dropped = [_dropped(rows, drop_keys) for rows in rewrite_plan.stores]
+    for rows, edit in zip(rewrite_plan.stores, edits, strict=True):
+        if edit is not None and edit.in_spark:
+            # rows held in Spark (a Spark DataFrame) are checked by the mover that reads them, before any write
+            check = getattr(mover, "check_edit", None)
             if check is None:
                 raise InvalidOptionError(f"rows for {store_label(rows.plan)} are a Spark DataFrame: pass spark= too")
-            check(rp, rows, edit)
-    dest.begin(rp.checkpoint.location)  # marked incomplete: the commit point is the real `metadata`, written last
-    report = rp.report(dest.display(), dry_run=False)
+            check(rewrite_plan, rows, edit)
+    dest.begin(
+        rewrite_plan.checkpoint.location
+    )  # marked incomplete: the commit point is the real `metadata`, written last
+    report = rewrite_plan.report(dest.display(), dry_run=False)
     target = Target(dest, report, counting_writer(dest, report))
-    with failure_marked(rp, dest):
-        for rows, drop, edit in zip(rp.stores, dropped, edits, strict=True):
-            report.stores.append((mover or local).move(rp, rows, drop, target, edit))
-        finish_checkpoint(rp, dest, target.put)
+    with failure_marked(rewrite_plan, dest):
+        for rows, drop, edit in zip(rewrite_plan.stores, dropped, edits, strict=True):
+            report.stores.append((mover or local).move(rewrite_plan, rows, drop, target, edit))
+        finish_checkpoint(rewrite_plan, dest, target.put)
     return report
 
 

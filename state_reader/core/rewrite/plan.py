@@ -7,7 +7,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from state_reader.core.key_filter import KeyFilterSpec
 from state_reader.core.planner import detect_provider, join_column_families, store_names_on_disk
+from state_reader.core.rewrite.edit import StoreEdit
 from state_reader.core.rewrite.report import RewriteReport
 from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, Transform, TransformedStoreRows, store_plan
 from state_reader.errors import InvalidOptionError, UncommittedBatchError, UnsupportedOptionError
@@ -27,6 +29,25 @@ from state_reader.model.state_variables import user_variables
 
 # operators whose state lives in one partition whatever the shuffle partitions (their input is one partition)
 SINGLE_PARTITION_OPERATORS = ("globalLimit",)
+
+
+@dataclass(frozen=True)
+class RewriteOptions:
+    """What a rewrite is asked to do, built once (by ``state_reader.rewrite``) and read by each step:
+    the plan (partitions, provider, batch, transform), the rows left out and written, and whether
+    anything is written at all."""
+
+    num_partitions: int | None = None
+    provider: str | None = None
+    batch_id: int | None = None
+    allow_uncommitted: bool = False
+    transform: Transform | dict[int, Transform] | None = None
+    # keys left out of every store (a key filter)
+    drop_keys: KeyFilterSpec | None = None
+    # rows written into stores (``upsert``, ``delete``)
+    edits: tuple[StoreEdit, ...] = ()
+    dry_run: bool = False
+    show_progress: bool | None = None
 
 
 def offset_batches(cp: CheckpointDir) -> list[int]:
@@ -113,24 +134,18 @@ class RewritePlan:
         )
 
 
-def plan_rewrite(
-    source: Storage | CheckpointDir,
-    *,
-    num_partitions: int | None = None,
-    provider: str | None = None,
-    batch_id: int | None = None,
-    allow_uncommitted: bool = False,
-    transform: Transform | dict[int, Transform] | None = None,
-) -> RewritePlan:
-    """Check that ``source`` can be rewritten as asked and plan every store; reads logs and metadata only.
-    ``source``: its storage, or a view of it with the schemas of a store without a schema file
-    (:func:`~state_reader.core.planner.give_schemas`)."""
+def plan_rewrite(source: Storage | CheckpointDir, options: RewriteOptions | None = None) -> RewritePlan:
+    """Check that ``source`` can be rewritten as ``options`` ask and plan every store; reads logs and
+    metadata only. ``source``: its storage, or a view of it with the schemas of a store without a schema
+    file (:func:`~state_reader.core.planner.give_schemas`)."""
+    options = options or RewriteOptions()
+    num_partitions, provider, batch_id = options.num_partitions, options.provider, options.batch_id
     cp = source if isinstance(source, CheckpointDir) else CheckpointDir(source)
     cp.require_checkpoint()
     committed = cp.committed_batches
     latest = cp.latest_committed_batch()
     planned = offset_batches(cp)
-    if planned and planned[-1] > latest and not allow_uncommitted:
+    if planned and planned[-1] > latest and not options.allow_uncommitted:
         raise UncommittedBatchError(
             f"batch {planned[-1]} of {cp.location} was planned (offsets/{planned[-1]}) but never committed: its "
             "query is running or stopped in the middle of it. A query resumed from a rewrite would plan that batch "
@@ -190,8 +205,8 @@ def plan_rewrite(
                     path=cp.location,
                 )
             stores.append(StoreRows(plan, name in SINGLE_PARTITION_OPERATORS or plan.partition_key_fields == 0))
-    if transform is not None:
-        stores = _transformed(cp, batch, stores, transform)
+    if options.transform is not None:
+        stores = _transformed(cp, batch, stores, options.transform)
     return RewritePlan(
         cp,
         batch,

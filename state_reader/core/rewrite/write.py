@@ -37,15 +37,16 @@ def counting_writer(dest: Destination, report: RewriteReport) -> Put:
 
 
 @contextmanager
-def failure_marked(rp: RewritePlan, dest: Destination) -> Iterator[None]:
+def failure_marked(rewrite_plan: RewritePlan, dest: Destination) -> Iterator[None]:
     """Turn a failure while writing ``dest`` into a :class:`RewriteFailedError` that says the
     destination is marked incomplete (its ``metadata`` still holds the marker
     :meth:`~state_reader.io.destination.Destination.begin` wrote)."""
     try:
         yield
     except (StateReaderError, OSError) as exc:
+        why = getattr(exc, "message", exc)
         raise RewriteFailedError(
-            f"rewriting {rp.checkpoint.location} into {dest.display()} stopped: {getattr(exc, 'message', exc)}. "
+            f"rewriting {rewrite_plan.checkpoint.location} into {dest.display()} stopped: {why}. "
             f"{dest.display('metadata')} marks the destination incomplete, so Spark will not start from it; "
             "run the rewrite again into it (it replaces the incomplete attempt)",
             path=dest.display(),
@@ -76,14 +77,17 @@ def write_partition(
             put(posixpath.join(directory, snapshot_zip.SST_DIR, sst), data)
 
 
-def finish_checkpoint(rp: RewritePlan, dest: Destination, put: Put) -> None:
+def finish_checkpoint(rewrite_plan: RewritePlan, dest: Destination, put: Put) -> None:
     """Everything but the state: logs, schema files, operator metadata, and last the real ``metadata``
     (the commit point: from then on Spark starts from ``dest``)."""
-    _copy_logs(rp.checkpoint, put, rp.batch_id, rp.offset_confs)
-    version = "v2" if rp.unique_ids else f"v{rp.checkpoint.commit_entry(rp.batch_id)[0]}"
-    put(f"commits/{rp.batch_id}", f"{version}\n{json.dumps(rp.commit_entry(), separators=(',', ':'))}".encode())
-    _copy_state_metadata(rp.checkpoint, put, rp.new_partitions, dest, rp.schema_files())
-    put("metadata", rp.checkpoint.storage.read_bytes("metadata"))
+    _copy_logs(rewrite_plan.checkpoint, put, rewrite_plan.batch_id, rewrite_plan.offset_confs)
+    version = "v2" if rewrite_plan.unique_ids else f"v{rewrite_plan.checkpoint.commit_entry(rewrite_plan.batch_id)[0]}"
+    put(
+        f"commits/{rewrite_plan.batch_id}",
+        f"{version}\n{json.dumps(rewrite_plan.commit_entry(), separators=(',', ':'))}".encode(),
+    )
+    _copy_state_metadata(rewrite_plan.checkpoint, put, rewrite_plan.new_partitions, dest, rewrite_plan.schema_files())
+    put("metadata", rewrite_plan.checkpoint.storage.read_bytes("metadata"))
 
 
 def _copy_logs(cp: CheckpointDir, put: Put, batch: int, confs: dict[str, str]) -> None:

@@ -6,6 +6,7 @@ puts the key."""
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,12 +19,12 @@ import pyarrow.compute as pc
 
 from state_reader.core.rewrite.rows import StoreRows
 from state_reader.errors import (
-    DuplicateSeedKeyError,
+    DuplicateEditKeyError,
+    EditNullError,
+    EditPartitionError,
+    EditSchemaError,
+    EditValueError,
     InvalidOptionError,
-    SeedNullError,
-    SeedPartitionError,
-    SeedSchemaError,
-    SeedValueError,
 )
 from state_reader.formats.json_values import (
     arrow_type_name,
@@ -39,6 +40,21 @@ from state_reader.formats.unsaferow import RowBuffer, copy_spans
 PARTITION_COLUMN = "partition_id"
 
 
+class EditMode(str, enum.Enum):
+    """What an edit's rows do to a store: ``upsert`` (a key's value replaced, or a key added) or
+    ``delete`` (keys taken out). The value is the word messages say (``upsert row 3: ...``), and the
+    keyword and flag the rows come by (``upsert=``, ``--upsert``)."""
+
+    UPSERT = "upsert"
+    DELETE = "delete"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
 # -- the rows as a table ---------------------------------------------------------------------------
 
 
@@ -52,15 +68,15 @@ class TextRows:
     form: str
 
 
-def as_table(rows: Any, what: str, key_schema: StructType, value_schema: StructType | None) -> pa.Table:
+def as_table(rows: Any, mode: EditMode, key_schema: StructType, value_schema: StructType | None) -> pa.Table:
     """``rows`` as a pyarrow Table whose ``key`` (and ``value``) columns have the store's structure."""
     typed: list[tuple[str, DataType]] = [("key", key_schema)]
     if value_schema is not None:
         typed.append(("value", value_schema))
-    return typed_table(rows, what, typed)
+    return typed_table(rows, mode, typed)
 
 
-def typed_table(rows: Any, what: str, typed: Sequence[tuple[str, DataType]]) -> pa.Table:
+def typed_table(rows: Any, mode: EditMode, typed: Sequence[tuple[str, DataType]]) -> pa.Table:
     """``rows`` in any form a rewrite takes (pyarrow, pandas, or a file's :class:`TextRows`) as a
     pyarrow Table, the same for the same rows in every form. The columns named in ``typed`` get
     their type's structure: given nested (``key`` as a struct, or objects as ``to_pandas()`` and
@@ -68,27 +84,27 @@ def typed_table(rows: Any, what: str, typed: Sequence[tuple[str, DataType]]) -> 
     a field missing or extra is refused here. Plain values keep the types the input gives them
     (pandas' and JSON's numbers, a CSV cell's number) for :func:`conform_column`'s check of every
     value against the store's types; nothing is converted to fit."""
-    columns, form = _columns_of(rows, what)
+    columns, form = _columns_of(rows, mode)
     if columns is None:
         return rows  # a pyarrow Table with a repeated column name: require_columns names it
     out: dict[str, Any] = {}
     for name, dt in typed:
         target = _plain_type(dt).to_arrow()
         if name in columns:
-            out[name] = _typed_column(columns.pop(name), form, target, name, what)
+            out[name] = _typed_column(columns.pop(name), form, target, name, mode)
             continue
         dotted = {c: columns.pop(c) for c in list(columns) if c.startswith(name + ".")}
         if dotted and pa.types.is_struct(target):
-            out[name] = _unflatten(dotted, target, name, form, what, top=True)
+            out[name] = _unflatten(dotted, target, name, form, mode, top=True)
         elif dotted:
             columns.update(dotted)
     for name, column in columns.items():  # partition_id, and columns require_columns refuses
         target = pa.int32() if name == PARTITION_COLUMN else pa.string()
-        out[name] = _typed_column(column, form, target, name, what)
-    return pa.table({name: _one_array(column) for name, column in out.items()})
+        out[name] = _typed_column(column, form, target, name, mode)
+    return pa.table({name: _as_array(column) for name, column in out.items()})
 
 
-def _columns_of(rows: Any, what: str) -> tuple[dict[str, Any] | None, str]:
+def _columns_of(rows: Any, mode: EditMode) -> tuple[dict[str, Any] | None, str]:
     if isinstance(rows, pa.RecordBatch):
         rows = pa.Table.from_batches([rows])
     if isinstance(rows, pa.Table):
@@ -99,10 +115,10 @@ def _columns_of(rows: Any, what: str) -> tuple[dict[str, Any] | None, str]:
         return dict(rows.columns), rows.form
     if type(rows).__module__.startswith("pandas"):
         if len(set(rows.columns)) != len(rows.columns):
-            raise SeedSchemaError(f"{what} rows name a column twice: {', '.join(map(str, rows.columns))}")
+            raise EditSchemaError(f"{mode} rows name a column twice: {', '.join(map(str, rows.columns))}")
         return {str(name): rows[name] for name in rows.columns}, "pandas"
     raise InvalidOptionError(
-        f"{what} must be a pyarrow Table or RecordBatch, a pandas DataFrame or a Spark DataFrame, "
+        f"{mode} must be a pyarrow Table or RecordBatch, a pandas DataFrame or a Spark DataFrame, "
         f"got {type(rows).__name__}"
     )
 
@@ -113,28 +129,28 @@ def _plain_type(dt: DataType) -> DataType:
     return dt
 
 
-def _one_array(column: Any) -> pa.Array:
+def _as_array(column: Any) -> pa.Array:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
-def _typed_column(column: Any, form: str, target: pa.DataType, path: str, what: str) -> Any:
+def _typed_column(column: Any, form: str, target: pa.DataType, path: str, mode: EditMode) -> Any:
     if form == "json":
-        return objects_to_arrow(column, target, path, what, text=True)
+        return objects_to_arrow(column, target, path, mode, text=True)
     if form == "csv":
-        return text_to_arrow(column, target, path, what)
+        return text_to_arrow(column, target, path, mode)
     if form == "pandas":
-        return _from_pandas(column, target, path, what)
+        return _from_pandas(column, target, path, mode)
     return column
 
 
-def _from_pandas(series: Any, target: pa.DataType, path: str, what: str) -> pa.Array:
+def _from_pandas(series: Any, target: pa.DataType, path: str, mode: EditMode) -> pa.Array:
     """A pandas column: objects (dicts, lists, as ``to_pandas()`` gives structs, lists and maps) by
     the store's structure; a plain column as pyarrow converts it. A NaN in a float column is pandas'
     missing value (a null) where the store's field is not a float or double (pandas holds an
     integer column with a missing value as floats); where it is one, a NaN could be either, and
     is refused rather than guessed."""
     if series.dtype == object and (pa.types.is_nested(target) or _holds_nested(series)):
-        return objects_to_arrow(list(series), target, path, what, text=False)
+        return objects_to_arrow(list(series), target, path, mode, text=False)
     if (
         isinstance(series.dtype, np.dtype)
         and series.dtype.kind == "f"
@@ -142,8 +158,8 @@ def _from_pandas(series: Any, target: pa.DataType, path: str, what: str) -> pa.A
         and series.isna().any()
     ):
         first = int(np.flatnonzero(series.isna().to_numpy())[0])
-        raise SeedValueError(
-            f"{what} row {first}: {path} is NaN in a pandas {series.dtype} column, where NaN stands for both a "
+        raise EditValueError(
+            f"{mode} row {first}: {path} is NaN in a pandas {series.dtype} column, where NaN stands for both a "
             "null and the number NaN: give the column as pandas' nullable Float64 (pd.NA for null), or the rows "
             "nested as read_state(...).to_pandas() gives them (None for null)"
         )
@@ -151,7 +167,7 @@ def _from_pandas(series: Any, target: pa.DataType, path: str, what: str) -> pa.A
         return pa.Array.from_pandas(series)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
         # values of several kinds in one column: named, row by row
-        return objects_to_arrow([None if _pandas_missing(v) else v for v in series], target, path, what, text=False)
+        return objects_to_arrow([None if _pandas_missing(v) else v for v in series], target, path, mode, text=False)
 
 
 def _holds_nested(series: Any) -> bool:
@@ -163,7 +179,7 @@ def _pandas_missing(v: Any) -> bool:
 
 
 def _unflatten(
-    dotted: dict[str, Any], target: pa.StructType, prefix: str, form: str, what: str, *, top: bool = False
+    dotted: dict[str, Any], target: pa.StructType, prefix: str, form: str, mode: EditMode, *, top: bool = False
 ) -> pa.Array:
     """Dotted columns (``key.user``, ``key.window.start``) as one struct column of ``target``'s
     fields, every field given once (repeated names as ``name#2``, as export writes them)."""
@@ -173,18 +189,18 @@ def _unflatten(
     for f, name in zip(target, names, strict=True):
         column = f"{prefix}.{name}"
         if column in dotted:
-            children.append(_one_array(_typed_column(dotted.pop(column), form, f.type, column, what)))
+            children.append(_as_array(_typed_column(dotted.pop(column), form, f.type, column, mode)))
             continue
         below = {c: dotted.pop(c) for c in list(dotted) if c.startswith(column + ".")}
         if below and pa.types.is_struct(f.type):
-            children.append(_unflatten(below, f.type, column, form, what))
+            children.append(_unflatten(below, f.type, column, form, mode))
         else:
             missing.append(column)
             dotted.update(below)
     if missing or dotted:
         said = [f"missing column {c}" for c in missing] + [f"extra column {c}" for c in dotted]
-        raise SeedSchemaError(
-            f"{what} rows give {prefix} as dotted columns, which must be {', '.join(_leaf_columns(target, prefix))}: "
+        raise EditSchemaError(
+            f"{mode} rows give {prefix} as dotted columns, which must be {', '.join(_leaf_columns(target, prefix))}: "
             f"{'; '.join(said)}"
         )
     mask = None
@@ -212,7 +228,7 @@ def expected_columns(typed: Sequence[tuple[str, DataType]]) -> str:
 def require_columns(
     table: pa.Table,
     needed: tuple[str, ...],
-    what: str,
+    mode: EditMode,
     where: str,
     optional: tuple[str, ...] = (),
     typed: Sequence[tuple[str, DataType]] = (),
@@ -225,8 +241,8 @@ def require_columns(
         if len(set(names)) != len(names):
             said.append("a column given twice")
         columns = expected_columns([t for t in typed if t[0] in needed]) if typed else ", ".join(needed)
-        raise SeedSchemaError(
-            f"{what} rows for {where} must have the columns {columns} "
+        raise EditSchemaError(
+            f"{mode} rows for {where} must have the columns {columns} "
             f"(and optionally {', '.join((*optional, PARTITION_COLUMN))}): {'; '.join(said)}"
         )
 
@@ -245,15 +261,17 @@ def _same_name(given: str, expected: str) -> bool:
     return given == expected or re.fullmatch(re.escape(expected) + r"#\d+", given) is not None
 
 
-def conform_column(column: pa.ChunkedArray, dt: DataType, path: str, what: str, notes: list[str]) -> pa.Array:
+def conform_column(column: pa.ChunkedArray, dt: DataType, path: str, mode: EditMode, notes: list[str]) -> pa.Array:
     """``column`` as the Arrow type of ``dt``: fields matched by position (``name#2`` for a repeated
     name), every value one the store's type holds exactly (a conversion of type, with every value
     kept, added to ``notes``), anything else refused naming the field, the row and both types."""
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    return _conform(arr, dt, path, what, notes, None)
+    return _conform(arr, dt, path, mode, notes, None)
 
 
-def _conform(arr: pa.Array, dt: DataType, path: str, what: str, notes: list[str], rows: np.ndarray | None) -> pa.Array:
+def _conform(
+    arr: pa.Array, dt: DataType, path: str, mode: EditMode, notes: list[str], rows: np.ndarray | None
+) -> pa.Array:
     dt = _plain_type(dt)
     target = dt.to_arrow()
     if isinstance(arr, pa.ExtensionArray):
@@ -267,22 +285,22 @@ def _conform(arr: pa.Array, dt: DataType, path: str, what: str, notes: list[str]
     if pa.types.is_null(given):
         return pa.nulls(len(arr), target)
     if isinstance(dt, StructType) and pa.types.is_struct(given):
-        return _conform_struct(arr, dt, path, what, notes, rows)
+        return _conform_struct(arr, dt, path, mode, notes, rows)
     if isinstance(dt, ArrayType) and (pa.types.is_list(given) or pa.types.is_large_list(given)):
         values = arr.values.slice(arr.offsets[0].as_py(), arr.offsets[-1].as_py() - arr.offsets[0].as_py())
         at = _element_rows(arr, rows)
-        elements = _conform(values, dt.element, f"{path}[]", what, notes, at)
+        elements = _conform(values, dt.element, f"{path}[]", mode, notes, at)
         offsets = pc.subtract(arr.offsets.cast(pa.int64()), arr.offsets[0].cast(pa.int64())).cast(pa.int32())
         return pa.ListArray.from_arrays(offsets, elements, type=target, mask=arr.is_null() if arr.null_count else None)
     if isinstance(dt, MapType) and pa.types.is_map(given):
         lo, hi = arr.offsets[0].as_py(), arr.offsets[-1].as_py()
         at = _element_rows(arr, rows)
-        keys = _conform(arr.keys.slice(lo, hi - lo), dt.key, f"{path}.key", what, notes, at)
-        items = _conform(arr.items.slice(lo, hi - lo), dt.value, f"{path}.value", what, notes, at)
+        keys = _conform(arr.keys.slice(lo, hi - lo), dt.key, f"{path}.key", mode, notes, at)
+        items = _conform(arr.items.slice(lo, hi - lo), dt.value, f"{path}.value", mode, notes, at)
         offsets = arr.offsets.to_numpy(zero_copy_only=False).astype(np.int64) - lo
         valid = ~arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else None
         return map_array(offsets, keys, items, valid, type=target)
-    return _conform_plain(arr, target, path, what, notes, rows)
+    return _conform_plain(arr, target, path, mode, notes, rows)
 
 
 def _element_rows(arr: pa.Array, rows: np.ndarray | None) -> np.ndarray:
@@ -293,7 +311,7 @@ def _element_rows(arr: pa.Array, rows: np.ndarray | None) -> np.ndarray:
 
 
 def _conform_struct(
-    arr: pa.StructArray, dt: StructType, path: str, what: str, notes: list[str], rows: np.ndarray | None
+    arr: pa.StructArray, dt: StructType, path: str, mode: EditMode, notes: list[str], rows: np.ndarray | None
 ) -> pa.Array:
     given = [arr.type.field(i) for i in range(arr.type.num_fields)]
     expected = list(dt.fields)
@@ -308,12 +326,12 @@ def _conform_struct(
         said += [f"extra field {path}.{g.name} ({by_name[g.name].type})" for g in extra]
         if not said:
             said = [f"fields in the order {', '.join(g.name for g in given)}, not {', '.join(dt.names)}"]
-        raise SeedSchemaError(
-            f"{what} column {path} does not have the store's fields ({', '.join(dt.names)}): {'; '.join(said)}"
+        raise EditSchemaError(
+            f"{mode} column {path} does not have the store's fields ({', '.join(dt.names)}): {'; '.join(said)}"
         )
     flat = arr.flatten()
     children = [
-        _conform(child, e.data_type, f"{path}.{name}", what, notes, rows)
+        _conform(child, e.data_type, f"{path}.{name}", mode, notes, rows)
         for child, e, name in zip(flat, expected, unique_names(dt.names), strict=True)
     ]
     mask = arr.is_null() if arr.null_count else None
@@ -321,18 +339,18 @@ def _conform_struct(
 
 
 def _conform_plain(
-    arr: pa.Array, target: pa.DataType, path: str, what: str, notes: list[str], rows: np.ndarray | None
+    arr: pa.Array, target: pa.DataType, path: str, mode: EditMode, notes: list[str], rows: np.ndarray | None
 ) -> pa.Array:
     """One plain column as ``target``: kept as it is where only its representation changes; where
     its type does, every value checked to be one ``target`` holds exactly (a double into a
     ``float`` rounded as Spark's cast rounds it)."""
     given = arr.type
-    change = f"{what} field {path}: {arrow_type_name(given)} converted to {arrow_type_name(target)}"
+    change = f"{mode} field {path}: {arrow_type_name(given)} converted to {arrow_type_name(target)}"
 
     def refuse(mask: np.ndarray, why: str = "") -> None:
         first = int(np.flatnonzero(mask)[0])
         row = first if rows is None else int(rows[first])
-        refuse_value(what, row, path, arr[first].as_py(), arrow_type_name(given), target, why)
+        refuse_value(mode, row, path, arr[first].as_py(), arrow_type_name(given), target, why)
 
     if _same_kind(given, target):
         try:
@@ -385,8 +403,8 @@ def _conform_plain(
         return pa.nulls(len(arr), target)  # nulls only: no value of the other type to bend
     present = np.flatnonzero(valid)
     if not len(present):  # no rows (a Spark DataFrame's schema is checked before its rows): the types say it
-        raise SeedValueError(
-            f"{what} field {path} is {arrow_type_name(given)}, which the store's {arrow_type_name(target)} "
+        raise EditValueError(
+            f"{mode} field {path} is {arrow_type_name(given)}, which the store's {arrow_type_name(target)} "
             "does not hold"
         )
     refuse(valid)
@@ -466,15 +484,15 @@ def _to_decimal(
 # -- nulls -------------------------------------------------------------------------------------------
 
 
-def require_non_null(arr: pa.Array, dt: StructType, path: str, what: str) -> None:
+def require_non_null(arr: pa.Array, dt: StructType, path: str, mode: EditMode) -> None:
     """No null row, and no null in a field the schema declares not nullable (where its parent is set)."""
     if arr.null_count:
         first = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
-        raise SeedNullError(f"{what} row {first} has a null {path}; a state row's {path} cannot be null")
-    _nulls_in_struct(arr, dt, path, what, np.ones(len(arr), dtype=bool))
+        raise EditNullError(f"{mode} row {first} has a null {path}; a state row's {path} cannot be null")
+    _nulls_in_struct(arr, dt, path, mode, np.ones(len(arr), dtype=bool))
 
 
-def _nulls_in_struct(arr: pa.StructArray, dt: StructType, path: str, what: str, present: np.ndarray) -> None:
+def _nulls_in_struct(arr: pa.StructArray, dt: StructType, path: str, mode: EditMode, present: np.ndarray) -> None:
     for child, f in zip(arr.flatten(), dt.fields, strict=True):
         data_type = _plain_type(f.data_type)
         valid = ~child.is_null().to_numpy(zero_copy_only=False) if child.null_count else np.ones(len(child), bool)
@@ -482,12 +500,12 @@ def _nulls_in_struct(arr: pa.StructArray, dt: StructType, path: str, what: str, 
             bad = present & ~valid
             if bad.any():
                 first = int(np.flatnonzero(bad)[0])
-                raise SeedNullError(
-                    f"{what} row {first} has a null {path}.{f.name}, which the store's schema declares not nullable "
+                raise EditNullError(
+                    f"{mode} row {first} has a null {path}.{f.name}, which the store's schema declares not nullable "
                     f"({spark_type_name(data_type)} NOT NULL); {int(bad.sum())} rows do"
                 )
         if isinstance(data_type, StructType):
-            _nulls_in_struct(child, data_type, f"{path}.{f.name}", what, present & valid)
+            _nulls_in_struct(child, data_type, f"{path}.{f.name}", mode, present & valid)
 
 
 # -- keys ----------------------------------------------------------------------------------------
@@ -507,7 +525,7 @@ def key_bytes(keys: RowBuffer) -> pa.Array:
     return pa.Array.from_buffers(pa.large_binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def require_unique(encoded: RowBuffer, keys: pa.Array, what: str) -> None:
+def require_unique(encoded: RowBuffer, keys: pa.Array, mode: EditMode) -> None:
     as_bytes = key_bytes(encoded)
     if len(pc.unique(as_bytes)) == len(as_bytes):
         return
@@ -518,13 +536,13 @@ def require_unique(encoded: RowBuffer, keys: pa.Array, what: str) -> None:
     )
     twice = counts.filter(pc.greater(counts["i_count"], 1))
     rows_of = sorted(twice["i_list"][0].as_py())
-    raise DuplicateSeedKeyError(
-        f"{what} rows {rows_of[0]} and {rows_of[1]} have the same key {keys[rows_of[0]].as_py()} "
+    raise DuplicateEditKeyError(
+        f"{mode} rows {rows_of[0]} and {rows_of[1]} have the same key {keys[rows_of[0]].as_py()} "
         f"({len(twice)} keys are given more than once); give each key once"
     )
 
 
-def check_partitions(rows: StoreRows, table: pa.Table, encoded: RowBuffer, what: str) -> None:
+def check_partitions(rows: StoreRows, table: pa.Table, encoded: RowBuffer, mode: EditMode) -> None:
     """A ``partition_id`` column (as ``read_state`` returns it) must be the partition Spark's hash
     gives each key in the source's layout; rows are routed by their key whatever it says."""
     if PARTITION_COLUMN not in table.column_names:
@@ -539,8 +557,8 @@ def check_partitions(rows: StoreRows, table: pa.Table, encoded: RowBuffer, what:
     wrong = valid & (values.astype(np.float64) != expected)
     if wrong.any():
         first = int(np.flatnonzero(wrong)[0])
-        raise SeedPartitionError(
-            f"{what} row {first} says partition_id {values[first]}, but Spark's hash puts its key in partition "
+        raise EditPartitionError(
+            f"{mode} row {first} says partition_id {values[first]}, but Spark's hash puts its key in partition "
             f"{int(expected[first])} of the source's {old} ({int(wrong.sum())} rows differ): rows edited after "
             "read_state? Leave the partition_id column out; each row goes to the partition of its key"
         )

@@ -36,26 +36,26 @@ import pyarrow.compute as pc
 
 from state_reader import errors
 from state_reader.core.key_filter import KeyFilter
-from state_reader.core.rewrite.pipeline import Target
-from state_reader.core.rewrite.plan import RewritePlan
-from state_reader.core.rewrite.report import StoreReport, store_report
-from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, store_label, zip_extra_metadata
-from state_reader.core.rewrite.seed import (
-    DistributedRows,
+from state_reader.core.rewrite.edit import (
+    BoundEdit,
     EditCounts,
-    StoreEdit,
+    FrameRows,
     bind_family_rows,
     edited,
     empty_values,
     encode_table,
 )
-from state_reader.core.rewrite.seed_families import FamilyMatch
+from state_reader.core.rewrite.edit_families import FamilyMatch
+from state_reader.core.rewrite.edit_fit import EditMode
+from state_reader.core.rewrite.pipeline import Target
+from state_reader.core.rewrite.plan import RewritePlan
+from state_reader.core.rewrite.report import StoreReport, store_report
+from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, store_label, zip_extra_metadata
 from state_reader.core.rewrite.write import write_partition
 from state_reader.core.size import row_bytes
-from state_reader.errors import DuplicateSeedKeyError, StateReaderError, UnsupportedOptionError
+from state_reader.errors import DuplicateEditKeyError, StateReaderError, UnsupportedOptionError, spark_worker_errors
 from state_reader.formats.spark_types import StructType, UserDefinedType
 from state_reader.formats.unsaferow import RowBuffer, copy_spans, row_runs
-from state_reader.fronts.spark_shared import spark_worker_errors
 from state_reader.io.destination import Destination
 from state_reader.providers.hdfs import frame_records
 
@@ -101,28 +101,33 @@ class SparkRows:
         self.spark = spark
 
     def move(
-        self, rp: RewritePlan, rows: StoreRows, drop: KeyFilter | None, target: Target, edit: StoreEdit | None = None
+        self,
+        rewrite_plan: RewritePlan,
+        rows: StoreRows,
+        drop: KeyFilter | None,
+        target: Target,
+        edit: BoundEdit | None = None,
     ) -> StoreReport:
         """One Spark job: the old partitions read on executors, routed by Spark, each new one written by one task
         (``edit``'s rows, a Spark DataFrame, routed with them and applied there)."""
-        if edit is not None and not edit.spread and edit.spill is not None:
+        if edit is not None and not edit.in_spark and edit.spill is not None:
             raise UnsupportedOptionError("with spark=, give upsert and delete as Spark DataFrames")
         label = store_label(rows.plan, located=True)
         store = store_report(rows.plan)
         pids = list(rows.plan.partitions)
-        targets = rows.target_partitions(rp.new_partitions)
+        new_pids = rows.target_partitions(rewrite_plan.new_partitions)
         # checkpoint format 2 names each new partition's files by an id the driver decides (the commit entry lists it)
-        unique_ids = {pid: rp.unique_id(rows.plan, pid) for pid in targets}
+        unique_ids = {pid: rewrite_plan.unique_id(rows.plan, pid) for pid in new_pids}
         extra = zip_extra_metadata(rows.plan)
         try:
-            summaries = _store_job(self.spark, rp, rows, drop, unique_ids, extra, target.dest, edit).collect()
+            summaries = _store_job(self.spark, rewrite_plan, rows, drop, unique_ids, extra, target.dest, edit).collect()
         except StateReaderError:
             raise
         except Exception as exc:  # a failed Spark job: the worker's own error when it is one of ours
             raise _job_error(exc, f"rewrote {label}") from exc
 
-        new_rows = dict.fromkeys(targets, 0)
-        new_bytes = dict.fromkeys(targets, 0)
+        new_rows = dict.fromkeys(new_pids, 0)
+        new_bytes = dict.fromkeys(new_pids, 0)
         reported: set[int] = set()
         old_counts: dict[int, tuple[int, int, int]] = {}
         edits: dict[int, tuple[int, int, int]] = {}
@@ -134,7 +139,7 @@ class SparkRows:
             if pid in reported or pid not in new_rows:
                 raise StateReaderError(
                     f"the Spark job that rewrote {label} reported new partition {pid} "
-                    f"twice or outside partitions {targets}"
+                    f"twice or outside partitions {new_pids}"
                 )
             reported.add(pid)
             new_rows[pid] = summary.rows
@@ -149,42 +154,48 @@ class SparkRows:
                 f"the Spark job that rewrote {label} reported no counts for old partitions {missing}"
             )
         # every new partition needs a snapshot, even an empty one (a Spark may skip the task of an empty partition)
-        for pid in targets:
+        for pid in new_pids:
             if pid not in reported:
-                write_partition(rows.plan, pid, (), rp.to_rocksdb, extra, target.put, unique_ids[pid])
+                write_partition(rows.plan, pid, (), rewrite_plan.to_rocksdb, extra, target.put, unique_ids[pid])
         store.old_rows_per_partition = [old_counts[p][0] for p in pids]
         store.old_bytes_per_partition = [old_counts[p][1] for p in pids]
         store.dropped = sum(old_counts[p][2] for p in pids)
-        store.rows_per_partition = [new_rows[p] for p in targets]
-        store.bytes_per_partition = [new_bytes[p] for p in targets]
+        store.rows_per_partition = [new_rows[p] for p in new_pids]
+        store.bytes_per_partition = [new_bytes[p] for p in new_pids]
         store.rows = sum(store.rows_per_partition)
         if edit is not None:
             store.widened = list(edit.widened)
             zero = (0, 0, 0)
-            store.gained_per_partition = [edits.get(p, zero)[0] for p in targets]
-            store.replaced_per_partition = [edits.get(p, zero)[1] for p in targets]
-            store.lost_per_partition = [edits.get(p, zero)[2] for p in targets]
+            store.gained_per_partition = [edits.get(p, zero)[0] for p in new_pids]
+            store.replaced_per_partition = [edits.get(p, zero)[1] for p in new_pids]
+            store.lost_per_partition = [edits.get(p, zero)[2] for p in new_pids]
         return store
 
-    def check_seed(self, rp: RewritePlan, rows: StoreRows, edit: StoreEdit) -> None:
+    def check_edit(self, rewrite_plan: RewritePlan, rows: StoreRows, edit: BoundEdit) -> None:
         """Check rows given as Spark DataFrames before anything is written: each batch against the
         store's schemas on the executors (as it will be encoded), then no key given twice."""
         label = store_label(rows.plan, located=True)
-        encoded = {what: _encoded_seed(self.spark, rp, rows, edit, what) for what in _given(edit)}
+        encoded = {mode: _encoded_edit(self.spark, rewrite_plan, rows, edit, mode) for mode in _modes_in_spark(edit)}
         try:
-            if "upsert" in encoded:
-                twice = encoded["upsert"].groupBy("key").count().where("count > 1").limit(1).collect()
+            if EditMode.UPSERT in encoded:
+                twice = encoded[EditMode.UPSERT].groupBy("key").count().where("count > 1").limit(1).collect()
                 if twice:
-                    raise DuplicateSeedKeyError(
+                    raise DuplicateEditKeyError(
                         f"upsert rows for {label} give a key {twice[0]['count']} times; give each key once"
                     )
             # each job below encodes every row it reads, and a row that does not fit stops it
             if len(encoded) == 2:
-                both = encoded["upsert"].select("key").intersect(encoded["delete"].select("key")).limit(1).count()
+                both = (
+                    encoded[EditMode.UPSERT]
+                    .select("key")
+                    .intersect(encoded[EditMode.DELETE].select("key"))
+                    .limit(1)
+                    .count()
+                )
                 if both:
-                    raise DuplicateSeedKeyError(f"a key of {label} is both upserted and deleted; give it once")
-            elif "delete" in encoded:
-                encoded["delete"].count()
+                    raise DuplicateEditKeyError(f"a key of {label} is both upserted and deleted; give it once")
+            elif EditMode.DELETE in encoded:
+                encoded[EditMode.DELETE].count()
         except StateReaderError:
             raise
         except Exception as exc:
@@ -193,13 +204,13 @@ class SparkRows:
 
 def _store_job(
     spark: Any,
-    rp: RewritePlan,
+    rewrite_plan: RewritePlan,
     rows: StoreRows,
     drop: KeyFilter | None,
     unique_ids: dict[int, str | None],
     extra: dict[str, Any],
     dest: Destination,
-    edit: StoreEdit | None = None,
+    edit: BoundEdit | None = None,
 ) -> Any:
     """The DataFrame whose rows are the summaries of one store's rewrite; collecting it runs the rewrite."""
     key_types, key_json = _partition_key_types(rows)
@@ -216,31 +227,37 @@ def _store_job(
     pids = list(rows.plan.partitions)
     # stage 1: one task per old partition
     old = spark.range(0, len(pids), 1, max(1, len(pids))).mapInArrow(
-        _ReadOld(rows, pids, drop, rp.to_rocksdb, transport), spark_schema
+        _ReadOld(rows, pids, drop, rewrite_plan.to_rocksdb, transport), spark_schema
     )
-    for what in _given(edit):
+    for mode in _modes_in_spark(edit):
         assert edit is not None
-        old = old.unionByName(_encoded_seed(spark, rp, rows, edit, what))
+        old = old.unionByName(_encoded_edit(spark, rewrite_plan, rows, edit, mode))
     # routing: Spark's hash partitioning by the partition key (an explicit count, which adaptive
     # execution keeps); a single-partition store goes to partition 0
-    routed = old.coalesce(1) if rows.single or not names else old.repartition(rp.new_partitions, *names)
+    routed = old.coalesce(1) if rows.single or not names else old.repartition(rewrite_plan.new_partitions, *names)
     # the Spark-free rewrite's order within each new partition: the same snapshot bytes whatever the shuffle did
     routed = routed.sortWithinPartitions("_order").select("_order", "key", "value")
     # stage 2: one task per new partition writes it
     return routed.mapInArrow(
         _WriteNew(
-            rows, unique_ids, rp.to_rocksdb, extra, dest.url, dict(dest.storage_options), edit.match if edit else None
+            rows,
+            unique_ids,
+            rewrite_plan.to_rocksdb,
+            extra,
+            dest.url,
+            dict(dest.storage_options),
+            edit.match if edit else None,
         ),
         _SUMMARY_DDL,
     )
 
 
-def _given(edit: StoreEdit | None) -> list[str]:
+def _modes_in_spark(edit: BoundEdit | None) -> list[EditMode]:
     """Which of ``upsert`` and ``delete`` an edit gives as Spark DataFrames."""
     if edit is None:
         return []
-    given = set(edit.distributed).union(*(frames for frames in edit.families.values()))
-    return [what for what in ("upsert", "delete") if what in given]
+    given = set(edit.frames).union(*(frames for frames in edit.families.values()))
+    return [mode for mode in (EditMode.UPSERT, EditMode.DELETE) if mode in given]
 
 
 def _transport_spark_schema(names: list[str], key_json: list[Any]) -> Any:
@@ -256,8 +273,8 @@ def _transport_spark_schema(names: list[str], key_json: list[Any]) -> Any:
     )
 
 
-def _encoded_seed(spark: Any, rp: RewritePlan, rows: StoreRows, edit: StoreEdit, what: str) -> Any:
-    """``edit``'s ``what`` rows (a Spark DataFrame) checked and encoded where they are, in the rows
+def _encoded_edit(spark: Any, rewrite_plan: RewritePlan, rows: StoreRows, edit: BoundEdit, mode: EditMode) -> Any:
+    """``edit``'s ``mode`` rows (a Spark DataFrame) checked and encoded where they are, in the rows
     stage 1 hands to the shuffle, placed before the old rows of their new partition."""
     key_types, key_json = _partition_key_types(rows)
     names = [f"_k{i}" for i in range(len(key_types))]
@@ -269,25 +286,25 @@ def _encoded_seed(spark: Any, rp: RewritePlan, rows: StoreRows, edit: StoreEdit,
             ("value", pa.binary()),
         ]
     )
-    order = _UPSERT_ORDER if what == "upsert" else _DELETE_ORDER
+    order = _UPSERT_ORDER if mode == EditMode.UPSERT else _DELETE_ORDER
     schema = _transport_spark_schema(names, key_json)
     if not edit.families:
-        frame = _rows_frame(edit.distributed[what], rp.new_partitions)
-        return frame.mapInArrow(_EncodeSeed(rows, what, order, rp.to_rocksdb, transport), schema)
+        frame = _rows_frame(edit.frames[mode], rewrite_plan.new_partitions)
+        return frame.mapInArrow(_EncodeEdit(rows, mode, order, rewrite_plan.to_rocksdb, transport), schema)
     assert isinstance(rows, FamilyStoreRows)
     out = None
     for name, frames in edit.families.items():
-        if what not in frames:
+        if mode not in frames:
             continue
         # every row of a key in one task (a list's elements make one value; a key given twice is seen there)
-        frame = _rows_frame(frames[what], rp.new_partitions).repartition(rp.new_partitions, "key")
-        encoded = frame.mapInArrow(_EncodeFamilySeed(rows, name, what, order, transport), schema)
+        frame = _rows_frame(frames[mode], rewrite_plan.new_partitions).repartition(rewrite_plan.new_partitions, "key")
+        encoded = frame.mapInArrow(_EncodeFamilyEdit(rows, name, mode, order, transport), schema)
         out = encoded if out is None else out.unionByName(encoded)
     assert out is not None
     return out
 
 
-def _rows_frame(given: DistributedRows, n: int) -> Any:
+def _rows_frame(given: FrameRows, n: int) -> Any:
     """The Spark DataFrame of rows written into a store: the user's, or rows derived from the user's
     where they are (every row of a key in one of ``n`` tasks), with the more rows that come along."""
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -297,7 +314,7 @@ def _rows_frame(given: DistributedRows, n: int) -> Any:
         if part.derive is None:
             frames.append(part.frame)
         else:
-            derived = _Derive(part.derive, part.schema)
+            derived = _DeriveFromTaskRows(part.derive, part.schema)
             frames.append(part.frame.repartition(n, "key").mapInArrow(derived, from_arrow_schema(part.schema)))
     out = frames[0]
     for frame in frames[1:]:
@@ -305,7 +322,7 @@ def _rows_frame(given: DistributedRows, n: int) -> Any:
     return out
 
 
-class _Derive:
+class _DeriveFromTaskRows:
     """Rows derived from one task's rows, all of them at once (``mapInArrow``)."""
 
     def __init__(self, derive: Callable[[pa.Table], pa.Table], schema: pa.Schema) -> None:
@@ -320,25 +337,25 @@ class _Derive:
             yield from self.derive(pa.Table.from_batches(given)).cast(self.schema).to_batches(BATCH_ROWS)
 
 
-class _EncodeSeed:
+class _EncodeEdit:
     """Rows written into a store (``mapInArrow`` over the user's DataFrame): each batch checked
     against the store's schemas and encoded in the target encoding, with its partition key."""
 
-    def __init__(self, rows: StoreRows, what: str, order: int, to_rocksdb: bool, transport: pa.Schema) -> None:
+    def __init__(self, rows: StoreRows, mode: EditMode, order: int, to_rocksdb: bool, transport: pa.Schema) -> None:
         self.rows = rows
-        self.what = what
+        self.mode = mode
         self.order = order
         self.to_rocksdb = to_rocksdb
         self.transport = transport
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        label = f"{self.what} rows for {store_label(self.rows.plan, located=True)}"
+        label = f"{self.mode} rows for {store_label(self.rows.plan, located=True)}"
         for batch in batches:
             with spark_worker_errors(label):
                 if not batch.num_rows:
                     continue
                 rows = self.rows
-                _, keys, values = encode_table(rows, pa.Table.from_batches([batch]), self.what, [])
+                _, keys, values = encode_table(rows, pa.Table.from_batches([batch]), self.mode, [])
                 columns, _ = rows.partition_key(keys, None)
                 n = len(keys.starts)
                 k, v = rows.convert(keys, values if values is not None else empty_values(rows, n), self.to_rocksdb)
@@ -348,27 +365,27 @@ class _EncodeSeed:
                 )
 
 
-class _EncodeFamilySeed:
+class _EncodeFamilyEdit:
     """Rows written into one variable (or join store) of a store with column families (``mapInArrow``
     over the user's DataFrame, repartitioned by its ``key``): the task's rows checked and encoded
     together, with the entries Spark keeps beside them, each entry with its grouping key."""
 
-    def __init__(self, rows: FamilyStoreRows, name: str, what: str, order: int, transport: pa.Schema) -> None:
+    def __init__(self, rows: FamilyStoreRows, name: str, mode: EditMode, order: int, transport: pa.Schema) -> None:
         self.rows = rows
         self.name = name
-        self.what = what
+        self.mode = mode
         self.order = order
         self.transport = transport
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        label = f"{self.what} rows for {self.name} of {store_label(self.rows.plan, located=True)}"
+        label = f"{self.mode} rows for {self.name} of {store_label(self.rows.plan, located=True)}"
         with spark_worker_errors(label):
-            # one partition of the rows in memory, never the whole seed
+            # one partition of the rows in memory, never all the rows given
             given = [batch for batch in batches if batch.num_rows]
             if not given:
                 return
             table = pa.Table.from_batches(given)
-            keys, values = bind_family_rows(self.rows, self.name, self.what, table)
+            keys, values = bind_family_rows(self.rows, self.name, self.mode, table)
             if keys is None:
                 return
             n = len(keys.starts)
@@ -559,7 +576,7 @@ class _WriteNew:
         self.rows = rows
         self.label = store_label(rows.plan, located=True)
         # the store's new partitions, each with the unique id its files are named by (format 2)
-        self.targets = unique_ids
+        self.unique_ids = unique_ids
         self.to_rocksdb = to_rocksdb
         self.extra = extra
         self.url = url
@@ -584,7 +601,7 @@ class _WriteNew:
         # all of them are read before the first old row
         upserted: list[tuple[pa.Array, pa.Array]] = []
         deleted: list[tuple[pa.Array, pa.Array]] = []
-        first: list[tuple[pa.Array, pa.Array]] = []  # the old rows of the batch where the seed rows end
+        first: list[tuple[pa.Array, pa.Array]] = []  # the old rows of the batch where the edit rows end
         stream = iter(batches)
 
         def old_rows(batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array, pa.Array]:
@@ -598,22 +615,22 @@ class _WriteNew:
 
         for batch in stream:
             order, keys, values = old_rows(batch)
-            seeds = pc.less_equal(order, _UPSERT_ORDER)
-            if pc.any(seeds).as_py():
+            given = pc.less_equal(order, _UPSERT_ORDER)
+            if pc.any(given).as_py():
                 up, down = pc.equal(order, _UPSERT_ORDER), pc.equal(order, _DELETE_ORDER)
                 upserted.append((keys.filter(up), values.filter(up)))
                 deleted.append((keys.filter(down), values.filter(down)))
-                old = pc.invert(seeds)
+                old = pc.invert(given)
                 keys, values = keys.filter(old), values.filter(old)
             if len(keys):
                 first.append((keys, values))
                 break
 
-        def framed(parts: list[tuple[pa.Array, pa.Array]], what: str) -> bytes:
+        def framed(parts: list[tuple[pa.Array, pa.Array]], kind: str) -> bytes:
             if not parts:
                 return b""
-            k = row_buffer(_joined([k for k, _ in parts]), f"{source} {what} key")
-            v = row_buffer(_joined([v for _, v in parts]), f"{source} {what} value")
+            k = row_buffer(_joined([k for k, _ in parts]), f"{source} {kind} key")
+            v = row_buffer(_joined([v for _, v in parts]), f"{source} {kind} value")
             return frame_records(k, v)[0].tobytes() if len(k.starts) else b""
 
         def framed_old() -> Iterator[np.ndarray]:
@@ -623,10 +640,10 @@ class _WriteNew:
             for keys, values in chain(first, rest):
                 if not len(keys):
                     continue
-                if pid not in self.targets:
+                if pid not in self.unique_ids:
                     raise StateReaderError(
                         f"rows were routed to partition {pid} of {self.label}, which is "
-                        f"not among its new partitions {sorted(self.targets)}"
+                        f"not among its new partitions {sorted(self.unique_ids)}"
                     )
                 k, v = row_buffer(keys, source + " key"), row_buffer(values, source + " value")
                 rows += len(k.starts)
@@ -637,8 +654,8 @@ class _WriteNew:
         edit = EditCounts()
         records = edited(framed_old(), ups, downs, source, edit, self.match) if ups or downs else framed_old()
         writer = _Writer(self.url, self.storage_options)
-        if pid in self.targets:
-            write_partition(plan, pid, records, self.to_rocksdb, self.extra, writer, self.targets[pid])
+        if pid in self.unique_ids:
+            write_partition(plan, pid, records, self.to_rocksdb, self.extra, writer, self.unique_ids[pid])
         else:
             for _ in records:
                 pass
@@ -648,7 +665,7 @@ class _WriteNew:
         # this partition's row (when it is one of the store's), then the old partitions' counts
         mine = (
             [(True, pid, rows, size, 0, writer.files, writer.bytes, edit.gained, edit.replaced, edit.lost)]
-            if pid in self.targets
+            if pid in self.unique_ids
             else []
         )
         theirs = [(False, p, r, b, d, 0, 0, 0, 0, 0) for p, r, b, d in old.tolist()]

@@ -2,9 +2,9 @@
 ``delete`` (keys taken out), given as tables in the shape ``read_state`` returns.
 
 The rows are checked against the store's schemas before anything is written
-(:mod:`~state_reader.core.rewrite.seed_fit`: columns and fields, types and safe widenings, nulls,
+(:mod:`~state_reader.core.rewrite.edit_fit`: columns and fields, types and safe widenings, nulls,
 no key twice). They are then encoded as the source store keeps its rows (UnsafeRows, framed for
-RocksDB; a store with column families: :mod:`~state_reader.core.rewrite.seed_families`), so that
+RocksDB; a store with column families: :mod:`~state_reader.core.rewrite.edit_families`), so that
 the rewrite routes them with the store's own rows: each to the partition Spark's hash gives its
 key. A given ``partition_id`` column is checked against that hash, never used.
 
@@ -24,10 +24,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_reader.core.rewrite import seed_families as fam
-from state_reader.core.rewrite.route import Spill
-from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, TransformedStoreRows, store_label
-from state_reader.core.rewrite.seed_fit import (
+from state_reader.core.rewrite.edit_families import FamilyMatch, bind_families, family_targets
+from state_reader.core.rewrite.edit_fit import (
+    EditMode,
     check_partitions,
     conform_column,
     key_bytes,
@@ -36,12 +35,14 @@ from state_reader.core.rewrite.seed_fit import (
     require_unique,
     typed_table,
 )
+from state_reader.core.rewrite.route import Spill
+from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, TransformedStoreRows, store_label
 from state_reader.core.size import row_bytes
 from state_reader.errors import (
-    DuplicateSeedKeyError,
+    DuplicateEditKeyError,
     InvalidOptionError,
     StateReaderError,
-    UnknownSeedStoreError,
+    UnknownEditStoreError,
     UnsupportedOptionError,
 )
 from state_reader.formats.rocksdb_encoding import encode_keys, encode_values, with_row_checksums
@@ -54,7 +55,7 @@ from state_reader.providers.hdfs import frame_records, framed_rows
 
 
 @dataclass(frozen=True)
-class StoreSeed:
+class StoreEdit:
     """What to write into one store, chosen by ``read_state``'s selectors: ``upsert`` rows (columns
     ``key`` and ``value``) and ``delete`` keys (a ``key`` column), each a pyarrow Table or RecordBatch
     or a pandas DataFrame. With ``join_side``, the rows of that side of a join (two stores)."""
@@ -65,15 +66,20 @@ class StoreSeed:
     store_name: str | None = None
     state_var_name: str | None = None
     # rows of one side of a stream-stream join in ``read_state``'s joinSide shape (``left`` or ``right``),
-    # written into that side's two stores (:mod:`~state_reader.core.rewrite.seed_join`)
+    # written into that side's two stores (:mod:`~state_reader.core.rewrite.edit_join`)
     join_side: str | None = None
     # the rows are a transformWithState operator's timers, as ``read_state(read_registered_timers=True)``
     read_registered_timers: bool = False
 
+    def rows(self) -> dict[EditMode, Any]:
+        """The rows given, by what they do (``upsert`` first)."""
+        given = {EditMode.UPSERT: self.upsert, EditMode.DELETE: self.delete}
+        return {mode: rows for mode, rows in given.items() if rows is not None}
+
 
 @dataclass(frozen=True)
-class DistributedRows:
-    """Rows that stay where they are (a Spark DataFrame), with their Arrow schema: checked and
+class FrameRows:
+    """Rows held in Spark (a Spark DataFrame) that stay there, with their Arrow schema: checked and
     written by the Spark row mover, on the executors."""
 
     schema: pa.Schema
@@ -82,30 +88,31 @@ class DistributedRows:
     # of a key among them), it returns rows of ``schema`` (a join side's rows as one of its stores')
     derive: Callable[[pa.Table], pa.Table] | None = None
     # more rows of the same schema, written with these (a join side's stale entries, from upserts and deletes)
-    more: tuple[DistributedRows, ...] = ()
+    more: tuple[FrameRows, ...] = ()
 
 
 @dataclass
-class StoreEdit:
-    """A seed bound to one store of a rewrite: its rows checked and encoded as the source store keeps them."""
+class BoundEdit:
+    """A :class:`StoreEdit` bound to one store of a rewrite: its rows checked and encoded as the source store
+    keeps them."""
 
     rows: StoreRows
     # the rows given here, checked and encoded, each in its new partition's local file until it is written
     spill: EditSpill | None = None
     # the safe widenings applied to the given types, one sentence each
     widened: list[str] = field(default_factory=list)
-    # rows left where they are (``upsert``, ``delete``): only their schema is checked here
-    distributed: dict[str, DistributedRows] = field(default_factory=dict)
+    # rows held in Spark (``upsert``, ``delete``): only their schema is checked here
+    frames: dict[EditMode, FrameRows] = field(default_factory=dict)
     # a store with column families: how old entries are matched and which the counts count
-    match: fam.FamilyMatch | None = None
-    # a store with column families, rows left where they are: each variable's (or join store's)
+    match: FamilyMatch | None = None
+    # a store with column families, rows held in Spark: each variable's (or join store's)
     # ``upsert`` and ``delete`` rows, bound on the executors a grouping key's rows at a time
-    families: dict[str, dict[str, DistributedRows]] = field(default_factory=dict)
+    families: dict[str, dict[EditMode, FrameRows]] = field(default_factory=dict)
 
     @property
-    def spread(self) -> bool:
-        """The rows are left where they are (Spark DataFrames), for the Spark row mover to check and write."""
-        return bool(self.distributed or self.families)
+    def in_spark(self) -> bool:
+        """The rows are held in Spark (Spark DataFrames), for the Spark row mover to check and write."""
+        return bool(self.frames or self.families)
 
 
 @dataclass
@@ -123,7 +130,7 @@ class EditCounts:
 
 @dataclass(frozen=True)
 class SpillTo:
-    """Where a rewrite's seed rows wait for their new partitions: a local temporary directory, the
+    """Where a rewrite's edit rows wait for their new partitions: a local temporary directory, the
     destination's partition count and whether it is RocksDB (the encoding the rows are kept in)."""
 
     workdir: str
@@ -134,29 +141,29 @@ class SpillTo:
         return EditSpill(_subdir(self.workdir, name), self.num_partitions, self.to_rocksdb)
 
 
-def bind_seeds(
-    stores: Sequence[StoreRows], seeds: Sequence[StoreSeed], location: str, to: SpillTo
-) -> list[StoreEdit | None]:
-    """Each store's edit (None where no seed names it), every seed checked, encoded and routed to its
-    new partitions in ``to``; refuses before anything is written. Seeds for the variables (or join
+def bind_edits(
+    stores: Sequence[StoreRows], edits: Sequence[StoreEdit], location: str, to: SpillTo
+) -> list[BoundEdit | None]:
+    """Each store's bound edit (None where no edit names it), every edit checked, encoded and routed to its
+    new partitions in ``to``; refuses before anything is written. Edits for the variables (or join
     stores) of one store with column families make one edit of that store."""
-    out: list[StoreEdit | None] = [None] * len(stores)
-    by_family: dict[int, dict[str, StoreSeed]] = {}
-    for seed in seeds:
-        if seed.upsert is None and seed.delete is None:
+    out: list[BoundEdit | None] = [None] * len(stores)
+    by_family: dict[int, dict[str, StoreEdit]] = {}
+    for edit in edits:
+        if edit.upsert is None and edit.delete is None:
             continue
-        index, family = _find_store(stores, seed, location)
+        index, family = _find_store(stores, edit, location)
         if family is not None:
             named = by_family.setdefault(index, {})
             if family in named:
                 raise InvalidOptionError(
                     f"{family} of {store_label(stores[index].plan)} is given rows twice; give each variable once"
                 )
-            named[family] = seed
+            named[family] = edit
             continue
         if out[index] is not None:
             raise InvalidOptionError(f"{store_label(stores[index].plan)} is given rows twice; give each store once")
-        out[index] = _bind(stores[index], seed, location, to.spill(str(index)))
+        out[index] = _bind(stores[index], edit, location, to.spill(str(index)))
     for index, named in by_family.items():
         rows = stores[index]
         assert isinstance(rows, FamilyStoreRows)
@@ -164,10 +171,10 @@ def bind_seeds(
     return out
 
 
-def _find_store(stores: Sequence[StoreRows], seed: StoreSeed, location: str) -> tuple[int, str | None]:
-    """The store a seed is for, and (a store with column families) the variable or join store it names."""
+def _find_store(stores: Sequence[StoreRows], edit: StoreEdit, location: str) -> tuple[int, str | None]:
+    """The store an edit is for, and (a store with column families) the variable or join store it names."""
     operator_ids = sorted({rows.plan.operator_id for rows in stores})
-    op = seed.operator_id
+    op = edit.operator_id
     if op is None:
         if len(operator_ids) != 1:
             raise InvalidOptionError(
@@ -176,52 +183,52 @@ def _find_store(stores: Sequence[StoreRows], seed: StoreSeed, location: str) -> 
             )
         op = operator_ids[0]
     if op not in operator_ids:
-        raise UnknownSeedStoreError(
+        raise UnknownEditStoreError(
             f"the rows are for operator {op}, which {location} does not have (its stateful operators: {operator_ids})",
             path=location,
         )
     mine = [(i, rows) for i, rows in enumerate(stores) if rows.plan.operator_id == op]
     for i, rows in mine:
         if isinstance(rows, FamilyStoreRows):
-            return i, _find_family(rows, seed, location)
-    if seed.state_var_name is not None or seed.read_registered_timers:
-        what = "timers" if seed.read_registered_timers else f"state variable {seed.state_var_name!r}"
-        raise UnknownSeedStoreError(
+            return i, _find_family(rows, edit, location)
+    if edit.state_var_name is not None or edit.read_registered_timers:
+        what = "timers" if edit.read_registered_timers else f"state variable {edit.state_var_name!r}"
+        raise UnknownEditStoreError(
             f"the rows are for {what}, but operator {op} of {location} keeps no state variables or timers (only "
             "transformWithState does)",
             path=location,
         )
-    name = seed.store_name or DEFAULT_STORE
+    name = edit.store_name or DEFAULT_STORE
     for i, rows in mine:
         if rows.plan.store_name == name:
             return i, None
     names = ", ".join(rows.plan.store_name for _, rows in mine)
-    raise UnknownSeedStoreError(
+    raise UnknownEditStoreError(
         f"the rows are for store '{name}' of operator {op}, which {location} does not have (its stores: {names})",
         path=location,
     )
 
 
-def _find_family(rows: FamilyStoreRows, seed: StoreSeed, location: str) -> str:
+def _find_family(rows: FamilyStoreRows, edit: StoreEdit, location: str) -> str:
     """The variable (transformWithState: ``state_var_name``, or a dict's key) or join store (``store_name``)
-    a seed names in a store with column families."""
+    an edit names in a store with column families."""
     op = rows.plan.operator_id
-    known = fam.targets(rows)
+    known = family_targets(rows)
     tws = rows.variable_kinds is not None
-    if seed.state_var_name is not None and seed.store_name not in (None, DEFAULT_STORE):
+    if edit.state_var_name is not None and edit.store_name not in (None, DEFAULT_STORE):
         raise InvalidOptionError("give state_var_name or store_name, not both")
-    if seed.read_registered_timers:
-        if seed.state_var_name is not None:
+    if edit.read_registered_timers:
+        if edit.state_var_name is not None:
             raise InvalidOptionError("give state_var_name or read_registered_timers, not both")
         timers = [name for name in TIMER_INDEXES if name in known]
         if not timers:
-            raise UnknownSeedStoreError(
+            raise UnknownEditStoreError(
                 f"the rows are for timers, but operator {op} of {location} registers none (its "
                 f"{'state variables' if tws else 'join stores'}: {', '.join(known)})",
                 path=location,
             )
         return timers[0]
-    name = seed.state_var_name if seed.state_var_name is not None else seed.store_name
+    name = edit.state_var_name if edit.state_var_name is not None else edit.store_name
     what = "state variables" if tws else "join stores"
     listed = ", ".join(f"{n} ({t.kind}{', TTL' if t.ttl else ''})" if tws else n for n, t in known.items())
     if name in (None, DEFAULT_STORE):
@@ -232,19 +239,19 @@ def _find_family(rows: FamilyStoreRows, seed: StoreSeed, location: str) -> str:
         )
     assert name is not None
     if name not in known:
-        raise UnknownSeedStoreError(
+        raise UnknownEditStoreError(
             f"the rows are for {name!r} of operator {op}, which {location} does not have (its {what}: {listed})",
             path=location,
         )
     return name
 
 
-# seed rows are checked, encoded and routed this many at a time: beyond the rows given, memory holds one
+# edit rows are checked, encoded and routed this many at a time: beyond the rows given, memory holds one
 # run of them, then one new partition's while it is written
-_SEED_ROWS = 1 << 18
+_EDIT_ROWS = 1 << 18
 
 
-def _bind(rows: StoreRows, seed: StoreSeed, location: str, spill: EditSpill) -> StoreEdit:
+def _bind(rows: StoreRows, edit: StoreEdit, location: str, spill: EditSpill) -> BoundEdit:
     plan = rows.plan
     where = store_label(plan, located=True)
     if isinstance(rows, TransformedStoreRows):
@@ -255,130 +262,128 @@ def _bind(rows: StoreRows, seed: StoreSeed, location: str, spill: EditSpill) -> 
         )
     if plan.join is not None:
         raise UnsupportedOptionError(f"{where} is a join side; writing rows into it is not supported yet")
-    edit = StoreEdit(rows)
-    for what, given in (("upsert", seed.upsert), ("delete", seed.delete)):
-        if isinstance(given, DistributedRows):
+    bound = BoundEdit(rows)
+    given = edit.rows()
+    for mode, rows_given in given.items():
+        if isinstance(rows_given, FrameRows):
             # the rows are checked where they are (a Spark job); their columns and types are checked here
-            encode_table(rows, pa.Table.from_batches([], schema=given.schema), what, edit.widened)
-            edit.distributed[what] = given
-    if edit.distributed:
-        return edit
-    given = {"upsert": seed.upsert, "delete": seed.delete}
-    tables = {what: _seed_table(rows, what, rows_given) for what, rows_given in given.items() if rows_given is not None}
-    for what, table in tables.items():
-        for lo in range(0, table.num_rows, _SEED_ROWS):
+            encode_table(rows, pa.Table.from_batches([], schema=rows_given.schema), mode, bound.widened)
+            bound.frames[mode] = rows_given
+    if bound.frames:
+        return bound
+    tables = {mode: _edit_table(rows, mode, rows_given) for mode, rows_given in given.items()}
+    for mode, table in tables.items():
+        for lo in range(0, table.num_rows, _EDIT_ROWS):
             try:
-                _, keys, values = encode_table(rows, table.slice(lo, _SEED_ROWS), what, edit.widened)
+                _, keys, values = encode_table(rows, table.slice(lo, _EDIT_ROWS), mode, bound.widened)
             except StateReaderError:
-                encode_table(rows, table, what, [])  # the whole table: the error names the row among all
+                encode_table(rows, table, mode, [])  # the whole table: the error names the row among all
                 raise
-            spill.add(rows, what, keys, values)
+            spill.add(rows, mode, keys, values)
     if not spill.keys_unique():
         _refuse_repeated_keys(rows, tables)
-    edit.spill = spill
-    return edit
+    bound.spill = spill
+    return bound
 
 
-def _seed_table(rows: StoreRows, what: str, given: Any) -> pa.Table:
+def _edit_table(rows: StoreRows, mode: EditMode, given: Any) -> pa.Table:
     plan = rows.plan
     typed = [("key", plan.key_schema), ("value", plan.value_schema)]
-    if what == "upsert":
-        table = typed_table(given, what, typed)
-        require_columns(table, ("key", "value"), what, store_label(plan, located=True), typed=typed)
+    if mode == EditMode.UPSERT:
+        table = typed_table(given, mode, typed)
+        require_columns(table, ("key", "value"), mode, store_label(plan, located=True), typed=typed)
     else:
-        table = typed_table(given, what, typed[:1])
-        require_columns(table, ("key",), what, store_label(plan, located=True), optional=("value",), typed=typed)
+        table = typed_table(given, mode, typed[:1])
+        require_columns(table, ("key",), mode, store_label(plan, located=True), optional=("value",), typed=typed)
     return table
 
 
-def _refuse_repeated_keys(rows: StoreRows, tables: dict[str, pa.Table]) -> None:
-    """A key upserted twice, or both upserted and deleted, refused naming the rows (the seed encoded
+def _refuse_repeated_keys(rows: StoreRows, tables: dict[EditMode, pa.Table]) -> None:
+    """A key upserted twice, or both upserted and deleted, refused naming the rows (the edit encoded
     whole: an error is rare, and its message names rows of the whole table)."""
-    encoded = {what: encode_table(rows, table, what, []) for what, table in tables.items()}
-    if "upsert" in encoded:
-        keys, upsert_keys, _ = encoded["upsert"]
-        require_unique(upsert_keys, keys, "upsert")
-    if "delete" in encoded and "upsert" in encoded:
-        keys, delete_keys, _ = encoded["delete"]
-        both = pc.is_in(key_bytes(delete_keys), value_set=key_bytes(encoded["upsert"][1]))
+    encoded = {mode: encode_table(rows, table, mode, []) for mode, table in tables.items()}
+    if EditMode.UPSERT in encoded:
+        keys, upsert_keys, _ = encoded[EditMode.UPSERT]
+        require_unique(upsert_keys, keys, EditMode.UPSERT)
+    if EditMode.DELETE in encoded and EditMode.UPSERT in encoded:
+        keys, delete_keys, _ = encoded[EditMode.DELETE]
+        both = pc.is_in(key_bytes(delete_keys), value_set=key_bytes(encoded[EditMode.UPSERT][1]))
         first = int(np.flatnonzero(both.to_numpy(zero_copy_only=False))[0])
-        raise DuplicateSeedKeyError(
+        raise DuplicateEditKeyError(
             f"key {keys[first].as_py()} (delete row {first}) is both upserted and deleted; give it once"
         )
     raise AssertionError("a repeated key was found in the routed rows but not in the rows given")
 
 
-def _bind_families(rows: FamilyStoreRows, named: dict[str, StoreSeed], location: str, spill: EditSpill) -> StoreEdit:
-    """One edit of a store with column families from the seeds of its variables (or join stores)."""
+def _bind_families(rows: FamilyStoreRows, named: dict[str, StoreEdit], location: str, spill: EditSpill) -> BoundEdit:
+    """One edit of a store with column families from the edits of its variables (or join stores)."""
     where = store_label(rows.plan, located=True)
-    spread = {
-        name: {what: given for what, given in (("upsert", seed.upsert), ("delete", seed.delete)) if given is not None}
-        for name, seed in named.items()
-    }
-    if any(isinstance(given, DistributedRows) for frames in spread.values() for given in frames.values()):
-        return _spread_families(rows, spread, where)
-    bound = fam.bind_families(rows, {name: (seed.upsert, seed.delete) for name, seed in named.items()})
+    given = {name: edit.rows() for name, edit in named.items()}
+    if any(isinstance(frame, FrameRows) for frames in given.values() for frame in frames.values()):
+        return _frame_families(rows, given, where)
+    bound = bind_families(rows, {name: (edit.upsert, edit.delete) for name, edit in named.items()})
     # checked whole (a variable's rows against its others'), then routed
     if bound.upsert_keys is not None and bound.upsert_values is not None:
-        spill.add(rows, "upsert", bound.upsert_keys, bound.upsert_values)
+        spill.add(rows, EditMode.UPSERT, bound.upsert_keys, bound.upsert_values)
     if bound.delete_keys is not None:
-        spill.add(rows, "delete", bound.delete_keys, None)
-    return StoreEdit(rows, spill, bound.widened, match=bound.match)
+        spill.add(rows, EditMode.DELETE, bound.delete_keys, None)
+    return BoundEdit(rows, spill, bound.widened, match=bound.match)
 
 
-def _spread_families(rows: FamilyStoreRows, spread: dict[str, dict[str, Any]], where: str) -> StoreEdit:
+def _frame_families(rows: FamilyStoreRows, given: dict[str, dict[EditMode, Any]], where: str) -> BoundEdit:
     """The edit of a store with column families whose rows are Spark DataFrames: their columns and
     types checked here (on no rows), their rows checked and encoded where they are."""
-    for name, frames in spread.items():
-        if not all(isinstance(given, DistributedRows) for given in frames.values()):
+    for name, frames in given.items():
+        if not all(isinstance(frame, FrameRows) for frame in frames.values()):
             raise UnsupportedOptionError(
                 f"rows for {name} of {where} mix Spark DataFrames and local rows; give both as Spark DataFrames"
             )
 
-    def empty(frames: dict[str, Any], what: str) -> pa.Table | None:
-        return pa.Table.from_batches([], schema=frames[what].schema) if what in frames else None
+    def empty(frames: dict[EditMode, Any], mode: EditMode) -> pa.Table | None:
+        return pa.Table.from_batches([], schema=frames[mode].schema) if mode in frames else None
 
-    bound = fam.bind_families(
-        rows, {name: (empty(frames, "upsert"), empty(frames, "delete")) for name, frames in spread.items()}
+    bound = bind_families(
+        rows,
+        {name: (empty(frames, EditMode.UPSERT), empty(frames, EditMode.DELETE)) for name, frames in given.items()},
     )
-    return StoreEdit(rows, None, bound.widened, match=bound.match, families=spread)
+    return BoundEdit(rows, None, bound.widened, match=bound.match, families=given)
 
 
 def bind_family_rows(
-    rows: FamilyStoreRows, name: str, what: str, given: pa.Table
+    rows: FamilyStoreRows, name: str, mode: EditMode, given: pa.Table
 ) -> tuple[RowBuffer | None, RowBuffer | None]:
-    """The ``what`` rows of one variable (or join store) checked and encoded with the entries Spark
+    """The ``mode`` rows of one variable (or join store) checked and encoded with the entries Spark
     keeps beside them: the keys, and (``upsert``) their values; every row of a grouping key must be
     among ``given`` (a list's elements make one value, a key given twice is refused)."""
-    bound = fam.bind_families(rows, {name: (given, None) if what == "upsert" else (None, given)})
-    if what == "upsert":
+    bound = bind_families(rows, {name: (given, None) if mode == EditMode.UPSERT else (None, given)})
+    if mode == EditMode.UPSERT:
         return bound.upsert_keys, bound.upsert_values
     return bound.delete_keys, None
 
 
 def encode_table(
-    rows: StoreRows, given: Any, what: str, widened: list[str]
+    rows: StoreRows, given: Any, mode: EditMode, widened: list[str]
 ) -> tuple[pa.Array, RowBuffer, RowBuffer | None]:
-    """Rows for ``what`` (``upsert``: key and value; ``delete``: key) checked against the store's
+    """Rows for ``mode`` (``upsert``: key and value; ``delete``: key) checked against the store's
     schemas and encoded as the store keeps its rows: the keys as given (typed as the store's),
     their bytes, and the values' bytes (None for ``delete``). A ``partition_id`` is checked here.
     The widenings applied are added to ``widened``."""
     plan = rows.plan
-    source = f"{what} rows for {store_label(plan, located=True)}"
-    table = _seed_table(rows, what, given)
+    source = f"{mode} rows for {store_label(plan, located=True)}"
+    table = _edit_table(rows, mode, given)
     notes: list[str] = []
-    keys = conform_column(table.column("key"), plan.key_schema, "key", what, notes)
-    require_non_null(keys, plan.key_schema, "key", what)
+    keys = conform_column(table.column("key"), plan.key_schema, "key", mode, notes)
+    require_non_null(keys, plan.key_schema, "key", mode)
     encoded_keys = _encode_keys(rows, keys, source)
     encoded_values = None
-    if what == "upsert":
-        values = conform_column(table.column("value"), plan.value_schema, "value", what, notes)
-        require_non_null(values, plan.value_schema, "value", what)
+    if mode == EditMode.UPSERT:
+        values = conform_column(table.column("value"), plan.value_schema, "value", mode, notes)
+        require_non_null(values, plan.value_schema, "value", mode)
         stored = values.cast(plan.stored_value_schema.to_arrow()) if plan.value_long_slots else values
         encoded_values = _encode_values(rows, stored, source)
         if plan.store_conf.row_checksum:
             encoded_values = with_row_checksums(encoded_keys, encoded_values, with_length=rows.rocksdb)
-    check_partitions(rows, table, encoded_keys, what)
+    check_partitions(rows, table, encoded_keys, mode)
     widened += [note for note in notes if note not in widened]
     return keys, encoded_keys, encoded_values
 
@@ -408,14 +413,14 @@ class EditSpill:
     def __init__(self, workdir: str, num_partitions: int, to_rocksdb: bool) -> None:
         self.num_partitions = num_partitions
         self.to_rocksdb = to_rocksdb
-        self.upserts = Spill(_subdir(workdir, "upsert"), num_partitions)
-        self.deletes = Spill(_subdir(workdir, "delete"), num_partitions)
+        self.upserts = Spill(_subdir(workdir, EditMode.UPSERT), num_partitions)
+        self.deletes = Spill(_subdir(workdir, EditMode.DELETE), num_partitions)
 
-    def add(self, rows: StoreRows, what: str, keys: RowBuffer, values: RowBuffer | None) -> None:
+    def add(self, rows: StoreRows, mode: EditMode, keys: RowBuffer, values: RowBuffer | None) -> None:
         """Route encoded ``upsert`` rows (``values`` given) or ``delete`` keys to their new partitions."""
         if values is None:
             values = empty_values(rows, len(keys.starts))
-        spill = self.upserts if what == "upsert" else self.deletes
+        spill = self.upserts if mode == EditMode.UPSERT else self.deletes
         _spill(rows, keys, values, self.num_partitions, self.to_rocksdb, spill)
 
     def keys_unique(self) -> bool:
@@ -439,7 +444,7 @@ class EditSpill:
 
 def _spilled_keys(spill: Spill, pid: int) -> pa.Array:
     data = b"".join(spill.read(pid))
-    return key_bytes(framed_rows(data, "routed seed rows")[0]) if data else pa.array([], pa.large_binary())
+    return key_bytes(framed_rows(data, "routed edit rows")[0]) if data else pa.array([], pa.large_binary())
 
 
 def _subdir(workdir: str, name: str) -> str:
@@ -454,7 +459,7 @@ def empty_values(rows: StoreRows, n: int) -> RowBuffer:
     return encode_values(empty) if rows.rocksdb and n else empty
 
 
-# seed rows are routed this many at a time: what routing holds beyond a run of encoded rows follows this
+# edit rows are routed this many at a time: what routing holds beyond a run of encoded rows follows this
 _SPILL_ROWS = 1 << 16
 
 
@@ -476,7 +481,7 @@ def edited(
     deletes: bytes,
     source: str,
     counts: EditCounts,
-    match: fam.FamilyMatch | None = None,
+    match: FamilyMatch | None = None,
 ) -> Iterator[bytes | np.ndarray]:
     """One new partition's records with the edit applied: the old ``old`` records (chunks of whole
     framed records) less those whose key is upserted or deleted, then the upserted records.
@@ -521,9 +526,9 @@ def edited(
         yield upserts
 
 
-def _deleted(keys: RowBuffer | None, match: fam.FamilyMatch | None) -> tuple[pa.Array, pa.Array]:
+def _deleted(keys: RowBuffer | None, match: FamilyMatch | None) -> tuple[pa.Array, pa.Array]:
     """What deleted keys take out: the bytes old entries are matched by, and the maps' grouping keys deleted
-    whole (:meth:`~state_reader.core.rewrite.seed_families.FamilyMatch.group_bytes`)."""
+    whole (:meth:`~state_reader.core.rewrite.edit_families.FamilyMatch.group_bytes`)."""
     none = pa.array([], pa.large_binary())
     if keys is None:
         return none, none
@@ -533,7 +538,7 @@ def _deleted(keys: RowBuffer | None, match: fam.FamilyMatch | None) -> tuple[pa.
     return _match_bytes(keys.take(np.flatnonzero(~whole)), match), key_bytes(keys.take(np.flatnonzero(whole)))
 
 
-def _match_bytes(keys: RowBuffer, match: fam.FamilyMatch | None) -> pa.Array:
+def _match_bytes(keys: RowBuffer, match: FamilyMatch | None) -> pa.Array:
     """What an edit matches old entries by: each key's bytes, a TTL index entry's element key."""
     as_bytes = key_bytes(keys)
     found = match.element_keys(keys) if match is not None else None

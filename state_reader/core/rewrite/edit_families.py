@@ -10,9 +10,9 @@ kept twice (key to time, time to key). Rows written here bring those entries alo
 entries of a replaced or deleted element are found by the element's key alone (whatever expiration
 they hold), so no stale index entry outlives its element.
 
-The rows' columns, types and nulls are checked as every seed's are
-(:mod:`~state_reader.core.rewrite.seed_fit`), against the columns ``read_state`` shows for the
-variable; :mod:`~state_reader.core.rewrite.seed` binds the result to the store's edit.
+The rows' columns, types and nulls are checked as every edit's are
+(:mod:`~state_reader.core.rewrite.edit_fit`), against the columns ``read_state`` shows for the
+variable; :mod:`~state_reader.core.rewrite.edit` binds the result to the store's edit.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_reader.core.rewrite.rows import FamilyStoreRows, store_label
-from state_reader.core.rewrite.seed_fit import (
+from state_reader.core.rewrite.edit_fit import (
+    EditMode,
     check_partitions,
     conform_column,
     key_bytes,
@@ -35,7 +35,8 @@ from state_reader.core.rewrite.seed_fit import (
     require_unique,
     typed_table,
 )
-from state_reader.errors import DuplicateSeedKeyError, SeedNullError, UnsupportedOptionError
+from state_reader.core.rewrite.rows import FamilyStoreRows, store_label
+from state_reader.errors import DuplicateEditKeyError, EditNullError, UnsupportedOptionError
 from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, encode_avro
 from state_reader.formats.rocksdb_encoding import (
     LENGTH_BYTES,
@@ -79,7 +80,7 @@ USER_MAP_KEY = "user_map_key"
 
 @dataclass(frozen=True)
 class FamilyTarget:
-    """One family a seed writes into (a variable, its timers, or one join store)."""
+    """One family an edit writes into (a variable, its timers, or one join store)."""
 
     name: str
     kind: str  # ValueState, ListState, MapState, TimerState, or MultiValue (a join format 4 store)
@@ -108,8 +109,8 @@ class FamilyRows:
 
     def joined(self) -> tuple[RowBuffer | None, RowBuffer | None]:
         """All keys, and all values (None where there are none), each in one buffer."""
-        keys = _concat(self.keys, "seed keys") if self.keys else None
-        return keys, _concat(self.values, "seed values") if self.values else None
+        keys = _concat(self.keys, "edit keys") if self.keys else None
+        return keys, _concat(self.values, "edit values") if self.values else None
 
 
 @dataclass(frozen=True)
@@ -215,8 +216,8 @@ def _prefix_lengths(keys: RowBuffer, mask: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(raw).view("<i4").reshape(-1).astype(np.int64)
 
 
-def targets(rows: FamilyStoreRows) -> dict[str, FamilyTarget]:
-    """The families a seed can name: transformWithState variables and timers, or join stores."""
+def family_targets(rows: FamilyStoreRows) -> dict[str, FamilyTarget]:
+    """The families an edit can name: transformWithState variables and timers, or join stores."""
     if rows.variable_kinds is None:  # a join: its four stores (format 4 keeps lists of rows, one row per element)
         return {
             name: FamilyTarget(name, MULTI_VALUE if name in rows.multi_value else VALUE, False)
@@ -253,7 +254,7 @@ def bind_families(rows: FamilyStoreRows, named: dict[str, tuple[Any, Any]]) -> F
     edit = FamilyEdit(family_match(rows))
     # Spark frames every value of every column family with its row checksum when they are on
     upserts, deletes = FamilyRows(rows.plan.store_conf.row_checksum), FamilyRows()
-    known = targets(rows)
+    known = family_targets(rows)
     for name, (upsert, delete) in named.items():
         target = known[name]
         written = None
@@ -285,29 +286,29 @@ def _family_columns(rows: FamilyStoreRows, target: FamilyTarget) -> tuple[list[t
 
 
 def _family_table(
-    rows: FamilyStoreRows, target: FamilyTarget, given: Any, what: str, widened: list[str]
+    rows: FamilyStoreRows, target: FamilyTarget, given: Any, mode: EditMode, widened: list[str]
 ) -> tuple[pa.Table, list[pa.Array]]:
-    """The rows for ``what`` checked against the family's schemas: the table, and its columns
+    """The rows for ``mode`` checked against the family's schemas: the table, and its columns
     (the key's only, for ``delete``) conformed to their types."""
     columns, key_width = _family_columns(rows, target)
     where = f"{target.name} of {store_label(rows.plan, located=True)}"
-    table = typed_table(given, what, columns)
-    if what == "delete" and target.kind == MAP and USER_MAP_KEY not in table.column_names:
+    table = typed_table(given, mode, columns)
+    if mode == EditMode.DELETE and target.kind == MAP and USER_MAP_KEY not in table.column_names:
         key_width = 1  # a grouping key alone: every entry of the map under it
-    needed = tuple(name for name, _ in (columns if what == "upsert" else columns[:key_width]))
+    needed = tuple(name for name, _ in (columns if mode == EditMode.UPSERT else columns[:key_width]))
     optional = tuple(name for name, _ in columns if name not in needed)
-    require_columns(table, needed, what, where, optional=optional, typed=columns)
+    require_columns(table, needed, mode, where, optional=optional, typed=columns)
     notes: list[str] = []
     out = []
     for name, dt in columns:
         if name not in needed:
             continue
-        arr = conform_column(table.column(name), dt, name, what, notes)
+        arr = conform_column(table.column(name), dt, name, mode, notes)
         if isinstance(dt, StructType):
-            require_non_null(arr, dt, name, what)
+            require_non_null(arr, dt, name, mode)
         elif arr.null_count:
             first = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
-            raise SeedNullError(f"{what} row {first} has a null {name}; a state row's {name} cannot be null")
+            raise EditNullError(f"{mode} row {first} has a null {name}; a state row's {name} cannot be null")
         out.append(arr)
     widened += [f"{target.name}: {note}" for note in notes if f"{target.name}: {note}" not in widened]
     return table, out
@@ -320,13 +321,13 @@ def _family_upsert(
     beside them; returns its own keys' bytes (to check against its deletes)."""
     name = target.name
     source = f"upsert rows for {name} of {store_label(rows.plan, located=True)}"
-    table, columns = _family_table(rows, target, given, "upsert", widened)
+    table, columns = _family_table(rows, target, given, EditMode.UPSERT, widened)
     family = rows.families[name]
     if target.kind == TIMERS:
         keys, times = columns
         own = family_keys(rows, name, struct_of([keys, times], family.key_schema.to_arrow()), source)
-        require_unique(own, keys, "upsert")
-        check_partitions(rows, table, own, "upsert")
+        require_unique(own, keys, EditMode.UPSERT)
+        check_partitions(rows, table, own, EditMode.UPSERT)
         index = TIMER_INDEXES[name]
         by_time = struct_of([times, keys], rows.families[index].key_schema.to_arrow())
         out.add(own, empty_family_values(rows, name, len(keys), source))
@@ -335,7 +336,7 @@ def _family_upsert(
     if target.kind in (LIST, MULTI_VALUE):
         keys, elements = columns
         each = family_keys(rows, name, keys, source)
-        check_partitions(rows, table, each, "upsert")
+        check_partitions(rows, table, each, EditMode.UPSERT)
         # a list's rows come one per element: each key's elements, in the order given, make its new list
         # (a join format 4 store's too: the rows of one join key and event time)
         groups = np.asarray(pc.dictionary_encode(key_bytes(each)).indices.to_numpy(zero_copy_only=False), np.int64)
@@ -360,13 +361,13 @@ def _family_upsert(
         keys, user_keys, values = columns
         whole = struct_of([keys, user_keys], family.key_schema.to_arrow())
         own = family_keys(rows, name, whole, source)
-        require_unique(own, whole, "upsert")
+        require_unique(own, whole, EditMode.UPSERT)
     else:
         keys, values = columns
         whole = keys
         own = family_keys(rows, name, keys, source)
-        require_unique(own, keys, "upsert")
-    check_partitions(rows, table, own, "upsert")
+        require_unique(own, keys, EditMode.UPSERT)
+    check_partitions(rows, table, own, EditMode.UPSERT)
     out.add(own, family_values(rows, name, values, source))
     if target.ttl:
         out.add(
@@ -382,7 +383,7 @@ def _expirations(values: pa.StructArray, name: str) -> pa.Array:
     expirations = values.field(last)
     if expirations.null_count:
         at = int(np.flatnonzero(expirations.is_null().to_numpy(zero_copy_only=False))[0])
-        raise SeedNullError(
+        raise EditNullError(
             f"upsert row {at} of {name} has no expiration ({values.type.field(last).name} is null); {name} has a "
             "TTL, so every value of it holds the time it expires"
         )
@@ -409,14 +410,14 @@ def _family_delete(
     """A variable's (or join store's) deleted keys encoded into ``out``, with the entries Spark keeps beside them."""
     name = target.name
     source = f"delete rows for {name} of {store_label(rows.plan, located=True)}"
-    table, columns = _family_table(rows, target, given, "delete", widened)
+    table, columns = _family_table(rows, target, given, EditMode.DELETE, widened)
     family = rows.families[name]
     if target.kind == MAP and len(columns) == 1:
         # every entry under a grouping key: its map's entries start with these bytes, and the edit takes them
         # out with their TTL index entries (FamilyMatch.group_bytes); an entry of it upserted as well is the
         # map's new content
         own = map_group_keys(rows, name, columns[0], source)
-        check_partitions(rows, table, own, "delete")
+        check_partitions(rows, table, own, EditMode.DELETE)
         out.add(own)
         return
     if target.kind in (MAP, TIMERS):
@@ -424,12 +425,12 @@ def _family_delete(
     else:
         whole = columns[0]
     own = family_keys(rows, name, whole, source)
-    check_partitions(rows, table, own, "delete")
+    check_partitions(rows, table, own, EditMode.DELETE)
     if upserted is not None:
         both = pc.is_in(key_bytes(own), value_set=key_bytes(upserted))
         if pc.any(both).as_py():
             first = int(np.flatnonzero(both.to_numpy(zero_copy_only=False))[0])
-            raise DuplicateSeedKeyError(
+            raise DuplicateEditKeyError(
                 f"key {whole[first].as_py()} of {name} (delete row {first}) is both upserted and deleted; give it once"
             )
     n = len(whole)

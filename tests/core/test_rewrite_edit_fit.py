@@ -1,4 +1,4 @@
-"""Rows written into a store are checked one way whatever form they come in (``core/rewrite/seed_fit``):
+"""Rows written into a store are checked one way whatever form they come in (``core/rewrite/edit_fit``):
 the same rows as pyarrow, Parquet, pandas (nested as ``to_pandas()`` gives them, or dotted), JSON lines,
 a JSON array and CSV get the same verdict and the same bytes; a value the store's type does not hold
 exactly is refused naming the row, the field and both types; and what ``export`` writes comes back
@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 import state_reader
-from state_reader.core.rewrite.seed_fit import conform_column, require_columns, require_non_null, typed_table
-from state_reader.errors import InvalidSeedError, SeedNullError, SeedSchemaError, SeedValueError
+from state_reader.core.rewrite.edit_fit import EditMode, conform_column, require_columns, require_non_null, typed_table
+from state_reader.errors import EditNullError, EditSchemaError, EditValueError, InvalidEditError
 from state_reader.formats.json_values import json_values
 from state_reader.formats.spark_types import parse_ddl
 from state_reader.formats.unsaferow_encode import encode_rows
@@ -111,14 +111,14 @@ def _verdict(rows) -> tuple[type, str] | bytes:
     """What the rewrite's check makes of ``rows``: the error (class, message), or the encoded bytes of
     the keys and values it would write."""
     try:
-        table = typed_table(rows, "upsert", TYPED)
-        require_columns(table, ("key", "value"), "upsert", "the store", typed=TYPED)
+        table = typed_table(rows, EditMode.UPSERT, TYPED)
+        require_columns(table, ("key", "value"), EditMode.UPSERT, "the store", typed=TYPED)
         notes: list[str] = []
-        keys = conform_column(table.column("key"), KEY, "key", "upsert", notes)
-        require_non_null(keys, KEY, "key", "upsert")
-        values = conform_column(table.column("value"), VALUE, "value", "upsert", notes)
-        require_non_null(values, VALUE, "value", "upsert")
-    except InvalidSeedError as exc:
+        keys = conform_column(table.column("key"), KEY, "key", EditMode.UPSERT, notes)
+        require_non_null(keys, KEY, "key", EditMode.UPSERT)
+        values = conform_column(table.column("value"), VALUE, "value", EditMode.UPSERT, notes)
+        require_non_null(values, VALUE, "value", EditMode.UPSERT)
+    except InvalidEditError as exc:
         return type(exc), exc.message
     encoded = [encode_rows(keys, KEY, "key"), encode_rows(values, VALUE, "value")]
     return b"|".join(bytes(r.buf[s : s + n]) for r in encoded for s, n in zip(r.starts, r.lengths, strict=True))
@@ -134,7 +134,7 @@ def test_the_same_rows_in_every_form_are_written_as_the_same_bytes(tmp_path):
             assert _verdict(rows) == expected, form
     # a flat pandas float column holds a null as NaN: which one a NaN there stands for is not guessed
     assert _verdict(forms["pandas dotted"]) == (
-        SeedValueError,
+        EditValueError,
         "upsert row 0: value.avg is NaN in a pandas float64 column, where NaN stands for both a null and the "
         "number NaN: give the column as pandas' nullable Float64 (pd.NA for null), or the rows nested as "
         "read_state(...).to_pandas() gives them (None for null)",
@@ -185,15 +185,15 @@ def _no_value(rows):
 
 
 MUTATIONS = {
-    "a key field renamed": (_rename_key, SeedSchemaError, r"key\.usr"),
-    "a value field missing": (_drop("avg"), SeedSchemaError, r"value\.avg"),
-    "an extra value field": (_extra, SeedSchemaError, r"extra (field|column) value\.extra"),
-    "text in an integer field": (_set(1, "value.count", "seven"), SeedValueError, r"row 1: value\.count is 'seven'"),
-    "1.5 in an integer field": (_set(2, "value.count", 1.5), SeedValueError, r"row 2: value\.count is 1\.5 .*bigint"),
-    "3e9 in an int field": (_set(0, "value.sum#2", 3e9), SeedValueError, r"row 0: value\.sum#2 is 3000000000"),
-    "a decimal past its scale": (_set(1, "value.price", "1.255"), SeedValueError, r"row 1: value\.price is 1\.255"),
+    "a key field renamed": (_rename_key, EditSchemaError, r"key\.usr"),
+    "a value field missing": (_drop("avg"), EditSchemaError, r"value\.avg"),
+    "an extra value field": (_extra, EditSchemaError, r"extra (field|column) value\.extra"),
+    "text in an integer field": (_set(1, "value.count", "seven"), EditValueError, r"row 1: value\.count is 'seven'"),
+    "1.5 in an integer field": (_set(2, "value.count", 1.5), EditValueError, r"row 2: value\.count is 1\.5 .*bigint"),
+    "3e9 in an int field": (_set(0, "value.sum#2", 3e9), EditValueError, r"row 0: value\.sum#2 is 3000000000"),
+    "a decimal past its scale": (_set(1, "value.price", "1.255"), EditValueError, r"row 1: value\.price is 1\.255"),
     "a null key field": (_set(0, "key.user", None), None, None),  # nullable in the schema: written
-    "no value column": (_no_value, SeedSchemaError, "missing column value"),
+    "no value column": (_no_value, EditSchemaError, "missing column value"),
 }
 
 
@@ -219,7 +219,7 @@ def test_a_mutation_gets_the_same_verdict_in_every_form(tmp_path, mutation):
     verdicts["pandas"] = _verdict(pd.DataFrame({n: [r[n] for r in rows] for n in names}))
     for form, verdict in verdicts.items():
         assert not isinstance(verdict, bytes), form
-        assert issubclass(verdict[0], SeedSchemaError), (form, verdict)
+        assert issubclass(verdict[0], EditSchemaError), (form, verdict)
 
 
 def test_pyarrow_built_by_hand_takes_pythons_ints_and_floats_where_every_value_fits(tmp_path):
@@ -234,9 +234,9 @@ def test_pyarrow_built_by_hand_takes_pythons_ints_and_floats_where_every_value_f
     )
     key = parse_ddl("user STRING, window STRUCT<start: TIMESTAMP, end: TIMESTAMP>")
     value = parse_ddl("count BIGINT, sum INT, sum INT")
-    table = typed_table(hand, "upsert", [("key", key), ("value", value)])
+    table = typed_table(hand, EditMode.UPSERT, [("key", key), ("value", value)])
     notes: list[str] = []
-    out = conform_column(table.column("value"), value, "value", "upsert", notes)
+    out = conform_column(table.column("value"), value, "value", EditMode.UPSERT, notes)
     assert out.type == value.to_arrow()
     assert notes == [
         "upsert field value.sum: bigint converted to int, every value fits",
@@ -244,18 +244,18 @@ def test_pyarrow_built_by_hand_takes_pythons_ints_and_floats_where_every_value_f
     ]
     too_big = pa.Table.from_pylist([{"value": {"count": 1, "sum": 2**31, "sum#2": 0}}])
     with pytest.raises(
-        SeedValueError, match=r"upsert row 0: value\.sum is 2147483648 \(bigint\), which the store's int"
+        EditValueError, match=r"upsert row 0: value\.sum is 2147483648 \(bigint\), which the store's int"
     ):
-        conform_column(too_big.column("value"), value, "value", "upsert", [])
+        conform_column(too_big.column("value"), value, "value", EditMode.UPSERT, [])
 
 
 def test_a_double_into_a_float_is_rounded_as_sparks_cast_rounds_it():
     value = parse_ddl("ratio FLOAT")
     given = pa.table({"value": pa.array([{"ratio": 0.1}, {"ratio": 1e39}])})
     notes: list[str] = []
-    with pytest.raises(SeedValueError, match=r"row 1: value\.ratio is 1e\+39"):
-        conform_column(given.column("value"), value, "value", "upsert", notes)
-    out = conform_column(given.slice(0, 1).column("value"), value, "value", "upsert", notes)
+    with pytest.raises(EditValueError, match=r"row 1: value\.ratio is 1e\+39"):
+        conform_column(given.column("value"), value, "value", EditMode.UPSERT, notes)
+    out = conform_column(given.slice(0, 1).column("value"), value, "value", EditMode.UPSERT, notes)
     assert out.field(0).to_numpy()[0] == np.float32(0.1)  # round to nearest, as Java's (float) cast
     assert notes == ["upsert field value.ratio: double converted to float, rounded as Spark's cast rounds it"]
 
@@ -263,9 +263,9 @@ def test_a_double_into_a_float_is_rounded_as_sparks_cast_rounds_it():
 def test_a_flat_pandas_seed_is_told_the_columns_it_needs():
     import pandas as pd
 
-    table = typed_table(pd.DataFrame({"user": ["ann"], "count": [1]}), "upsert", TYPED)
-    with pytest.raises(SeedSchemaError, match=r"key, value \(nested.*dotted columns key\.user, key\.window\.start"):
-        require_columns(table, ("key", "value"), "upsert", "the store", typed=TYPED)
+    table = typed_table(pd.DataFrame({"user": ["ann"], "count": [1]}), EditMode.UPSERT, TYPED)
+    with pytest.raises(EditSchemaError, match=r"key, value \(nested.*dotted columns key\.user, key\.window\.start"):
+        require_columns(table, ("key", "value"), EditMode.UPSERT, "the store", typed=TYPED)
 
 
 def test_pandas_nan_is_missing_in_an_integer_and_not_guessed_in_a_double():
@@ -276,30 +276,32 @@ def test_pandas_nan_is_missing_in_an_integer_and_not_guessed_in_a_double():
     value = parse_ddl("n BIGINT, d DOUBLE")
     typed = [("key", parse_ddl("user STRING")), ("value", value)]
     frame = pd.DataFrame({"key.user": ["a", "b"], "value.n": [1.0, np.nan], "value.d": [0.5, 2.0]})
-    out = conform_column(typed_table(frame, "upsert", typed).column("value"), value, "value", "upsert", [])
+    out = conform_column(
+        typed_table(frame, EditMode.UPSERT, typed).column("value"), value, "value", EditMode.UPSERT, []
+    )
     assert json_values(out) == [{"n": 1, "d": 0.5}, {"n": None, "d": 2.0}]
     frame.loc[1, "value.d"] = np.nan
-    with pytest.raises(SeedValueError, match=r"row 1: value\.d is NaN in a pandas float64 column"):
-        typed_table(frame, "upsert", typed)
+    with pytest.raises(EditValueError, match=r"row 1: value\.d is NaN in a pandas float64 column"):
+        typed_table(frame, EditMode.UPSERT, typed)
 
 
 def test_a_delete_naming_a_field_the_key_does_not_have_is_refused():
     import pandas as pd
 
     frame = pd.DataFrame({"key": [{"usr": "ann", "window": None}]})
-    with pytest.raises(SeedSchemaError, match=r"missing field key\.user; extra field key\.usr"):
-        typed_table(frame, "delete", TYPED[:1])
+    with pytest.raises(EditSchemaError, match=r"missing field key\.user; extra field key\.usr"):
+        typed_table(frame, EditMode.DELETE, TYPED[:1])
 
 
 def test_csv_takes_timestamps_as_show_prints_them(tmp_path):
     path = tmp_path / "keys.csv"
     path.write_text('"key.user","key.window.start","key.window.end"\n"ann",2023-11-14 22:13:50,2023-11-14T22:18:50Z\n')
-    table = typed_table(read_rows_file(str(path), "--delete"), "delete", TYPED[:1])
-    keys = conform_column(table.column("key"), KEY, "key", "delete", [])
+    table = typed_table(read_rows_file(str(path), "--delete"), EditMode.DELETE, TYPED[:1])
+    keys = conform_column(table.column("key"), KEY, "key", EditMode.DELETE, [])
     assert keys.to_pylist() == [{"user": "ann", "window": {"start": T, "end": T + dt.timedelta(minutes=5)}}]
-    require_non_null(keys, KEY, "key", "delete")
-    with pytest.raises(SeedNullError):
-        require_non_null(pa.nulls(1, KEY.to_arrow()), KEY, "key", "delete")
+    require_non_null(keys, KEY, "key", EditMode.DELETE)
+    with pytest.raises(EditNullError):
+        require_non_null(pa.nulls(1, KEY.to_arrow()), KEY, "key", EditMode.DELETE)
 
 
 # -- export, then upsert: nothing changes ----------------------------------------------------------------
@@ -377,7 +379,7 @@ def test_values_inside_lists_and_maps_are_checked_and_named_by_their_row():
         }
     )
     notes: list[str] = []
-    out = conform_column(given.column("value"), value, "value", "upsert", notes)
+    out = conform_column(given.column("value"), value, "value", EditMode.UPSERT, notes)
     assert out.type == value.to_arrow()
     assert json_values(out) == [
         {"tags": [1, 2], "totals": {"a": 1}},
@@ -397,8 +399,15 @@ def test_values_inside_lists_and_maps_are_checked_and_named_by_their_row():
             names=["tags", "totals"],
         ),
     )
-    with pytest.raises(SeedValueError, match=r"upsert row 1: value\.tags\[\] is 1099511627776 \(bigint\)"):
-        conform_column(wide.column("value"), value, "value", "upsert", [])
+    with pytest.raises(EditValueError, match=r"upsert row 1: value\.tags\[\] is 1099511627776 \(bigint\)"):
+        conform_column(wide.column("value"), value, "value", EditMode.UPSERT, [])
+
+
+def test_an_edits_mode_is_the_word_its_messages_and_keywords_say():
+    assert [mode.value for mode in EditMode] == ["upsert", "delete"]
+    assert f"{EditMode.UPSERT} row 3" == "upsert row 3" and str(EditMode.DELETE) == "delete"
+    with pytest.raises(EditNullError, match=r"^\[\w+\] delete row 0 has a null key"):
+        require_non_null(pa.nulls(1, KEY.to_arrow()), KEY, "key", EditMode.DELETE)
 
 
 # -- every store kind x every form x every mutation: refused, nothing written ------------------------------
@@ -461,13 +470,13 @@ def _without_value(rows):
 
 
 STORE_MUTATIONS = {
-    "a key field renamed": (_rename_first_key_field, SeedSchemaError),
-    "a value field missing": (_drop_first_value_field, SeedSchemaError),
-    "an extra value field": (_add_extra, SeedSchemaError),
-    "text in an integer field": (_set_first_int("seven"), SeedSchemaError),
-    "1.5 in an integer field": (_set_first_int(1.5), SeedSchemaError),
-    "the same key twice": (_twice, state_reader.DuplicateSeedKeyError),
-    "no value column": (_without_value, SeedSchemaError),
+    "a key field renamed": (_rename_first_key_field, EditSchemaError),
+    "a value field missing": (_drop_first_value_field, EditSchemaError),
+    "an extra value field": (_add_extra, EditSchemaError),
+    "text in an integer field": (_set_first_int("seven"), EditSchemaError),
+    "1.5 in an integer field": (_set_first_int(1.5), EditSchemaError),
+    "the same key twice": (_twice, state_reader.DuplicateEditKeyError),
+    "no value column": (_without_value, EditSchemaError),
 }
 
 

@@ -263,10 +263,10 @@ def test_column_families_deleted_and_upserted_back_through_spark(spark, checkpoi
     bad = tmp_path / "bad"
     for one in single[:1]:
         twice = frames[one].unionByName(frames[one].limit(1))
-        with pytest.raises(state_reader.DuplicateSeedKeyError):
+        with pytest.raises(state_reader.DuplicateEditKeyError):
             state_reader.rewrite(src, str(bad), upsert={one: twice}, allow_uncommitted=True, spark=spark)
     one = next(iter(every))
-    with pytest.raises(state_reader.DuplicateSeedKeyError):
+    with pytest.raises(state_reader.DuplicateEditKeyError):
         state_reader.rewrite(
             src, str(bad), upsert={one: frames[one]}, delete={one: frames[one]}, allow_uncommitted=True, spark=spark
         )
@@ -311,7 +311,7 @@ def test_join_side_through_spark(spark, checkpoints, tmp_path, name):
     assert state_reader.read_state(edited, join_side="right").num_rows == rows.num_rows - 1 - gone.num_rows
 
     bad = tmp_path / "bad"
-    with pytest.raises(state_reader.DuplicateSeedKeyError):
+    with pytest.raises(state_reader.DuplicateEditKeyError):
         up, down = spark.createDataFrame(shrunk), spark.createDataFrame(shrunk.select(["key"]))
         state_reader.rewrite(src, str(bad), upsert=up, delete=down, join_side="right", spark=spark)
     assert not bad.exists() or not any(bad.iterdir())

@@ -6,14 +6,14 @@ Spark buffers a side as two stores: ``<side>-keyToNumValues`` (join key -> how m
 and ``<side>-keyWithIndexToValue`` (join key and an index 0..n-1 -> one row, with a ``matched``
 flag from state format 2 on). An upsert gives a join key's whole buffer: its rows, in the order
 given, become indices 0..n-1 and its count n; the entries the source holds at indices n and above
-are deleted, so the source's counts of the seeded keys are read first. A delete takes join keys
+are deleted, so the source's counts of the upserted keys are read first. A delete takes join keys
 and removes every index of each, and its count.
 
 State format 4 keeps a side as ``<side>-keyWithTsToValues`` (join key and event time -> the rows
 at that time, each with its ``matched`` flag) and ``<side>-tsWithKey`` (event time first, one
 entry per row), and ``read_state`` shows a key as the join key with its ``__event_time``. The
 rows are written into both stores by their names
-(:mod:`~state_reader.core.rewrite.seed_families`); an upserted join key's entries at other event
+(:mod:`~state_reader.core.rewrite.edit_families`); an upserted join key's entries at other event
 times, and a deleted join key's at every event time, are deleted from both, so the source's keys
 of that side are read first.
 
@@ -33,11 +33,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from state_reader.core.planner import plan_store_read
-from state_reader.core.rewrite.plan import RewritePlan
-from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows
-from state_reader.core.rewrite.seed import DistributedRows, StoreSeed
-from state_reader.core.rewrite.seed_fit import (
+from state_reader.core.rewrite.edit import FrameRows, StoreEdit
+from state_reader.core.rewrite.edit_fit import (
     PARTITION_COLUMN,
+    EditMode,
     as_table,
     conform_column,
     key_bytes,
@@ -45,13 +44,15 @@ from state_reader.core.rewrite.seed_fit import (
     require_non_null,
     typed_table,
 )
+from state_reader.core.rewrite.plan import RewritePlan
+from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows
 from state_reader.core.scan import read_table
 from state_reader.errors import (
-    DuplicateSeedKeyError,
+    DuplicateEditKeyError,
+    EditSchemaError,
+    InvalidEditError,
     InvalidOptionError,
-    InvalidSeedError,
-    SeedSchemaError,
-    UnknownSeedStoreError,
+    UnknownEditStoreError,
     UnsupportedOptionError,
 )
 from state_reader.formats.spark_hash import partition_ids
@@ -70,40 +71,40 @@ from state_reader.model.plan import StateReadPlan
 MATCHED = StructField(MATCHED_FIELD, DataType("boolean", json_name="boolean"))
 
 
-def expand_join_sides(rp: RewritePlan, seeds: Sequence[StoreSeed]) -> list[StoreSeed]:
-    """``seeds`` with each join side's seed (``join_side``) replaced by the seeds of its two stores."""
-    out: list[StoreSeed] = []
-    for seed in seeds:
-        if seed.join_side is None or (seed.upsert is None and seed.delete is None):
-            out.append(seed)
+def expand_join_sides(rewrite_plan: RewritePlan, edits: Sequence[StoreEdit]) -> list[StoreEdit]:
+    """``edits`` with each join side's edit (``join_side``) replaced by the edits of its two stores."""
+    out: list[StoreEdit] = []
+    for edit in edits:
+        if edit.join_side is None or (edit.upsert is None and edit.delete is None):
+            out.append(edit)
         else:
-            out.extend(_side_seeds(rp, seed))
+            out.extend(_side_edits(rewrite_plan, edit))
     return out
 
 
-def _side_seeds(rp: RewritePlan, seed: StoreSeed) -> list[StoreSeed]:
-    """The seeds of a side's two stores: each upserted join key's count and its rows at indices
+def _side_edits(rewrite_plan: RewritePlan, edit: StoreEdit) -> list[StoreEdit]:
+    """The edits of a side's two stores: each upserted join key's count and its rows at indices
     0..n-1, the source's entries at indices n and above deleted; a deleted join key's count and
     every index it holds in the source deleted."""
-    side = seed.join_side
-    location = rp.checkpoint.location
+    side = edit.join_side
+    location = rewrite_plan.checkpoint.location
     if side not in JOIN_SIDES:
         raise InvalidOptionError(f"join_side is {side!r}; give 'left' or 'right'")
-    if seed.store_name is not None or seed.state_var_name is not None:
+    if edit.store_name is not None or edit.state_var_name is not None:
         raise InvalidOptionError("join_side names the side's stores itself; give join_side or store_name, not both")
-    op = _operator(rp, seed.operator_id, location)
-    shapes = _store_shapes([rows for rows in rp.stores if rows.plan.operator_id == op])
+    op = _operator(rewrite_plan, edit.operator_id, location)
+    shapes = _store_shapes([rows for rows in rewrite_plan.stores if rows.plan.operator_id == op])
     if join_side_stores(side, v4=True)[0] in shapes:
-        if any(isinstance(given, DistributedRows) for given in (seed.upsert, seed.delete)):
+        if any(isinstance(given, FrameRows) for given in (edit.upsert, edit.delete)):
             raise UnsupportedOptionError(
                 f"operator {op} of {location} is a join in state format 4: through Spark, rows of its sides are not "
                 "written yet; collect them (toArrow) and rewrite without spark=, or write its stores by name",
                 path=location,
             )
-        return _event_time_side_seeds(rp, seed, op, shapes)
+        return _event_time_side_edits(rewrite_plan, edit, op, shapes)
     counts_name, values_name = join_side_stores(side)
     if counts_name not in shapes or values_name not in shapes:
-        raise UnknownSeedStoreError(
+        raise UnknownEditStoreError(
             f"the rows are for the {side} side of a join, but operator {op} of {location} is not a stream-stream "
             f"join (its stores: {', '.join(shapes)})",
             path=location,
@@ -111,20 +112,24 @@ def _side_seeds(rp: RewritePlan, seed: StoreSeed) -> list[StoreSeed]:
     join_key, count_type = shapes[counts_name]
     values_key, values_value = shapes[values_name]
     side_rows = SideRows(
-        plan_store_read(rp.checkpoint, op, counts_name, rp.batch_id), join_key, count_type, values_key, values_value
+        plan_store_read(rewrite_plan.checkpoint, op, counts_name, rewrite_plan.batch_id),
+        join_key,
+        count_type,
+        values_key,
+        values_value,
     )
     where = f"the {side} side of operator {op}"
-    given = {"upsert": seed.upsert, "delete": seed.delete}
-    spread = [what for what, rows in given.items() if isinstance(rows, DistributedRows)]
-    if spread:
-        if len(spread) != sum(rows is not None for rows in given.values()):
+    given = edit.rows()
+    in_spark = [mode for mode, rows in given.items() if isinstance(rows, FrameRows)]
+    if in_spark:
+        if len(in_spark) != len(given):
             raise UnsupportedOptionError(f"rows for {where} mix Spark DataFrames and local rows; give both as either")
-        return _spread_seeds(side_rows, seed, where, op, counts_name, values_name)
+        return _frame_edits(side_rows, edit, where, op, counts_name, values_name)
     upsert = delete = None
-    if seed.upsert is not None:
-        upsert = side_rows.typed(seed.upsert, "upsert", where)
-    if seed.delete is not None:
-        delete = side_rows.typed(seed.delete, "delete", where)
+    if edit.upsert is not None:
+        upsert = side_rows.typed(edit.upsert, EditMode.UPSERT, where)
+    if edit.delete is not None:
+        delete = side_rows.typed(edit.delete, EditMode.DELETE, where)
     old = side_rows.old_counts(None)
     counts_up = values_up = counts_down = None
     stale: list[pa.Table] = []
@@ -137,8 +142,8 @@ def _side_seeds(rp: RewritePlan, seed: StoreSeed) -> list[StoreSeed]:
     stale = [t for t in stale if t.num_rows]
     values_down = pa.concat_tables(stale) if stale else None
     return [
-        StoreSeed(counts_up, counts_down, operator_id=op, store_name=counts_name),
-        StoreSeed(values_up, values_down, operator_id=op, store_name=values_name),
+        StoreEdit(counts_up, counts_down, operator_id=op, store_name=counts_name),
+        StoreEdit(values_up, values_down, operator_id=op, store_name=values_name),
     ]
 
 
@@ -153,17 +158,17 @@ class SideRows:
     values_key: StructType
     values_value: StructType
 
-    def typed(self, given: Any, what: str, where: str) -> pa.Table:
-        """``what`` rows as a pyarrow Table with the columns they need."""
-        if what == "upsert":
+    def typed(self, given: Any, mode: EditMode, where: str) -> pa.Table:
+        """``mode`` rows as a pyarrow Table with the columns they need."""
+        if mode == EditMode.UPSERT:
             table = _typed_upsert(given, self.join_key, self.values_value)
-            require_columns(table, ("key", "value"), "upsert", where)
+            require_columns(table, ("key", "value"), EditMode.UPSERT, where)
         else:
-            table = as_table(given, "delete", self.join_key, None)
-            require_columns(table, ("key",), "delete", where, optional=("value",))
+            table = as_table(given, EditMode.DELETE, self.join_key, None)
+            require_columns(table, ("key",), EditMode.DELETE, where, optional=("value",))
         return table
 
-    def old_counts(self, keys: pa.Array | None, what: str = "upsert") -> tuple[pa.Array, np.ndarray]:
+    def old_counts(self, keys: pa.Array | None, mode: EditMode = EditMode.UPSERT) -> tuple[pa.Array, np.ndarray]:
         """The source's join keys of the side (their bytes) and how many rows each holds: all of them, or
         (``keys`` given) those of the partitions Spark's hash puts ``keys`` in."""
         plan = self.counts_plan
@@ -172,39 +177,39 @@ class SideRows:
             if not len(keys):
                 return pa.array([], pa.large_binary()), np.zeros(0, np.int64)
             n = plan.num_partitions or len(plan.partitions) or 1
-            hashed = partition_ids([_conformed(keys, self.join_key, what)], n)
+            hashed = partition_ids([_conformed(keys, self.join_key, mode)], n)
             partitions = sorted(set(np.asarray(hashed).tolist()) & set(plan.partitions))
         table = read_table(plan, partitions=partitions)
         found = table.column("key").combine_chunks()
         counts = table.column("value").combine_chunks().field(0)
-        return _bytes(found, self.join_key), np.asarray(counts.to_numpy(zero_copy_only=False), np.int64)
+        return _join_key_bytes(found, self.join_key), np.asarray(counts.to_numpy(zero_copy_only=False), np.int64)
 
     def upserted(self, upsert: pa.Table, old: tuple[pa.Array, np.ndarray]) -> tuple[pa.Table, pa.Table, pa.Table]:
         """Upserted rows as the counts store's rows, the values store's, and the values store's
         entries to delete (the source's indices past each join key's new count)."""
         keys = _column(upsert, "key")
-        groups, first = _groups(keys, self.join_key, "upsert")
+        groups, first = _groups(keys, self.join_key, EditMode.UPSERT)
         n = np.bincount(groups, minlength=len(first)).astype(np.int64)
-        index = _rank(groups)
+        index = _index_in_group(groups)
         owners = keys.take(pa.array(first))
-        counts_up = _table(owners, _count_values(n, self.count_type), upsert, first)
-        values_up = _table(
+        counts_up = _store_table(owners, _count_values(n, self.count_type), upsert, first)
+        values_up = _store_table(
             _with_index(keys, index, self.values_key),
             _with_matched(_column(upsert, "value"), self.values_value),
             upsert,
             None,
         )
-        conformed = _conformed(owners, self.join_key, "upsert")
-        stale = _stale_entries(conformed, n, _lookup(old, _bytes(owners, self.join_key)), self.values_key)
+        conformed = _conformed(owners, self.join_key, EditMode.UPSERT)
+        stale = _stale_entries(conformed, n, _lookup(old, _join_key_bytes(owners, self.join_key)), self.values_key)
         return counts_up, values_up, stale
 
     def deleted(self, delete: pa.Table, old: tuple[pa.Array, np.ndarray]) -> tuple[pa.Table, pa.Table]:
         """Deleted join keys as the counts store's keys, and the values store's keys of every index they hold."""
         keys = _column(delete, "key")
-        counts_down = _table(keys, None, delete, None)
-        _, first = _groups(keys, self.join_key, "delete")
-        owners = _conformed(keys.take(pa.array(first)), self.join_key, "delete")
-        ends = _lookup(old, _bytes(owners, self.join_key, "delete"))
+        counts_down = _store_table(keys, None, delete, None)
+        _, first = _groups(keys, self.join_key, EditMode.DELETE)
+        owners = _conformed(keys.take(pa.array(first)), self.join_key, EditMode.DELETE)
+        ends = _lookup(old, _join_key_bytes(owners, self.join_key, EditMode.DELETE))
         return counts_down, _stale_entries(owners, np.zeros(len(first), np.int64), ends, self.values_key)
 
 
@@ -216,106 +221,109 @@ class _Expand:
     store's. Called with the task's rows as one table."""
 
     side: SideRows
-    what: str
+    mode: EditMode
     part: int
     where: str
 
     def __call__(self, given: pa.Table) -> pa.Table:
-        given = self.side.typed(given, self.what, self.where)
-        stale = self.part == (2 if self.what == "upsert" else 1)
+        given = self.side.typed(given, self.mode, self.where)
+        stale = self.part == (2 if self.mode == EditMode.UPSERT else 1)
         # the source's counts are needed for the entries to delete only, and of this task's keys only
         keys = _column(given, "key") if stale and given.num_rows else pa.array([])
-        old = self.side.old_counts(keys, self.what)
-        if self.what == "upsert":
+        old = self.side.old_counts(keys, self.mode)
+        if self.mode == EditMode.UPSERT:
             return self.side.upserted(given, old)[self.part]
         return self.side.deleted(given, old)[self.part]
 
 
-def _spread_seeds(
-    side: SideRows, seed: StoreSeed, where: str, op: int, counts_name: str, values_name: str
-) -> list[StoreSeed]:
-    """A side's seeds from Spark DataFrames: each store's rows derived on the executors from the rows
+def _frame_edits(
+    side: SideRows, edit: StoreEdit, where: str, op: int, counts_name: str, values_name: str
+) -> list[StoreEdit]:
+    """A side's edits from Spark DataFrames: each store's rows derived on the executors from the rows
     of the join keys a task holds (their schemas found here, on no rows)."""
 
-    def derived(what: str, part: int) -> DistributedRows:
-        given = getattr(seed, what)
-        assert isinstance(given, DistributedRows)
-        expand = _Expand(side, what, part, where)
+    def derived(mode: EditMode, part: int) -> FrameRows:
+        given = edit.rows()[mode]
+        assert isinstance(given, FrameRows)
+        expand = _Expand(side, mode, part, where)
         empty = pa.Table.from_batches([], schema=given.schema)
-        return DistributedRows(expand(empty).schema, given.frame, derive=expand)
+        return FrameRows(expand(empty).schema, given.frame, derive=expand)
 
     counts_up = values_up = counts_down = values_down = None
-    if seed.upsert is not None:
-        counts_up, values_up = derived("upsert", 0), derived("upsert", 1)
-        values_down = derived("upsert", 2)
-    if seed.delete is not None:
-        counts_down = derived("delete", 0)
-        gone = derived("delete", 1)
+    if edit.upsert is not None:
+        counts_up, values_up = derived(EditMode.UPSERT, 0), derived(EditMode.UPSERT, 1)
+        values_down = derived(EditMode.UPSERT, 2)
+    if edit.delete is not None:
+        counts_down = derived(EditMode.DELETE, 0)
+        gone = derived(EditMode.DELETE, 1)
         values_down = gone if values_down is None else replace(values_down, more=(gone,))
     return [
-        StoreSeed(counts_up, counts_down, operator_id=op, store_name=counts_name),
-        StoreSeed(values_up, values_down, operator_id=op, store_name=values_name),
+        StoreEdit(counts_up, counts_down, operator_id=op, store_name=counts_name),
+        StoreEdit(values_up, values_down, operator_id=op, store_name=values_name),
     ]
 
 
-def _event_time_side_seeds(
-    rp: RewritePlan, seed: StoreSeed, op: int, shapes: dict[str, tuple[StructType, StructType]]
-) -> list[StoreSeed]:
-    """The seeds of a side's two stores in state format 4, where a key is a join key and an event time:
+def _event_time_side_edits(
+    rewrite_plan: RewritePlan, edit: StoreEdit, op: int, shapes: dict[str, tuple[StructType, StructType]]
+) -> list[StoreEdit]:
+    """The edits of a side's two stores in state format 4, where a key is a join key and an event time:
     ``keyWithTsToValues`` (the rows of each, with their ``matched`` flags) and ``tsWithKey`` (one entry
     per row), both given the upserted rows. The source's entries of an upserted join key at event
     times the upsert does not give, and every entry of a deleted join key, are deleted from both."""
-    side = seed.join_side
+    side = edit.join_side
     assert side is not None
     rows_name, index_name = join_side_stores(side, v4=True)
     key_type, stored = shapes[rows_name]
     index_value = shapes[index_name][1]
     join_key = StructType(key_type.fields[:-1])
     where = f"the {side} side of operator {op}"
-    old = _old_keys(rp, op, index_name, key_type)
-    old_join = _bytes(_join_keys(old, join_key), join_key)
+    old = _old_keys(rewrite_plan, op, index_name, key_type)
+    old_join = _join_key_bytes(_join_keys(old, join_key), join_key)
     stale = np.zeros(len(old), dtype=bool)
     rows_up = index_up = up_join = None
-    if seed.upsert is not None:
-        table = _typed_upsert(seed.upsert, key_type, stored)
-        require_columns(table, ("key", "value"), "upsert", where)
-        keys = _conformed(_column(table, "key"), key_type, "upsert")
+    if edit.upsert is not None:
+        table = _typed_upsert(edit.upsert, key_type, stored)
+        require_columns(table, ("key", "value"), EditMode.UPSERT, where)
+        keys = _conformed(_column(table, "key"), key_type, EditMode.UPSERT)
         values = _with_matched(_column(table, "value"), stored)
         _require_event_times(keys, values, stored, where)
-        rows_up = _table(keys, values, table, None)
-        index_up = _table(keys, _null_values(index_value, len(keys)), table, None)
-        up_join = _bytes(_join_keys(keys, join_key), join_key)
+        rows_up = _store_table(keys, values, table, None)
+        index_up = _store_table(keys, _null_values(index_value, len(keys)), table, None)
+        up_join = _join_key_bytes(_join_keys(keys, join_key), join_key)
         # the join key's entries at event times the upsert does not give (those it gives are replaced)
-        kept = pc.is_in(_bytes(old, key_type), value_set=_bytes(keys, key_type)).to_numpy(zero_copy_only=False)
+        kept = pc.is_in(_join_key_bytes(old, key_type), value_set=_join_key_bytes(keys, key_type)).to_numpy(
+            zero_copy_only=False
+        )
         stale |= pc.is_in(old_join, value_set=up_join).to_numpy(zero_copy_only=False) & ~kept
-    if seed.delete is not None:
-        table = as_table(seed.delete, "delete", key_type, None)
-        require_columns(table, ("key",), "delete", where, optional=("value",))
+    if edit.delete is not None:
+        table = as_table(edit.delete, EditMode.DELETE, key_type, None)
+        require_columns(table, ("key",), EditMode.DELETE, where, optional=("value",))
         gone = _delete_join_keys(_column(table, "key"), key_type, join_key)
-        gone_bytes = _bytes(gone, join_key, "delete")
+        gone_bytes = _join_key_bytes(gone, join_key, EditMode.DELETE)
         if up_join is not None:
             both = pc.is_in(gone_bytes, value_set=up_join).to_numpy(zero_copy_only=False)
             if both.any():
                 first = int(np.flatnonzero(both)[0])
-                raise DuplicateSeedKeyError(
+                raise DuplicateEditKeyError(
                     f"join key {gone[first].as_py()} of {where} (delete row {first}) is both upserted and "
                     "deleted; give it once"
                 )
         stale |= pc.is_in(old_join, value_set=gone_bytes).to_numpy(zero_copy_only=False)
     down = pa.table({"key": old.filter(pa.array(stale))}) if stale.any() else None
     return [
-        StoreSeed(rows_up, down, operator_id=op, store_name=rows_name),
-        StoreSeed(index_up, down, operator_id=op, store_name=index_name),
+        StoreEdit(rows_up, down, operator_id=op, store_name=rows_name),
+        StoreEdit(index_up, down, operator_id=op, store_name=index_name),
     ]
 
 
-def _old_keys(rp: RewritePlan, op: int, index_name: str, key_type: StructType) -> pa.StructArray:
+def _old_keys(rewrite_plan: RewritePlan, op: int, index_name: str, key_type: StructType) -> pa.StructArray:
     """The source's keys (join key and event time) of one side in state format 4, each once."""
-    table = read_table(plan_store_read(rp.checkpoint, op, index_name, rp.batch_id))
-    keys = _conformed(_column(table, "key"), key_type, "read")
+    table = read_table(plan_store_read(rewrite_plan.checkpoint, op, index_name, rewrite_plan.batch_id))
+    # the store's own keys fit its key type: the mode only names rows in errors these cannot raise
+    keys = _conformed(_column(table, "key"), key_type, EditMode.UPSERT)
     if not len(keys):
         return keys
-    _, first = _groups(keys, key_type, "read")
+    _, first = _groups(keys, key_type, EditMode.UPSERT)
     return keys.take(pa.array(first))
 
 
@@ -331,8 +339,8 @@ def _delete_join_keys(keys: pa.Array, key_type: StructType, join_key: StructType
     which a delete does not need) or the join keys alone."""
     names = [keys.type.field(i).name for i in range(keys.type.num_fields)] if pa.types.is_struct(keys.type) else []
     if names and names[-1] == EVENT_TIME_FIELD:
-        return _join_keys(_conformed(keys, key_type, "delete"), join_key)
-    return _conformed(keys, join_key, "delete")
+        return _join_keys(_conformed(keys, key_type, EditMode.DELETE), join_key)
+    return _conformed(keys, join_key, EditMode.DELETE)
 
 
 def _require_event_times(keys: pa.StructArray, values: pa.StructArray, stored: StructType, where: str) -> None:
@@ -349,7 +357,7 @@ def _require_event_times(keys: pa.StructArray, values: pa.StructArray, stored: S
     differ = pc.fill_null(pc.not_equal(times, given), True).to_numpy(zero_copy_only=False)
     if differ.any():
         first = int(np.flatnonzero(differ)[0])
-        raise InvalidSeedError(
+        raise InvalidEditError(
             f"upsert row {first} for {where} has key.{EVENT_TIME_FIELD} {given[first].as_py()}, but its row's "
             f"event time ({stored.fields[at].name}) is {times[first].as_py()} µs: Spark files each row under its "
             f"own event time ({int(differ.sum())} rows differ)"
@@ -366,23 +374,23 @@ def _typed_upsert(given: Any, join_key: StructType, stored: StructType) -> pa.Ta
     """Upsert rows as a pyarrow Table; rows that carry no Arrow types (pandas, a file's) typed as the
     side's rows, with or without a ``matched`` flag (whichever they give)."""
     if isinstance(given, (pa.Table, pa.RecordBatch)):
-        return as_table(given, "upsert", join_key, None)
+        return as_table(given, EditMode.UPSERT, join_key, None)
     row = (
         [f for f in stored.fields if f.name != MATCHED_FIELD]
         if stored.fields[-1].name == MATCHED_FIELD
         else list(stored.fields)
     )
     try:
-        return typed_table(given, "upsert", [("key", join_key), ("value", StructType(row))])
-    except SeedSchemaError as without:
+        return typed_table(given, EditMode.UPSERT, [("key", join_key), ("value", StructType(row))])
+    except EditSchemaError as without:
         try:
-            return typed_table(given, "upsert", [("key", join_key), ("value", StructType([*row, MATCHED]))])
-        except SeedSchemaError:
+            return typed_table(given, EditMode.UPSERT, [("key", join_key), ("value", StructType([*row, MATCHED]))])
+        except EditSchemaError:
             raise without from None
 
 
-def _operator(rp: RewritePlan, given: int | None, location: str) -> int:
-    operator_ids = sorted({rows.plan.operator_id for rows in rp.stores})
+def _operator(rewrite_plan: RewritePlan, given: int | None, location: str) -> int:
+    operator_ids = sorted({rows.plan.operator_id for rows in rewrite_plan.stores})
     if given is None:
         if len(operator_ids) != 1:
             raise InvalidOptionError(
@@ -391,7 +399,7 @@ def _operator(rp: RewritePlan, given: int | None, location: str) -> int:
             )
         return operator_ids[0]
     if given not in operator_ids:
-        raise UnknownSeedStoreError(
+        raise UnknownEditStoreError(
             f"the rows are for operator {given}, which {location} does not have (its stateful operators: "
             f"{operator_ids})",
             path=location,
@@ -418,35 +426,35 @@ def _column(table: pa.Table, name: str) -> pa.Array:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
-def _conformed(keys: pa.Array, join_key: StructType, what: str) -> pa.Array:
+def _conformed(keys: pa.Array, join_key: StructType, mode: EditMode) -> pa.Array:
     """Join keys typed as the store's key (the widenings are noted by the per-store path, which sees them again)."""
-    conformed = conform_column(pa.chunked_array([keys], keys.type), join_key, "key", what, [])
-    require_non_null(conformed, join_key, "key", what)
+    conformed = conform_column(pa.chunked_array([keys], keys.type), join_key, "key", mode, [])
+    require_non_null(conformed, join_key, "key", mode)
     return conformed
 
 
-def _bytes(keys: pa.Array, join_key: StructType, what: str = "upsert") -> pa.Array:
+def _join_key_bytes(keys: pa.Array, join_key: StructType, mode: EditMode = EditMode.UPSERT) -> pa.Array:
     """Join keys as the bytes Spark compares them by (typed as the store's key, floats normalized)."""
-    return key_bytes(encode_rows(_conformed(keys, join_key, what), join_key, "join side key", normalize_floats=True))
+    return key_bytes(encode_rows(_conformed(keys, join_key, mode), join_key, "join side key", normalize_floats=True))
 
 
-def _groups(keys: pa.Array, join_key: StructType, what: str) -> tuple[np.ndarray, np.ndarray]:
+def _groups(keys: pa.Array, join_key: StructType, mode: EditMode) -> tuple[np.ndarray, np.ndarray]:
     """Each row's join key as a group number (in order of first appearance), and each group's first row."""
-    encoded = pc.dictionary_encode(_bytes(keys, join_key, what))
+    encoded = pc.dictionary_encode(_join_key_bytes(keys, join_key, mode))
     groups = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), np.int64)
     _, first = np.unique(groups, return_index=True)
     return groups, first
 
 
-def _rank(groups: np.ndarray) -> np.ndarray:
+def _index_in_group(groups: np.ndarray) -> np.ndarray:
     """Each row's place among the rows of its group, in the order given (0, 1, ...)."""
     order = np.argsort(groups, kind="stable")
     sorted_groups = groups[order]
     starts = np.r_[0, np.flatnonzero(np.diff(sorted_groups)) + 1]
     run_start = np.repeat(starts, np.diff(np.r_[starts, len(groups)]))
-    rank = np.empty(len(groups), np.int64)
-    rank[order] = np.arange(len(groups)) - run_start
-    return rank
+    index = np.empty(len(groups), np.int64)
+    index[order] = np.arange(len(groups)) - run_start
+    return index
 
 
 def _lookup(old: tuple[pa.Array, np.ndarray], wanted: pa.Array) -> np.ndarray:
@@ -492,7 +500,7 @@ def _with_matched(values: pa.Array, stored: StructType) -> pa.StructArray:
     return pa.StructArray.from_arrays([*children, flag], names=[*names, MATCHED_FIELD])
 
 
-def _table(keys: pa.Array, values: pa.Array | None, given: pa.Table, rows: np.ndarray | None) -> pa.Table:
+def _store_table(keys: pa.Array, values: pa.Array | None, given: pa.Table, rows: np.ndarray | None) -> pa.Table:
     """A store's rows as the per-store path takes them, with the given ``partition_id`` (to be checked)."""
     columns: dict[str, Any] = {"key": keys}
     if values is not None:
