@@ -55,7 +55,7 @@ for line in "${LINES[@]}"; do
     "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/oracles/test_spark_fronts.py
     # rows written into a store are checked with the line's own pyarrow, numpy and pandas (no Spark)
     "$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not spark" tests/formats/test_json_values.py \
-      tests/core/test_rewrite_seed_fit.py
+      tests/core/test_rewrite_edit_fit.py
   } >".venv-compat/$line.test.log" 2>&1 &
   pids+=($!)
 done
