@@ -116,7 +116,7 @@ def overview(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequen
     from state_reader.inspect.overview import describe_checkpoint
 
     info = describe_checkpoint(checkpoint, storage_options=storage_options_of(storage_option))
-    console.render_overview(info, as_json=as_json)
+    console.output(as_json).overview(info)
     return EXIT_OK
 
 
@@ -185,7 +185,7 @@ def show(
         key_schema=key_schema,
         value_schema=value_schema,
     )
-    console.render_show(
+    console.output(as_json).show(
         plan,
         table,
         shown_store=_shown_store(plan, store_name, join_side),
@@ -195,7 +195,6 @@ def show(
         truncated=truncated,
         limit=limit,
         layout=layout,
-        as_json=as_json,
     )
     return EXIT_OK
 
@@ -239,7 +238,7 @@ def stats(
         value_schema=value_schema,
         storage_options=storage_options_of(storage_option),
     )
-    console.render_stats(result, batch_summary(result.table), detail=detail, as_json=as_json)
+    console.output(as_json).stats(result, batch_summary(result.table), detail=detail)
     return EXIT_OK
 
 
@@ -350,7 +349,7 @@ def changes_command(
         change_feed_from_snapshots=change_feed_from_snapshots,
         storage_options=storage_options_of(storage_option),
     )
-    console.render_changes(
+    console.output(as_json).changes(
         table,
         change_counts(table),
         start=change_start_batch_id,
@@ -358,7 +357,6 @@ def changes_command(
         key_filter=key_filter,
         limit=limit,
         layout=layout,
-        as_json=as_json,
     )
     return EXIT_OK
 
@@ -420,13 +418,12 @@ def export(
         key_schema=key_schema,
         value_schema=value_schema,
     )
-    console.render_export(
+    console.output(as_json).export(
         plan,
         result,
         out=out,
         shown_store=_shown_store(plan, store_name, join_side),
         size=os.path.getsize(out),
-        as_json=as_json,
     )
     return EXIT_OK
 
@@ -457,7 +454,7 @@ def verify(
     )
     for problem in report.problems:  # what the planner says of a store, in the flags' words
         problem.message = in_flags(problem.message, cli)
-    console.render_verify(report, as_json=as_json)
+    console.output(as_json).verify(report)
     return EXIT_OK if report.ok else EXIT_DAMAGED
 
 
@@ -508,9 +505,7 @@ def plot(
     fig = figure_from_stats(result.table, title=f"state of {checkpoint}")
     fig.savefig(out)
     width, height = (round(float(v)) for v in fig.get_size_inches() * fig.dpi)
-    console.render_plot(
-        out, width=width, height=height, stores=len(result.providers), batches=result.batches, as_json=as_json
-    )
+    console.output(as_json).plot(out, width=width, height=height, stores=len(result.providers), batches=result.batches)
     return EXIT_OK
 
 
@@ -555,7 +550,7 @@ def doctor(
     )
     # what a store's read said of it, in the flags' words
     result.findings = [dataclasses.replace(f, summary=in_flags(f.summary, cli)) for f in result.findings]
-    console.render_doctor(result, as_json=as_json)
+    console.output(as_json).doctor(result)
     return EXIT_OK if result.healthy else EXIT_FINDINGS
 
 
@@ -600,7 +595,7 @@ def why(
         value_schema=value_schema,
         storage_options=storage_options_of(storage_option),
     )
-    console.render_why(result, as_json=as_json)
+    console.output(as_json).why(result)
     return EXIT_OK
 
 
@@ -612,7 +607,7 @@ def schema(checkpoint: str, as_json: bool, debug: bool, storage_option: Sequence
     from state_reader.inspect.schema_check import store_schemas
 
     schemas = store_schemas(checkpoint, storage_options=storage_options_of(storage_option))
-    console.render_schema(schemas, as_json=as_json)
+    console.output(as_json).schema(schemas)
     return EXIT_OK
 
 
@@ -628,7 +623,7 @@ def schema_diff(checkpoint: str, other: str, as_json: bool, debug: bool, storage
     from state_reader.inspect.schema_check import compare_schemas
 
     verdicts = compare_schemas(checkpoint, other, storage_options=storage_options_of(storage_option))
-    console.render_schema_diff(verdicts, as_json=as_json)
+    console.output(as_json).schema_diff(verdicts)
     return EXIT_OK if all(v.compatible for v in verdicts) else EXIT_FINDINGS
 
 
@@ -667,8 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         message = in_flags(exc.message, cli, args)
-        if as_json:
-            console.emit_json({"error": {"class": exc.error_class, "message": message, "path": exc.path}})
+        console.output(as_json).error(exc.error_class, message, exc.path)
         click.echo(f"error: {_one_line(message)}", err=True)
         return EXIT_ERROR
     except click.exceptions.Abort:
@@ -686,8 +680,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctx = getattr(exc, "ctx", None)
         if ctx is not None:
             hint = f" (see '{ctx.command_path} --help')"
-        if as_json:
-            console.emit_json({"error": {"class": "USAGE", "message": _one_line(exc.format_message()), "path": None}})
+        console.output(as_json).error("USAGE", _one_line(exc.format_message()), None)
         click.echo(f"error: {_one_line(exc.format_message())}{hint}", err=True)
         return EXIT_ERROR
     except BrokenPipeError:

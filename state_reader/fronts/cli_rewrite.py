@@ -23,7 +23,7 @@ from state_reader.fronts.cli_flags import (
     instead_of,
     storage_options_of,
 )
-from state_reader.fronts.console_rewrite import render_rewrite
+from state_reader.fronts.console import output
 from state_reader.model.conf import PROVIDER_NAMES
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ def rewrite(
         from state_reader.fronts.plotting import rewrite_layout_figure
 
         rewrite_layout_figure(report).savefig(plot_out)
-    render_rewrite(report, plot_out=plot_out, as_json=as_json)
+    output(as_json).rewrite(report, plot_out=plot_out)
     return EXIT_OK
 
 

@@ -5,8 +5,9 @@ one JSON object a row, a line each (``batch_id``, ``change_type``, ``key``, ``va
 ``partition_id``), flushed as each batch commits, for piping into ``jq`` or a file.
 Interrupting (Ctrl-C) ends it; ``--to`` ends it after that batch. With ``--skip-lost``,
 batches the query cleaned up before they were read are named on stderr and, with
-``--json``, in a line of their own: ``{"skipped": {"first_batch", "last_batch"},
-"reason"}``.
+``--json``, in a line of their own: ``{"skipped": {"first_batch_id", "last_batch_id"},
+"reason"}`` (``first_batch`` and ``last_batch`` beside them, their earlier names, for one
+release). What it prints is the :class:`~state_reader.fronts.console.Output` ``--json`` chose.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Any
 
 from state_reader.core.follow import log as follow_log
 from state_reader.core.key_filter import KeyFilter
-from state_reader.fronts.console import render_follow_batch, render_follow_start, render_skipped
-from state_reader.inspect.changefeed import change_counts, follow
+from state_reader.fronts.console import Output, output
+from state_reader.inspect.changefeed import follow
 
 
 def follow_changes(
@@ -54,13 +55,13 @@ def follow_changes(
         storage_options=storage_options,
     )
     with _skips_said_here():
-        return _print(checkpoint, items, start, end, key_filter, start_with_snapshot, as_json)
+        return _print(checkpoint, items, start, end, key_filter, start_with_snapshot, output(as_json))
 
 
 @contextmanager
 def _skips_said_here() -> Iterator[None]:
     """The follower's log (which warns of nothing but batches skipped) quiet: the command names the batches
-    it skips itself (``render_skipped``), once, in its own words."""
+    it skips itself (``Output.skipped``), once, in its own words."""
 
     def nothing(record: logging.LogRecord) -> bool:
         return False
@@ -79,22 +80,22 @@ def _print(
     end: int | None,
     key_filter: str | None,
     start_with_snapshot: bool,
-    as_json: bool,
+    out: Output,
 ) -> int:
-    """Print ``items`` (``follow``'s) until they end or pass ``end``; the exit code."""
+    """Print ``items`` (``follow``'s) to ``out`` until they end or pass ``end``; the exit code."""
     keys: KeyFilter | None = None
-    render_follow_start(checkpoint, key_filter, as_json=as_json)
+    out.follow_start(checkpoint, key_filter)
     # follow() hands out every batch it reads, in order: a gap is batches skipped as lost (--skip-lost)
     expected = None if start is None else start - 1 if start_with_snapshot else start
     for batch, table in items:
         if expected is not None and batch > expected:
-            render_skipped(expected, batch - 1, as_json=as_json)
+            out.skipped(expected, batch - 1)
         expected = batch + 1
         if key_filter:
             if keys is None:
                 keys = KeyFilter(key_filter, table.schema.field("key").type)
             table = table.filter(keys.mask(table.column("key")))
-        render_follow_batch(batch, table, [] if as_json else change_counts(table), as_json=as_json)
+        out.follow_batch(batch, table)
         if end is not None and batch >= end:
             break
     return 0

@@ -182,7 +182,8 @@ def files_past_commit(cp: CheckpointDir, store: Store, unused: UnusedFiles) -> l
         "bytes": size,
         "versions": versions,
         "batches": [v - 1 for v in versions],
-        "last_committed_batch": last,
+        "last_committed_batch": last,  # the earlier name, beside the vocabulary's for one release
+        "latest_batch_id": last,
         "planned_batches": sorted(planned),
         "partitions": len(unused.past_partitions),
         "examples": sorted(unused.past_commit)[:3],

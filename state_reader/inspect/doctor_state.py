@@ -57,7 +57,8 @@ def uncommitted(cp: CheckpointDir, committed: list[int]) -> list[Finding]:
             None,
             None,
             f"batch {pending[0]} was planned (offsets/{pending[0]}) but never committed",
-            {"planned_batches": pending, "last_committed_batch": committed[-1]},
+            # last_committed_batch: the earlier name, beside the vocabulary's for one release
+            {"planned_batches": pending, "last_committed_batch": committed[-1], "latest_batch_id": committed[-1]},
             "the query stopped during that batch, or is running it now; on restart it runs the batch again "
             "from the same offsets, so nothing is lost. If it keeps failing there, its driver log says why",
         )
@@ -83,7 +84,8 @@ def watermark_stalled(entries: dict[int, OffsetEntry], limit: float, event_time_
         "watermark": _iso(last),
         "unchanged_since_batch": since,
         "batches_with_input": with_input,
-        "latest_batch": batches[-1],
+        "latest_batch": batches[-1],  # the earlier name, beside the vocabulary's for one release
+        "latest_batch_id": batches[-1],
     }
     if event_time_ms is not None:
         evidence["latest_event_time_in_state"] = _iso(event_time_ms)
@@ -399,8 +401,10 @@ def never_evicted(
             f"state grew from {earlier.num_rows} to {store.table.num_rows} rows over batches {first_batch}..{latest} "
             f"and no key was removed: {reason}",
             {
-                "first_batch": first_batch,
+                "first_batch": first_batch,  # first_batch, latest_batch: the earlier names, for one release
+                "first_batch_id": first_batch,
                 "latest_batch": latest,
+                "latest_batch_id": latest,
                 "rows_first": earlier.num_rows,
                 "rows_latest": store.table.num_rows,
                 "keys_removed": 0,

@@ -57,7 +57,11 @@ def _state_files(
     except StateReaderError:
         return None, False
     changelogs = files.rocksdb and bool(files.deltas or files.changelogs_with_ids)
-    return ({"first": versions[0] - 1, "last": versions[-1] - 1} if versions else None), changelogs
+    if not versions:
+        return None, changelogs
+    first, last = versions[0] - 1, versions[-1] - 1
+    # first and last: the earlier names, beside the vocabulary's for one release
+    return {"first": first, "first_batch_id": first, "last": last, "last_batch_id": last}, changelogs
 
 
 def _properties(text: str | None) -> dict[str, Any]:
@@ -133,7 +137,16 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
         provider = next(iter(operators.values()))["provider"]
     return {
         "checkpoint": cp.location,
-        "batches": {"first": batches[0], "last": batches[-1], "count": len(batches), "latest_committed": latest},
+        # first, last and latest_committed: the earlier names, beside the vocabulary's for one release
+        "batches": {
+            "first": batches[0],
+            "first_batch_id": batches[0],
+            "last": batches[-1],
+            "last_batch_id": batches[-1],
+            "count": len(batches),
+            "latest_committed": latest,
+            "latest_batch_id": latest,
+        },
         "provider": provider or provider_name(HDFS_PROVIDER),
         "provider_class": store_conf.provider_class,
         "codec": store_conf.codec or DEFAULT_CODEC,  # what a conf missing from the offset log means

@@ -83,7 +83,8 @@ class VerifyReport:
     def as_dict(self) -> dict[str, Any]:
         return {
             "checkpoint": self.checkpoint,
-            "latest_batch": self.latest_batch,
+            "latest_batch": self.latest_batch,  # the earlier name, beside the vocabulary's for one release
+            "latest_batch_id": self.latest_batch,
             "ok": self.ok,
             "versions_checked": self.versions_checked,
             "versions_ok": self.versions_ok,

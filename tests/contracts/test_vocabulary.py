@@ -336,3 +336,106 @@ def test_earlier_error_names_warn_and_are_the_new_errors(old):
         assert error is getattr(state_reader.errors, new)
     edit = next(row for row in ROWS if row.concept.startswith("edit"))
     assert old in edit.earlier and new in dir(state_reader)
+
+
+# -- names in JSON output: one spelling per concept across every command's --json ------------------
+
+JSON_START, JSON_END = "<!-- json fields table", "<!-- end of json fields table -->"
+GOLDEN_CP = "spark-4.0.5/agg_window_hdfs"
+
+
+def _json_rows() -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
+    """(concept, its JSON fields, their earlier names) of the table in docs/vocabulary.md."""
+    text = (DOCS / "vocabulary.md").read_text()
+    table = text[text.index(JSON_START) : text.index(JSON_END)]
+    rows = []
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or cells[0] in ("concept", "---"):
+            continue
+        # an earlier name is written `name` (`command`): the commands in brackets are not names
+        earlier = tuple(re.findall(r"`([^`]+)` \(", cells[3]))
+        rows.append((cells[0], _names(cells[1]), earlier))
+    return rows
+
+
+def _objects(doc: Any) -> list[dict[str, Any]]:
+    """Every JSON object in ``doc``: not the rows of state (user data), the confs (Spark's names) or doctor's
+    thresholds (named as ``--threshold`` takes them)."""
+    found: list[dict[str, Any]] = []
+    if isinstance(doc, dict):
+        found.append(doc)
+        for name, value in doc.items():
+            if name not in ("rows", "key", "value", "conf", "thresholds"):
+                found += _objects(value)
+    elif isinstance(doc, list):
+        for value in doc:
+            found += _objects(value)
+    return found
+
+
+def _every_commands_json(tmp_path: Any, capsys: Any) -> list[Any]:
+    """What every command prints with --json over a checkpoint in the repository (Spark-free)."""
+    import json
+
+    from state_reader.fronts.cli import main
+    from state_reader.fronts.console import output
+    from tests.support.paths import GOLDEN
+
+    cp = str(GOLDEN / GOLDEN_CP)
+    docs = []
+    for args in (
+        ["overview", cp],
+        ["show", cp, "--limit", "1"],
+        ["stats", cp],
+        ["changes", cp, "--from", "1", "--limit", "1"],
+        ["export", cp, "--out", str(tmp_path / "state.parquet")],
+        ["verify", cp],
+        ["doctor", cp],
+        ["why", cp, "-k", "region_id = 1"],
+        ["schema", cp],
+        ["schema-diff", cp, cp],
+        ["rewrite", cp, "--dry-run", "--partitions", "3"],
+    ):
+        assert main([*args, "--json"]) in (0, 3), (args, capsys.readouterr().err)
+        docs.append(json.loads(capsys.readouterr().out))
+    output(True).skipped(2, 4)  # the line `changes --follow --skip-lost --json` prints for batches skipped
+    docs.append(json.loads(capsys.readouterr().out))
+    return docs
+
+
+def _doctor_evidence_names() -> set[str]:
+    """The names of the evidence doctor's findings give (most checkpoints show none of them)."""
+    from tests.support.paths import PACKAGE
+
+    names: set[str] = set()
+    for module in (PACKAGE / "inspect").glob("doctor*.py"):
+        names |= set(re.findall(r'"(\w*batch\w*)":', module.read_text()))
+    return names
+
+
+def test_every_commands_json_spells_each_concept_one_way(tmp_path, capsys):
+    rows = _json_rows()
+    assert {"a batch", "the first batch of a span", "the last batch of a span"} <= {c for c, _, _ in rows}
+    current = {name for _, names, _ in rows for name in names}
+    renamed = {old: names for _, names, earlier in rows for old in earlier}
+    objects = [o for doc in _every_commands_json(tmp_path, capsys) for o in _objects(doc)]
+    seen: set[str] = set()
+    for obj in objects:
+        for name, value in obj.items():
+            seen.add(name)
+            # a field about batches is the table's name of its concept, or an earlier one kept beside it
+            assert "batch" not in name or name in current or name in renamed, f"{name} is in no row of the table"
+            if name in renamed:
+                (new,) = renamed[name]
+                assert obj.get(new, object()) == value, f"{name} printed without {new} beside it: {obj}"
+    for name in _doctor_evidence_names():
+        assert name in current or name in renamed, f"doctor's evidence names {name}, in no row of the table"
+    assert {"first_batch_id", "last_batch_id", "latest_batch_id", "batch_id"} <= seen
+
+
+def test_the_renamed_json_fields_are_the_tables():
+    from state_reader.fronts.console import RENAMED_FIELDS
+
+    table = {names[0]: set(earlier) for _, names, earlier in _json_rows() if earlier}
+    assert table == {new: set(old) for new, old in RENAMED_FIELDS.items()}

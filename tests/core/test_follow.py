@@ -381,7 +381,12 @@ def test_a_follower_far_behind_retention_skips_to_the_oldest_batch(spark, long_p
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]
     assert lines[0] == {
-        "skipped": {"first_batch": 5, "last_batch": committed[0] - 1},
+        "skipped": {
+            "first_batch_id": 5,
+            "first_batch": 5,
+            "last_batch_id": committed[0] - 1,
+            "last_batch": committed[0] - 1,
+        },
         "reason": "the query cleaned them up before they were read",
     }
     assert f"skipped batches 5..{committed[0] - 1}" in done.stderr

@@ -20,9 +20,12 @@ def test_overview_text_and_json(agg):
     committed = sorted(int(n) for n in os.listdir(os.path.join(agg, "commits")) if n.isdigit())
     assert info["batches"] == {
         "first": committed[0],
+        "first_batch_id": committed[0],
         "last": committed[-1],
+        "last_batch_id": committed[-1],
         "count": len(committed),
         "latest_committed": committed[-1],
+        "latest_batch_id": committed[-1],
     }
     assert info["provider"] == "hdfs" and info["codec"] == "lz4"
     assert info["state_format_versions"]["aggregation"] == 2
