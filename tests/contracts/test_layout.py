@@ -39,7 +39,6 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
     "model/state_variables": ("oracles/test_transform_with_state.py",),
     "providers/rocksdb_variables": ("oracles/test_transform_with_state.py",),
     "providers/store_files": ("io/test_storage.py", "oracles/test_rocksdb.py"),
-    "core/decode": ("oracles/test_hdfs.py", "oracles/test_rocksdb.py"),
     "core/metadata": ("oracles/test_hdfs.py", "oracles/test_spark_fronts.py"),
     "core/size": ("core/test_rewrite.py", "inspect/test_stats.py"),
     "inspect/doctor_findings": ("inspect/test_doctor.py",),
@@ -47,7 +46,6 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
     "inspect/explain_rules": ("inspect/test_explain.py",),
     "fronts/frame": ("oracles/test_spark_fronts.py", "oracles/test_connect.py"),
     "fronts/sql": ("oracles/test_spark_fronts.py",),
-    "fronts/spark_shared": ("oracles/test_spark_fronts.py", "fronts/test_datasource.py"),
     "fronts/stream_source": ("core/test_follow.py",),
     "fronts/follow_cli": ("core/test_follow.py",),
 }
