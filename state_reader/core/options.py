@@ -286,12 +286,17 @@ def python_api(func: F) -> F:
     return public_api(func, rename=in_python_names)
 
 
+def _not_negative(name: str, value: int | None) -> None:
+    """Spark's refusal of a negative number where an option counts batches, partitions or operators."""
+    if value is not None and value < 0:
+        raise NegativeOptionError(f"'{name}' cannot be negative (got {value}).")
+
+
 def check_batch_range(start: int | None, end: int | None) -> None:
     """The batch range's rules, as Spark's reader words them: neither end negative, the end not before the
     start. Every front that takes a range (the change feed, ``stats``, ``plot``) checks it here."""
-    for name, value in ((CHANGE_START_BATCH_ID, start), (CHANGE_END_BATCH_ID, end)):
-        if value is not None and value < 0:
-            raise NegativeOptionError(f"'{name}' cannot be negative (got {value}).")
+    _not_negative(CHANGE_START_BATCH_ID, start)
+    _not_negative(CHANGE_END_BATCH_ID, end)
     if start is not None and end is not None and end < start:
         raise InvalidOptionError(
             f"Invalid value for option '{CHANGE_END_BATCH_ID}': {CHANGE_END_BATCH_ID} cannot be "
@@ -351,6 +356,13 @@ class _Options:
         if isinstance(value, bool):
             return "true" if value else "false"
         return str(value)
+
+    def path(self) -> str:
+        """The checkpoint's path, which every reader requires."""
+        path = self.get(PATH)
+        if path is None or path == "":
+            raise RequiredOptionError(f"'{PATH}' must be specified.")
+        return path
 
     def long(self, name: str) -> int | None:
         text = self.get(name)
@@ -438,13 +450,10 @@ class StateStoreOptions:
     def parse(cls, options: Mapping[str, Any]) -> StateStoreOptions:
         """Validate options given by name (case-insensitive), in Spark's order of checks."""
         opts = _Options(options, STATESTORE_OPTIONS)
-        path = opts.get(PATH)
-        if path is None or path == "":
-            raise RequiredOptionError(f"'{PATH}' must be specified.")
+        path = opts.path()
         operator_id = opts.long(OPERATOR_ID)
         operator_id = 0 if operator_id is None else operator_id
-        if operator_id < 0:
-            raise NegativeOptionError(f"'{OPERATOR_ID}' cannot be negative (got {operator_id}).")
+        _not_negative(OPERATOR_ID, operator_id)
         store_name_raw = opts.get(STORE_NAME)
         store_name = "default" if store_name_raw is None else store_name_raw.strip()
         if not store_name:
@@ -494,17 +503,14 @@ class StateStoreOptions:
                         f"Invalid value for option '{name}': Only specify this option when "
                         f"{READ_CHANGE_FEED} is set to true."
                     )
-            if batch_id is not None and batch_id < 0:
-                raise NegativeOptionError(f"'{BATCH_ID}' cannot be negative (got {batch_id}).")
-            if snap_start is not None and snap_start < 0:
-                raise NegativeOptionError(f"'{SNAPSHOT_START_BATCH_ID}' cannot be negative (got {snap_start}).")
+            _not_negative(BATCH_ID, batch_id)
+            _not_negative(SNAPSHOT_START_BATCH_ID, snap_start)
             if snap_start is not None and batch_id is not None and snap_start > batch_id:
                 raise InvalidOptionError(
                     f"Invalid value for option '{SNAPSHOT_START_BATCH_ID}': value should be less than "
                     f"or equal to {batch_id}"
                 )
-            if snap_part is not None and snap_part < 0:
-                raise NegativeOptionError(f"'{SNAPSHOT_PARTITION_ID}' cannot be negative (got {snap_part}).")
+            _not_negative(SNAPSHOT_PARTITION_ID, snap_part)
             if snap_part is not None and snap_start is None:
                 raise RequiredOptionError(
                     f"'{SNAPSHOT_START_BATCH_ID}' must be specified with {SNAPSHOT_PARTITION_ID}."
@@ -597,12 +603,9 @@ class StateMetadataOptions:
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> StateMetadataOptions:
         opts = _Options(options, METADATA_OPTIONS)
-        path = opts.get(PATH)
-        if path is None or path == "":
-            raise RequiredOptionError(f"'{PATH}' must be specified.")
+        path = opts.path()
         batch_id = opts.long(BATCH_ID)
-        if batch_id is not None and batch_id < 0:
-            raise NegativeOptionError(f"'{BATCH_ID}' cannot be negative (got {batch_id}).")
+        _not_negative(BATCH_ID, batch_id)
         return cls(
             path=path,
             batch_id=batch_id,
