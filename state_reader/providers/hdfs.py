@@ -46,20 +46,19 @@ def _framing_error(status: int, path: str, at: int, value: int, size: int) -> St
     """The exception for a walk that stopped with ``status`` (positions relative to the file)."""
     if status == kernels.NO_END_MARKER:
         return TruncatedFileError(f"{path}: ends at byte {size} without the end-of-file marker", path=path)
-    if status == kernels.NEGATIVE_KEY:
-        return CorruptFileError(f"{path}: negative key size {value} at byte {at}", path=path)
-    if status == kernels.KEY_PAST_END:
-        return TruncatedFileError(
-            f"{path}: key of {value} bytes at byte {at} runs past the end ({size} bytes)", path=path
-        )
     if status == kernels.REMOVE_IN_SNAPSHOT:
         return CorruptFileError(f"{path}: a snapshot holds a remove record at byte {at}", path=path)
-    if status == kernels.NEGATIVE_VALUE:
-        return CorruptFileError(f"{path}: negative value size {value} at byte {at}", path=path)
-    if status == kernels.VALUE_PAST_END:
-        return TruncatedFileError(
-            f"{path}: value of {value} bytes at byte {at} runs past the end ({size} bytes)", path=path
-        )
+    # a record's key and its value fail alike: a negative size, or more bytes than the file has left
+    for part, negative, past_end in (
+        ("key", kernels.NEGATIVE_KEY, kernels.KEY_PAST_END),
+        ("value", kernels.NEGATIVE_VALUE, kernels.VALUE_PAST_END),
+    ):
+        if status == negative:
+            return CorruptFileError(f"{path}: negative {part} size {value} at byte {at}", path=path)
+        if status == past_end:
+            return TruncatedFileError(
+                f"{path}: {part} of {value} bytes at byte {at} runs past the end ({size} bytes)", path=path
+            )
     return CorruptFileError(f"{path}: {size - at} bytes follow the end-of-file marker", path=path)
 
 
