@@ -31,6 +31,7 @@ import decimal
 import io
 import itertools
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
@@ -123,16 +124,23 @@ def _has_repeated_names(dt: DataType) -> bool:
     return False
 
 
-def decode_avro(payloads: Sequence[bytes | None], schema: StructType, source: str) -> pa.StructArray:
-    """Decode Avro records (None = a null row) into a StructArray of ``schema``."""
+def _fastavro(schema: StructType, source: str, missing: str, done: str) -> ModuleType:
+    """The ``fastavro`` module, for Avro state of ``schema`` (``missing``: the error without it), once
+    it is known that ``schema`` can be ``done`` (decoded, encoded) at all: Avro records name fields."""
     try:
         import fastavro
     except ImportError as exc:
-        raise CodecUnavailableError(
-            f"{source} holds Avro-encoded state; install the 'fastavro' package to read it", path=source
-        ) from exc
+        raise CodecUnavailableError(missing, path=source) from exc
     if _has_repeated_names(schema):
-        raise UnsupportedTypeError(f"{source}: Avro state with repeated field names cannot be decoded", path=source)
+        raise UnsupportedTypeError(f"{source}: Avro state with repeated field names cannot be {done}", path=source)
+    return fastavro
+
+
+def decode_avro(payloads: Sequence[bytes | None], schema: StructType, source: str) -> pa.StructArray:
+    """Decode Avro records (None = a null row) into a StructArray of ``schema``."""
+    fastavro = _fastavro(
+        schema, source, f"{source} holds Avro-encoded state; install the 'fastavro' package to read it", "decoded"
+    )
     try:
         derived = avro_schema(schema)
     except UnsupportedTypeError as exc:
@@ -187,14 +195,9 @@ def _to_avro_value(dt: DataType, value: Any) -> Any:
 def encode_avro(values: pa.StructArray, schema: StructType, source: str = "") -> list[bytes]:
     """Each row of ``values`` (not null) as the Avro record of ``schema`` Spark's state store writes:
     the inverse of :func:`decode_avro`, byte for byte."""
-    try:
-        import fastavro
-    except ImportError as exc:
-        raise CodecUnavailableError(
-            f"{source}: writing Avro-encoded state needs the 'fastavro' package", path=source
-        ) from exc
-    if _has_repeated_names(schema):
-        raise UnsupportedTypeError(f"{source}: Avro state with repeated field names cannot be encoded", path=source)
+    fastavro = _fastavro(
+        schema, source, f"{source}: writing Avro-encoded state needs the 'fastavro' package", "encoded"
+    )
     parsed = fastavro.parse_schema(avro_schema(schema))
     out = []
     for i, row in enumerate(values.to_pylist()):
