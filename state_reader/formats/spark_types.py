@@ -87,6 +87,14 @@ class DataType:
         return [self.kind]
 
 
+def _set_fields(obj: DataType, kind: str, json_name: str, precision: int = 0, scale: int = 0, **fields: Any) -> None:
+    """Fill a frozen nested type's fields from its own ``__init__``: the base fields, then its own."""
+    for name, value in (("kind", kind), ("precision", precision), ("scale", scale), ("json_name", json_name)):
+        object.__setattr__(obj, name, value)
+    for name, value in fields.items():
+        object.__setattr__(obj, name, value)
+
+
 @dataclass(frozen=True)
 class StructField:
     name: str
@@ -112,11 +120,7 @@ class StructType(DataType):
     fields: tuple[StructField, ...] = ()
 
     def __init__(self, fields: list[StructField] | tuple[StructField, ...]) -> None:
-        object.__setattr__(self, "kind", "struct")
-        object.__setattr__(self, "precision", 0)
-        object.__setattr__(self, "scale", 0)
-        object.__setattr__(self, "json_name", "struct")
-        object.__setattr__(self, "fields", tuple(fields))
+        _set_fields(self, "struct", "struct", fields=tuple(fields))
 
     @property
     def fixed_width(self) -> int | None:
@@ -149,12 +153,7 @@ class ArrayType(DataType):
     contains_null: bool = True
 
     def __init__(self, element: DataType, contains_null: bool = True) -> None:
-        object.__setattr__(self, "kind", "array")
-        object.__setattr__(self, "precision", 0)
-        object.__setattr__(self, "scale", 0)
-        object.__setattr__(self, "json_name", "array")
-        object.__setattr__(self, "element", element)
-        object.__setattr__(self, "contains_null", contains_null)
+        _set_fields(self, "array", "array", element=element, contains_null=contains_null)
 
     @property
     def fixed_width(self) -> int | None:
@@ -177,13 +176,7 @@ class MapType(DataType):
     value_contains_null: bool = True
 
     def __init__(self, key: DataType, value: DataType, value_contains_null: bool = True) -> None:
-        object.__setattr__(self, "kind", "map")
-        object.__setattr__(self, "precision", 0)
-        object.__setattr__(self, "scale", 0)
-        object.__setattr__(self, "json_name", "map")
-        object.__setattr__(self, "key", key)
-        object.__setattr__(self, "value", value)
-        object.__setattr__(self, "value_contains_null", value_contains_null)
+        _set_fields(self, "map", "map", key=key, value=value, value_contains_null=value_contains_null)
 
     @property
     def fixed_width(self) -> int | None:
@@ -217,13 +210,16 @@ class UserDefinedType(DataType):
     ordered: str = field(default="", compare=False, hash=False)
 
     def __init__(self, sql_type: DataType, raw: dict) -> None:
-        object.__setattr__(self, "kind", sql_type.kind)
-        object.__setattr__(self, "precision", sql_type.precision)
-        object.__setattr__(self, "scale", sql_type.scale)
-        object.__setattr__(self, "json_name", "udt")
-        object.__setattr__(self, "sql_type", sql_type)
-        object.__setattr__(self, "raw", json.dumps(raw, sort_keys=True))
-        object.__setattr__(self, "ordered", json.dumps(raw))
+        _set_fields(
+            self,
+            sql_type.kind,
+            "udt",
+            sql_type.precision,
+            sql_type.scale,
+            sql_type=sql_type,
+            raw=json.dumps(raw, sort_keys=True),
+            ordered=json.dumps(raw),
+        )
 
     @property
     def fixed_width(self) -> int | None:
