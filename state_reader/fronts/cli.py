@@ -312,34 +312,8 @@ def changes_command(
     lines instead, one object a row as each batch commits (and one a skip, with --skip-lost), for piping."""
     from state_reader.inspect.changefeed import change_counts, changes
 
-    if follow:
-        from state_reader.fronts.follow_cli import follow_changes
-
-        return follow_changes(
-            checkpoint,
-            change_start_batch_id,
-            change_end_batch_id,
-            operator_id=operator_id,
-            store_name=store_name,
-            state_var_name=state_var_name,
-            key_filter=key_filter,
-            key_schema=key_schema,
-            value_schema=value_schema,
-            change_feed_from_snapshots=change_feed_from_snapshots,
-            skip_lost=skip_lost,
-            start_with_snapshot=start_with_snapshot,
-            as_json=as_json,
-            storage_options=storage_options_of(storage_option),
-        )
-    if skip_lost or start_with_snapshot:
-        raise click.UsageError("--skip-lost and --snapshot go with --follow")
-    if change_start_batch_id is None:
-        raise click.UsageError("Missing option '--from' (it may be left out with --follow only)")
-
-    table = changes(
-        checkpoint,
-        change_start_batch_id,
-        change_end_batch_id,
+    # the change feed read, the same followed or not
+    read: dict[str, Any] = dict(
         operator_id=operator_id,
         store_name=store_name,
         state_var_name=state_var_name,
@@ -349,6 +323,24 @@ def changes_command(
         change_feed_from_snapshots=change_feed_from_snapshots,
         storage_options=storage_options_of(storage_option),
     )
+    if follow:
+        from state_reader.fronts.follow_cli import follow_changes
+
+        return follow_changes(
+            checkpoint,
+            change_start_batch_id,
+            change_end_batch_id,
+            **read,
+            skip_lost=skip_lost,
+            start_with_snapshot=start_with_snapshot,
+            as_json=as_json,
+        )
+    if skip_lost or start_with_snapshot:
+        raise click.UsageError("--skip-lost and --snapshot go with --follow")
+    if change_start_batch_id is None:
+        raise click.UsageError("Missing option '--from' (it may be left out with --follow only)")
+
+    table = changes(checkpoint, change_start_batch_id, change_end_batch_id, **read)
     console.output(as_json).changes(
         table,
         change_counts(table),
