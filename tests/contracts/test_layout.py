@@ -35,7 +35,6 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
     "formats/_numba_walk": ("formats/test_kernels.py",),
     "formats/rocksdict_db": ("formats/test_sst.py",),
     "model/operators": ("oracles/test_hdfs.py", "oracles/test_rocksdb.py"),
-    "model/plan": ("core/test_pruning.py",),
     "model/state_variables": ("oracles/test_transform_with_state.py",),
     "providers/rocksdb_variables": ("oracles/test_transform_with_state.py",),
     "providers/store_files": ("io/test_storage.py", "oracles/test_rocksdb.py"),
