@@ -20,9 +20,6 @@ from state_reader.model.plan import StateReadPlan
 from state_reader.model.state_variables import timer_family, user_variables
 from state_reader.providers.store_files import StoreFiles
 
-# the operator a reader looks at when none is named (Spark's reader's default too)
-DEFAULT_OPERATOR = 0
-
 
 def operator_stores(
     cp: CheckpointDir,

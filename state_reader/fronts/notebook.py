@@ -30,6 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from state_reader.core.options import DEFAULT_OPERATOR_ID
 from state_reader.core.retained import retained_batches
 from state_reader.deprecation import renamed_keywords, warn_renamed
 from state_reader.errors import StateReaderError
@@ -331,7 +332,7 @@ class Checkpoint:
             storage_options=self.storage_options,
             **options,
         )
-        return StateTable(table, f"state of operator {operator_id or 0}")
+        return StateTable(table, f"state of operator {DEFAULT_OPERATOR_ID if operator_id is None else operator_id}")
 
     @renamed_keywords(
         "Checkpoint.changes", start="change_start_batch_id", end="change_end_batch_id", operator="operator_id"
@@ -352,7 +353,7 @@ class Checkpoint:
             storage_options=self.storage_options,
             **options,
         )
-        return StateTable(table, f"changes of operator {operator_id or 0}")
+        return StateTable(table, f"changes of operator {DEFAULT_OPERATOR_ID if operator_id is None else operator_id}")
 
     def explain(self, key_filter: Any, operator_id: int | None = None, **options: Any) -> KeyStories:
         """``explain``: each selected key's timeline (a table, and its value drawn over batches beside the

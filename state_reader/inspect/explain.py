@@ -19,9 +19,9 @@ import pyarrow.compute as pc
 
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec, as_key_filter
 from state_reader.core.live import read_consistently
-from state_reader.core.options import from_kwargs, python_api
+from state_reader.core.options import DEFAULT_OPERATOR_ID, from_kwargs, python_api
 from state_reader.core.planner import plan_state_read, snapshots_give_the_change_feed
-from state_reader.core.retained import DEFAULT_OPERATOR, first_retained, name_of_operator, offset_entries
+from state_reader.core.retained import first_retained, name_of_operator, offset_entries
 from state_reader.core.scan import read_table
 from state_reader.errors import InvalidOptionError, StateReaderError, StorageError
 from state_reader.inspect.changefeed import changes
@@ -174,7 +174,7 @@ def explain(
     storage = Storage(checkpoint, dict(storage_options or {}))
     cp = CheckpointDir(storage)
     latest = cp.latest_committed_batch()
-    op = DEFAULT_OPERATOR if operator_id is None else operator_id
+    op = DEFAULT_OPERATOR_ID if operator_id is None else operator_id
     operator_name = name_of_operator(cp, op, latest)
     selectors: dict[str, Any] = {
         "operator_id": operator_id,
