@@ -24,6 +24,7 @@ from state_reader.errors import (
     RequiredOptionError,
     public_api,
 )
+from state_reader.model.checkpoint import JOIN_SIDES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,7 +58,13 @@ MAX_BATCHES_PER_TRIGGER = "maxBatchesPerTrigger"
 FAIL_ON_DATA_LOSS = "failOnDataLoss"
 START_WITH_SNAPSHOT = "startWithSnapshot"
 
-JOIN_SIDES = ("left", "right", "none")
+# the defaults of the options that name what is read, written once (OPTIONS, the parsed options and the
+# analyses that read operator 0 when none is named take them from here)
+DEFAULT_OPERATOR_ID = 0
+DEFAULT_STORE_NAME = "default"
+NO_JOIN_SIDE = "none"  # joinSide unset: the store itself, not a side's rows
+# the values joinSide takes: a side of the join (model/checkpoint.JOIN_SIDES), or none
+JOIN_SIDE_VALUES = (*JOIN_SIDES, NO_JOIN_SIDE)
 
 
 def camel_case(name: str) -> str:
@@ -103,10 +110,10 @@ OPTIONS: tuple[ReaderOption, ...] = (
     ReaderOption(
         BATCH_ID, "latest committed batch", "the state after this batch (state store version `batchId + 1`)", _BOTH
     ),
-    ReaderOption(OPERATOR_ID, "0", "stateful operator, in plan order", (STATESTORE, STREAM)),
+    ReaderOption(OPERATOR_ID, str(DEFAULT_OPERATOR_ID), "stateful operator, in plan order", (STATESTORE, STREAM)),
     ReaderOption(
         STORE_NAME,
-        "`default`",
+        f"`{DEFAULT_STORE_NAME}`",
         "store of the operator; stream-stream joins have four (`left-keyToNumValues`, "
         "`left-keyWithIndexToValue`, `right-…`; join state format 4: `left-keyWithTsToValues`, "
         "`left-tsWithKey`, `right-…`)",
@@ -114,7 +121,7 @@ OPTIONS: tuple[ReaderOption, ...] = (
     ),
     ReaderOption(
         JOIN_SIDE,
-        "`none`",
+        f"`{NO_JOIN_SIDE}`",
         "`left`/`right`: the buffered input rows of that side of a stream-stream join (format 4: the key "
         "also holds `__event_time`, µs); not served by a stream (follow a side's stores with `storeName`)",
     ),
@@ -424,9 +431,9 @@ class StateStoreOptions:
 
     path: str
     batch_id: int | None = None
-    operator_id: int = 0
-    store_name: str = "default"
-    join_side: str = "none"
+    operator_id: int = DEFAULT_OPERATOR_ID
+    store_name: str = DEFAULT_STORE_NAME
+    join_side: str = NO_JOIN_SIDE
     snapshot_start_batch_id: int | None = None
     snapshot_partition_id: int | None = None
     read_change_feed: bool = False
@@ -452,10 +459,10 @@ class StateStoreOptions:
         opts = _Options(options, STATESTORE_OPTIONS)
         path = opts.path()
         operator_id = opts.long(OPERATOR_ID)
-        operator_id = 0 if operator_id is None else operator_id
+        operator_id = DEFAULT_OPERATOR_ID if operator_id is None else operator_id
         _not_negative(OPERATOR_ID, operator_id)
         store_name_raw = opts.get(STORE_NAME)
-        store_name = "default" if store_name_raw is None else store_name_raw.strip()
+        store_name = DEFAULT_STORE_NAME if store_name_raw is None else store_name_raw.strip()
         if not store_name:
             raise EmptyOptionError(f"'{STORE_NAME}' cannot be empty.")
         state_var_name = opts.get(STATE_VAR_NAME)
@@ -466,12 +473,12 @@ class StateStoreOptions:
                 f"Options '{READ_REGISTERED_TIMERS}' and '{STATE_VAR_NAME}' cannot be specified together."
             )
         flatten = opts.boolean(FLATTEN_COLLECTION_TYPES)
-        join_side = opts.get(JOIN_SIDE) or "none"
-        if join_side not in JOIN_SIDES:
+        join_side = opts.get(JOIN_SIDE) or NO_JOIN_SIDE
+        if join_side not in JOIN_SIDE_VALUES:
             raise InvalidOptionError(
-                f"Invalid value for option '{JOIN_SIDE}': {join_side!r}. Valid values are {','.join(JOIN_SIDES)}"
+                f"Invalid value for option '{JOIN_SIDE}': {join_side!r}. Valid values are {','.join(JOIN_SIDE_VALUES)}"
             )
-        if join_side != "none" and store_name != "default":
+        if join_side != NO_JOIN_SIDE and store_name != DEFAULT_STORE_NAME:
             raise ConflictingOptionsError(
                 f"Options '{JOIN_SIDE}' and '{STORE_NAME}' cannot be specified together "
                 f"(joinSide={join_side}, storeName={store_name})."
@@ -484,7 +491,7 @@ class StateStoreOptions:
         change_end = opts.long(CHANGE_END_BATCH_ID)
         if read_change_feed:
             for name, given in (
-                (JOIN_SIDE, join_side != "none"),
+                (JOIN_SIDE, join_side != NO_JOIN_SIDE),
                 (BATCH_ID, batch_id is not None),
                 (SNAPSHOT_START_BATCH_ID, snap_start is not None),
                 (SNAPSHOT_PARTITION_ID, snap_part is not None),
@@ -551,7 +558,7 @@ def _given_schemas(
     if key is None or value is None:
         return None, None
     for name, given_too in (
-        (JOIN_SIDE, join_side != "none"),
+        (JOIN_SIDE, join_side != NO_JOIN_SIDE),
         (STATE_VAR_NAME, state_var_name is not None),
         (READ_REGISTERED_TIMERS, read_timers),
     ):

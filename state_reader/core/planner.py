@@ -16,6 +16,7 @@ from state_reader.core.options import (
     BATCH_ID,
     CHANGE_END_BATCH_ID,
     CHANGE_START_BATCH_ID,
+    NO_JOIN_SIDE,
     READ_REGISTERED_TIMERS,
     SNAPSHOT_START_BATCH_ID,
     STATE_VAR_NAME,
@@ -57,12 +58,13 @@ from state_reader.model.state_variables import (
 )
 
 
-def detect_provider(cp: CheckpointDir, recorded: str | None, operator_id: int) -> str:
-    """The provider class that wrote an operator's state: the one recorded in the offset log, else by file names."""
+def detect_provider(cp: CheckpointDir, recorded: str | None, operator_id: int | None) -> str:
+    """The provider class that wrote an operator's state: the one recorded in the offset log, else by file
+    names; Spark's default (HDFS-backed) when nothing tells (no operator, or no state files)."""
     if recorded:
         return recorded
     # no conf recorded (very old checkpoints): the file names tell
-    for pid in cp.partition_ids(operator_id)[:1]:
+    for pid in [] if operator_id is None else cp.partition_ids(operator_id)[:1]:
         base = f"state/{operator_id}/{pid}"
         names = cp.storage.list_names(base) or []
         # join formats 1/2 keep their files in one sub-directory per store
@@ -289,7 +291,12 @@ def plan_state_read(
     )
     if given is not None and (operators.is_transform_with_state(operator_name) or join_families is not None):
         raise _families_keep_schemas(cp, opts.operator_id, operator_name)
-    if given is None and opts.state_var_name is None and not opts.read_registered_timers and opts.join_side == "none":
+    if (
+        given is None
+        and opts.state_var_name is None
+        and not opts.read_registered_timers
+        and opts.join_side == NO_JOIN_SIDE
+    ):
         # a walk over several stores: the schemas given for this one (give_schemas), checked when given
         given = cp.given_schemas.get((opts.operator_id, opts.store_name))
     if operators.is_transform_with_state(operator_name) and metadata is not None and store_meta is not None:
@@ -300,12 +307,12 @@ def plan_state_read(
     elif join_families is not None:
         # join formats 3 and 4: the stores are column families of the default store
         store_name = DEFAULT_STORE
-        side_rows = join_side_stores(opts.join_side, v4=True)[0] if opts.join_side != "none" else None
+        side_rows = join_side_stores(opts.join_side, v4=True)[0] if opts.join_side != NO_JOIN_SIDE else None
         if side_rows is not None and side_rows in join_families.names:
             # format 4: the side's rows are the values of keyWithTsToValues, one element per row
             variable = replace(join_families(side_rows), hidden=(MATCHED_FIELD,))
             key_schema, value_schema = variable.grouping_key, variable.shown_value_schema
-        elif opts.join_side != "none":
+        elif opts.join_side != NO_JOIN_SIDE:
             count, rows = (join_families(name) for name in join_side_stores(opts.join_side))
             join = JoinSidePlan(
                 opts.join_side,
@@ -319,7 +326,7 @@ def plan_state_read(
         else:
             variable = join_families(opts.store_name)
             key_schema, value_schema = variable.family.key_schema, variable.family.value_schema
-    elif opts.join_side != "none":
+    elif opts.join_side != NO_JOIN_SIDE:
         join = _join_side_plan(cp, opts.operator_id, opts.join_side)
         key_schema, value_schema = join.count_key_schema, join.shown_value_schema
     elif given is not None:

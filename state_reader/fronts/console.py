@@ -490,8 +490,8 @@ class TextOutput(Output):
             con.print(Text(f"  what to do: {f.action}"))
 
     def why(self, result: Explanation) -> None:
-        from state_reader.inspect.explain_rules import iso
         from state_reader.inspect.flatten import render_compact
+        from state_reader.units import iso_time
 
         con = new_console()
         where = f"operator {result.operator_id} ({result.operator_name or 'unknown'})"
@@ -509,8 +509,8 @@ class TextOutput(Output):
             rows = [
                 [
                     e.batch_id,
-                    iso(e.batch_time_ms or None),
-                    iso(e.watermark_ms),  # 0 (none set yet) too, as the offset log and --json give it
+                    iso_time(e.batch_time_ms or None),
+                    iso_time(e.watermark_ms),  # 0 (none set yet) too, as the offset log and --json give it
                     e.change_type,
                     render_compact(e.value) if e.value is not None else None,
                 ]

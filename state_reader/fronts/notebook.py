@@ -30,13 +30,14 @@ from typing import Any
 
 import pyarrow as pa
 
+from state_reader.core.options import DEFAULT_OPERATOR_ID
+from state_reader.core.retained import retained_batches
 from state_reader.deprecation import renamed_keywords, warn_renamed
 from state_reader.errors import StateReaderError
 from state_reader.fronts.api import diagnose, read_metadata, read_state
 from state_reader.fronts.plotting import plot_state_size
 from state_reader.inspect.changefeed import changes
 from state_reader.inspect.explain import Explanation, KeyStory, explain
-from state_reader.inspect.explain_rules import iso
 from state_reader.inspect.flatten import flatten_table, render_compact
 from state_reader.inspect.overview import describe_checkpoint
 from state_reader.inspect.stats import stats
@@ -46,7 +47,7 @@ from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.state_variables import TIMERS
 from state_reader.progress import progress
 from state_reader.providers.store_files import StoreFiles, look_ahead, unique_id_for
-from state_reader.units import human_bytes
+from state_reader.units import human_bytes, iso_time
 
 _CSS = """<style>
 .sr-cp{font-family:system-ui,sans-serif;font-size:13px;line-height:1.4;max-width:980px}
@@ -275,8 +276,8 @@ class KeyStories:
             parts.append(f'<div class="sr-warning">{_e(self.result.message)}</div>')
         for story in self.result.keys:
             rows = "".join(
-                f"<tr><td>{e.batch_id}</td><td>{_e(iso(e.batch_time_ms or None))}</td>"
-                f"<td>{_e(iso(e.watermark_ms) if e.watermark_ms else '')}</td><td>{_e(e.change_type)}</td>"
+                f"<tr><td>{e.batch_id}</td><td>{_e(iso_time(e.batch_time_ms or None))}</td>"
+                f"<td>{_e(iso_time(e.watermark_ms) if e.watermark_ms else '')}</td><td>{_e(e.change_type)}</td>"
                 f"<td>{_e('' if e.value is None else render_compact(e.value))}</td></tr>"
                 for e in story.timeline
             )
@@ -331,7 +332,7 @@ class Checkpoint:
             storage_options=self.storage_options,
             **options,
         )
-        return StateTable(table, f"state of operator {operator_id or 0}")
+        return StateTable(table, f"state of operator {DEFAULT_OPERATOR_ID if operator_id is None else operator_id}")
 
     @renamed_keywords(
         "Checkpoint.changes", start="change_start_batch_id", end="change_end_batch_id", operator="operator_id"
@@ -352,7 +353,7 @@ class Checkpoint:
             storage_options=self.storage_options,
             **options,
         )
-        return StateTable(table, f"changes of operator {operator_id or 0}")
+        return StateTable(table, f"changes of operator {DEFAULT_OPERATOR_ID if operator_id is None else operator_id}")
 
     def explain(self, key_filter: Any, operator_id: int | None = None, **options: Any) -> KeyStories:
         """``explain``: each selected key's timeline (a table, and its value drawn over batches beside the
@@ -558,7 +559,6 @@ class Checkpoint:
 
 
 SPARKLINE_POINTS = 24  # batches sized for a sparkline: a few dozen points draw the trend
-_PROBES = 8  # batches looked at per round of the search for the oldest one still rebuildable
 
 
 def _store_sizes(
@@ -576,13 +576,6 @@ def _store_sizes(
 
     def uid(store: StoreFiles, batch: int, pid: int) -> str | None:
         return unique_id_for(logs, store, batch + 1, operator_id, pid, store_name)
-
-    def rebuildable(batch: int) -> bool:
-        """Whether every partition's files for ``batch`` are there: from the listing (no zip opened)."""
-        return all(
-            store.version_files(batch + 1, uid(store, batch, pid), zip_data=False).complete
-            for pid, store in files.items()
-        )
 
     def sizes(batch: int) -> tuple[dict[int, int], dict[int, int] | None] | None:
         """Bytes of each partition's files for ``batch`` and the keys their snapshots record (None unless
@@ -604,22 +597,9 @@ def _store_sizes(
 
     if not committed or not partitions:
         return StoreSizes(operator_id, store_name, dict.fromkeys(partitions, 0), [])
-    # cleanup takes the oldest batches first: the oldest one still rebuildable, by a search that
-    # looks at several batches a round; the listing tells which files are there, so no zip is
-    # opened for it (a format 2 changelog's lineage is: those of a round fetched at once)
-    lo, hi = 0, len(committed) - 1
-    while lo < hi:
-        probes = sorted({lo + (hi - lo) * i // _PROBES for i in range(_PROBES)})
-        look_ahead(
-            ((store, committed[i] + 1, uid(store, committed[i], pid)) for i in probes for pid, store in files.items()),
-            zips=False,
-        )
-        first = next((i for i in probes if rebuildable(committed[i])), None)
-        if first is None:
-            lo = probes[-1] + 1
-        else:
-            lo, hi = max([p + 1 for p in probes if p < first], default=lo), first
-    kept = committed[lo:]
+    # the batches every partition can still rebuild, as stats, doctor and why take them; a partition that
+    # can rebuild none: the latest batch alone
+    kept = retained_batches(logs, files.values()) or committed[-1:]
     step = max(1, -(-len(kept) // SPARKLINE_POINTS))
     points = sorted({*kept[::step], kept[-1]})
     # the latest batch's and every point's snapshot zips at once: one or two round trips for the

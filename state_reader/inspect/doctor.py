@@ -23,6 +23,7 @@ import pyarrow as pa
 from state_reader.core import live
 from state_reader.core.options import from_kwargs
 from state_reader.core.planner import give_schemas, store_read_options
+from state_reader.core.retained import offset_entries, operator_stores
 from state_reader.core.scan import read_table
 from state_reader.errors import InvalidOptionError, StateReaderError
 from state_reader.inspect.doctor_files import (
@@ -44,11 +45,10 @@ from state_reader.inspect.doctor_state import (
     watermark_stalled,
 )
 from state_reader.inspect.doctor_thresholds import THRESHOLDS
-from state_reader.inspect.stats import operator_stores
 from state_reader.io.calls import with_one_listing
 from state_reader.io.integrity import checksum_report
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import CheckpointDir, OffsetEntry
+from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.plan import StateReadPlan
 
 SEVERITIES = ("error", "warning", "info")
@@ -180,13 +180,8 @@ def _diagnose(
     result.findings += uncommitted(cp, committed)
     result.checked.append("batches planned but not committed")
 
-    entries: dict[int, OffsetEntry] = {}
     storage.prefetch([f"{log}/{b}" for b in committed for log in ("offsets", "commits")])  # at once, remotely
-    for batch in committed:
-        try:
-            entries[batch] = cp.offset_entry(batch)
-        except StateReaderError:
-            continue  # purged with the query's cleanup, or damaged: the others still tell
+    entries = offset_entries(cp, committed)
     watermark = entries[latest].watermark_ms if latest in entries else 0
 
     event_time: int | None = None

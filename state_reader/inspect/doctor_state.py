@@ -6,7 +6,6 @@ stores that cannot be read.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import statistics
@@ -17,7 +16,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from state_reader.core.decode import stored_rows
+from state_reader.core.eviction import (
+    EVENT_TIME,
+    EXPIRY,
+    NONE_MS,
+    SESSION_END,
+    WINDOW_END,
+    EvictionTimes,
+    eviction_times,
+)
 from state_reader.core.planner import plan_store_read
+from state_reader.core.retained import first_retained
 from state_reader.core.scan import read_table
 from state_reader.core.size import row_bytes
 from state_reader.core.skew import is_skewed, skew
@@ -33,14 +42,7 @@ from state_reader.model.checkpoint import (
     OffsetEntry,
     numeric_names,
 )
-from state_reader.model.plan import StateReadPlan
-from state_reader.providers.store_files import StoreFiles
-from state_reader.units import human_bytes
-
-
-def _iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat(timespec="seconds")
-
+from state_reader.units import human_bytes, iso_time
 
 # --- the log checks ----------------------------------------------------------------------------------
 
@@ -81,21 +83,22 @@ def watermark_stalled(entries: dict[int, OffsetEntry], limit: float, event_time_
     if with_input < limit:
         return []
     evidence: dict[str, Any] = {
-        "watermark": _iso(last),
+        "watermark": iso_time(last),
         "unchanged_since_batch": since,
         "batches_with_input": with_input,
         "latest_batch": batches[-1],  # the earlier name, beside the vocabulary's for one release
         "latest_batch_id": batches[-1],
     }
     if event_time_ms is not None:
-        evidence["latest_event_time_in_state"] = _iso(event_time_ms)
+        evidence["latest_event_time_in_state"] = iso_time(event_time_ms)
     return [
         Finding(
             "watermark-stalled",
             "warning",
             None,
             None,
-            f"the watermark has stayed at {_iso(last)} since batch {since}, over {with_input} batches that took input",
+            f"the watermark has stayed at {iso_time(last)} since batch {since}, over {with_input} batches that "
+            "took input",
             evidence,
             "the watermark is the minimum over every input's event time (minus its delay): an input, a Kafka "
             "partition or a join side whose event time stopped moving holds it back. Find that input; for idle "
@@ -107,40 +110,14 @@ def watermark_stalled(entries: dict[int, OffsetEntry], limit: float, event_time_
 # --- the state checks --------------------------------------------------------------------------------
 
 
-def _event_times(store: Store) -> tuple[np.ndarray, str, bool] | None:
-    """(event time of each row in ms, what it is, whether rows at the watermark itself expire), or None.
-
-    The event-time column of a key carries the watermark delay in its field
-    metadata: a window (its end counts) or a timestamp. A session window keeps
-    its window in the value; dropDuplicatesWithinWatermark keeps an expiry.
-    """
-    table = store.table
-    for f in store.plan.key_schema.fields:
-        if WATERMARK_METADATA in (f.metadata or {}):
-            column = pc.struct_field(table.column("key"), f.name)
-            if pa.types.is_struct(column.type):
-                return _millis(pc.struct_field(column, "end")), "window end", True
-            if pa.types.is_timestamp(column.type):
-                return _millis(column), f"event time ({f.name})", True
-    value_type = table.schema.field("value").type if "value" in table.column_names else None
-    if value_type is None or not pa.types.is_struct(value_type):
-        return None
-    names = [f.name for f in value_type]
-    if "expiresAtMicros" in names:
-        expires = pc.struct_field(table.column("value"), "expiresAtMicros").cast(pa.int64())
-        return np.asarray(expires.fill_null(_NONE_MS * 1000).to_numpy(zero_copy_only=False)) // 1000, "expiry", False
-    if "session_window" in names:
-        window = pc.struct_field(table.column("value"), "session_window")
-        return _millis(pc.struct_field(window, "end")), "session end", True
-    return None
+def _eviction_times(store: Store) -> EvictionTimes | None:
+    """When the watermark evicts each row of ``store``, by the rule ``why`` gives a key's verdict by
+    (:func:`state_reader.core.eviction.eviction_times`), or None when it cannot."""
+    return eviction_times(store.plan.key_schema, store.table, store.operator_name)
 
 
-_NONE_MS = np.iinfo(np.int64).max // 1000
-
-
-def _millis(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    micros = pc.cast(column, pa.timestamp("us", tz=getattr(column.type, "tz", None))).cast(pa.int64())
-    return np.asarray(micros.fill_null(_NONE_MS * 1000).to_numpy(zero_copy_only=False)) // 1000
+# what a row's time is, in a finding's words
+_OF = {WINDOW_END: "window end", EVENT_TIME: "event time ({})", EXPIRY: "expiry", SESSION_END: "session end"}
 
 
 def _stored_sizes(store: Store, partition_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -226,15 +203,16 @@ def expired_rows(store: Store, watermark_ms: int) -> tuple[list[Finding], int | 
     """(findings, latest event time held in the state) for a store whose rows expire with the watermark."""
     if store.table.num_rows == 0:
         return [], None
-    found = _event_times(store)
+    found = _eviction_times(store)
     if found is None:
         return [], None
-    times, what, inclusive = found
-    valid = times[times != _NONE_MS]
+    what = _OF[found.kind].format(found.column)
+    leaves = found.leaves_at_ms()
+    valid = leaves[leaves != NONE_MS]
     latest = int(valid.max()) if valid.size else None
     if watermark_ms <= 0:
         return [], latest
-    expired = valid[valid <= watermark_ms] if inclusive else valid[valid < watermark_ms]
+    expired = valid[valid <= watermark_ms]  # gone in the first batch whose watermark reaches it
     if not expired.size:
         return [], latest
     return [
@@ -243,14 +221,14 @@ def expired_rows(store: Store, watermark_ms: int) -> tuple[list[Finding], int | 
             "warning",
             store.operator_id,
             store.store_name,
-            f"{expired.size} of {store.table.num_rows} rows have a {what} {'at or ' if inclusive else ''}before the "
-            f"watermark ({_iso(watermark_ms)}) and should have been evicted",
+            f"{expired.size} of {store.table.num_rows} rows have a {what} at or before the "
+            f"watermark ({iso_time(watermark_ms)}) and should have been evicted",
             {
                 "expired_rows": int(expired.size),
                 "rows": store.table.num_rows,
-                "oldest": _iso(int(expired.min())),
+                "oldest": iso_time(int(expired.min())),
                 "of": what,
-                "watermark": _iso(watermark_ms),
+                "watermark": iso_time(watermark_ms),
             },
             "Spark evicts these rows in the batch whose watermark passes them, except in complete output mode, "
             "which keeps every key forever: use update or append mode with withWatermark on the event-time "
@@ -336,13 +314,13 @@ def overdue_timers(store: Store, entry: OffsetEntry | None) -> list[Finding]:
             "warning",
             store.operator_id,
             store.store_name,
-            f"{plural(int(late.size), 'timer')} due before the last batch's {clock} ({_iso(now)}) have not fired; the "
-            f"oldest was due at {_iso(int(late.min()))}",
+            f"{plural(int(late.size), 'timer')} due before the last batch's {clock} ({iso_time(now)}) have not "
+            f"fired; the oldest was due at {iso_time(int(late.min()))}",
             {
                 "overdue": int(late.size),
                 "timers": len(values),
-                "oldest_due": _iso(int(late.min())),
-                clock.replace(" ", "_"): _iso(now),
+                "oldest_due": iso_time(int(late.min())),
+                clock.replace(" ", "_"): iso_time(now),
             },
             "a timer fires in the first batch at or after its time; one set in the past fires only in the next "
             "batch, and never if no batch runs. Set processing-time timers from the current processing time "
@@ -476,7 +454,7 @@ def no_eviction_reason(cp: CheckpointDir, store: Store, entries: dict[int, Offse
     """Why this store cannot shrink, or None when it has a way to.
 
     Each operator evicts its own way: aggregations, deduplication and session windows
-    drop a key once the watermark passes its event time (:func:`_event_times`); a
+    drop a key once the watermark reaches its event time (:func:`_eviction_times`); a
     stream-stream join drops rows by the event time in its rows (:func:`_join_no_eviction`);
     flatMapGroupsWithState by timeouts, transformWithState by TTL, and both by removal.
     """
@@ -500,7 +478,7 @@ def no_eviction_reason(cp: CheckpointDir, store: Store, entries: dict[int, Offse
         return _join_no_eviction(cp, store)
     if store.operator_name == operators.JOIN:
         return None  # a join's store of a layout not known here: nothing tells how it evicts
-    if _event_times(store) is None:
+    if _eviction_times(store) is None:
         return "the key holds no event-time column, so the watermark cannot expire any key"
     return None
 
@@ -551,20 +529,6 @@ def _holds_time(data_type: Any) -> bool:
     if data_type.kind == "timestamp":
         return True
     return data_type.kind == "struct" and any(_holds_time(f.data_type) for f in data_type.fields)
-
-
-def first_retained(cp: CheckpointDir, plan: StateReadPlan) -> int | None:
-    """The oldest committed batch whose state every partition can still rebuild."""
-    committed = cp.committed_batches
-    firsts = []
-    for pid in plan.partitions:
-        files = StoreFiles(cp.storage, plan.store_dir(pid), plan.provider_class, plan.codec)
-        versions = files.retained_versions(plan.version, {b + 1 for b in committed})
-        if not versions:
-            return None
-        firsts.append(min(versions))
-    candidates = [b for b in committed if b + 1 >= max(firsts)]
-    return candidates[0] if candidates else None
 
 
 def unreadable(op: int, store_name: str, batch_id: int | None, exc: StateReaderError) -> Finding:

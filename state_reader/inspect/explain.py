@@ -19,12 +19,12 @@ import pyarrow.compute as pc
 
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec, as_key_filter
 from state_reader.core.live import read_consistently
-from state_reader.core.options import from_kwargs, python_api
+from state_reader.core.options import DEFAULT_OPERATOR_ID, from_kwargs, python_api
 from state_reader.core.planner import plan_state_read, snapshots_give_the_change_feed
+from state_reader.core.retained import first_retained, name_of_operator, offset_entries
 from state_reader.core.scan import read_table
 from state_reader.errors import InvalidOptionError, StateReaderError, StorageError
 from state_reader.inspect.changefeed import changes
-from state_reader.inspect.doctor_state import first_retained
 from state_reader.inspect.explain_rules import (
     DELETE,
     INSERT,
@@ -37,7 +37,6 @@ from state_reader.inspect.explain_rules import (
     verdict,
 )
 from state_reader.inspect.flatten import json_values, with_unique_field_names
-from state_reader.inspect.stats import operator_stores
 from state_reader.io.integrity import with_checksum_report
 from state_reader.io.storage import Storage
 from state_reader.model import operators
@@ -175,8 +174,8 @@ def explain(
     storage = Storage(checkpoint, dict(storage_options or {}))
     cp = CheckpointDir(storage)
     latest = cp.latest_committed_batch()
-    op = 0 if operator_id is None else operator_id
-    operator_name = next((name for _, _, name in operator_stores(cp, op, batch_id=latest)), None)
+    op = DEFAULT_OPERATOR_ID if operator_id is None else operator_id
+    operator_name = name_of_operator(cp, op, latest)
     selectors: dict[str, Any] = {
         "operator_id": operator_id,
         "store_name": store_name,
@@ -194,7 +193,7 @@ def explain(
         plan = plan_state_read(from_kwargs(checkpoint, at_latest), cp)
         first = first_retained(cp, _files_plan(checkpoint, selectors, plan, latest, cp))
         first = latest if first is None else first
-        entries = _offset_entries(cp, first, latest)
+        entries = offset_entries(cp, (b for b in cp.committed_batches if first <= b <= latest))
         if side is None:
             before = _read_at(checkpoint, selectors, first, key_filter, cp)
             from_snapshots = change_feed_from_snapshots
@@ -331,18 +330,6 @@ def _timers(
         if due is not None:
             out.setdefault(key, []).append(int(due))
     return out, clock
-
-
-def _offset_entries(cp: CheckpointDir, first: int, latest: int) -> dict[int, OffsetEntry]:
-    batches = [b for b in cp.committed_batches if first <= b <= latest]
-    cp.storage.prefetch([f"offsets/{b}" for b in batches], small=True)  # at once, remotely
-    out: dict[int, OffsetEntry] = {}
-    for batch in batches:
-        try:
-            out[batch] = cp.offset_entry(batch)
-        except StateReaderError:
-            continue  # purged by the query's cleanup: that batch's watermark is unknown
-    return out
 
 
 # how a store shows a key's value: one row (a value, or several rows such as a join's buffered rows), the

@@ -38,7 +38,6 @@ leaves state in the first batch whose watermark reaches its time.
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,8 +45,20 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from state_reader.core.eviction import (
+    EVENT_TIME,
+    EXPIRY,
+    SESSION_END,
+    WINDOW_END,
+    ceil_ms,
+    due_at,
+    eviction_times,
+    join_row_leaves_at,
+    timeout_fires_at,
+)
 from state_reader.model import operators
 from state_reader.model.checkpoint import WATERMARK_METADATA
+from state_reader.units import iso_time
 
 if TYPE_CHECKING:
     from state_reader.model.checkpoint import OffsetEntry
@@ -104,31 +115,6 @@ class KeyFacts:
     timer_clock: str | None = None  # their clock: "processing time" or "event time"
 
 
-def iso(ms: int | None) -> str:
-    """A time in ms as UTC ISO 8601 (milliseconds shown only when there are some)."""
-    if ms is None:
-        return "-"
-    stamp = dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
-    return stamp.isoformat(timespec="milliseconds" if ms % 1000 else "seconds")
-
-
-def _ceil_ms(micros: int) -> int:
-    """The first watermark (ms) at or after a time in microseconds: Spark compares ``W * 1000 >= t``."""
-    return -((-micros) // 1000)
-
-
-def join_row_leaves_at(event_time_us: int, range_ms: int = 0, *, inclusive: bool = True) -> int:
-    """The first watermark (ms) at which Spark drops a join side's buffered row of event time
-    ``event_time_us``, when the join condition bounds that side's time from below by the other side's
-    time minus ``range_ms`` (the range of the condition that keeps it matchable), with an inclusive bound
-    (``<=``, ``>=``, ``BETWEEN``) or a strict one (``<``, ``>``).
-
-    Spark's state value watermark is ``W - range - 1`` (inclusive) or ``W - range`` (strict), and the
-    predicate drops the rows whose event time is ``<=`` it (``t_us <= state watermark * 1000``).
-    """
-    return _ceil_ms(event_time_us) + range_ms + (1 if inclusive else 0)
-
-
 def _watermark_now(facts: KeyFacts) -> tuple[int, int | None]:
     """(the latest batch's watermark, the batch in which it last moved)."""
     batches = sorted(facts.entries)
@@ -150,24 +136,6 @@ def _since(moved: int | None) -> str:
 def _micros(column: pa.ChunkedArray | pa.Array) -> int | None:
     value = pc.cast(column, pa.timestamp("us", tz=getattr(column.type, "tz", None))).cast(pa.int64())[0].as_py()
     return None if value is None else int(value)
-
-
-def _key_event_time(facts: KeyFacts) -> tuple[int, str] | None:
-    """(micros, what) of the key's watermarked event-time column: a window's end, or a timestamp."""
-    row = facts.row
-    if not row.num_rows or "key" not in row.column_names:
-        return None
-    for f in facts.plan.key_schema.fields:
-        if WATERMARK_METADATA not in (f.metadata or {}):
-            continue
-        column = pc.struct_field(row.column("key"), f.name)
-        if pa.types.is_struct(column.type):
-            micros = _micros(pc.struct_field(column, "end"))
-            return (micros, f"the end of its window ({f.name}.end)") if micros is not None else None
-        if pa.types.is_timestamp(column.type):
-            micros = _micros(column)
-            return (micros, f"its event time ({f.name})") if micros is not None else None
-    return None
 
 
 def _value_field(facts: KeyFacts, name: str) -> pa.ChunkedArray | None:
@@ -208,7 +176,7 @@ def verdict(facts: KeyFacts) -> Verdict:
             details={"why": why},
         )
     micros, what, event = found
-    when = _ceil_ms(micros)
+    when = ceil_ms(micros)
     if not ever_watermark:
         why = "the query defines no watermark (yet): no batch has moved one"
         return Verdict(
@@ -220,15 +188,15 @@ def verdict(facts: KeyFacts) -> Verdict:
         )
     overdue = now >= when
     action = {"evict": "evicted", "expire": "expires", "emit": "emitted and evicted"}[event]
-    summary = f"{action} when the watermark reaches {iso(when)} ({what})"
+    summary = f"{action} when the watermark reaches {iso_time(when)} ({what})"
     if overdue:
         summary += (
-            f"; the watermark ({iso(now)}) is past it, yet the key is still in state: "
+            f"; the watermark ({iso_time(now)}) is past it, yet the key is still in state: "
             "complete output mode keeps every key, and a later one of several stateful operators evicts by "
             "an earlier operator's output"
         )
     else:
-        summary += f"; the watermark is {iso(now)}{_since(moved)}, {(when - now) / 1000:g} s to go"
+        summary += f"; the watermark is {iso_time(now)}{_since(moved)}, {(when - now) / 1000:g} s to go"
     details: dict[str, Any] = {"of": what}
     if event == "evict" and facts.operator_name in (operators.AGGREGATION, operators.SESSION_WINDOW):
         details["append_mode"] = "in append output mode its row is emitted in the same batch"
@@ -249,27 +217,27 @@ def verdict(facts: KeyFacts) -> Verdict:
     )
 
 
+# what a key's time is, in the verdict's words
+_OF = {
+    WINDOW_END: "the end of its window ({}.end)",
+    EVENT_TIME: "its event time ({})",
+    EXPIRY: "the expiry stored with it (its event time + the watermark delay)",
+    SESSION_END: "the end of its session",
+}
+
+
 def _eviction_time(facts: KeyFacts) -> tuple[int, str, str] | None:
-    """(micros, what it is, event) at which the watermark ends the key's stay, or None when it cannot."""
-    name = facts.operator_name
-    expires = _value_field(facts, "expiresAtMicros")
-    if expires is not None:  # dropDuplicatesWithinWatermark
-        micros = expires.cast(pa.int64())[0].as_py()
-        return (
-            (int(micros), "the expiry stored with it (its event time + the watermark delay)", "expire")
-            if (micros is not None)
-            else None
-        )
-    session = _value_field(facts, "session_window")
-    if session is not None:  # a session window keeps its bounds in the value
-        micros = _micros(pc.struct_field(session, "end"))
-        return (micros, "the end of its session", "evict") if micros is not None else None
-    found = _key_event_time(facts)
+    """(micros, what it is, event) at which the watermark ends the key's stay, or None when it cannot: the
+    rule ``doctor`` applies too (:func:`state_reader.core.eviction.eviction_times`)."""
+    if not facts.row.num_rows:
+        return None
+    found = eviction_times(facts.plan.key_schema, facts.row, facts.operator_name)
     if found is None:
         return None
-    micros, what = found
-    event = "expire" if name == operators.DEDUP else "evict"
-    return micros, what, event
+    micros = found.micros[0].as_py()
+    if micros is None:
+        return None
+    return int(micros), _OF[found.kind].format(found.column), found.event
 
 
 def _gone(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
@@ -278,8 +246,8 @@ def _gone(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
         return Verdict("gone", "not in state at any retained batch", watermark_ms=now, watermark_moved_batch_id=moved)
     return Verdict(
         "gone",
-        f"left state in batch {left.batch_id} (watermark {iso(left.watermark_ms)}, batch time "
-        f"{iso(left.batch_time_ms)})",
+        f"left state in batch {left.batch_id} (watermark {iso_time(left.watermark_ms)}, batch time "
+        f"{iso_time(left.batch_time_ms)})",
         when_watermark_ms=left.watermark_ms or None,
         when_time_ms=left.batch_time_ms or None,
         watermark_ms=now,
@@ -306,17 +274,16 @@ def _due(
 ) -> Verdict:
     """A verdict for something due when ``clock`` (the watermark or the batch time) passes ``due_ms``
     (``at_due``: reaches it): Spark takes it in the first batch whose clock does."""
-    when = due_ms if at_due else due_ms + 1
+    when = due_at(due_ms) if at_due else timeout_fires_at(due_ms)
     clock_now = now if clock == "watermark" else _batch_time_now(facts)
     overdue = clock_now >= when
-    summary = (
-        f"{what} at {iso(due_ms)}: {event}s in the first batch whose {clock} {'reaches' if at_due else 'is past'} it"
-    )
+    reaches = "reaches" if at_due else "is past"
+    summary = f"{what} at {iso_time(due_ms)}: {event}s in the first batch whose {clock} {reaches} it"
     if overdue:
-        summary += f"; the last batch's {clock} ({iso(clock_now)}) already does, so the next batch takes it"
+        summary += f"; the last batch's {clock} ({iso_time(clock_now)}) already does, so the next batch takes it"
     else:
         since = _since(moved) if clock == "watermark" else ""
-        summary += f"; the {clock} is {iso(clock_now)}{since}, {(when - clock_now) / 1000:g} s to go"
+        summary += f"; the {clock} is {iso_time(clock_now)}{since}, {(when - clock_now) / 1000:g} s to go"
     return Verdict(
         event,
         summary,
@@ -368,7 +335,7 @@ def _transform_with_state(facts: KeyFacts, now: int, moved: int | None) -> Verdi
     expiry = None if ttl is None else ttl.cast(pa.int64())[0].as_py()
     timer = min(facts.timers) if facts.timers else None
     clock = "watermark" if facts.timer_clock == "event time" else "batch time"
-    timer_when = timer  # a timer fires in the first batch whose clock reaches it
+    timer_when = None if timer is None else due_at(timer)  # the first batch whose clock reaches it
     timer_now = now if clock == "watermark" else _batch_time_now(facts)
     details: dict[str, Any] = {"timers": sorted(facts.timers), "timer_clock": facts.timer_clock}
     if expiry is not None and (timer_when is None or clock != "batch time" or expiry <= timer_when):
@@ -401,20 +368,21 @@ def _transform_with_state(facts: KeyFacts, now: int, moved: int | None) -> Verdi
 def _ttl(expiry: int, now: int, moved: int | None, facts: KeyFacts) -> Verdict:
     """A value whose TTL lapses at ``expiry``: gone in the first batch whose batch time reaches it."""
     batch_time = _batch_time_now(facts)
-    overdue = batch_time >= expiry
-    summary = f"its TTL lapses at {iso(expiry)}: expires in the first batch whose batch time reaches it"
+    when = due_at(expiry)
+    overdue = batch_time >= when
+    summary = f"its TTL lapses at {iso_time(expiry)}: expires in the first batch whose batch time reaches it"
     summary += (
-        f"; the last batch's time ({iso(batch_time)}) already does, so the next batch clears it"
+        f"; the last batch's time ({iso_time(batch_time)}) already does, so the next batch clears it"
         if overdue
-        else f"; the batch time is {iso(batch_time)}, {(expiry - batch_time) / 1000:g} s to go"
+        else f"; the batch time is {iso_time(batch_time)}, {(when - batch_time) / 1000:g} s to go"
     )
     return Verdict(
         "expire",
         summary,
-        when_time_ms=expiry,
+        when_time_ms=when,
         watermark_ms=now,
         watermark_moved_batch_id=moved,
-        to_go_ms=max(expiry - batch_time, 0),
+        to_go_ms=max(when - batch_time, 0),
         overdue=overdue,
         details={"ttl_expiration_ms": expiry},
     )
@@ -454,10 +422,10 @@ def _join_rows(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
     keyed = _join_key_time(facts, column) if column is not None else None
     if keyed is not None:  # the event time (or a window) is a join key: gone once the watermark reaches it
         micros, what = keyed
-        when = _ceil_ms(micros)
+        when = ceil_ms(micros)
         overdue = now >= when
-        summary = f"dropped when the watermark reaches {iso(when)} ({what}, a join key: key time <= watermark)"
-        summary += f"; the watermark is {iso(now)}{_since(moved)}" + (
+        summary = f"dropped when the watermark reaches {iso_time(when)} ({what}, a join key: key time <= watermark)"
+        summary += f"; the watermark is {iso_time(now)}{_since(moved)}" + (
             "" if overdue else f", {(when - now) / 1000:g} s to go"
         )
         return Verdict(
@@ -491,14 +459,14 @@ def _join_rows(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
     overdue = now >= last
     count = f"{len(event_micros)} buffered row{'s' if len(event_micros) != 1 else ''}"
     summary = (
-        f"{count}, event times {iso(_ceil_ms(min(event_micros)))}..{iso(_ceil_ms(max(event_micros)))} "
+        f"{count}, event times {iso_time(ceil_ms(min(event_micros)))}..{iso_time(ceil_ms(max(event_micros)))} "
         f"({column}): each is "
         "dropped in the first batch whose watermark is past its event time plus the range the join condition "
         "allows the other side (Spark drops a row once event time <= watermark - range - 1 ms for an inclusive "
         "bound, <= watermark - range for a strict one); with no range and an inclusive bound, the last at "
-        f"{iso(last)}"
+        f"{iso_time(last)}"
     )
-    summary += f"; the watermark is {iso(now)}{_since(moved)}" + (
+    summary += f"; the watermark is {iso_time(now)}{_since(moved)}" + (
         "" if overdue else f", {(last - now) / 1000:g} s to go"
     )
     return Verdict(

@@ -29,7 +29,6 @@ from state_reader.model.conf import (
     CONF_JOIN_FORMAT,
     CONF_MERGE_OPERATOR,
     CONF_SHUFFLE_PARTITIONS,
-    HDFS_PROVIDER,
     StoreConf,
     conf_flag,
     provider_name,
@@ -147,7 +146,7 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
             "latest_committed": latest,
             "latest_batch_id": latest,
         },
-        "provider": provider or provider_name(HDFS_PROVIDER),
+        "provider": provider or provider_name(detect_provider(cp, None, None)),  # no state: Spark's default
         "provider_class": store_conf.provider_class,
         "codec": store_conf.codec or DEFAULT_CODEC,  # what a conf missing from the offset log means
         "codec_recorded": CONF_CODEC in conf,

@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from state_reader.core.planner import store_schema
+from state_reader.core.retained import operator_stores
 from state_reader.errors import SchemaReadError
 from state_reader.formats.spark_types import ArrayType, DataType, MapType, StructType
-from state_reader.inspect.stats import operator_stores
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import DEFAULT_STORE, CheckpointDir
 from state_reader.model.state_variables import family_schemas

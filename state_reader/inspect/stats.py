@@ -21,9 +21,9 @@ import pyarrow as pa
 
 from state_reader.core import live
 from state_reader.core.decode import measure_partition
-from state_reader.core.metadata import infer_operator_metadata
 from state_reader.core.options import check_batch_range, from_kwargs, python_api
-from state_reader.core.planner import give_schemas, join_column_families, plan_store_read, store_read_options
+from state_reader.core.planner import give_schemas, plan_store_read, store_read_options
+from state_reader.core.retained import operator_stores, retained_batches
 from state_reader.core.scan import fetched_ahead
 from state_reader.core.skew import partition_skew
 from state_reader.deprecation import renamed_keywords
@@ -32,16 +32,12 @@ from state_reader.errors import (
     InvalidOptionError,
     ReadOutpacedError,
     RequiredOptionError,
-    SchemaReadError,
-    StateReaderError,
     UnsupportedOptionError,
 )
 from state_reader.io.integrity import with_checksum_report
 from state_reader.io.storage import Storage
-from state_reader.model import operators
 from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.plan import StateReadPlan
-from state_reader.model.state_variables import timer_family, user_variables
 from state_reader.progress import progress
 from state_reader.providers.store_files import StoreFiles, unique_id_for
 
@@ -118,51 +114,6 @@ def parse_batch_range(text: str | None) -> tuple[int | None, int | None]:
     return start, end
 
 
-def operator_stores(
-    cp: CheckpointDir,
-    operator_id: int | None = None,
-    store_name: str | None = None,
-    batch_id: int | None = None,
-    variables: bool = True,
-) -> list[tuple[int, str, str | None]]:
-    """(operator id, store name, operator name) of every store to look at.
-
-    Stores come from operator metadata, or from the files for checkpoints
-    written before Spark 4.0. With ``variables``, a transformWithState
-    operator's "stores" are its state variables and its timers (see :func:`_plan`).
-    """
-    known = cp.operator_ids
-    if operator_id is not None and operator_id not in known:
-        raise SchemaReadError(
-            f"the checkpoint {cp.location} has no state for operator {operator_id} "
-            f"(operators: {', '.join(map(str, known)) or 'none'})",
-            path=cp.storage.display("state"),
-        )
-    out: list[tuple[int, str, str | None]] = []
-    for op in [operator_id] if operator_id is not None else known:
-        try:
-            meta = cp.operator_metadata(op, batch_id)
-        except StateReaderError:
-            meta = None
-        if meta is None:
-            meta = infer_operator_metadata(cp, op)
-        # join formats 3 and 4 keep their four stores as column families of one store
-        names = join_column_families(cp, meta) or ([s.name for s in meta.stores] if meta else [])
-        op_name = meta.operator_name if meta else None
-        if variables and meta is not None and operators.is_transform_with_state(op_name):
-            timers = timer_family(meta)
-            names = user_variables(meta) + ([timers] if timers else [])
-        if store_name is not None:
-            if names and store_name not in names:
-                raise SchemaReadError(
-                    f"operator {op} of {cp.location} has no store '{store_name}' (stores: {', '.join(names)})",
-                    path=cp.storage.display(f"state/{op}"),
-                )
-            names = [store_name]
-        out.extend((op, name, op_name) for name in names)
-    return out
-
-
 def _plan(
     checkpoint: str,
     cp: CheckpointDir,
@@ -174,17 +125,6 @@ def _plan(
 ) -> StateReadPlan:
     """The plan of one store at ``batch_id``."""
     return plan_store_read(cp, operator_id, store_name, batch_id, operator_name)
-
-
-def _default_batches(cp: CheckpointDir, files: list[StoreFiles]) -> list[int]:
-    """Committed batches whose versions every partition can still rebuild."""
-    committed = cp.committed_batches
-    if not committed:
-        return []
-    last = committed[-1] + 1
-    firsts = [min(v, default=last) for v in (f.retained_versions(last, {b + 1 for b in committed}) for f in files)]
-    first_batch = max(firsts, default=1) - 1
-    return [b for b in committed if b >= first_batch]
 
 
 @with_checksum_report  # one warning for all the files read
@@ -254,7 +194,9 @@ def _collect_stats(
     hi = change_end_batch_id if change_end_batch_id is not None else latest
     for op, store, _plan_latest, files in work:
         # a range wider than what is committed and on disk is clamped to it (and said so)
-        batches_by_store[(op, store)] = [b for b in _default_batches(cp, list(files.values())) if lo <= b <= hi]
+        # a partition that can rebuild no version: the latest batch alone, whose read says why
+        retained = retained_batches(cp, files.values()) or committed[-1:]
+        batches_by_store[(op, store)] = [b for b in retained if lo <= b <= hi]
     result.batches = sorted({b for bs in batches_by_store.values() for b in bs})
     if (
         result.batches

@@ -20,8 +20,8 @@ from typing import Any
 from state_reader.core.decode import decode_columns
 from state_reader.core.options import from_kwargs
 from state_reader.core.planner import give_schemas, plan_state_read
+from state_reader.core.retained import operator_stores
 from state_reader.errors import RequiredOptionError, StateReaderError, UnsupportedOptionError
-from state_reader.inspect.stats import operator_stores
 from state_reader.io.integrity import checksum_report
 from state_reader.io.storage import Storage
 from state_reader.model import operators

@@ -42,7 +42,6 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
     "core/size": ("core/test_rewrite.py", "inspect/test_stats.py"),
     "inspect/doctor_findings": ("inspect/test_doctor.py",),
     "inspect/doctor_thresholds": ("inspect/test_doctor.py", "core/test_skew.py"),
-    "inspect/explain_rules": ("inspect/test_explain.py",),
     "fronts/frame": ("oracles/test_spark_fronts.py", "oracles/test_connect.py"),
     "fronts/sql": ("oracles/test_spark_fronts.py",),
     "fronts/stream_source": ("core/test_follow.py",),

@@ -28,7 +28,7 @@ def test_changes_command(agg):
 
 def _stores(cp: str) -> list[dict[str, object]]:
     """The selectors of every store of ``cp`` a change feed reads (transformWithState: each variable)."""
-    from state_reader.inspect.stats import operator_stores
+    from state_reader.core.retained import operator_stores
     from state_reader.io.storage import Storage
     from state_reader.model import operators
     from state_reader.model.checkpoint import CheckpointDir

@@ -165,11 +165,7 @@ def plan_rewrite(source: Storage | CheckpointDir, options: RewriteOptions | None
     if provider is not None and provider.lower() not in PROVIDER_NAMES:
         raise InvalidOptionError(f"provider must be one of {', '.join(PROVIDER_NAMES)}, got {provider!r}")
     # the provider each read is planned with: recorded, else told by the state files (not assumed HDFS)
-    source_class = (
-        detect_provider(cp, conf.get(CONF_PROVIDER), cp.operator_ids[0])
-        if cp.operator_ids
-        else (conf.get(CONF_PROVIDER) or PROVIDER_NAMES["hdfs"])
-    )
+    source_class = detect_provider(cp, conf.get(CONF_PROVIDER), cp.operator_ids[0] if cp.operator_ids else None)
     source_provider = provider_name(source_class) or source_class
     target_provider = source_provider if provider is None else provider.lower()
     moving = target_provider != source_provider
