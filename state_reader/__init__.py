@@ -64,14 +64,14 @@ from state_reader.errors import (
 if TYPE_CHECKING:
     from typing import Any
 
+    from state_reader.core.changefeed import changes, follow
+    from state_reader.formats.flatten import with_unique_field_names
     from state_reader.fronts.api import diagnose, read_metadata, read_state, repartition, rewrite, scan_state
     from state_reader.fronts.notebook import Checkpoint
     from state_reader.fronts.notebook import open_checkpoint as open
     from state_reader.fronts.plotting import plot_state_size
-    from state_reader.inspect.changefeed import changes, follow
     from state_reader.inspect.doctor import Diagnosis, Finding
     from state_reader.inspect.explain import Explanation, explain
-    from state_reader.inspect.flatten import with_unique_field_names
     from state_reader.inspect.stats import stats
 
 # The functions and classes below import numpy, pyarrow and fsspec, which the
@@ -84,13 +84,13 @@ _LAZY = {
     "scan_state": "state_reader.fronts.api",
     "rewrite": "state_reader.fronts.api",
     "repartition": "state_reader.fronts.api",
-    "changes": "state_reader.inspect.changefeed",
-    "follow": "state_reader.inspect.changefeed",
+    "changes": "state_reader.core.changefeed",
+    "follow": "state_reader.core.changefeed",
     "Diagnosis": "state_reader.inspect.doctor",
     "explain": "state_reader.inspect.explain",
     "Explanation": "state_reader.inspect.explain",
     "Finding": "state_reader.inspect.doctor",
-    "with_unique_field_names": "state_reader.inspect.flatten",
+    "with_unique_field_names": "state_reader.formats.flatten",
     "Checkpoint": "state_reader.fronts.notebook",
     "open": "state_reader.fronts.notebook",
     "plot_state_size": "state_reader.fronts.plotting",

@@ -32,11 +32,11 @@ from state_reader.core.scan import read_table as _read_table
 from state_reader.core.scan import result_metadata as _result_metadata
 from state_reader.errors import InvalidOptionError as _InvalidOptionError
 from state_reader.errors import unexpected_errors_as_ours as _unexpected_errors_as_ours
+from state_reader.formats.flatten import renamed_batch as _renamed_batch
+from state_reader.formats.flatten import unique_schema as _unique_schema
+from state_reader.formats.flatten import with_unique_field_names
 from state_reader.inspect.doctor import Diagnosis
 from state_reader.inspect.doctor import diagnose as _diagnose
-from state_reader.inspect.flatten import renamed_batch as _renamed_batch
-from state_reader.inspect.flatten import unique_schema as _unique_schema
-from state_reader.inspect.flatten import with_unique_field_names
 from state_reader.io.destination import Destination as _Destination
 from state_reader.io.integrity import with_checksum_report as _with_checksum_report
 from state_reader.io.storage import Storage as _Storage

@@ -310,7 +310,7 @@ def changes_command(
 
     --json prints one JSON document ({"rows", "counts", "row_count", ...}); with --follow it prints JSON
     lines instead, one object a row as each batch commits (and one a skip, with --skip-lost), for piping."""
-    from state_reader.inspect.changefeed import change_counts, changes
+    from state_reader.core.changefeed import change_counts, changes
 
     # the change feed read, the same followed or not
     read: dict[str, Any] = dict(

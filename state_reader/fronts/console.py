@@ -72,7 +72,7 @@ def sparkline(values: Sequence[float]) -> str:
 
 def data_table(names: list[str], rows: list[list[Any]]) -> Table:
     """Rows as a table, one column per name, long cells cut at :data:`CELL_WIDTH`."""
-    from state_reader.inspect.flatten import render_cell
+    from state_reader.formats.flatten import render_cell
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for name in names:
@@ -85,7 +85,7 @@ def data_table(names: list[str], rows: list[list[Any]]) -> Table:
 
 def records(names: list[str], rows: list[list[Any]]) -> Table:
     """One block per row, one line per column: readable however many columns there are."""
-    from state_reader.inspect.flatten import render_cell
+    from state_reader.formats.flatten import render_cell
 
     grid = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
@@ -101,7 +101,7 @@ def records(names: list[str], rows: list[list[Any]]) -> Table:
 
 def print_rows(con: Console, names: list[str], rows: list[list[Any]], layout: str) -> None:
     """A table when the rows fit the screen (or ``layout`` says so), else records."""
-    from state_reader.inspect.flatten import render_cell
+    from state_reader.formats.flatten import render_cell
 
     if layout == "auto":
         widths = [max([len(n)] + [min(len(render_cell(r[i])), CELL_WIDTH) for r in rows]) for i, n in enumerate(names)]
@@ -304,7 +304,7 @@ class TextOutput(Output):
         limit: int,
         layout: str,
     ) -> None:
-        from state_reader.inspect.flatten import display_rows
+        from state_reader.formats.flatten import display_rows
 
         con = new_console()
         head = (
@@ -347,7 +347,7 @@ class TextOutput(Output):
         limit: int,
         layout: str,
     ) -> None:
-        from state_reader.inspect.flatten import display_rows
+        from state_reader.formats.flatten import display_rows
 
         total = table.num_rows
         truncated = bool(limit) and total > limit
@@ -376,8 +376,8 @@ class TextOutput(Output):
         click.echo(f"following {checkpoint}{shown} (Ctrl-C stops)", err=True)
 
     def follow_batch(self, batch: int, table: pa.Table) -> None:
-        from state_reader.inspect.changefeed import change_counts
-        from state_reader.inspect.flatten import display_rows
+        from state_reader.core.changefeed import change_counts
+        from state_reader.formats.flatten import display_rows
 
         counts = change_counts(table)
         summary = ", ".join(f"{c['rows']} {c['change_type']}{'s' if c['rows'] != 1 else ''}" for c in counts)
@@ -490,7 +490,7 @@ class TextOutput(Output):
             con.print(Text(f"  what to do: {f.action}"))
 
     def why(self, result: Explanation) -> None:
-        from state_reader.inspect.flatten import render_compact
+        from state_reader.formats.flatten import render_compact
         from state_reader.units import iso_time
 
         con = new_console()
@@ -584,7 +584,7 @@ class JsonOutput(Output):
         limit: int,
         layout: str,
     ) -> None:
-        from state_reader.inspect.flatten import json_rows
+        from state_reader.formats.flatten import json_rows
 
         where = {
             "operator_id": plan.operator_id,
@@ -606,7 +606,7 @@ class JsonOutput(Output):
         )
 
     def stats(self, result: StatsResult, summary: pa.Table, *, detail: bool) -> None:
-        from state_reader.inspect.flatten import json_rows
+        from state_reader.formats.flatten import json_rows
 
         skipped = [{"operator_id": op, "store_name": s, "reason": why} for op, s, why in result.skipped]
         emit_json(
@@ -630,7 +630,7 @@ class JsonOutput(Output):
         limit: int,
         layout: str,
     ) -> None:
-        from state_reader.inspect.flatten import json_rows
+        from state_reader.formats.flatten import json_rows
 
         total = table.num_rows
         truncated = bool(limit) and total > limit
@@ -655,7 +655,7 @@ class JsonOutput(Output):
         pass  # JSON lines stay rows: nothing but rows on stdout
 
     def follow_batch(self, batch: int, table: pa.Table) -> None:
-        from state_reader.inspect.flatten import json_rows
+        from state_reader.formats.flatten import json_rows
 
         for row in json_rows(table):
             sys.stdout.write(json.dumps(row, ensure_ascii=False, allow_nan=False, default=str) + "\n")

@@ -24,9 +24,9 @@ from state_reader.core.options import StateMetadataOptions
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import iter_batches, partitions_to_read
 from state_reader.errors import BatchNotRetainedError, InvalidOptionError, StateReaderError
+from state_reader.formats.flatten import unique_schema
 from state_reader.fronts import spark_shared as shared
 from state_reader.fronts.sql import register_functions
-from state_reader.inspect.flatten import unique_schema
 from state_reader.model.plan import StateReadPlan
 
 STATESTORE = "state_reader.statestore"

@@ -17,10 +17,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from state_reader.core.changefeed import follow
 from state_reader.core.follow import log as follow_log
 from state_reader.core.key_filter import KeyFilter
 from state_reader.fronts.console import Output, output
-from state_reader.inspect.changefeed import follow
 
 
 def follow_changes(

@@ -24,6 +24,7 @@ from state_reader.core.options import StateMetadataOptions
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import iter_batches
 from state_reader.errors import unexpected_errors_as_ours
+from state_reader.formats.flatten import renamed_batch, unique_names, unique_schema
 from state_reader.fronts.spark_shared import (
     check_arrow_transport,
     group_partitions,
@@ -33,7 +34,6 @@ from state_reader.fronts.spark_shared import (
     spark_parallelism,
     spark_worker_errors,
 )
-from state_reader.inspect.flatten import renamed_batch, unique_names, unique_schema
 from state_reader.model.plan import StateReadPlan
 
 

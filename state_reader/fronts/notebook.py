@@ -30,15 +30,15 @@ from typing import Any
 
 import pyarrow as pa
 
+from state_reader.core.changefeed import changes
 from state_reader.core.options import DEFAULT_OPERATOR_ID
 from state_reader.core.retained import retained_batches
 from state_reader.deprecation import renamed_keywords, warn_renamed
 from state_reader.errors import StateReaderError
+from state_reader.formats.flatten import flatten_table, render_compact
 from state_reader.fronts.api import diagnose, read_metadata, read_state
 from state_reader.fronts.plotting import plot_state_size
-from state_reader.inspect.changefeed import changes
 from state_reader.inspect.explain import Explanation, KeyStory, explain
-from state_reader.inspect.flatten import flatten_table, render_compact
 from state_reader.inspect.overview import describe_checkpoint
 from state_reader.inspect.stats import stats
 from state_reader.io.calls import with_one_listing

@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from state_reader.core.changefeed import changes
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec, as_key_filter
 from state_reader.core.live import read_consistently
 from state_reader.core.options import DEFAULT_OPERATOR_ID, from_kwargs, python_api
@@ -24,7 +25,7 @@ from state_reader.core.planner import plan_state_read, snapshots_give_the_change
 from state_reader.core.retained import first_retained, name_of_operator, offset_entries
 from state_reader.core.scan import read_table
 from state_reader.errors import InvalidOptionError, StateReaderError, StorageError
-from state_reader.inspect.changefeed import changes
+from state_reader.formats.flatten import json_values, with_unique_field_names
 from state_reader.inspect.explain_rules import (
     DELETE,
     INSERT,
@@ -36,7 +37,6 @@ from state_reader.inspect.explain_rules import (
     Verdict,
     verdict,
 )
-from state_reader.inspect.flatten import json_values, with_unique_field_names
 from state_reader.io.integrity import with_checksum_report
 from state_reader.io.storage import Storage
 from state_reader.model import operators

@@ -4,7 +4,7 @@
 * CSV flattens structs to dotted columns (``key.window.start``) and writes
   lists, maps, binary and intervals as compact JSON text.
 * JSON Lines (``.jsonl``) writes one object per row with nested objects (conventions in
-  :mod:`state_reader.inspect.flatten`); JSON (``.json``) writes the same objects as one
+  :mod:`state_reader.formats.flatten`); JSON (``.json``) writes the same objects as one
   array, ``[]`` when no row matched, which ``json.load`` and every JSON tool read whole.
 
 The output appears only when complete: it is written next to the target under
@@ -25,7 +25,7 @@ import pyarrow as pa
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
 from state_reader.core.scan import bind_key_filter, iter_batches, partitions_to_read
 from state_reader.errors import InvalidOptionError, UnsupportedTypeError
-from state_reader.inspect.flatten import flatten_table, json_rows, unique_names, unique_schema, with_unique_field_names
+from state_reader.formats.flatten import flatten_table, json_rows, unique_names, unique_schema, with_unique_field_names
 from state_reader.model.plan import StateReadPlan
 from state_reader.progress import progress
 

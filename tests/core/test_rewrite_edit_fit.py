@@ -20,13 +20,13 @@ from click.testing import CliRunner
 import state_reader
 from state_reader.core.rewrite.edit_fit import EditMode, conform_column, require_columns, require_non_null, typed_table
 from state_reader.errors import EditNullError, EditSchemaError, EditValueError, InvalidEditError
+from state_reader.formats.flatten import flatten_table, json_rows
 from state_reader.formats.json_values import json_values
 from state_reader.formats.spark_types import parse_ddl
 from state_reader.formats.unsaferow_encode import encode_rows
 from state_reader.fronts.cli import cli
 from state_reader.fronts.cli_rewrite import read_rows_file
 from state_reader.inspect.export import _CsvWriter, _JsonArrayWriter, _JsonlWriter
-from state_reader.inspect.flatten import flatten_table, json_rows
 from tests.support.resume import assert_builtin_sees_same_state, digest, state_rows, stored_rows
 from tests.support.streaming_queries import QUERIES, session_confs
 

@@ -11,7 +11,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 import state_reader
-from state_reader.inspect.flatten import flatten_table
+from state_reader.formats.flatten import flatten_table
 from tests.support.cli import assert_one_line_error, run, run_json
 from tests.support.resume import digest
 

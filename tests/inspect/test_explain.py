@@ -14,8 +14,8 @@ import pytest
 from pyspark.sql import functions as F
 
 import state_reader
+from state_reader.formats.flatten import json_values, unique_names
 from state_reader.inspect.explain_rules import join_row_leaves_at
-from state_reader.inspect.flatten import json_values, unique_names
 from tests.support.cli import assert_one_line_error, run, run_json
 from tests.support.keyed_queries import SCHEMA
 from tests.support.streaming_queries import HDFS, ROCKSDB, T0, Query, run_query, session_confs, write_input

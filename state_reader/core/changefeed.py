@@ -24,7 +24,7 @@ from state_reader.core.options import from_kwargs, in_python_names, python_api
 from state_reader.core.scan import read_table
 from state_reader.deprecation import renamed_keywords
 from state_reader.errors import StateReaderError, renamed, unexpected_errors_as_ours
-from state_reader.inspect.flatten import with_unique_field_names
+from state_reader.formats.flatten import with_unique_field_names
 from state_reader.io.integrity import with_checksum_report
 
 

@@ -10,7 +10,7 @@ from decimal import Decimal
 import pyarrow as pa
 
 import state_reader
-from state_reader.inspect.flatten import flatten_table, json_rows, unique_names, with_unique_field_names
+from state_reader.formats.flatten import flatten_table, json_rows, unique_names, with_unique_field_names
 from tests.support.oracle import arrow_rows
 from tests.support.paths import GOLDEN
 
