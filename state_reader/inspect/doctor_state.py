@@ -23,7 +23,9 @@ from state_reader.core.eviction import (
     SESSION_END,
     WINDOW_END,
     EvictionTimes,
+    due_at,
     eviction_times,
+    timeout_fires_at,
 )
 from state_reader.core.planner import plan_store_read
 from state_reader.core.retained import first_retained
@@ -304,7 +306,11 @@ def overdue_timers(store: Store, entry: OffsetEntry | None) -> list[Finding]:
     if not event_time and entry.watermark_ms > 0 and "expiration_timestamp_ms" not in table.column_names:
         now = min(now, entry.watermark_ms)
     values = np.asarray(due.to_numpy(zero_copy_only=False), dtype=np.int64) if len(due) else np.zeros(0, np.int64)
-    late = values[values < now] if now > 0 else values[:0]
+    # the clock at which each fires, by the rule why predicts with: a timer once the clock reaches it, a
+    # (flat)mapGroupsWithState timeout once the clock is past it
+    fires_at = due_at if "expiration_timestamp_ms" in table.column_names else timeout_fires_at
+    firing = np.fromiter((fires_at(int(v)) for v in values), dtype=np.int64, count=len(values))
+    late = values[firing <= now] if now > 0 else values[:0]
     if not late.size:
         return []
     clock = "watermark" if event_time else "processing time"

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
+import pytest
 from pyspark.sql import functions as F
 
 import state_reader
@@ -342,3 +344,31 @@ def test_a_missing_schema_file_blocks_reading_the_store_not_restarting_the_query
     assert resume(spark, query, str(cp), tmp_path / "query" / "input"), "the restarted query ran no batch"
     assert schema.exists()
     assert "unreadable-store" not in kinds(str(cp))
+
+
+@pytest.mark.parametrize(
+    ("store_name", "column", "due", "late"),
+    [
+        # a transformWithState timer fires once the clock reaches it: one due at the clock is overdue
+        ("$procTimers_keyToTimestamp", "expiration_timestamp_ms", 10_000, True),
+        ("$procTimers_keyToTimestamp", "expiration_timestamp_ms", 10_001, False),
+        # a (flat)mapGroupsWithState timeout fires once the clock is past it
+        ("default", "timeoutTimestamp", 9_999, True),
+        ("default", "timeoutTimestamp", 10_000, False),
+    ],
+)
+def test_overdue_timers_follow_the_rule_why_predicts_with(store_name, column, due, late):
+    """The doctor calls a timer overdue exactly when the shared rule says the last batch should have fired it."""
+    from types import SimpleNamespace
+
+    from state_reader.inspect.doctor_findings import Store
+    from state_reader.inspect.doctor_state import overdue_timers
+    from state_reader.model.checkpoint import OffsetEntry
+
+    if column == "expiration_timestamp_ms":
+        table = pa.table({"key": pa.array([{"k": "a"}]), column: pa.array([due], pa.int64())})
+    else:
+        table = pa.table({"key": pa.array([{"k": "a"}]), "value": pa.array([{"n": 1, column: due}])})
+    store = Store(0, store_name, "op", SimpleNamespace(), table)  # type: ignore[arg-type]
+    found = overdue_timers(store, OffsetEntry(0, 10_000, {}, ()))
+    assert bool(found) is late, found
