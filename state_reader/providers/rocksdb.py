@@ -214,7 +214,8 @@ class RocksDBStore:
         raw = self._read(name, self._missing(version, unique_id, "changelog", why))
         shown = self._shown(name)
         log = changelog_format.parse_changelog(decompress(raw, self.codec, shown), shown)
-        self.storage.remember(f"{self.directory}/{name}", log.lineage)  # the files before it (StoreFiles)
+        if log.lineage:  # the files before it (checkpoint format 2), which StoreFiles looks for
+            self.storage.remember(f"{self.directory}/{name}", log.lineage)
         return log
 
     def load_snapshot(self, version: int, unique_id: str | None, why: str, as_dict: bool = False) -> StoreState:
