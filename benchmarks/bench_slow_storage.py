@@ -49,8 +49,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ
 import generate  # noqa: E402
 
 OPERATIONS = ("read", "display", "doctor", "lookup", "metadata")
-# round trips on the critical path ("waited") each operation may cost on Spark's default 200 state
-# partitions at most, on either provider (what README.md and benchmarks/README promise)
+# round trips on the critical path each operation may cost on Spark's default 200 state partitions
+# at most, on either provider (what README.md and benchmarks/README promise)
 BUDGETS = {"read": 30, "doctor": 60, "display": 10, "lookup": 10}
 LISTINGS = 8  # listings do not grow with the partitions: the logs, state/ and each operator's, paginated
 
