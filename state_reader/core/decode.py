@@ -1,7 +1,8 @@
 """Carry out a plan: decode one partition of one store into Arrow, through its provider.
 
 The provider is looked up in one table (:data:`PROVIDERS`); every provider module
-offers ``read_store(plan, directory, partition_id)`` and
+offers ``read_store(plan, directory, partition_id)`` (and ``read_store_rows``, the same
+with the rows as stored), ``load_rows(plan, directory, partition_id)`` and
 ``read_changes(plan, directory, partition_id, version)``. Join sides (formats 1-3)
 combine two stores here; state variables of column families go to
 :mod:`state_reader.providers.rocksdb_variables` through the RocksDB provider.
@@ -17,7 +18,7 @@ from types import ModuleType
 import numpy as np
 import pyarrow as pa
 
-from state_reader.core.size import StateSize, state_size
+from state_reader.core.size import StateSize, StoredSizes, state_size
 from state_reader.errors import RowDecodeError, UnsupportedOptionError
 from state_reader.formats.unsaferow import RowBuffer
 from state_reader.grouping import group_ids
@@ -94,6 +95,22 @@ def stored_rows(plan: StateReadPlan, partition_id: int) -> tuple[RowBuffer, RowB
     return _provider(plan, directory).load_rows(plan, directory, partition_id)
 
 
+def decode_measured(plan: StateReadPlan, partition_id: int) -> tuple[list[pa.Array], StoredSizes | None]:
+    """:func:`decode_columns`, and the sizes of the same partition's :func:`stored_rows`, from one load of its
+    files (None for a join side, whose rows are not stored rows)."""
+    if plan.join is not None:
+        return decode_columns(plan, partition_id), None
+    directory = plan.store_dir(partition_id)
+    if plan.variable is not None:
+        columns, keys, values = rocksdb.read_variable_rows(plan, directory, partition_id)
+        return columns, StoredSizes.of(keys, values)
+    with _given_schemas_named(plan):
+        key_column, value_column, keys, values = _provider(plan, directory).read_store_rows(
+            plan, directory, partition_id
+        )
+    return [key_column, value_column], StoredSizes.of(keys, values)
+
+
 def measure_partition(plan: StateReadPlan, partition_id: int) -> StateSize:
     """Rows and state bytes (:mod:`state_reader.core.size`) of one partition at the plan's version.
 
@@ -126,8 +143,13 @@ def decode_change_columns(plan: StateReadPlan, partition_id: int, version: int) 
     return kinds, [keys, values]
 
 
-def read_partition(plan: StateReadPlan, partition_id: int) -> Iterator[pa.RecordBatch]:
-    """Record batches of the state (or the changes) of one partition, in the plan's output schema."""
+def read_partition(
+    plan: StateReadPlan, partition_id: int, stored_sizes: dict[int, StoredSizes] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of the state (or the changes) of one partition, in the plan's output schema.
+
+    ``stored_sizes``: given, it gets the partition's stored row sizes (:func:`decode_measured`), measured from
+    the rows the read loads, not read again (a change feed's are not measured)."""
     schema = plan.arrow_schema
     if plan.is_change_feed:
         assert plan.change_start_batch_id is not None
@@ -146,7 +168,12 @@ def read_partition(plan: StateReadPlan, partition_id: int) -> Iterator[pa.Record
                     schema=schema,
                 )
         return
-    columns = decode_columns(plan, partition_id)
+    if stored_sizes is None:
+        columns = decode_columns(plan, partition_id)
+    else:
+        columns, sizes = decode_measured(plan, partition_id)
+        if sizes is not None:
+            stored_sizes[partition_id] = sizes
     rows = len(columns[0])
     for lo in range(0, rows, BATCH_ROWS):
         n = min(BATCH_ROWS, rows - lo)

@@ -33,6 +33,7 @@ from state_reader.core.decode import read_partition
 from state_reader.core.key_filter import OPTION as KEY_FILTER_OPTION
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec, as_key_filter
 from state_reader.core.pruning import lookup_partitions
+from state_reader.core.size import StoredSizes
 from state_reader.errors import InvalidOptionError, MissingStateFileError, StorageError
 from state_reader.io.calls import io_threads
 from state_reader.model.plan import StateReadPlan
@@ -125,11 +126,15 @@ def require_files(plan: StateReadPlan, partitions: Sequence[int]) -> None:
 
 
 def partition_batches(
-    plan: StateReadPlan, partition_id: int, key_filter: KeyFilter | None = None
+    plan: StateReadPlan,
+    partition_id: int,
+    key_filter: KeyFilter | None = None,
+    stored_sizes: dict[int, StoredSizes] | None = None,
 ) -> list[pa.RecordBatch]:
-    """The record batches of one partition, filtered, empty ones dropped."""
+    """The record batches of one partition, filtered, empty ones dropped (``stored_sizes``: see
+    :func:`iter_batches`)."""
     out = []
-    for batch in read_partition(plan, partition_id):
+    for batch in read_partition(plan, partition_id, stored_sizes):
         if key_filter is not None:
             batch = key_filter.apply(batch)
         if batch.num_rows:
@@ -223,13 +228,17 @@ class _Prefetch:
 
 
 def _prefetched_batches(
-    plan: StateReadPlan, pid: int, flt: KeyFilter | None, prefetch: _Prefetch | None
+    plan: StateReadPlan,
+    pid: int,
+    flt: KeyFilter | None,
+    prefetch: _Prefetch | None,
+    sizes: dict[int, StoredSizes] | None = None,
 ) -> list[pa.RecordBatch]:
     if prefetch is None:
-        return partition_batches(plan, pid, flt)
+        return partition_batches(plan, pid, flt, sizes)
     prefetch.wait(pid)
     try:
-        return partition_batches(plan, pid, flt)
+        return partition_batches(plan, pid, flt, sizes)
     finally:
         prefetch.done(pid)
 
@@ -256,7 +265,11 @@ def fetched_ahead(plan: StateReadPlan, partitions: Sequence[int]) -> Iterator[in
 
 
 def _decoded_in_order(
-    plan: StateReadPlan, chosen: list[int], flt: KeyFilter | None, threads: int
+    plan: StateReadPlan,
+    chosen: list[int],
+    flt: KeyFilter | None,
+    threads: int,
+    sizes: dict[int, StoredSizes] | None = None,
 ) -> Iterator[list[pa.RecordBatch]]:
     """Each chosen partition's batches, in order, decoded up to ``threads`` partitions ahead."""
     # a local disk answers at once; elsewhere the files of the partitions ahead are fetched meanwhile
@@ -264,32 +277,37 @@ def _decoded_in_order(
     ahead = plan.storage.remote and chosen and not plan.is_change_feed and plan.snapshot_start_version is None
     prefetch = _Prefetch(plan, chosen) if ahead else None
     try:
-        yield from _decoded(plan, chosen, flt, threads, prefetch)
+        yield from _decoded(plan, chosen, flt, threads, prefetch, sizes)
     finally:
         if prefetch is not None:
             prefetch.close()
 
 
 def _decoded(
-    plan: StateReadPlan, chosen: list[int], flt: KeyFilter | None, threads: int, prefetch: _Prefetch | None
+    plan: StateReadPlan,
+    chosen: list[int],
+    flt: KeyFilter | None,
+    threads: int,
+    prefetch: _Prefetch | None,
+    sizes: dict[int, StoredSizes] | None = None,
 ) -> Iterator[list[pa.RecordBatch]]:
     if threads <= 1 or len(chosen) <= 1:
         for pid in chosen:
-            yield _prefetched_batches(plan, pid, flt, prefetch)
+            yield _prefetched_batches(plan, pid, flt, prefetch, sizes)
         return
     pending: deque[Future[list[pa.RecordBatch]]] = deque()
     todo = iter(chosen)
     with ThreadPoolExecutor(threads, thread_name_prefix="state_reader") as pool:
         try:
             for pid in todo:
-                pending.append(pool.submit(_prefetched_batches, plan, pid, flt, prefetch))
+                pending.append(pool.submit(_prefetched_batches, plan, pid, flt, prefetch, sizes))
                 if len(pending) >= threads:
                     break
             while pending:
                 batches = pending.popleft().result()  # re-raises the partition's error, in partition order
                 nxt = next(todo, None)
                 if nxt is not None:
-                    pending.append(pool.submit(_prefetched_batches, plan, nxt, flt, prefetch))
+                    pending.append(pool.submit(_prefetched_batches, plan, nxt, flt, prefetch, sizes))
                 yield batches
         finally:
             for future in pending:  # a limit reached or an error: do not decode the rest
@@ -305,12 +323,16 @@ def iter_batches(
     show_progress: bool | None = None,
     label: str | None = None,
     threads: int | None = None,
+    stored_sizes: dict[int, StoredSizes] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Record batches of the planned read, filtered, at most ``limit`` rows in all.
 
     Partitions come in ascending order. Reading stops as soon as ``limit`` rows
     are out. ``show_progress`` None draws a bar on terminals for slow reads;
-    ``threads`` defaults to :func:`read_threads`.
+    ``threads`` defaults to :func:`read_threads`. ``stored_sizes``, when given,
+    gets each partition's rows' sizes as stored (:class:`StoredSizes`, before any
+    key filter), measured from what the read loads: ``doctor`` measures rows
+    without reading their files again.
     """
     flt = bind_key_filter(plan, key_filter)
     chosen = partitions_to_read(plan, flt, partitions)
@@ -318,7 +340,7 @@ def iter_batches(
     what = label or f"operator {plan.operator_id} · batch {plan.batch_id}"
     try:
         with progress(f"reading {what}", len(chosen), enabled=show_progress) as bar:
-            for batches in _decoded_in_order(plan, chosen, flt, threads or read_threads()):
+            for batches in _decoded_in_order(plan, chosen, flt, threads or read_threads(), stored_sizes):
                 for batch in batches:
                     if remaining is not None:
                         if batch.num_rows > remaining:

@@ -45,3 +45,15 @@ def row_bytes(keys: RowBuffer, values: RowBuffer) -> np.ndarray:
 def state_size(keys: RowBuffer, values: RowBuffer) -> StateSize:
     """Rows and state bytes of rows as their store keeps them."""
     return StateSize(len(keys.lengths), int(row_bytes(keys, values).sum()))
+
+
+@dataclass(frozen=True)
+class StoredSizes:
+    """Each row's state bytes (:func:`row_bytes`) and key bytes, of rows as their store keeps them."""
+
+    state: np.ndarray
+    key: np.ndarray
+
+    @classmethod
+    def of(cls, keys: RowBuffer, values: RowBuffer) -> StoredSizes:
+        return cls(row_bytes(keys, values), keys.lengths.astype(np.int64))

@@ -25,6 +25,7 @@ from state_reader.core.options import from_kwargs
 from state_reader.core.planner import give_schemas, store_read_options
 from state_reader.core.retained import offset_entries, operator_stores
 from state_reader.core.scan import read_table
+from state_reader.core.size import StoredSizes
 from state_reader.errors import InvalidOptionError, StateReaderError
 from state_reader.inspect.doctor_files import (
     files_past_commit,
@@ -180,7 +181,7 @@ def _diagnose(
     result.findings += uncommitted(cp, committed)
     result.checked.append("batches planned but not committed")
 
-    storage.prefetch([f"{log}/{b}" for b in committed for log in ("offsets", "commits")])  # at once, remotely
+    cp.fetch_logs_ahead(committed)  # at once, remotely
     entries = offset_entries(cp, committed)
     watermark = entries[latest].watermark_ms if latest in entries else 0
 
@@ -189,10 +190,15 @@ def _diagnose(
     feeds: dict[tuple[int, str, int, int], int | None] = {}  # deletes per change feed read
     for op, store_name, op_name in operator_stores(cp, batch_id=latest):
         planned: list[StateReadPlan] = []
+        sizes: dict[int, StoredSizes] = {}
 
-        def read(plan: StateReadPlan, planned: list[StateReadPlan] = planned) -> pa.Table:
+        def read(
+            plan: StateReadPlan, planned: list[StateReadPlan] = planned, sizes: dict[int, StoredSizes] = sizes
+        ) -> pa.Table:
             planned.append(plan)
-            return read_table(plan, show_progress=False)
+            sizes.clear()  # a read planned again measures afresh
+            # the rows' sizes as stored (large-rows, skew) measured as they are read, not read again
+            return read_table(plan, show_progress=False, stored_sizes=sizes)
 
         try:
             # the latest batch, planned again should a running query clean it up under the read
@@ -206,7 +212,7 @@ def _diagnose(
             result.findings.append(unreadable(op, store_name, latest, exc))
             continue
         plan = planned[-1]
-        store = Store(op, store_name, op_name, plan, table)
+        store = Store(op, store_name, op_name, plan, table, sizes)
         result.findings += skewed_partition(store, limits)
         expired, held = expired_rows(store, watermark)
         if len(cp.operator_ids) == 1:

@@ -26,11 +26,10 @@ def long_chain(cp: CheckpointDir, store: Store, limit: float) -> list[Finding]:
     uids = {
         pid: unique_id_for(cp, f, plan.version, store.operator_id, pid, plan.store_name) for pid, f in stores.items()
     }
-    look_ahead((stores[pid], plan.version, uids[pid]) for pid in stores)  # every partition's snapshot at once
+    # a chain is told by file names alone (and a format 2 changelog's lineage): no snapshot zip is looked into
+    look_ahead(((stores[pid], plan.version, uids[pid]) for pid in stores), zips=False)
     for pid in plan.partitions:
-        files = stores[pid]
-        uid = uids[pid]
-        chains[pid] = files.version_files(plan.version, uid)
+        chains[pid] = stores[pid].version_files(plan.version, uids[pid], zip_data=False)
     worst = max(chains, key=lambda p: chains[p].delta_chain)
     if chains[worst].delta_chain < limit:
         return []

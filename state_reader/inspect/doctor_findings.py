@@ -7,11 +7,12 @@ Kept apart from :mod:`state_reader.inspect.doctor`, which imports the checks, so
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from state_reader.core.size import StoredSizes
 from state_reader.model.plan import StateReadPlan
 
 
@@ -37,6 +38,8 @@ class Store:
     operator_name: str | None
     plan: StateReadPlan
     table: pa.Table
+    # each partition's rows' sizes as stored, measured as the table was read (none for a join side)
+    sizes: dict[int, StoredSizes] = field(default_factory=dict)
 
 
 def plural(count: int, word: str) -> str:

@@ -15,7 +15,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_reader.core.decode import stored_rows
 from state_reader.core.eviction import (
     EVENT_TIME,
     EXPIRY,
@@ -30,7 +29,6 @@ from state_reader.core.eviction import (
 from state_reader.core.planner import plan_store_read
 from state_reader.core.retained import first_retained
 from state_reader.core.scan import read_table
-from state_reader.core.size import row_bytes
 from state_reader.core.skew import is_skewed, skew
 from state_reader.errors import MissingSchemaFileError, StateReaderError
 from state_reader.grouping import group_ids
@@ -123,10 +121,12 @@ _OF = {WINDOW_END: "window end", EVENT_TIME: "event time ({})", EXPIRY: "expiry"
 
 
 def _stored_sizes(store: Store, partition_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """(state bytes, key bytes) of each row of one partition as the store keeps it: :func:`row_bytes`, its key
-    and value uncompressed, what ``stats`` counts."""
-    keys, values = stored_rows(store.plan, partition_id)
-    return row_bytes(keys, values), keys.lengths.astype(np.int64)
+    """(state bytes, key bytes) of each row of one partition as the store keeps it (its key and value
+    uncompressed: what ``stats`` counts), measured as the store was read (none for a join side)."""
+    sizes = store.sizes.get(partition_id)
+    if sizes is None:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return sizes.state, sizes.key
 
 
 def _keys_as_read(store: Store, keys: pa.Array | pa.ChunkedArray, stored: int) -> pa.Array | pa.ChunkedArray | None:
@@ -177,10 +177,7 @@ def skewed_partition(store: Store, limits: dict[str, float]) -> list[Finding]:
         ]
     else:  # a row per key: the keys whose rows are largest, in state bytes
         evidence["keys_in_partition"] = int(per_key.size)
-        try:
-            sizes, _ = _stored_sizes(store, worst)
-        except StateReaderError:  # cleaned up by a running query since it was read
-            sizes = np.zeros(0, np.int64)
+        sizes, _ = _stored_sizes(store, worst)
         shown = _keys_as_read(store, keys, len(sizes))
         if shown is not None and len(sizes):
             evidence["largest_keys"] = [
@@ -245,14 +242,9 @@ def large_rows(store: Store, limit: float) -> list[Finding]:
     if store.table.num_rows == 0 or store.plan.join is not None:
         return []
     found: list[tuple[int, int, int, int, int]] = []  # (state bytes, key bytes, partition, row, rows stored)
-    try:
-        for pid in store.plan.partitions:
-            sizes, key_sizes = _stored_sizes(store, pid)
-            found += [
-                (int(sizes[i]), int(key_sizes[i]), pid, int(i), len(sizes)) for i in np.flatnonzero(sizes >= limit)
-            ]
-    except StateReaderError:  # cleaned up by a running query since it was read: nothing to measure
-        return []
+    for pid in store.plan.partitions:
+        sizes, key_sizes = _stored_sizes(store, pid)
+        found += [(int(sizes[i]), int(key_sizes[i]), pid, int(i), len(sizes)) for i in np.flatnonzero(sizes >= limit)]
     if not found:
         return []
     found.sort(key=lambda row: row[0], reverse=True)

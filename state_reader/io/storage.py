@@ -101,6 +101,11 @@ class Storage:
         self._recursive: set[str] = set()
         self._tree_lock = threading.RLock()
         self._inflight: dict[str, Future[None]] = {}  # listings under way, by what they list
+        # rel -> what a file that never changes once written says, parsed by whichever reader read it
+        # (a snapshot zip's list of SSTs, a changelog's lineage): kept within one operation made of
+        # several reads (one_listing) and shared as its listings are, so that it reads such a file once;
+        # a storage made outside one keeps nothing (a long change feed would hold every file's)
+        self._said: dict[str, Any] | None = {} if shared_listings() is not None else None
         # remote only: files being fetched ahead of their read (rel -> its bytes, or the error)
         self._pending: dict[str, Future[bytes]] = {}
         self._pending_lock = threading.Lock()
@@ -110,8 +115,8 @@ class Storage:
         shared = shared_listings()
         if shared is not None and protocol != "file":
             key = (protocol, self.root, repr(sorted(self.storage_options.items())))
-            self._tree, self._recursive, self._tree_lock, self._inflight = shared.setdefault(
-                key, (self._tree, self._recursive, self._tree_lock, self._inflight)
+            self._tree, self._recursive, self._tree_lock, self._inflight, self._said = shared.setdefault(
+                key, (self._tree, self._recursive, self._tree_lock, self._inflight, self._said)
             )
         # a local disk needs fsspec only to write or to walk a tree (importing it costs ~60 ms of
         # a command's start); any other filesystem, or options, are opened now so that they fail here
@@ -160,13 +165,34 @@ class Storage:
                 self._tree.clear()
                 self._recursive.clear()
                 self._listed.clear()
+                if self._said is not None:
+                    self._said.clear()
                 return
             rel = rel.strip("/")
             for key in [k for k in self._tree if k == rel or k.startswith(rel + "/")]:
                 del self._tree[key]
+            said = self._said if self._said is not None else {}
+            for key in [k for k in said if k.startswith(rel + "/")]:
+                del said[key]
             for key in [k for k in self._recursive if k == rel or k.startswith(rel + "/")]:
                 self._recursive.discard(key)
             self._listed.pop(rel, None)
+
+    def remember(self, rel: str, said: Any) -> None:
+        """Keep what file ``rel`` says, as its reader parsed it, for the other readers of the same
+        operation (within :func:`~state_reader.io.calls.one_listing`; outside one, nothing is kept):
+        only for a file that never changes once written and was read checked against its sidecars."""
+        if self._said is None:
+            return
+        with self._tree_lock:
+            self._said[rel] = said
+
+    def recall(self, rel: str) -> Any | None:
+        """What :meth:`remember` kept of ``rel``, or None: its readers need not fetch it again."""
+        if self._said is None:
+            return None
+        with self._tree_lock:
+            return self._said.get(rel)
 
     def full(self, rel: str) -> str:
         """Filesystem path of ``rel`` (relative to the root)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import posixpath
 import re
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -32,6 +32,7 @@ from state_reader.errors import (
     OffsetLogUnavailableError,
     OffsetMetadataUnavailableError,
     OperatorMetadataReadError,
+    StateReaderError,
     UnsupportedOptionError,
 )
 from state_reader.io.destination import incomplete_rewrite_in
@@ -321,7 +322,8 @@ class CheckpointDir:
         :meth:`offset_entry` reads, for a writer that changes part of it and keeps the rest."""
         rel = f"offsets/{batch_id}"
         try:
-            lines = self.storage.read_text(rel).split("\n")
+            # read once: fetched ahead of a plan (fetch_ahead) or of a walk over the logs (fetch_logs_ahead)
+            lines = self.read_once(rel).decode("utf-8").split("\n")
         except FileNotFoundError:
             raise OffsetLogUnavailableError(
                 f"The offset log for batch {batch_id} does not exist: {self.storage.display(rel)} "
@@ -425,6 +427,22 @@ class CheckpointDir:
     def schema_file(self, operator_id: int, store_name: str) -> str:
         """Relative path of the v1/v2 schema file of a store (partition 0 only)."""
         return posixpath.join(self.store_dir(operator_id, 0, store_name), "_metadata", "schema")
+
+    def fetch_logs_ahead(self, batches: Iterable[int]) -> None:
+        """Start fetching, all at once, the offset log entries of ``batches`` and, when the latest commit
+        names each version's files (checkpoint format 2, read through :meth:`state_unique_id`), their
+        commit log entries: those not read yet (remote only)."""
+        if not self.storage.remote:
+            return
+        logs = ["offsets"]
+        committed = self.committed_batches
+        try:
+            _, entry = self.commit_entry(committed[-1]) if committed else (0, {})
+        except StateReaderError:
+            entry = {}
+        if isinstance(entry, dict) and entry.get("stateUniqueIds"):
+            logs.append("commits")
+        self.storage.prefetch(r for b in batches for log in logs if (r := f"{log}/{b}") not in self._file_cache)
 
     def fetch_ahead(self, batch_id: int, operator_id: int) -> None:
         """Start fetching, all at once, the small files a plan of ``batch_id`` reads: its commit and

@@ -367,15 +367,36 @@ def load_rows(plan: StateReadPlan, directory: str, partition_id: int) -> tuple[R
 
 def read_store(plan: StateReadPlan, directory: str, partition_id: int) -> tuple[pa.StructArray, pa.StructArray]:
     """Keys and values of one HDFS store at the plan's version, as Arrow."""
+    keys, values, _ = _read_store(plan, directory, stored=False)
+    return keys, values
+
+
+def read_store_rows(
+    plan: StateReadPlan, directory: str, partition_id: int
+) -> tuple[pa.StructArray, pa.StructArray, RowBuffer, RowBuffer]:
+    """:func:`read_store`'s keys and values, and the same rows as stored (:func:`load_rows`'), from one load."""
+    keys, values, stored = _read_store(plan, directory, stored=True)
+    assert stored is not None
+    return keys, values, *stored
+
+
+def _read_store(
+    plan: StateReadPlan, directory: str, stored: bool
+) -> tuple[pa.StructArray, pa.StructArray, tuple[RowBuffer, RowBuffer] | None]:
     store = _store(plan, directory)
     buf, size, live = store.load_records(
         plan.version, start_snapshot=plan.snapshot_start_version, records_hint_scale=max(len(plan.partitions), 1)
     )
     source = f"{plan.storage.display(directory)} (version {plan.version})"
-    keys = decode_rows(RowBuffer.wrap(buf, size, live.key_start, live.key_len, source + " key"), plan.key_schema)
+    key_rows = RowBuffer.wrap(buf, size, live.key_start, live.key_len, source + " key")
+    keys = decode_rows(key_rows, plan.key_schema)
     values = RowBuffer.wrap(buf, size, live.value_start, live.value_len, source + " value")
+    rows = None
+    if stored:  # as load_rows gives them: a row checksum stays in front of its value
+        skip = store.value_skip
+        rows = key_rows, RowBuffer.wrap(buf, size, live.value_start - skip, live.value_len + skip, source + " value")
     del live
-    return keys, plan.declared_values(decode_rows(values, plan.stored_value_schema), source)
+    return keys, plan.declared_values(decode_rows(values, plan.stored_value_schema), source), rows
 
 
 def read_changes(

@@ -230,7 +230,10 @@ class RocksDBStore:
         name = state_file_name(version, "changelog", unique_id)
         raw = self._read(name, self._missing(version, unique_id, "changelog", why))
         shown = self._shown(name)
-        return changelog_format.parse_changelog(decompress(raw, self.codec, shown), shown)
+        log = changelog_format.parse_changelog(decompress(raw, self.codec, shown), shown)
+        if log.lineage:  # the files before it (checkpoint format 2), which StoreFiles looks for
+            self.storage.remember(f"{self.directory}/{name}", log.lineage)
+        return log
 
     def load_snapshot(self, version: int, unique_id: str | None, why: str, as_dict: bool = False) -> StoreState:
         """Read all of one zip's RocksDB: its SST files directly, or rebuilt in a temporary directory.
@@ -242,6 +245,7 @@ class RocksDBStore:
         raw = self._read(name, self._missing(version, unique_id, "zip", why))
         metadata, wal_bytes = snapshot_zip.read_metadata_entry(raw, shown)
         meta = snapshot_zip.parse_metadata(metadata, shown)
+        self.storage.remember(f"{self.directory}/{name}", meta)  # the files it lists (StoreFiles)
         ssts: dict[snapshot_zip.DataFile, bytes] = {}
         if self._sst_wanted(meta, wal_bytes):
             ssts = self._read_data_files(snapshot_zip.SST_DIR, meta.sst_files, shown)
@@ -498,9 +502,18 @@ def read_store(
 
     ``column_family`` selects one virtual column family of a store that has them.
     """
+    keys, values, _, _ = read_store_rows(plan, directory, partition_id, column_family)
+    return keys, values
+
+
+def read_store_rows(
+    plan: StateReadPlan, directory: str, partition_id: int, column_family: str | None = None
+) -> tuple[pa.StructArray, pa.StructArray, RowBuffer, RowBuffer]:
+    """:func:`read_store`'s keys and values, and the same store's rows as stored (:func:`load_rows`'), from one
+    load."""
     state = load_store(plan, directory, partition_id)
     source = f"{plan.storage.display(directory)} (version {plan.version})"
-    keys, values = state.row_buffers(source)
+    stored_keys, stored_values = keys, values = state.row_buffers(source)
     state.entries = {}
     if state.uses_column_families or column_family is not None:
         keys, values = _column_family(keys, values, state, column_family, source)
@@ -508,6 +521,8 @@ def read_store(
     return (
         decode_keys(keys, plan.key_schema, spec, plan.store_conf.avro),
         plan.declared_values(decode_values(values, plan.stored_value_schema, plan.store_conf.row_checksum), source),
+        stored_keys,
+        stored_values,
     )
 
 
@@ -631,13 +646,38 @@ def load_rows(plan: StateReadPlan, directory: str, partition_id: int) -> tuple[R
 
 def read_variable(plan: StateReadPlan, directory: str, partition_id: int) -> list[pa.Array]:
     """Output columns of a transformWithState variable (its column family) at the plan's version."""
+    columns, _ = _read_variable(plan, directory, partition_id, stored=False)
+    return columns
+
+
+def read_variable_rows(
+    plan: StateReadPlan, directory: str, partition_id: int
+) -> tuple[list[pa.Array], RowBuffer, RowBuffer]:
+    """:func:`read_variable`'s columns, and its column family's rows as stored (:func:`load_rows`'), from one
+    load."""
+    columns, stored = _read_variable(plan, directory, partition_id, stored=True)
+    assert stored is not None
+    return columns, *stored
+
+
+def _read_variable(
+    plan: StateReadPlan, directory: str, partition_id: int, stored: bool
+) -> tuple[list[pa.Array], tuple[RowBuffer, RowBuffer] | None]:
     assert plan.variable is not None
     state = load_store(plan, directory, partition_id)
     source = f"{plan.storage.display(directory)} (version {plan.version})"
     families = state.column_families or _store(plan, directory).column_families(plan.version)
     family_id = _family_id(families, plan.variable.family.name)
+    wanted = -1 if family_id is None else family_id  # ids are never negative: a missing family holds no rows
+    rows = None
+    if stored:  # taken before the rows become the dict state_columns reads (their order is kept)
+        keys, values = state.row_buffers(source)
+        if len(keys.starts):
+            mask = column_family_ids(keys) == wanted
+            keys, values = select(keys, mask), select(values, mask)
+        rows = keys, values
     entries = list(state.entries.items()) if family_id is not None else []
-    return state_columns(plan, plan.variable, entries, -1 if family_id is None else family_id, source)
+    return state_columns(plan, plan.variable, entries, wanted, source), rows
 
 
 def read_variable_changes(

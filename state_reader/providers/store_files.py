@@ -65,6 +65,9 @@ class StoreFiles:
         # the files looked into (a zip's SST list, a changelog's lineage) kept for the read that follows
         self._fetch = storage.peek_bytes if keep_fetched else storage.read_bytes if checked else storage.read_unchecked
         self.checked = checked
+        # what a file looked into says is kept for the operation's other readers once read checked
+        # (peeked bytes are checked by the read that takes them, which keeps what they say then)
+        self._remember = checked and not keep_fetched
         self.directory = directory
         self.provider = provider
         self.codec = codec
@@ -174,10 +177,15 @@ class StoreFiles:
             return out
         last = self._delta_name(version, unique_id)
         chain: list[tuple[int, str]] = []
+        rel = f"{self.directory}/{last}"
+        lineage = self.storage.recall(rel)  # read already, by a read of this operation or another look
         try:
-            raw = self._fetch(f"{self.directory}/{last}")
-            shown = self.storage.display(f"{self.directory}/{last}")
-            _, lineage = changelog_format.read_lineage(decompress(raw, self.codec, shown), shown)
+            if not isinstance(lineage, list):
+                raw = self._fetch(rel)
+                shown = self.storage.display(rel)
+                _, lineage = changelog_format.read_lineage(decompress(raw, self.codec, shown), shown)
+                if self._remember:
+                    self.storage.remember(rel, lineage)
             chain = sorted({(i.version, i.unique_id) for i in lineage})
         except (FileNotFoundError, StateReaderError):
             out.complete = False
@@ -208,7 +216,8 @@ class StoreFiles:
             name = self._delta_name(version, unique_id)
         if name is None or name in self._zip_members or name not in self.sizes:
             return None
-        return f"{self.directory}/{name}"
+        rel = f"{self.directory}/{name}"
+        return None if self.storage.recall(rel) is not None else rel
 
     # -- sizes ---------------------------------------------------------------
 
@@ -233,12 +242,17 @@ class StoreFiles:
         if zip_name in self._zip_members:
             return self._zip_members[zip_name]
         files: list[tuple[str, int]] = []
-        shown = self.storage.display(f"{self.directory}/{zip_name}")
-        try:
-            raw = self._fetch(f"{self.directory}/{zip_name}")
-            meta = snapshot_zip.parse_metadata(snapshot_zip.read_metadata_entry(raw, shown)[0], shown)
-        except (FileNotFoundError, StateReaderError):
-            meta = None  # damaged or missing: verify reports it, stats counts the zip alone
+        rel = f"{self.directory}/{zip_name}"
+        shown = self.storage.display(rel)
+        meta = self.storage.recall(rel)  # read already, by a read of this operation or another look
+        if not isinstance(meta, snapshot_zip.SnapshotMetadata):
+            try:
+                raw = self._fetch(rel)
+                meta = snapshot_zip.parse_metadata(snapshot_zip.read_metadata_entry(raw, shown)[0], shown)
+            except (FileNotFoundError, StateReaderError):
+                meta = None  # damaged or missing: verify reports it, stats counts the zip alone
+            if meta is not None and self._remember:
+                self.storage.remember(rel, meta)
         if meta is not None:
             if meta.num_keys >= 0:  # -1: the writer did not record it
                 self._zip_keys[zip_name] = meta.num_keys

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 
 import state_reader
+from tests.support import latency_fs
 from tests.support.keyed_queries import run_keyed, windowed
 
 
@@ -52,3 +54,34 @@ def test_doctor_on_every_fixture_operator_does_not_fail(checkpoints):
 def test_bad_thresholds_are_refused(checkpoints, bad):
     with pytest.raises(state_reader.InvalidOptionError):
         state_reader.diagnose(checkpoints("agg_window"), thresholds=bad)
+
+
+@pytest.mark.parametrize("name", ["agg_window", "rocksdb_cl_agg_window", "rocksdb_v2_agg_window"])
+def test_doctor_on_an_object_store_fetches_each_file_once(checkpoints, name):
+    """Through a filesystem that counts each request: the doctor's checks share the read's listing and its
+    files. It lists no more than a read does (and ``state/``), fetches no file twice, and of the state
+    fetches only what a read of the latest batch fetches, plus what names the files of the retained
+    batches before it (their snapshot zips' SSTs, a format 2 changelog's lineage), from which the
+    files no batch needs are told."""
+    fs = latency_fs.LatencyFileSystem
+    remote = latency_fs.register(0.0)
+    path = checkpoints(name)
+    local = state_reader.diagnose(path).as_dict()
+
+    def fetched() -> Counter:
+        return Counter(p.split(path, 1)[1].lstrip("/") for kind, p in fs.paths if kind == "get")
+
+    fs.reset()
+    state_reader.read_state(remote + path)
+    read = set(fetched())
+    read_lists = fs.calls["list"]
+    fs.reset()
+    diagnosis = state_reader.diagnose(remote + path).as_dict()
+    assert {**diagnosis, "checkpoint": None} == {**local, "checkpoint": None}
+    gets = fetched()
+    assert max(gets.values()) == 1, sorted(p for p, n in gets.items() if n > 1)
+    assert fs.calls["list"] <= read_lists + 1 and fs.calls["info"] == 0, fs.paths
+    beyond = {p for p in gets if p.startswith("state/")} - read
+    assert {p.removesuffix(".crc").rsplit(".", 1)[-1] for p in beyond} <= {"zip", "changelog"}, beyond
+    if name == "agg_window":  # HDFS: the deltas and snapshots of the latest batch alone
+        assert not beyond, beyond
