@@ -126,6 +126,12 @@ def output(as_json: bool) -> Output:
     return JsonOutput() if as_json else TextOutput()
 
 
+def _at_most(table: pa.Table, limit: int) -> tuple[pa.Table, bool]:
+    """The first ``limit`` rows of ``table`` (all of them for 0), and whether rows were left out."""
+    truncated = bool(limit) and table.num_rows > limit
+    return (table.slice(0, limit) if truncated else table), truncated
+
+
 class Output(ABC):
     """What each command prints, a method per command's result: text (:class:`TextOutput`) or JSON
     (:class:`JsonOutput`). JSON field names follow the vocabulary's table of them (``docs/vocabulary.md``)."""
@@ -350,8 +356,7 @@ class TextOutput(Output):
         from state_reader.formats.flatten import display_rows
 
         total = table.num_rows
-        truncated = bool(limit) and total > limit
-        shown = table.slice(0, limit) if truncated else table
+        shown, truncated = _at_most(table, limit)
         con = new_console()
         span = f"{start}..{end}" if end is not None else f"{start}..latest"
         con.print(
@@ -633,8 +638,7 @@ class JsonOutput(Output):
         from state_reader.formats.flatten import json_rows
 
         total = table.num_rows
-        truncated = bool(limit) and total > limit
-        shown = table.slice(0, limit) if truncated else table
+        shown, truncated = _at_most(table, limit)
         # first_batch_id and last_batch_id, the vocabulary's names; start_batch and end_batch kept one release
         emit_json(
             {
