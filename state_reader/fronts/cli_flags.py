@@ -310,7 +310,8 @@ def _spellings(group: click.Group) -> dict[str, str]:
 @functools.cache
 def _flag_re(group: click.Group) -> re.Pattern[str]:
     names = sorted(_spellings(group), key=len, reverse=True)
-    return re.compile(r"(?:option |source option )?'?\b(" + "|".join(names) + r")\b'?(=(?:[Tt]rue\b|[Ff]alse\b)?)?")
+    boolean = r"(=(?:(?:true|True|false|False)\b)?)?"
+    return re.compile(r"(?:option |source option )?'?\b(" + "|".join(names) + r")\b'?" + boolean)
 
 
 @functools.cache
