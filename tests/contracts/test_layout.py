@@ -37,7 +37,6 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
     "model/operators": ("oracles/test_hdfs.py", "oracles/test_rocksdb.py"),
     "model/state_variables": ("oracles/test_transform_with_state.py",),
     "providers/rocksdb_variables": ("oracles/test_transform_with_state.py",),
-    "providers/store_files": ("io/test_storage.py", "oracles/test_rocksdb.py"),
     "core/metadata": ("oracles/test_hdfs.py", "oracles/test_spark_fronts.py"),
     "core/size": ("core/test_rewrite.py", "inspect/test_stats.py"),
     "inspect/doctor_findings": ("inspect/test_doctor.py",),
