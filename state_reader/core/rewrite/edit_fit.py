@@ -359,7 +359,7 @@ def _conform_plain(
             refuse(_lossy(arr, target), "it has a part the store's type does not keep")
     valid = ~arr.is_null().to_numpy(zero_copy_only=False) if arr.null_count else np.ones(len(arr), bool)
     if pa.types.is_integer(target) and (pa.types.is_integer(given) or pa.types.is_floating(given)):
-        numbers = arr.to_numpy(zero_copy_only=False)
+        numbers = _numbers(arr)
         if pa.types.is_floating(given):
             numbers = np.where(valid, numbers, 0)
             whole = np.isfinite(numbers) & (np.floor(numbers) == numbers)
@@ -376,7 +376,7 @@ def _conform_plain(
         )
         return out
     if pa.types.is_floating(target) and (pa.types.is_integer(given) or pa.types.is_floating(given)):
-        numbers = arr.to_numpy(zero_copy_only=False)
+        numbers = _numbers(arr)
         numbers = np.where(valid, numbers, 0)
         with np.errstate(over="ignore", invalid="ignore"):
             out = numbers.astype(target.to_pandas_dtype())
@@ -409,6 +409,12 @@ def _conform_plain(
         )
     refuse(valid)
     raise AssertionError("unreachable")
+
+
+def _numbers(arr: pa.Array) -> np.ndarray:
+    """A numeric column as numpy, a null as 0 (the validity is kept apart): integers stay integers, where
+    numpy would turn a column with nulls into floats and round values past 2**53."""
+    return (arr.fill_null(0) if arr.null_count else arr).to_numpy(zero_copy_only=False)
 
 
 def _same_kind(given: pa.DataType, target: pa.DataType) -> bool:
