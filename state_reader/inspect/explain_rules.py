@@ -133,6 +133,12 @@ def _since(moved: int | None) -> str:
     return "" if moved is None else f" (since batch {moved})"
 
 
+def _clock_text(clock: str, now: int, when: int, since: str = "") -> str:
+    """Where a clock stands, and how long it has to go to ``when`` (nothing once it is there)."""
+    text = f"; the {clock} is {iso_time(now)}{since}"
+    return text if now >= when else text + f", {(when - now) / 1000:g} s to go"
+
+
 def _micros(column: pa.ChunkedArray | pa.Array) -> int | None:
     value = pc.cast(column, pa.timestamp("us", tz=getattr(column.type, "tz", None))).cast(pa.int64())[0].as_py()
     return None if value is None else int(value)
@@ -196,7 +202,7 @@ def verdict(facts: KeyFacts) -> Verdict:
             "an earlier operator's output"
         )
     else:
-        summary += f"; the watermark is {iso_time(now)}{_since(moved)}, {(when - now) / 1000:g} s to go"
+        summary += _clock_text("watermark", now, when, _since(moved))
     details: dict[str, Any] = {"of": what}
     if event == "evict" and facts.operator_name in (operators.AGGREGATION, operators.SESSION_WINDOW):
         details["append_mode"] = "in append output mode its row is emitted in the same batch"
@@ -283,7 +289,7 @@ def _due(
         summary += f"; the last batch's {clock} ({iso_time(clock_now)}) already does, so the next batch takes it"
     else:
         since = _since(moved) if clock == "watermark" else ""
-        summary += f"; the {clock} is {iso_time(clock_now)}{since}, {(when - clock_now) / 1000:g} s to go"
+        summary += _clock_text(clock, clock_now, when, since)
     return Verdict(
         event,
         summary,
@@ -374,7 +380,7 @@ def _ttl(expiry: int, now: int, moved: int | None, facts: KeyFacts) -> Verdict:
     summary += (
         f"; the last batch's time ({iso_time(batch_time)}) already does, so the next batch clears it"
         if overdue
-        else f"; the batch time is {iso_time(batch_time)}, {(when - batch_time) / 1000:g} s to go"
+        else _clock_text("batch time", batch_time, when)
     )
     return Verdict(
         "expire",
@@ -425,9 +431,7 @@ def _join_rows(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
         when = ceil_ms(micros)
         overdue = now >= when
         summary = f"dropped when the watermark reaches {iso_time(when)} ({what}, a join key: key time <= watermark)"
-        summary += f"; the watermark is {iso_time(now)}{_since(moved)}" + (
-            "" if overdue else f", {(when - now) / 1000:g} s to go"
-        )
+        summary += _clock_text("watermark", now, when, _since(moved))
         return Verdict(
             "evict",
             summary,
@@ -456,7 +460,6 @@ def _join_rows(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
     if not event_micros:
         return Verdict("never", "its rows hold no event time", watermark_ms=now, watermark_moved_batch_id=moved)
     first, last = join_row_leaves_at(min(event_micros)), join_row_leaves_at(max(event_micros))
-    overdue = now >= last
     count = f"{len(event_micros)} buffered row{'s' if len(event_micros) != 1 else ''}"
     summary = (
         f"{count}, event times {iso_time(ceil_ms(min(event_micros)))}..{iso_time(ceil_ms(max(event_micros)))} "
@@ -466,9 +469,7 @@ def _join_rows(facts: KeyFacts, now: int, moved: int | None) -> Verdict:
         "bound, <= watermark - range for a strict one); with no range and an inclusive bound, the last at "
         f"{iso_time(last)}"
     )
-    summary += f"; the watermark is {iso_time(now)}{_since(moved)}" + (
-        "" if overdue else f", {(last - now) / 1000:g} s to go"
-    )
+    summary += _clock_text("watermark", now, last, _since(moved))
     return Verdict(
         "evict",
         summary,
