@@ -425,30 +425,23 @@ def _parse(v: str, target: pa.DataType, path: str, what: str, row: int) -> Any:
             return dt.time.fromisoformat(v)
     except (KeyError, ValueError, InvalidOperation, binascii.Error):
         pass
-    refuse_value(what, row, path, v, "text", target, _TEXT_FORMS.get(_text_form(target), ""))
+    refuse_value(what, row, path, v, "text", target, _text_form(target))
     raise AssertionError("unreachable")
 
 
+# what a type's text looks like, said when text does not parse as it
+_TEXT_FORMS = (
+    (pa.types.is_floating, 'a number, or "NaN", "Infinity", "-Infinity"'),
+    (pa.types.is_timestamp, "ISO 8601 text such as 2023-11-14T22:13:50+00:00 (no offset: UTC)"),
+    (pa.types.is_date, "ISO 8601 text such as 2023-11-14"),
+    (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), "base64 text"),
+    (pa.types.is_duration, "ISO 8601 duration such as P1DT2H3M4.5S"),
+)
+
+
 def _text_form(target: pa.DataType) -> str:
-    for name, check in (
-        ("float", pa.types.is_floating),
-        ("timestamp", pa.types.is_timestamp),
-        ("date", pa.types.is_date),
-        ("binary", lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t)),
-        ("duration", pa.types.is_duration),
-    ):
-        if check(target):
-            return name
-    return ""
+    return next((form for check, form in _TEXT_FORMS if check(target)), "")
 
-
-_TEXT_FORMS = {
-    "float": 'a number, or "NaN", "Infinity", "-Infinity"',
-    "timestamp": "ISO 8601 text such as 2023-11-14T22:13:50+00:00 (no offset: UTC)",
-    "date": "ISO 8601 text such as 2023-11-14",
-    "binary": "base64 text",
-    "duration": "ISO 8601 duration such as P1DT2H3M4.5S",
-}
 
 _TIMESTAMP = re.compile(
     r"(\d{4}-\d{2}-\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?)?\s*(Z|UTC|[+-]\d{2}(?::?\d{2})?)?"
