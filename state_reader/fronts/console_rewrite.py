@@ -1,6 +1,6 @@
 """What ``state-reader rewrite`` prints, kept where callers found it: the report's lines
-(:func:`~state_reader.fronts.console.rewrite_lines`, :func:`~state_reader.fronts.console.edit_lines`) live with
-every other command's text in :mod:`state_reader.fronts.console`, and
+(:func:`~state_reader.fronts.console_parts.rewrite_lines`, :func:`~state_reader.fronts.console_parts.edit_lines`) live
+with the other reports' text in :mod:`state_reader.fronts.console_parts`, and
 :meth:`~state_reader.fronts.console.Output.rewrite` prints them (or, ``--json``, the report's summary), chosen
 with every other command's output. The command is in :mod:`state_reader.fronts.cli_rewrite`.
 """
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from state_reader.fronts.console import edit_lines, output, rewrite_lines
+from state_reader.fronts.console import output
+from state_reader.fronts.console_parts import edit_lines, rewrite_lines
 
 if TYPE_CHECKING:
     from state_reader.core.rewrite import RewriteReport

@@ -1,0 +1,295 @@
+"""The parts a command's text is made of (a console, tables, records, sparklines, JSON on stdout) and the
+reports longer than a table (``stats``' stores, a rewrite's report), which
+:class:`~state_reader.fronts.console.TextOutput` prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from state_reader.model.conf import provider_name
+from state_reader.units import human_bytes
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from state_reader.core.rewrite import RewriteReport, StoreReport
+    from state_reader.inspect.stats import StatsResult
+
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+CELL_WIDTH = 48  # longest cell shown in table layout; records layout shows everything
+
+
+# ---------------------------------------------------------------------------
+# building blocks
+
+
+def new_console() -> Console:
+    """The console every command prints to."""
+    # pipes get no colour; give them a wide page so tables are not squeezed to 80 columns
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+    return Console(highlight=False, width=width)
+
+
+def emit_json(obj: Any) -> None:
+    """``obj`` as indented JSON on stdout."""
+    click.echo(json.dumps(obj, ensure_ascii=False, indent=2, allow_nan=False, default=str))
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """A one-line bar chart: ``▁▃▅█``."""
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    if hi == lo:
+        return SPARK_BLOCKS[3] * len(values)
+    return "".join(SPARK_BLOCKS[round((v - lo) / (hi - lo) * (len(SPARK_BLOCKS) - 1))] for v in values)
+
+
+def data_table(names: list[str], rows: list[list[Any]]) -> Table:
+    """Rows as a table, one column per name, long cells cut at :data:`CELL_WIDTH`."""
+    from state_reader.formats.flatten import render_cell
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in names:
+        table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=CELL_WIDTH)
+    for row in rows:
+        # Text(): state values must never be read as rich markup
+        table.add_row(*(Text(render_cell(v), style="dim" if v is None else "") for v in row))
+    return table
+
+
+def records(names: list[str], rows: list[list[Any]]) -> Table:
+    """One block per row, one line per column: readable however many columns there are."""
+    from state_reader.formats.flatten import render_cell
+
+    grid = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for i, row in enumerate(rows):
+        if i:
+            grid.add_row("", "")
+        grid.add_row(Text(f"row {i + 1}", style="bold cyan"), "")
+        for name, value in zip(names, row, strict=True):
+            grid.add_row(Text(name), Text(render_cell(value), style="dim" if value is None else ""))
+    return grid
+
+
+def print_rows(con: Console, names: list[str], rows: list[list[Any]], layout: str) -> None:
+    """A table when the rows fit the screen (or ``layout`` says so), else records."""
+    from state_reader.formats.flatten import render_cell
+
+    if layout == "auto":
+        widths = [max([len(n)] + [min(len(render_cell(r[i])), CELL_WIDTH) for r in rows]) for i, n in enumerate(names)]
+        layout = "table" if sum(w + 3 for w in widths) <= con.width else "records"
+    con.print(data_table(names, rows) if layout == "table" else records(names, rows))
+
+
+def relative(path: str | None, root: str) -> str:
+    """``path`` inside the checkpoint ``root`` as ``state/0/1/1.delta``."""
+    if not path:
+        return "-"
+    prefix = root.rstrip("/") + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else path
+
+
+# ---------------------------------------------------------------------------
+# reports longer than a table
+
+
+def stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bool) -> None:
+    """Each store's batches, growth, partitions and skew, as ``stats`` prints them."""
+    from state_reader.core.skew import is_skewed
+    from state_reader.inspect.stats import growth_note
+
+    all_rows = result.table.to_pylist()
+    for (op, store), provider in result.providers.items():
+        batches = [r for r in summary.to_pylist() if r["operator_id"] == op and r["store_name"] == store]
+        parts = [r for r in all_rows if r["operator_id"] == op and r["store_name"] == store]
+        if not batches:
+            continue
+        name = result.operator_names.get(op) or "unknown"
+        kind = provider_name(provider) or provider
+        con.print(Text(f"operator {op} ({name}) · store {store} · {kind}", style="bold"))
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        for col in ("batch", "rows", "Δ rows", "state", "on disk", "files", "chain", "largest partition", "max/median"):
+            table.add_column(col, justify="left" if col == "largest partition" else "right")
+        prev = None
+        for r in batches:
+            delta = "" if prev is None else f"{r['rows'] - prev:+d}"
+            skew = r["rows_skew"]  # null: the median partition is empty, the skew infinite
+            skew_text = Text(
+                "∞" if skew is None else f"{skew:.2f}×",
+                style="yellow" if is_skewed(r["max_partition_rows"], r["median_partition_rows"]) else "",
+            )
+            table.add_row(
+                str(r["batch_id"]),
+                str(r["rows"]),
+                delta,
+                human_bytes(r["state_bytes"]),
+                human_bytes(r["bytes_on_disk"]),
+                str(r["files"]),
+                str(r["max_delta_chain"]),
+                f"{r['max_partition']} ({r['max_partition_rows']} rows)",
+                skew_text,
+            )
+            prev = r["rows"]
+        con.print(table)
+        first, last = batches[0], batches[-1]
+        counts = [r["rows"] for r in batches]
+        change = last["rows"] - first["rows"]
+        pct = f" ({change / first['rows']:+.0%})" if first["rows"] else ""
+        con.print(
+            f"rows  {sparkline(counts)}  {first['rows']} → {last['rows']} over batches "
+            f"{first['batch_id']}..{last['batch_id']}{pct}"
+        )
+        con.print(
+            f"bytes {sparkline([r['state_bytes'] for r in batches])}  "
+            f"{human_bytes(first['state_bytes'])} → {human_bytes(last['state_bytes'])} state, "
+            f"{human_bytes(last['bytes_on_disk'])} on disk"
+        )
+        growth = growth_note(counts, first["batch_id"], last["batch_id"])
+        if growth:
+            con.print(Text(growth, style="yellow"))
+        latest_parts = sorted(
+            (p for p in parts if p["batch_id"] == last["batch_id"]), key=lambda p: (-p["rows"], p["partition_id"])
+        )
+        total = last["rows"] or 1
+        ptable = Table(
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            title=f"partitions at batch {last['batch_id']} (largest first)",
+            title_justify="left",
+        )
+        for col in ("partition", "rows", "share", "state", "on disk", "files", "chain", "snapshot"):
+            ptable.add_column(col, justify="right")
+        for p in latest_parts[:10]:
+            ptable.add_row(
+                str(p["partition_id"]),
+                str(p["rows"]),
+                f"{p['rows'] / total:.0%}",
+                human_bytes(p["state_bytes"]),
+                human_bytes(p["bytes_on_disk"]),
+                str(p["files"]),
+                str(p["delta_chain"]),
+                "-" if p["snapshot_version"] is None else str(p["snapshot_version"]),
+            )
+        con.print(ptable)
+        if len(latest_parts) > 10:
+            con.print(f"… and {len(latest_parts) - 10} more partitions (--json lists all)")
+        skew = last["rows_skew"]
+        # the doctor's verdict and threshold (`doctor` reports the same store as a skew finding)
+        verdict = "skewed" if is_skewed(last["max_partition_rows"], last["median_partition_rows"]) else "even"
+        con.print(
+            Text(
+                f"skew at batch {last['batch_id']}: partition {last['max_partition']} holds "
+                f"{last['max_partition_rows']} of {last['rows']} rows; largest/median "
+                f"{'∞' if skew is None else f'{skew:.2f}×'} ({verdict}); median partition "
+                f"{last['median_partition_rows']:g} rows",
+                style="yellow" if verdict == "skewed" else "",
+            )
+        )
+        if detail:
+            dtable = Table(box=box.SIMPLE_HEAD, pad_edge=False, title="every batch and partition", title_justify="left")
+            for col in ("batch", "partition", "rows", "state", "on disk", "files", "chain", "snapshot"):
+                dtable.add_column(col, justify="right")
+            for p in parts:
+                dtable.add_row(
+                    str(p["batch_id"]),
+                    str(p["partition_id"]),
+                    str(p["rows"]),
+                    human_bytes(p["state_bytes"]),
+                    human_bytes(p["bytes_on_disk"]),
+                    str(p["files"]),
+                    str(p["delta_chain"]),
+                    "-" if p["snapshot_version"] is None else str(p["snapshot_version"]),
+                )
+            con.print(dtable)
+        con.print()
+
+
+def rewrite_lines(report: RewriteReport) -> list[str]:
+    """A rewrite's report as text: what was written (or not, dry), the current and the new layout's
+    sizes and skew, and each store's rows."""
+    import math
+    import statistics
+
+    from state_reader.core.rewrite.report import LAYOUTS
+
+    move = (
+        f"{report.source_provider} -> {report.provider}"
+        if report.source_provider != report.provider
+        else report.provider
+    )
+    span = f"{report.old_partitions} -> {report.new_partitions} partitions"
+    if report.dry_run:
+        head = f"dry run: {report.source} at batch {report.batch_id}, {move}, {span} (nothing written)"
+    else:
+        head = (
+            f"rewrote {report.source} at batch {report.batch_id} into {report.destination}: {move}, {span}, "
+            f"{report.files} files, {human_bytes(report.bytes)}"
+        )
+    lines = [head]
+    width = max(len(name) for name, _ in LAYOUTS)
+    for label, new in LAYOUTS:
+        rows, size = (a.tolist() for a in report.partition_sizes(new))
+        if not rows:
+            continue
+        skew = report.skew(new)
+        # more than half the partitions empty: a ratio to an empty median says nothing
+        skew_text = (
+            f"skew (max/median) {skew:.2f}"
+            if math.isfinite(skew)
+            else f"{sum(s == 0 for s in size)} of {len(size)} partitions empty"
+        )
+        lines.append(
+            f"  {label:>{width}}: {len(rows)} partitions, {sum(rows):,} rows, {human_bytes(sum(size))}; per partition "
+            f"{human_bytes(min(size))} .. median {human_bytes(statistics.median(size))} .. "
+            f"max {human_bytes(max(size))}, {skew_text}"
+        )
+    for s in report.stores:
+        dropped = f", {s.dropped} dropped" if s.dropped else ""
+        per = s.rows_per_partition
+        shown = (
+            (
+                str(per)
+                if len(per) <= 16
+                else f"{min(per):,} .. median {int(statistics.median(per)):,} .. max {max(per):,}"
+            )
+            if per
+            else "[]"
+        )
+        lines.append(
+            f"  operator {s.operator_id} ({s.operator_name or 'unknown'}) store {s.store_name}: "
+            f"{s.rows:,} rows{dropped}, per partition {shown}"
+        )
+        if s.edited:
+            lines += edit_lines(s)
+    return lines
+
+
+# partitions listed one per line in a rewrite's report of rows written; beyond, a count of the rest
+_EDITED_PARTITIONS_SHOWN = 32
+
+
+def edit_lines(store: StoreReport) -> list[str]:
+    """The rows written into one store (``upsert``, ``delete``): keys gained, replaced and lost,
+    in all and in each partition they changed, and the widenings applied to the rows' types."""
+    gained, replaced, lost = store.gained_per_partition, store.replaced_per_partition, store.lost_per_partition
+    lines = [f"    rows written: {sum(gained):,} keys gained, {sum(replaced):,} replaced, {sum(lost):,} lost"]
+    changed = [p for p, counts in enumerate(zip(gained, replaced, lost, strict=True)) if any(counts)]
+    for p in changed[:_EDITED_PARTITIONS_SHOWN]:
+        lines.append(f"      partition {p} gains {gained[p]:,}, replaces {replaced[p]:,}, loses {lost[p]:,}")
+    if len(changed) > _EDITED_PARTITIONS_SHOWN:
+        lines.append(f"      and {len(changed) - _EDITED_PARTITIONS_SHOWN:,} more partitions")
+    lines += [f"    {note}" for note in store.widened]
+    return lines
