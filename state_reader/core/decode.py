@@ -25,7 +25,7 @@ from state_reader.grouping import group_ids
 from state_reader.model.checkpoint import MATCHED_FIELD
 from state_reader.model.conf import HDFS_PROVIDER, ROCKSDB_PROVIDER
 from state_reader.model.plan import JoinSidePlan, StateReadPlan
-from state_reader.providers import hdfs, rocksdb
+from state_reader.providers import hdfs, rocksdb, rocksdb_families
 
 # Rows per RecordBatch handed out; keeps memory per batch bounded (and Spark's executors').
 BATCH_ROWS = 65536
@@ -82,7 +82,7 @@ def decode_partition(plan: StateReadPlan, partition_id: int) -> tuple[pa.StructA
 def decode_columns(plan: StateReadPlan, partition_id: int) -> list[pa.Array]:
     """The output columns of one partition, ``partition_id`` excluded."""
     if plan.variable is not None:
-        return rocksdb.read_variable(plan, plan.store_dir(partition_id), partition_id)
+        return rocksdb_families.read_variable(plan, plan.store_dir(partition_id), partition_id)
     return list(decode_partition(plan, partition_id))
 
 
@@ -102,7 +102,7 @@ def decode_measured(plan: StateReadPlan, partition_id: int) -> tuple[list[pa.Arr
         return decode_columns(plan, partition_id), None
     directory = plan.store_dir(partition_id)
     if plan.variable is not None:
-        columns, keys, values = rocksdb.read_variable_rows(plan, directory, partition_id)
+        columns, keys, values = rocksdb_families.read_variable_rows(plan, directory, partition_id)
         return columns, StoredSizes.of(keys, values)
     with _given_schemas_named(plan):
         key_column, value_column, keys, values = _provider(plan, directory).read_store_rows(
@@ -138,7 +138,7 @@ def decode_changes(
 def decode_change_columns(plan: StateReadPlan, partition_id: int, version: int) -> tuple[list[str], list[pa.Array]]:
     """Change types and output columns (``key`` first) of the changes ``version`` made."""
     if plan.variable is not None:
-        return rocksdb.read_variable_changes(plan, plan.store_dir(partition_id), partition_id, version)
+        return rocksdb_families.read_variable_changes(plan, plan.store_dir(partition_id), partition_id, version)
     kinds, keys, values = decode_changes(plan, partition_id, version)
     return kinds, [keys, values]
 

@@ -36,10 +36,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import uuid
-from collections.abc import Iterable, Iterator
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -55,7 +52,6 @@ from state_reader.formats import changelog as changelog_format
 from state_reader.formats import kernels, rocksdict_db, snapshot_zip
 from state_reader.formats.codecs import decompress
 from state_reader.formats.rocksdb_encoding import (
-    VIRTUAL_CF_PREFIX_BYTES,
     KeyEncoderSpec,
     column_family_ids,
     decode_keys,
@@ -76,7 +72,6 @@ from state_reader.model.checkpoint import (
     version_ranges,
 )
 from state_reader.model.plan import StateReadPlan
-from state_reader.providers.rocksdb_variables import change_columns, state_columns
 
 # (version, unique id or None) of a zip or changelog
 FileId = tuple[int, "str | None"]
@@ -110,7 +105,7 @@ class StoreState:
         if self._entries is None:
             assert self.rows is not None
             keys, values = self.rows
-            self._entries = dict(zip(_row_byte_strings(keys), _row_byte_strings(values), strict=True))
+            self._entries = dict(zip(row_byte_strings(keys), row_byte_strings(values), strict=True))
             self.rows = None
         return self._entries
 
@@ -132,8 +127,8 @@ class StoreState:
         )
 
 
-def _row_byte_strings(rows: RowBuffer, lo: int = 0, hi: int | None = None) -> list[bytes]:
-    """Rows ``lo:hi`` of a RowBuffer, each as a ``bytes`` object."""
+def row_byte_strings(rows: RowBuffer, lo: int = 0, hi: int | None = None) -> list[bytes]:
+    """Rows ``lo:hi`` of a RowBuffer, each as a ``bytes`` object (what rocksdict and a dict of entries take)."""
     starts, lengths = rows.starts[lo:hi], rows.lengths[lo:hi]
     if not len(starts):
         return []
@@ -461,7 +456,7 @@ class RocksDBStore:
 # -- the provider's entry point ---------------------------------------------------
 
 
-def _store(plan: StateReadPlan, directory: str) -> RocksDBStore:
+def open_store(plan: StateReadPlan, directory: str) -> RocksDBStore:
     conf = plan.store_conf
     return RocksDBStore(
         plan.storage, directory, plan.codec, conf.row_checksum, conf.merge_delimiter, max(len(plan.partitions), 1)
@@ -470,7 +465,7 @@ def _store(plan: StateReadPlan, directory: str) -> RocksDBStore:
 
 def load_store(plan: StateReadPlan, directory: str, partition_id: int) -> StoreState:
     """Encoded keys and values of one store at the plan's version (from its snapshot start, if any)."""
-    store = _store(plan, directory)
+    store = open_store(plan, directory)
     cp = plan.checkpoint
 
     def unique_id(version: int) -> str | None:
@@ -492,7 +487,7 @@ def load_store(plan: StateReadPlan, directory: str, partition_id: int) -> StoreS
 
 def store_column_families(plan: StateReadPlan, directory: str, state: StoreState) -> dict[str, int]:
     """Virtual column family name -> id of a loaded store (from its snapshot, else its newest zip)."""
-    return state.column_families or _store(plan, directory).column_families(plan.version)
+    return state.column_families or open_store(plan, directory).column_families(plan.version)
 
 
 def read_store(
@@ -535,7 +530,7 @@ def read_changes(
     change feed; with the ``changeFeedFromSnapshots`` option it is computed by
     comparing the snapshots of ``version - 1`` and ``version`` instead.
     """
-    store = _store(plan, directory)
+    store = open_store(plan, directory)
     if not store.changelogs and plan.change_feed_from_snapshots:
         return _changes_from_snapshots(plan, directory, partition_id, version)
     unique_id = plan.checkpoint.state_unique_id(version - 1, plan.operator_id, partition_id, plan.store_name)
@@ -549,7 +544,7 @@ def read_changes(
     log = store.read_changelog(version, unique_id, why)
     name = state_file_name(version, "changelog", unique_id)
     source = plan.storage.display(f"{directory}/{name}")
-    _refuse_delete_range(log)
+    refuse_delete_range(log)
     if changelog_format.has_column_families(log.format_version):
         raise UnsupportedOptionError(
             f"{source}: the store keeps virtual column families; reading its changes needs stateVarName"
@@ -572,7 +567,7 @@ def read_changes(
     )
 
 
-def _refuse_delete_range(log: changelog_format.Changelog) -> None:
+def refuse_delete_range(log: changelog_format.Changelog) -> None:
     """A change feed shows keys one by one; a delete range names none of the keys it removes, so a
     changelog holding one has no change feed (Spark's refuses it too, whichever variable is read)."""
     at = next((i for i, (kind, _, _) in enumerate(log.records) if kind == changelog_format.DELETE_RANGE), None)
@@ -619,7 +614,7 @@ def _changes_from_snapshots(
     )
 
 
-def _family_id(families: dict[str, int], name: str) -> int | None:
+def family_id_of(families: dict[str, int], name: str) -> int | None:
     """The id of the column family ``name``; None when the version's files hold no such family.
 
     The variable was checked against the operator's metadata while planning, so a family missing
@@ -638,105 +633,10 @@ def load_rows(plan: StateReadPlan, directory: str, partition_id: int) -> tuple[R
     keys, values = state.row_buffers(source)
     if plan.variable is None or not len(keys.starts):
         return keys, values
-    families = state.column_families or _store(plan, directory).column_families(plan.version)
-    family_id = _family_id(families, plan.variable.family.name)
+    families = state.column_families or open_store(plan, directory).column_families(plan.version)
+    family_id = family_id_of(families, plan.variable.family.name)
     mask = column_family_ids(keys) == (-1 if family_id is None else family_id)  # ids are never negative
     return select(keys, mask), select(values, mask)
-
-
-def read_variable(plan: StateReadPlan, directory: str, partition_id: int) -> list[pa.Array]:
-    """Output columns of a transformWithState variable (its column family) at the plan's version."""
-    columns, _ = _read_variable(plan, directory, partition_id, stored=False)
-    return columns
-
-
-def read_variable_rows(
-    plan: StateReadPlan, directory: str, partition_id: int
-) -> tuple[list[pa.Array], RowBuffer, RowBuffer]:
-    """:func:`read_variable`'s columns, and its column family's rows as stored (:func:`load_rows`'), from one
-    load."""
-    columns, stored = _read_variable(plan, directory, partition_id, stored=True)
-    assert stored is not None
-    return columns, *stored
-
-
-def _read_variable(
-    plan: StateReadPlan, directory: str, partition_id: int, stored: bool
-) -> tuple[list[pa.Array], tuple[RowBuffer, RowBuffer] | None]:
-    assert plan.variable is not None
-    state = load_store(plan, directory, partition_id)
-    source = f"{plan.storage.display(directory)} (version {plan.version})"
-    families = state.column_families or _store(plan, directory).column_families(plan.version)
-    family_id = _family_id(families, plan.variable.family.name)
-    wanted = -1 if family_id is None else family_id  # ids are never negative: a missing family holds no rows
-    rows = None
-    if stored:  # taken before the rows become the dict state_columns reads (their order is kept)
-        keys, values = state.row_buffers(source)
-        if len(keys.starts):
-            mask = column_family_ids(keys) == wanted
-            keys, values = select(keys, mask), select(values, mask)
-        rows = keys, values
-    entries = list(state.entries.items()) if family_id is not None else []
-    return state_columns(plan, plan.variable, entries, wanted, source), rows
-
-
-def read_variable_changes(
-    plan: StateReadPlan, directory: str, partition_id: int, version: int
-) -> tuple[list[str], list[pa.Array]]:
-    """Change types and output columns of the changes ``version`` made to a transformWithState variable."""
-    assert plan.variable is not None
-    store = _store(plan, directory)
-    if not store.changelogs and plan.change_feed_from_snapshots:
-        return _variable_changes_from_snapshots(plan, directory, partition_id, version)
-    unique_id = plan.checkpoint.state_unique_id(version - 1, plan.operator_id, partition_id, plan.store_name)
-    log = store.read_changelog(version, unique_id, "a change feed is read from changelogs")
-    source = plan.storage.display(f"{directory}/{state_file_name(version, 'changelog', unique_id)}")
-    _refuse_delete_range(log)
-    row_checksum = plan.store_conf.row_checksum
-    records = [
-        (changelog_format.RECORD_TYPE_NAMES[kind], delete_record_key(k, row_checksum) if v is None else k, v)
-        for kind, k, v in log.records
-    ]
-    family_id = _family_id(store.column_families(version), plan.variable.family.name)
-    if family_id is None:  # not created by this version: it changed nothing
-        records, family_id = [], -1
-    return change_columns(plan, plan.variable, records, family_id, source)
-
-
-def _variable_changes_from_snapshots(
-    plan: StateReadPlan, directory: str, partition_id: int, version: int
-) -> tuple[list[str], list[pa.Array]]:
-    """The changes ``version`` made to a transformWithState variable, from the snapshots of ``version - 1``
-    and ``version`` (a store written without changelogs): as :func:`_changes_from_snapshots`, within the
-    variable's column family. A list whose elements changed shows as the whole new list (an update, then
-    appends), as a changelog's put of a list does."""
-    assert plan.variable is not None
-    name = plan.variable.family.name
-
-    def family_entries(at_version: int) -> tuple[dict[bytes, bytes], int | None]:
-        """The family's entries at ``at_version`` by key without its family id, and that id."""
-        if at_version < 1:
-            return {}, None
-        state = load_store(replace(plan, batch_id=at_version - 1), directory, partition_id)
-        families = state.column_families or _store(plan, directory).column_families(at_version)
-        family_id = _family_id(families, name)
-        if family_id is None:
-            return {}, None
-        prefix = family_id.to_bytes(VIRTUAL_CF_PREFIX_BYTES, "little", signed=True)
-        return {k[len(prefix) :]: v for k, v in state.entries.items() if k[: len(prefix)] == prefix}, family_id
-
-    after, after_id = family_entries(version)
-    before, before_id = family_entries(version - 1)
-    family_id = after_id if after_id is not None else before_id
-    source = f"{plan.storage.display(directory)} (versions {version - 1} and {version})"
-    if family_id is None:
-        return change_columns(plan, plan.variable, [], -1, source)
-    prefix = family_id.to_bytes(VIRTUAL_CF_PREFIX_BYTES, "little", signed=True)
-    records: list[tuple[str, bytes, bytes | None]] = [
-        ("update", prefix + k, v) for k, v in after.items() if before.get(k) != v
-    ]
-    records += [("delete", prefix + k, None) for k in before if k not in after]
-    return change_columns(plan, plan.variable, records, family_id, source)
 
 
 def _column_family(
@@ -751,67 +651,3 @@ def _column_family(
         raise InvalidOptionError(f"{source}: no column family '{name}' (column families: {known})")
     mask = column_family_ids(keys) == state.column_families[name]
     return strip_column_family(select(keys, mask)), select(values, mask)
-
-
-# --- writing: snapshots ------------------------------------------------------------
-
-
-# rows handed to RocksDB at a time when building a snapshot
-_WRITE_BATCH = 8192
-
-
-def _key_counts(keys: RowBuffer, extra: dict[str, Any] | None) -> tuple[int, int]:
-    """(numKeys, numInternalKeys) among ``keys``: with column families, keys of Spark's internal
-    families (``columnFamilyTypeMap`` true, or named ``$...``) count apart."""
-    mapping = (extra or {}).get("columnFamilyMapping") or {}
-    if not mapping or not len(keys.starts):
-        return len(keys.starts), 0
-    internal_flags = (extra or {}).get("columnFamilyTypeMap") or {}
-    internal = [cf_id for name, cf_id in mapping.items() if internal_flags.get(name, name.startswith("$"))]
-    n_internal = int(np.isin(column_family_ids(keys), internal).sum())
-    return len(keys.starts) - n_internal, n_internal
-
-
-def snapshot_files(
-    rows: Iterable[tuple[RowBuffer, RowBuffer]], extra_metadata: dict[str, Any] | None = None
-) -> Iterator[tuple[str | None, Iterable[bytes] | bytes]]:
-    """One store's snapshot of ``rows`` (keys and values, batch after batch): each SST file as
-    (its name in ``SSTs/``, its bytes piece by piece), then (None, the ``<version>.zip`` bytes).
-    Each SST's pieces must be consumed before the next item is asked for.
-
-    The database is built in a private temporary directory with rocksdict and packed as
-    Spark packs its own: RocksDB's small files and ``metadata`` in the zip, every SST
-    under a name of its own (``<file number>-<uuid>.sst``) in the store's shared ``SSTs/``.
-    """
-    counts = [0, 0]
-
-    def batches() -> Iterator[tuple[list[bytes], list[bytes]]]:
-        for keys, values in rows:
-            for i, n in enumerate(_key_counts(keys, extra_metadata)):
-                counts[i] += n
-            for lo in range(0, len(keys.starts), _WRITE_BATCH):
-                yield _row_byte_strings(keys, lo, lo + _WRITE_BATCH), _row_byte_strings(values, lo, lo + _WRITE_BATCH)
-
-    with tempfile.TemporaryDirectory(prefix="state_reader-rocksdb-") as workdir:
-        db_dir = os.path.join(workdir, "db")
-        rocksdict_db.write_db(db_dir, batches())
-        entries: dict[str, bytes] = {}
-        described: list[snapshot_zip.DataFile] = []
-        for name in sorted(os.listdir(db_dir)):
-            path = os.path.join(db_dir, name)
-            if name.endswith(".sst"):
-                dfs_name = f"{name[:-4]}-{uuid.uuid4()}.sst"
-                described.append(snapshot_zip.DataFile(name, dfs_name, os.path.getsize(path)))
-                yield dfs_name, _file_pieces(path)
-            elif name.startswith(rocksdict_db.DB_FILES_IN_ZIP) or name.endswith(".log"):
-                with open(path, "rb") as fh:
-                    entries[name] = fh.read()
-    internal = counts[1] if (extra_metadata or {}).get("columnFamilyMapping") else None
-    entries[snapshot_zip.ZIP_METADATA] = snapshot_zip.metadata_entry(described, counts[0], internal, extra_metadata)
-    yield None, snapshot_zip.build_zip(entries)
-
-
-def _file_pieces(path: str, size: int = 1 << 20) -> Iterator[bytes]:
-    with open(path, "rb") as fh:
-        while piece := fh.read(size):
-            yield piece

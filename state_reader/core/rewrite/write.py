@@ -19,7 +19,7 @@ from state_reader.io.destination import Destination
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir, numeric_names, state_file_name
 from state_reader.model.plan import StateReadPlan
-from state_reader.providers import rocksdb
+from state_reader.providers import rocksdb_snapshot
 from state_reader.providers.hdfs import framed_rows, snapshot_file
 
 Put = Callable[[str, bytes | Iterable[bytes]], None]
@@ -70,7 +70,7 @@ def write_partition(
         put(posixpath.join(directory, state_file_name(plan.version, "snapshot")), snapshot_file(framed, plan.codec))
         return
     source = f"rows routed to {directory}"
-    for sst, data in rocksdb.snapshot_files((framed_rows(chunk, source) for chunk in framed), extra):
+    for sst, data in rocksdb_snapshot.snapshot_files((framed_rows(chunk, source) for chunk in framed), extra):
         if sst is None:
             put(posixpath.join(directory, state_file_name(plan.version, "zip", unique_id)), data)
         else:
