@@ -24,7 +24,7 @@ from state_reader.errors import (
     RequiredOptionError,
     public_api,
 )
-from state_reader.model.checkpoint import JOIN_SIDES
+from state_reader.model.store_names import JOIN_SIDES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -63,7 +63,7 @@ START_WITH_SNAPSHOT = "startWithSnapshot"
 DEFAULT_OPERATOR_ID = 0
 DEFAULT_STORE_NAME = "default"
 NO_JOIN_SIDE = "none"  # joinSide unset: the store itself, not a side's rows
-# the values joinSide takes: a side of the join (model/checkpoint.JOIN_SIDES), or none
+# the values joinSide takes: a side of the join (model/store_names.JOIN_SIDES), or none
 JOIN_SIDE_VALUES = (*JOIN_SIDES, NO_JOIN_SIDE)
 
 

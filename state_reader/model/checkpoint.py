@@ -39,25 +39,17 @@ from state_reader.io.destination import incomplete_rewrite_in
 from state_reader.io.storage import Storage
 from state_reader.model.conf import CONF_MIN_BATCHES_TO_RETAIN, shuffle_partitions
 
-DEFAULT_STORE = "default"
-JOIN_STORES = ("left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue")
-# join state format 4: column families of the default store, keys carry the event time
-JOIN_V4_STORES = ("left-keyWithTsToValues", "left-tsWithKey", "right-keyWithTsToValues", "right-tsWithKey")
-JOIN_SIDES = ("left", "right")
-# the last field of a join row as stored from state format 2 on: whether the row has found a match
-MATCHED_FIELD = "matched"
-# join state format 4: the last field of a side's keys, the row's event time (µs), as the schema files name it
-EVENT_TIME_FIELD = "__event_time"
-# the metadata Spark puts on an event-time column (a key's or a join row's) in the schema files
-WATERMARK_METADATA = "spark.watermarkDelayMs"
-
-
-def join_side_stores(side: str, v4: bool = False) -> tuple[str, str]:
-    """The two stores of one side of a join: its counts and its rows (``keyToNumValues``,
-    ``keyWithIndexToValue``), or in state format 4 its rows and their event-time index."""
-    first, second = (s for s in (JOIN_V4_STORES if v4 else JOIN_STORES) if s.startswith(side + "-"))
-    return first, second
-
+# the names of stores and of the fields Spark adds live apart (light to import); kept here for their users
+from state_reader.model.store_names import (  # noqa: F401
+    DEFAULT_STORE,
+    EVENT_TIME_FIELD,
+    JOIN_SIDES,
+    JOIN_STORES,
+    JOIN_V4_STORES,
+    MATCHED_FIELD,
+    WATERMARK_METADATA,
+    join_side_stores,
+)
 
 # A unique id of checkpoint format 2, as it appears in state file names and the commit log.
 UNIQUE_ID_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]*")

@@ -36,6 +36,7 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
     "formats/rocksdict_db": ("formats/test_sst.py",),
     "model/operators": ("oracles/test_hdfs.py", "oracles/test_rocksdb.py"),
     "model/state_variables": ("oracles/test_transform_with_state.py",),
+    "providers/rocksdb_families": ("oracles/test_transform_with_state.py", "inspect/test_explain.py"),
     "providers/rocksdb_variables": ("oracles/test_transform_with_state.py",),
     "core/metadata": ("oracles/test_hdfs.py", "oracles/test_spark_fronts.py"),
     "core/size": ("core/test_rewrite.py", "inspect/test_stats.py"),
