@@ -259,44 +259,44 @@ class RewriteFailedError(StateReaderError):
 class InvalidEditError(StateReaderError):
     """Rows given to write into a store (``upsert``, ``delete``) do not fit it; nothing was written."""
 
-    error_class = "STATE_READER_INVALID_SEED"
+    error_class = "STATE_READER_INVALID_EDIT"
 
 
 class EditSchemaError(InvalidEditError):
     """A column or field of the rows is missing or extra, or its type does not fit the store's schema."""
 
-    error_class = "STATE_READER_SEED_SCHEMA_MISMATCH"
+    error_class = "STATE_READER_EDIT_SCHEMA_MISMATCH"
 
 
 class EditValueError(EditSchemaError):
     """A value of the rows is not one the store's type holds exactly (1.5 or 3e9 for an ``int``, text for
     a number, a decimal with more digits than its scale)."""
 
-    error_class = "STATE_READER_SEED_VALUE"
+    error_class = "STATE_READER_EDIT_VALUE"
 
 
 class EditNullError(InvalidEditError):
     """The rows hold a null where the store's schema forbids one."""
 
-    error_class = "STATE_READER_SEED_NULL"
+    error_class = "STATE_READER_EDIT_NULL"
 
 
 class DuplicateEditKeyError(InvalidEditError):
     """The same key appears twice among the rows given for one store (or is both upserted and deleted)."""
 
-    error_class = "STATE_READER_SEED_DUPLICATE_KEY"
+    error_class = "STATE_READER_EDIT_DUPLICATE_KEY"
 
 
 class UnknownEditStoreError(InvalidEditError):
     """The rows name a store, operator or state variable the checkpoint does not have."""
 
-    error_class = "STATE_READER_SEED_UNKNOWN_STORE"
+    error_class = "STATE_READER_EDIT_UNKNOWN_STORE"
 
 
 class EditPartitionError(InvalidEditError):
     """A ``partition_id`` given with the rows is not the partition Spark's hash gives the row's key."""
 
-    error_class = "STATE_READER_SEED_WRONG_PARTITION"
+    error_class = "STATE_READER_EDIT_WRONG_PARTITION"
 
 
 # the errors' earlier names (``CHANGELOG.md`` says when each goes): an edit's rows were called a seed

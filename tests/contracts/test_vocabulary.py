@@ -338,6 +338,13 @@ def test_earlier_error_names_warn_and_are_the_new_errors(old):
     assert old in edit.earlier and new in dir(state_reader)
 
 
+def test_the_edit_errors_condition_names_say_edit():
+    """An edit's error conditions (what scripts match on) use the vocabulary's word, never the earlier one."""
+    conditions = [getattr(state_reader.errors, new).error_class for new in RENAMED_ERRORS.values()]
+    assert all("_EDIT" in condition and "SEED" not in condition for condition in conditions), conditions
+    assert len(set(conditions)) == len(conditions), conditions
+
+
 # -- names in JSON output: one spelling per concept across every command's --json ------------------
 
 JSON_START, JSON_END = "<!-- json fields table", "<!-- end of json fields table -->"
