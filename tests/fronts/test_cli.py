@@ -1,4 +1,5 @@
-"""The `state-reader` console script, run as a subprocess against real checkpoints."""
+"""The `state-reader` command line against real checkpoints: in this process through the console script's
+entry point (tests.support.cli.run), held here to what the installed console script does."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pyarrow.compute as pc
 import pytest
 
 import state_reader
-from tests.support.cli import assert_one_line_error, console_script, png_size, run, run_json
+from tests.support.cli import assert_one_line_error, console_script, png_size, run, run_json, run_process
 from tests.support.damage import without_schema_files
 
 # -- overview ------------------------------------------------------------------
@@ -34,6 +35,25 @@ def test_cheap_commands_import_only_what_they_use(agg):
         loaded[args[0]] = proc.stdout.strip().splitlines()[-1]
     assert loaded["overview"] == "['numpy', 'pyarrow']"
     assert loaded["--help"] == "[]"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("overview", "{agg}"),
+        ("show", "{agg}", "-n", "2", "--json"),
+        ("stats", "{agg}", "--from", "0", "--batches", "0..1"),  # a deprecated flag with its replacement
+        ("show", "{agg}", "--batch", "99"),
+        ("show", "{agg}", "--no-such-option"),
+        ("stats", "{agg}", "--batches", "0..1"),  # a warning on stderr
+    ],
+)
+def test_the_commands_run_here_are_what_the_console_script_does(agg, args):
+    """What :func:`run` gives in this process is what the installed console script gives: exit code,
+    stdout and stderr, warnings included (a test that rests on it tests the command line)."""
+    argv = [a.format(agg=agg) for a in args]
+    here, there = run(*argv), run_process(*argv)
+    assert (here.returncode, here.stdout, here.stderr) == (there.returncode, there.stdout, there.stderr)
 
 
 # -- show ------------------------------------------------------------------------
