@@ -260,7 +260,7 @@ def key_verdicts(
         row = np.full(int(keys.max()) + 1 if n else 0, -1, dtype=np.int64)
         np.maximum.at(row, keys, np.arange(n, dtype=np.int64))
     m = len(row)
-    out = {
+    out: dict[str, Any] = {
         "event": np.full(m, NEVER, dtype=object),
         "rule": np.full(m, RULE_NO_WATERMARK, dtype=object),
         "when_ms": np.zeros(m, dtype=np.int64),
@@ -272,7 +272,7 @@ def key_verdicts(
         "rows": np.zeros(m, dtype=np.int64),
         "first_row_ms": np.zeros(m, dtype=np.int64),
     }
-    extra: dict[str, str | None] = {}
+    extra: dict[str, Any] = {}
     if operators.is_transform_with_state(operator_name):
         chosen = table.take(row) if keys is not None else table
         timers = timers_ms.take(pa.array(row)) if keys is not None and timers_ms is not None else timers_ms

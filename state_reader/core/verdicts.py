@@ -59,6 +59,7 @@ class VerdictPlan:
     clocks: Clocks
     from_snapshots: bool  # the change feed is computed by comparing snapshots
     partitions: list[int] = field(default_factory=list)  # the store's partitions
+    join_stores: tuple[str, ...] = ()  # a join side's stores whose change feeds say when its keys changed
 
     @property
     def at_latest(self) -> dict[str, Any]:
@@ -99,6 +100,13 @@ def plan_verdicts(
         first = latest if first is None else first
         entries = offset_entries(cp, (b for b in cp.committed_batches if first <= b <= latest))
         from_snapshots = side is None and snapshots_give_the_change_feed(plan)
+        join_stores: tuple[str, ...] = ()
+        if side is not None:  # formats 1 to 3: counts and rows; format 4: the rows by key and time
+            join_stores = (
+                (plan.join.store_name(0), plan.join.store_name(1))
+                if plan.join is not None
+                else join_side_stores(side, v4=True)[:1]
+            )
         out.append(
             VerdictPlan(
                 checkpoint,
@@ -110,6 +118,7 @@ def plan_verdicts(
                 Clocks.of(entries),
                 from_snapshots,
                 list(plan.partitions),
+                join_stores,
             )
         )
     assert plan is not None
@@ -181,9 +190,7 @@ def _last_changes(
     batch: the store's own, or a join side's two stores' (their keys start with the join key)."""
     if vp.latest_batch_id <= vp.first_batch_id:
         return []
-    names: list[str | None] = [vp.selectors.get("store_name")]
-    if vp.side is not None:
-        names = list(join_side_stores(vp.side))
+    names: list[str | None] = [vp.selectors.get("store_name")] if vp.side is None else list(vp.join_stores)
     feeds = []
     for name in names:
         options = from_kwargs(
@@ -201,14 +208,7 @@ def _last_changes(
         def read(plan: StateReadPlan) -> pa.Table:
             return read_table(plan, key_filter=key_filter, partitions=partitions, show_progress=False)
 
-        try:
-            feeds.append(with_unique_field_names(read_consistently(options, read)).select(["key", "batch_id"]))
-        except StateReaderError:
-            if vp.side is None:
-                raise
-            # a join whose stores are column families of one store (formats 3, 4) has the row store's
-            # feed only under its own name: the counts' alone then say
-            continue
+        feeds.append(with_unique_field_names(read_consistently(options, read)).select(["key", "batch_id"]))
     return feeds
 
 

@@ -152,7 +152,9 @@ def verdict(facts: KeyFacts) -> Verdict:
     )
     if not len(found):  # a join key with no row read
         return Verdict(
-            "never", "its rows hold no event time", watermark_ms=clocks.watermark_ms,
+            "never",
+            "its rows hold no event time",
+            watermark_ms=clocks.watermark_ms,
             watermark_moved_batch_id=clocks.watermark_moved_batch_id,
         )
     return _WORDS[str(found.rule[0])](facts, found, clocks)
@@ -179,8 +181,13 @@ def _never(facts: KeyFacts, found: KeyVerdicts, clocks: Clocks) -> Verdict:
     """A window, deduplication or session key that no watermark can take (or none yet)."""
     if found.rule[0] == eviction.RULE_NO_WATERMARK_YET:
         why = "the query defines no watermark (yet): no batch has moved one"
-        return _base(found, clocks, f"never evicted while the query has no watermark: {why}", why=why,
-                     event_time_ms=int(found.due_ms[0]))
+        return _base(
+            found,
+            clocks,
+            f"never evicted while the query has no watermark: {why}",
+            why=why,
+            event_time_ms=int(found.due_ms[0]),
+        )
     why = (
         "the query defines no watermark"
         if found.rule[0] == eviction.RULE_NO_WATERMARK
@@ -312,8 +319,7 @@ def _ttl(facts: KeyFacts, found: KeyVerdicts, clocks: Clocks) -> Verdict:
 
 def _no_ttl(facts: KeyFacts, found: KeyVerdicts, clocks: Clocks) -> Verdict:
     why = "the variable has no TTL and the key no timer"
-    return _base(found, clocks, f"never expires: {why}; only the processor clears it", why=why,
-                 **_timer_details(facts))
+    return _base(found, clocks, f"never expires: {why}; only the processor clears it", why=why, **_timer_details(facts))
 
 
 def _join_key(facts: KeyFacts, found: KeyVerdicts, clocks: Clocks) -> Verdict:
@@ -322,7 +328,8 @@ def _join_key(facts: KeyFacts, found: KeyVerdicts, clocks: Clocks) -> Verdict:
     column = found.join_column
     kind = facts.row.schema.field("value").type.field(column).type if column else None
     what = (
-        f"the end of its window ({column}.end)" if kind is not None and pa.types.is_struct(kind)
+        f"the end of its window ({column}.end)"
+        if kind is not None and pa.types.is_struct(kind)
         else f"its event time ({column})"
     )
     summary = f"dropped when the watermark reaches {iso_time(when)} ({what}, a join key: key time <= watermark)"

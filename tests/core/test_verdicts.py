@@ -80,7 +80,9 @@ def _spark_last_changes(spark, cp: str, start: int) -> dict[str, int]:
         ("rocksdb_dedup", False),  # RocksDB without changelogs: changes by comparing snapshots
         ("dedup_within", True),
         ("session_window", True),
-        ("apply_in_pandas", True),
+        ("rocksdb_cl_session_window", True),
+        ("apply_in_pandas", True),  # timeouts
+        ("rocksdb_apply_in_pandas", False),
     ],
 )
 def test_every_keys_verdict_is_explains_and_its_last_change_sparks(spark, checkpoints, name, change_feed):
@@ -102,7 +104,6 @@ def test_every_keys_verdict_is_explains_and_its_last_change_sparks(spark, checkp
         ("tws", {"state_var_name": "profile"}),  # a value with a TTL, and a timer per key
         ("tws", {"state_var_name": "events"}),  # a list: one row per key
         ("tws", {"state_var_name": "counters"}),  # a map
-        ("fmgws_timeout_fmt1", {}),
     ],
 )
 def test_joins_timers_and_timeouts_give_explains_verdict(checkpoints, name, selectors):

@@ -396,9 +396,7 @@ def test_every_key_at_once_is_each_key_alone_by_the_watermark(kind, watermark):
 @pytest.mark.parametrize(("watermark", "batch_time"), [(0, BATCH_TIME), (T, BATCH_TIME), (T, T + 2)])
 def test_every_group_at_once_is_each_group_alone(watermark, batch_time):
     stamps = [-1, None, T - 1, T, T + 1, BATCH_TIME - 1, BATCH_TIME, BATCH_TIME + 5]
-    rows = [
-        {"key": {"k": f"g{i}"}, "value": {"count": 1, "timeoutTimestamp": stamp}} for i, stamp in enumerate(stamps)
-    ]
+    rows = [{"key": {"k": f"g{i}"}, "value": {"count": 1, "timeoutTimestamp": stamp}} for i, stamp in enumerate(stamps)]
     name = operators.FLAT_MAP_GROUPS_WITH_STATE[0]
     _store_and_keys(name, rows, _schema("k STRING"), watermark=watermark, batch_time=batch_time)
 
