@@ -53,6 +53,7 @@ from state_reader.core.eviction import (
     WINDOW_END,
     Clocks,
     KeyVerdicts,
+    join_row_leaves_at,
     key_verdicts,
 )
 from state_reader.model import operators
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
     from state_reader.model.checkpoint import OffsetEntry
     from state_reader.model.plan import StateReadPlan
 
-__all__ = ["EVENTS", "KeyFacts", "TimelineEntry", "Verdict", "verdict"]
+__all__ = ["EVENTS", "KeyFacts", "TimelineEntry", "Verdict", "join_row_leaves_at", "verdict"]
 
 # what happened to a key in a batch
 SNAPSHOT, INSERT, UPDATE, DELETE, UNCHANGED = "snapshot", "insert", "update", "delete", "unchanged"
