@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from state_reader.core.eviction import Clocks, key_verdicts
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
@@ -134,13 +135,57 @@ def _aligned_keys(keys: pa.Array, to: pa.DataType) -> pa.Array:
     return pa.StructArray.from_arrays(children, fields=list(to), mask=keys.is_null())
 
 
-def per_key(keys: pa.Array, other_keys: pa.Array, values: np.ndarray, *, highest: bool) -> pa.Array:
+def _flat(keys: pa.Array, name: str = "k") -> list[tuple[str, pa.Array]] | None:
+    """A struct of keys as plain columns that a hash join matches exactly as the keys are equal: each
+    leaf with its nulls filled and a column of whether it is set (nulls equal nulls, as in
+    :func:`state_reader.grouping.group_ids`); None for a type a join cannot take (lists, maps)."""
+    valid = keys.is_valid()
+    if pa.types.is_struct(keys.type):
+        out: list[tuple[str, pa.Array]] = [(f"{name}.valid", valid)]
+        for i, f in enumerate(keys.type):
+            child = keys.field(i)
+            child = child if keys.null_count == 0 else pc.if_else(valid, child, pa.nulls(len(child), child.type))
+            found = _flat(child, f"{name}.{i}")
+            if found is None:
+                return None
+            out += found
+        return out
+    typ = keys.type
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        blank = pa.scalar("", typ)
+    elif pa.types.is_binary(typ) or pa.types.is_large_binary(typ):
+        blank = pa.scalar(b"", typ)
+    elif pa.types.is_boolean(typ):
+        blank = pa.scalar(False)
+    elif pa.types.is_integer(typ) or pa.types.is_floating(typ) or pa.types.is_temporal(typ):
+        blank = pa.scalar(0, pa.int64()).cast(typ)
+    else:
+        return None
+    return [(f"{name}.valid", valid), (name, keys.fill_null(blank))]
+
+
+def per_key(keys: pa.Array, other_keys: pa.Array, values: Any, *, highest: bool) -> pa.Array:
     """For each of ``keys``, the highest (or lowest) of ``values`` whose ``other_keys`` equal it (null:
-    none does), by Arrow's grouping of the two together."""
+    none does): a hash join of the keys as plain columns, or Arrow's grouping of both for keys a join
+    cannot take."""
     n = len(keys)
     if not len(other_keys):
         return pa.nulls(n, pa.int64())
     other = _aligned_keys(other_keys, keys.type)
+    left, right = _flat(keys), _flat(other)
+    if left is None or right is None:
+        return _per_key_grouped(keys, other, values, highest=highest)
+    names = [name for name, _ in left]
+    wanted = pa.table({**dict(right), "v": pa.array(np.asarray(values, dtype=np.int64))})
+    best = wanted.group_by(names, use_threads=False).aggregate([("v", "max" if highest else "min")])
+    rows = pa.table({**dict(left), "row": pa.array(np.arange(n, dtype=np.int64))})
+    joined = rows.join(best, keys=names, join_type="left outer", use_threads=False)
+    order = pc.sort_indices(joined.column("row"))
+    return joined.column("v_max" if highest else "v_min").take(order).combine_chunks().cast(pa.int64())
+
+
+def _per_key_grouped(keys: pa.Array, other: pa.Array, values: Any, *, highest: bool) -> pa.Array:
+    n = len(keys)
     ids = group_ids(pa.concat_arrays([keys, other]))
     groups = int(ids.max()) + 1
     fill = np.iinfo(np.int64).min if highest else np.iinfo(np.int64).max
