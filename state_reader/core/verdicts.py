@@ -142,7 +142,7 @@ def _flat(keys: pa.Array, name: str = "k") -> list[tuple[str, pa.Array]] | None:
     valid = keys.is_valid()
     if pa.types.is_struct(keys.type):
         out: list[tuple[str, pa.Array]] = [(f"{name}.valid", valid)]
-        for i, f in enumerate(keys.type):
+        for i in range(keys.type.num_fields):
             child = keys.field(i)
             child = child if keys.null_count == 0 else pc.if_else(valid, child, pa.nulls(len(child), child.type))
             found = _flat(child, f"{name}.{i}")
