@@ -66,7 +66,15 @@ if TYPE_CHECKING:
 
     from state_reader.core.changefeed import changes, follow
     from state_reader.formats.flatten import with_unique_field_names
-    from state_reader.fronts.api import diagnose, read_metadata, read_state, repartition, rewrite, scan_state
+    from state_reader.fronts.api import (
+        diagnose,
+        read_metadata,
+        read_state,
+        repartition,
+        rewrite,
+        scan_state,
+        verdicts,
+    )
     from state_reader.fronts.notebook import Checkpoint
     from state_reader.fronts.notebook import open_checkpoint as open
     from state_reader.fronts.plotting import plot_state_size
@@ -84,6 +92,7 @@ _LAZY = {
     "scan_state": "state_reader.fronts.api",
     "rewrite": "state_reader.fronts.api",
     "repartition": "state_reader.fronts.api",
+    "verdicts": "state_reader.fronts.api",
     "changes": "state_reader.core.changefeed",
     "follow": "state_reader.core.changefeed",
     "Diagnosis": "state_reader.inspect.doctor",
@@ -158,6 +167,7 @@ __all__ = [
     "rewrite",
     "scan_state",
     "stats",
+    "verdicts",
     "with_unique_field_names",
 ]
 

@@ -1,5 +1,5 @@
 """The Spark-free reading functions of the public API: ``read_state``, ``scan_state``, ``read_metadata``,
-``diagnose``.
+``diagnose``, ``verdicts``.
 
 ``state_reader`` re-exports them; the fronts that build on them (the notebook
 object) import them from here.
@@ -30,6 +30,7 @@ from state_reader.core.scan import bind_key_filter as _bind_key_filter
 from state_reader.core.scan import iter_batches as _iter_batches
 from state_reader.core.scan import read_table as _read_table
 from state_reader.core.scan import result_metadata as _result_metadata
+from state_reader.core.verdicts import read_verdicts as _read_verdicts
 from state_reader.errors import InvalidOptionError as _InvalidOptionError
 from state_reader.errors import unexpected_errors_as_ours as _unexpected_errors_as_ours
 from state_reader.formats.flatten import renamed_batch as _renamed_batch
@@ -226,6 +227,47 @@ def read_metadata(
     # unlike the data source (which gives no rows, as Spark's does), say when there is no checkpoint at all
     CheckpointDir(_Storage(path, storage_options or {})).require_checkpoint()
     return _read_metadata_table(_from_kwargs(path, options))
+
+
+@_public_api
+@_with_checksum_report  # one warning for all the files read
+def verdicts(
+    checkpoint: str,
+    *,
+    operator_id: int | None = None,
+    store_name: str | None = None,
+    state_var_name: str | None = None,
+    join_side: str | None = None,
+    key_filter: KeyFilterSpec | None = None,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    spark: Any = None,
+) -> Any:
+    """The verdict of every key in state: how its stay ends and when, and when it last changed.
+
+    A ``pyarrow.Table``, one row per key (per join key on each side of a join, with ``join_side``):
+    ``key`` (as ``read_state`` gives it), ``partition_id``, ``last_changed_batch_id`` (the last retained
+    batch that inserted or updated it; null when none did), ``event`` (``evict``, ``expire``, ``fire``,
+    ``never``), ``when_watermark_ms`` or ``when_time_ms`` (the watermark, or the batch time, at which it
+    happens) and ``overdue``: what ``explain`` says of each key, by the same rules. A ``key_filter`` reads
+    only the partitions it can match. ``spark``: a SparkSession, to compute the same table as a Spark
+    DataFrame on the executors, one task per state partition, no state row through the driver.
+    """
+    selectors = {
+        "operator_id": operator_id,
+        "store_name": store_name,
+        "state_var_name": state_var_name,
+        "join_side": join_side,
+        "key_schema": key_schema,
+        "value_schema": value_schema,
+        "storage_options": storage_options,
+    }
+    if spark is not None:
+        from state_reader.fronts.verdicts_frame import verdicts_frame  # imports pyspark
+
+        return verdicts_frame(spark, checkpoint, selectors, key_filter)
+    return _read_verdicts(checkpoint, selectors, key_filter)
 
 
 @_public_api

@@ -455,6 +455,14 @@ def verify(
 @click.option("--out", required=True, metavar="FILE.png", help="Image file to write (PNG, SVG or PDF by extension).")
 @click.option("--operator", "-O", "operator_id", type=int, help="Only this operator (default: all).")
 @click.option("--store", "-s", "store_name", help="Only this store (default: all).")
+@STATE_VAR_NAME
+@click.option(
+    "--verdicts",
+    "verdicts",
+    is_flag=True,
+    help="Keys over the watermark (or time) at which they leave state, the watermark now drawn in "
+    "(one store: operator 0's default unless given), as `why` without a key filter sums them up.",
+)
 @batch_range_flags("First batch (default: the oldest whose state is on disk).", "Last batch (default: the latest).")
 @deprecated_batches_flag
 @given_schema_flags
@@ -464,6 +472,8 @@ def plot(
     out: str,
     operator_id: int | None,
     store_name: str | None,
+    state_var_name: str | None,
+    verdicts: bool,
     change_start_batch_id: int | None,
     change_end_batch_id: int | None,
     batch_range: str | None,
@@ -473,8 +483,8 @@ def plot(
     debug: bool,
     storage_option: Sequence[str],
 ) -> int:
-    """Plot state rows and bytes per partition over batches."""
-    from state_reader.fronts.plotting import PLOT_NEEDS, figure_from_stats
+    """Plot state rows and bytes per partition over batches (--verdicts: when the keys leave state)."""
+    from state_reader.fronts.plotting import PLOT_NEEDS, figure_from_stats, figure_from_verdicts
     from state_reader.inspect.stats import collect_stats
 
     try:
@@ -482,6 +492,24 @@ def plot(
     except ImportError:
         raise click.ClickException(PLOT_NEEDS) from None
     matplotlib.use("Agg")  # files only, never a window
+
+    if verdicts:
+        from state_reader.inspect.verdict_summary import summarize_verdicts
+
+        summary = summarize_verdicts(
+            checkpoint,
+            operator_id=operator_id,
+            store_name=store_name,
+            state_var_name=state_var_name,
+            key_schema=key_schema,
+            value_schema=value_schema,
+            storage_options=storage_options_of(storage_option),
+        )
+        fig = figure_from_verdicts(summary)
+        fig.savefig(out)
+        width, height = (round(float(v)) for v in fig.get_size_inches() * fig.dpi)
+        console.output(as_json).plot(out, width=width, height=height, stores=1, batches=[summary.latest_batch_id])
+        return EXIT_OK
 
     start, end = chosen_batch_range(change_start_batch_id, change_end_batch_id, batch_range)
     result = collect_stats(
@@ -562,7 +590,7 @@ def why(
     operator_id: int | None,
     store_name: str | None,
     state_var_name: str | None,
-    key_filter: str,
+    key_filter: str | None,
     change_feed_from_snapshots: bool | None,
     history: str | None,
     key_schema: str | None,
@@ -572,7 +600,22 @@ def why(
     storage_option: Sequence[str],
 ) -> int:
     """Why a key is in state: its story over the retained batches (batch time, the watermark the operator
-    saw, each change and value), and when Spark will emit, expire or evict it."""
+    saw, each change and value), and when Spark will emit, expire or evict it. Without --key-filter: why
+    the state is this big, every key's verdict summed up (keys per verdict, when they leave, their ages)."""
+    if key_filter is None:
+        from state_reader.inspect.verdict_summary import summarize_verdicts
+
+        summary = summarize_verdicts(
+            checkpoint,
+            operator_id=operator_id,
+            store_name=store_name,
+            state_var_name=state_var_name,
+            key_schema=key_schema,
+            value_schema=value_schema,
+            storage_options=storage_options_of(storage_option),
+        )
+        console.output(as_json).verdicts(summary)
+        return EXIT_OK
     from state_reader.inspect.explain import explain
 
     result = explain(

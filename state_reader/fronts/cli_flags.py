@@ -165,13 +165,16 @@ def chosen_batch_range(start: int | None, end: int | None, batches: str | None) 
 
 
 def key_lookup_flags(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Which keys of which store (``why``): operator, store, state variable and the key filter (required)."""
+    """Which keys of which store (``why``): operator, store, state variable and the key filter (without one:
+    every key's verdict, summed up)."""
     options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
         click.option("--operator", "-O", "operator_id", type=int, help="Operator id (default 0)."),
         click.option("--store", "-s", "store_name", help="Store name (default 'default')."),
         STATE_VAR_NAME,
         click.option(
-            "--key-filter", "-k", required=True, help="The keys to explain, e.g. \"user = 'ann' and region_id > 3\"."
+            "--key-filter",
+            "-k",
+            help="The keys to explain, e.g. \"user = 'ann' and region_id > 3\" (none: every key's verdict, summed up).",
         ),
     ]
     for option in reversed(options):

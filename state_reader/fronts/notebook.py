@@ -41,6 +41,7 @@ from state_reader.fronts.plotting import plot_state_size
 from state_reader.inspect.explain import Explanation, KeyStory, explain
 from state_reader.inspect.overview import describe_checkpoint
 from state_reader.inspect.stats import stats
+from state_reader.inspect.verdict_summary import VerdictSummary, describe_leaving, summarize_verdicts
 from state_reader.io.calls import with_one_listing
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
@@ -291,6 +292,106 @@ class KeyStories:
         return "".join(parts) + "</div>"
 
 
+def _leaving_chart(bins: list[dict[str, int]], now: int, clock: str, width: int = 480, height: int = 90) -> str:
+    """An inline SVG of keys over the ``clock`` (ms) at which they leave state, a bar per span of ``bins``,
+    with where the clock stands now drawn in (a red line; at the edge, with an arrow, when off the chart)."""
+    if not bins:
+        return ""
+    left, right, top_pad, bottom = 40, 8, 5, 24
+    plot_w, plot_h = width - left - right, height - top_pad - bottom
+    low, high = bins[0]["from_ms"], bins[-1]["to_ms"] + 1
+    top = max(b["keys"] for b in bins) or 1
+
+    def x(ms: float) -> float:
+        return left + (min(max(ms, low), high) - low) / ((high - low) or 1) * plot_w
+
+    bars = "".join(
+        f'<rect x="{x(b["from_ms"]):.1f}" y="{top_pad + (1 - b["keys"] / top) * plot_h:.1f}" '
+        f'width="{max(x(b["to_ms"] + 1) - x(b["from_ms"]) - 1, 2):.1f}" height="{b["keys"] / top * plot_h:.1f}" '
+        f'fill="#4c78a8"><title>{_count(b["keys"])} keys: {_e(iso_time(b["from_ms"]))}..'
+        f"{_e(iso_time(b['to_ms']))}</title></rect>"
+        for b in bins
+    )
+    mark = "◀ " if now < low else (" ▶" if now > high else "")
+    label = 'font-size="9" fill="#777"'
+    return (
+        f'<svg width="{width}" height="{height}" role="img" aria-label="keys over the {_e(clock)} at which they '
+        f'leave state, {_e(iso_time(low))}..{_e(iso_time(high - 1))}; the {_e(clock)} now {_e(iso_time(now))}">'
+        f'<line x1="{left}" y1="{top_pad + plot_h}" x2="{width - right}" y2="{top_pad + plot_h}" stroke="#999"/>'
+        f'<text x="{left - 3}" y="{top_pad + 8}" text-anchor="end" {label}>{_count(top)}</text>{bars}'
+        f'<line x1="{x(now):.1f}" y1="{top_pad}" x2="{x(now):.1f}" y2="{top_pad + plot_h}" stroke="#c62828" '
+        f'stroke-width="1.5"/>'
+        f'<text x="{left}" y="{height - 12}" {label}>{_e(iso_time(low))}</text>'
+        f'<text x="{width - right}" y="{height - 12}" text-anchor="end" {label}>{_e(iso_time(high - 1))}</text>'
+        f'<text x="{left}" y="{height - 1}" fill="#c62828" font-size="9">{mark}the {_e(clock)} now: '
+        f"{_e(iso_time(now))}</text></svg>"
+    )
+
+
+class StoreVerdicts:
+    """Every key's verdict of one store as a notebook shows it: keys per verdict, a chart of keys over the
+    watermark (or time) at which they leave with the watermark now drawn in, their ages, a few keys. The
+    table is ``.table``; the summary itself ``.summary``."""
+
+    def __init__(self, summary: VerdictSummary) -> None:
+        self.summary = summary
+        self.table: pa.Table = summary.table if summary.table is not None else pa.table({})
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.summary, name)
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def to_pandas(self, **kwargs: Any) -> Any:
+        return self.table.to_pandas(**kwargs)
+
+    def __repr__(self) -> str:
+        s = self.summary
+        counts = ", ".join(f"{e} {n}" for e, n in s.counts.items()) or "no key"
+        lines = [f"verdicts of operator {s.operator_id} at batch {s.latest_batch_id}: {s.keys} keys ({counts})"]
+        lines += describe_leaving(s)
+        lines.append(f"overdue: {s.overdue}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        s = self.summary
+        counts = "".join(f"<tr><td>{_e(e)}</td><td class='sr-n'>{_count(n)}</td></tr>" for e, n in s.counts.items())
+        charts = "".join(
+            f"<div>{_leaving_chart(getattr(s, name), now, clock)}</div>"
+            for name, clock, now in (
+                ("leaves_by_watermark", "watermark", s.watermark_ms),
+                ("leaves_by_time", "batch time", s.batch_time_ms),
+            )
+        )
+        not_since = f"not since {s.first_batch_id}"
+        ages = "".join(
+            f"<tr><td>{_e(not_since if a['last_changed_batch_id'] is None else a['last_changed_batch_id'])}</td>"
+            f"<td class='sr-n'>{_count(a['keys'])}</td></tr>"
+            for a in s.ages
+        )
+        samples = "".join(
+            f"<details><summary>{_e(title)} ({len(rows)})</summary><table>"
+            + "".join(
+                f"<tr><td>{_e(render_compact(r['key']))}</td><td>{_e(r.get('join_side') or '')}</td>"
+                f"<td>{_e(r['event'])}</td><td>{_e(r['last_changed_batch_id'])}</td>"
+                f"<td><code>{_e(r['command'])}</code></td></tr>"
+                for r in rows
+            )
+            + "</table></details>"
+            for title, rows in (("oldest keys", s.oldest), ("never evicted", s.never))
+            if rows
+        )
+        overdue = f'<div class="sr-warning">{_count(s.overdue)} keys overdue</div>' if s.overdue else ""
+        return (
+            f'{_CSS}<div class="sr-cp"><div><b>verdicts</b> of operator {s.operator_id} '
+            f"({_e(s.operator_name or 'unknown')}) at batch {s.latest_batch_id}: {_count(s.keys)} keys</div>"
+            f'<div class="sr-row"><table><tr><th>event</th><th>keys</th></tr>{counts}</table>{charts}</div>'
+            f"{overdue}<details><summary>keys by last change</summary><table><tr><th>last changed batch</th>"
+            f"<th>keys</th></tr>{ages}</table></details>{samples}</div>"
+        )
+
+
 class Checkpoint:
     """A checkpoint to look at: ``state_reader.open(cp)``. See the module docstring."""
 
@@ -366,6 +467,14 @@ class Checkpoint:
                 storage_options=self.storage_options,
                 **options,
             )
+        )
+
+    def verdicts(self, operator_id: int | None = None, **options: Any) -> StoreVerdicts:
+        """``verdicts``: every key's verdict of one store (``.table``), summed up and drawn: keys over the
+        watermark (or time) at which they leave, the watermark now drawn in (``store_name=``,
+        ``state_var_name=``, ``key_schema=``, ``value_schema=`` as there)."""
+        return StoreVerdicts(
+            summarize_verdicts(self.path, operator_id=operator_id, storage_options=self.storage_options, **options)
         )
 
     def stats(self, **options: Any) -> pa.Table:

@@ -165,3 +165,53 @@ def rewrite_layout_figure(report: Any) -> Any:
     axes[0].set_ylabel(f"state ({unit}, uncompressed)")
     fig.suptitle(f"{report.source} at batch {report.batch_id}", fontsize=10)
     return fig
+
+
+def figure_from_verdicts(summary: Any, title: str | None = None) -> Any:
+    """The keys of a store over the watermark (and the batch time) at which they leave state, a bar per
+    span of :func:`state_reader.inspect.verdict_summary.histogram`, with where that clock stands now drawn
+    in; the keys that never leave and those overdue in the title. ``summary``: a ``VerdictSummary``."""
+    import datetime as dt
+
+    figure_class = _require_matplotlib()
+    clocks = [
+        (name, clock, now)
+        for name, clock, now in (
+            ("leaves_by_watermark", "watermark", summary.watermark_ms),
+            ("leaves_by_time", "batch time", summary.batch_time_ms),
+        )
+        if getattr(summary, name)
+    ] or [("leaves_by_watermark", "watermark", summary.watermark_ms)]
+    fig = figure_class(figsize=(10, 3.4 * len(clocks)), layout="constrained")
+    axes = fig.subplots(len(clocks), 1, squeeze=False)[:, 0]
+
+    def at(ms: float) -> dt.datetime:
+        return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
+
+    for ax, (name, clock, now) in zip(axes, clocks, strict=True):
+        bins = getattr(summary, name)
+        edges = [b["from_ms"] for b in bins] + [b["to_ms"] + 1 for b in bins] + ([now] if now else [])
+        narrowest = (max(edges, default=0) - min(edges, default=0)) / 100 or 1000  # a bar stays visible
+        for b in bins:
+            width = max(b["to_ms"] + 1 - b["from_ms"], narrowest)
+            ax.bar(
+                at(b["from_ms"]),
+                b["keys"],
+                width=dt.timedelta(milliseconds=width),
+                align="edge",
+                color="#4c72b0",
+                edgecolor="white",
+            )
+        if now:
+            ax.axvline(at(now), color="#c44e52", linewidth=1.5, label=f"the {clock} now")
+            ax.legend(loc="upper left", fontsize="small")
+        ax.set_xlabel(f"the {clock} (UTC) at which they leave state")
+        ax.set_ylabel("keys")
+    never = summary.counts.get("never", 0)
+    fig.suptitle(
+        title
+        or f"{summary.keys} keys of operator {summary.operator_id} at batch {summary.latest_batch_id}: "
+        f"{never} never leave, {summary.overdue} overdue",
+        fontsize=10,
+    )
+    return fig

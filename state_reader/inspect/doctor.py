@@ -41,8 +41,10 @@ from state_reader.inspect.doctor_state import (
     never_evicted,
     overdue_timers,
     skewed_partition,
+    store_verdicts,
     uncommitted,
     unreadable,
+    waiting_for_the_watermark,
     watermark_stalled,
 )
 from state_reader.inspect.doctor_thresholds import THRESHOLDS
@@ -188,6 +190,7 @@ def _diagnose(
     event_time: int | None = None
     file_checked: set[str | None] = set()
     feeds: dict[tuple[int, str, int, int], int | None] = {}  # deletes per change feed read
+    waiting = 0  # keys whose verdict waits for the watermark to move
     for op, store_name, op_name in operator_stores(cp, batch_id=latest):
         planned: list[StateReadPlan] = []
         sizes: dict[int, StoredSizes] = {}
@@ -231,6 +234,7 @@ def _diagnose(
             result.findings += storage_waste(cp, store, unused, limits["waste-files"])
             result.findings += files_past_commit(cp, store, unused)
         result.findings += never_evicted(cp, store, entries, limits["growth-batches"], feeds)
+        waiting += waiting_for_the_watermark(store_verdicts(store, entries))
         result.checked.append(
             f"operator {op} ({op_name or 'unknown'}), store {store_name}: "
             f"{plural(table.num_rows, 'row')} in {plural(len(plan.partitions), 'partition')} at batch "
@@ -240,7 +244,7 @@ def _diagnose(
         result.checked.append(
             "expired rows: not checked, as each of several stateful operators evicts by its own watermark"
         )
-    result.findings += watermark_stalled(entries, limits["stalled-batches"], event_time)
+    result.findings += watermark_stalled(entries, limits["stalled-batches"], event_time, waiting)
     result.checked.append(f"the watermark over batches {min(entries, default=latest)}..{latest}")
     _sort(result.findings)
     return result

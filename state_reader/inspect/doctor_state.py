@@ -18,12 +18,16 @@ import pyarrow.compute as pc
 from state_reader.core.eviction import (
     EVENT_TIME,
     EXPIRY,
+    NEVER,
     NONE_MS,
     SESSION_END,
     WINDOW_END,
+    Clocks,
     EvictionTimes,
+    KeyVerdicts,
     due_at,
     eviction_times,
+    key_verdicts,
     timeout_fires_at,
 )
 from state_reader.core.planner import plan_store_read
@@ -67,7 +71,11 @@ def uncommitted(cp: CheckpointDir, committed: list[int]) -> list[Finding]:
     ]
 
 
-def watermark_stalled(entries: dict[int, OffsetEntry], limit: float, event_time_ms: int | None) -> list[Finding]:
+def watermark_stalled(
+    entries: dict[int, OffsetEntry], limit: float, event_time_ms: int | None, waiting: int | None = None
+) -> list[Finding]:
+    """A watermark that has not moved over ``limit`` batches that took input; ``waiting``: the keys whose
+    verdict waits for it to move (``state_reader.verdicts``: evicted, expired or fired by the watermark)."""
     batches = sorted(entries)
     last = entries[batches[-1]].watermark_ms
     if last <= 0:
@@ -91,6 +99,8 @@ def watermark_stalled(entries: dict[int, OffsetEntry], limit: float, event_time_
     }
     if event_time_ms is not None:
         evidence["latest_event_time_in_state"] = iso_time(event_time_ms)
+    if waiting is not None:
+        evidence["keys_waiting_for_watermark"] = waiting
     return [
         Finding(
             "watermark-stalled",
@@ -98,7 +108,7 @@ def watermark_stalled(entries: dict[int, OffsetEntry], limit: float, event_time_
             None,
             None,
             f"the watermark has stayed at {iso_time(last)} since batch {since}, over {with_input} batches that "
-            "took input",
+            "took input" + ("" if waiting is None else f"; {plural(waiting, 'key')} in state wait for it to move"),
             evidence,
             "the watermark is the minimum over every input's event time (minus its delay): an input, a Kafka "
             "partition or a join side whose event time stopped moving holds it back. Find that input; for idle "
@@ -328,6 +338,26 @@ def overdue_timers(store: Store, entry: OffsetEntry | None) -> list[Finding]:
     ]
 
 
+def store_verdicts(store: Store, entries: dict[int, OffsetEntry]) -> KeyVerdicts | None:
+    """Every key's verdict of ``store`` (``state_reader.verdicts``' rules, over the rows already read), or
+    None for a store whose keys the read alone does not give (a join's own stores, whose keys are a
+    side's rows in pieces; transformWithState, whose timers are in another family)."""
+    if store.operator_name == operators.JOIN or operators.is_transform_with_state(store.operator_name):
+        return None
+    if _join_stores(store) is not None or "key" not in store.table.column_names:
+        return None
+    return key_verdicts(
+        store.table, operator_name=store.operator_name, key_schema=store.plan.key_schema, clocks=Clocks.of(entries)
+    )
+
+
+def waiting_for_the_watermark(found: KeyVerdicts | None) -> int:
+    """The keys whose verdict waits for the watermark to move (evicted, expired or fired by it, not yet)."""
+    if found is None:
+        return 0
+    return int((found.has_when & found.on_watermark & ~found.overdue).sum())
+
+
 def never_evicted(
     cp: CheckpointDir,
     store: Store,
@@ -368,6 +398,10 @@ def never_evicted(
     if deletes:
         return []
     join = _join_stores(store) is not None
+    found = store_verdicts(store, entries)
+    # the verdicts' count, as `why CP` (no key filter) and state_reader.verdicts give it
+    never = None if found is None else int((found.event == NEVER).sum())
+    cited = "" if never is None else f"; {plural(never, 'key')} of {len(found or [])} will never leave"
     return [
         Finding(
             "never-evicted",
@@ -375,7 +409,7 @@ def never_evicted(
             store.operator_id,
             store.store_name,
             f"state grew from {earlier.num_rows} to {store.table.num_rows} rows over batches {first_batch}..{latest} "
-            f"and no key was removed: {reason}",
+            f"and no key was removed: {reason}{cited}",
             {
                 "first_batch": first_batch,  # first_batch, latest_batch: the earlier names, for one release
                 "first_batch_id": first_batch,
@@ -385,6 +419,7 @@ def never_evicted(
                 "rows_latest": store.table.num_rows,
                 "keys_removed": 0,
                 "deletes_in_change_feed": deletes,  # None: no change feed (RocksDB without changelogs)
+                "keys_never_evicted": never,  # verdicts' "never" (None: a join's or transformWithState's store)
                 "why": reason,
             },
             "this state only grows until the query runs out of memory or slows down. "

@@ -400,6 +400,7 @@ def _every_commands_json(tmp_path: Any, capsys: Any) -> list[Any]:
         ["verify", cp],
         ["doctor", cp],
         ["why", cp, "-k", "region_id = 1"],
+        ["why", cp],
         ["schema", cp],
         ["schema-diff", cp, cp],
         ["rewrite", cp, "--dry-run", "--partitions", "3"],

@@ -60,6 +60,10 @@ def test_never_evicted_dedup_without_watermark(spark, tmp_path):
     found = [f for f in state_reader.diagnose(problem).findings if f.kind == "never-evicted"]
     assert found and found[0].evidence["rows_latest"] > found[0].evidence["rows_first"], found
     assert "watermark" in found[0].evidence["why"]
+    # the finding cites the verdicts' count: every key of the store, never evicted
+    never = state_reader.verdicts(problem).column("event").to_pylist().count("never")
+    assert found[0].evidence["keys_never_evicted"] == never == found[0].evidence["rows_latest"]
+    assert f"{never} keys of {never} will never leave" in found[0].summary
     assert "never-evicted" not in kinds(healthy)
 
 
@@ -160,6 +164,11 @@ def test_watermark_stalled_when_event_time_stops(spark, tmp_path):
     )
     found = [f for f in state_reader.diagnose(problem).findings if f.kind == "watermark-stalled"]
     assert found and found[0].evidence["batches_with_input"] >= 5, found
+    # the keys the stalled watermark holds in state, as the verdicts count them
+    table = state_reader.verdicts(problem)
+    when, overdue = table.column("when_watermark_ms").to_pylist(), table.column("overdue").to_pylist()
+    waiting = sum(w is not None and not o for w, o in zip(when, overdue, strict=True))
+    assert found[0].evidence["keys_waiting_for_watermark"] == waiting > 0
     assert "watermark-stalled" not in kinds(healthy)
 
 

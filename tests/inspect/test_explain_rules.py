@@ -303,16 +303,131 @@ def test_the_doctor_and_why_both_call_the_shared_rule(monkeypatch):
     from state_reader.inspect import explain_rules
 
     assert doctor_state.eviction_times is eviction.eviction_times
-    assert explain_rules.eviction_times is eviction.eviction_times
+    assert explain_rules.key_verdicts is eviction.key_verdicts  # why's verdict is every key's verdict
     calls: list[str] = []
+    shared = eviction.eviction_times
 
     def counted(*args: Any) -> Any:
         calls.append("called")
-        return eviction.eviction_times(*args)
+        return shared(*args)
 
     monkeypatch.setattr(doctor_state, "eviction_times", counted)
-    monkeypatch.setattr(explain_rules, "eviction_times", counted)
+    monkeypatch.setattr(eviction, "eviction_times", counted)
     name, key, value, schema, _ = EVICTED_BY_THE_WATERMARK["dropDuplicates"]
     assert _doctor_leaves_at(name, key, value, schema) == T
     assert verdict(_facts(name, key, value, schema, watermark=1)).when_watermark_ms == T
     assert len(calls) >= 2
+
+
+# --- every key at once: the store's verdicts, key by key, are why's ----------------------------------------
+
+
+def _store_and_keys(
+    operator_name: str | None,
+    rows: list[dict[str, Any]],
+    key_schema: StructType,
+    *,
+    row_value_schema: StructType | None = None,
+    timers: dict[str, list[int]] | None = None,
+    **clocks: Any,
+) -> None:
+    """``key_verdicts`` over every row of a store at once gives each key the verdict ``why`` gives it alone
+    (its rows alone, its own timers)."""
+    table = pa.Table.from_pylist(rows)
+    names = [repr(r["key"]) for r in rows]
+    timers = timers or {}
+    soonest = pa.array([min(timers[n]) if timers.get(n) else None for n in names], pa.int64())
+    facts = _facts(operator_name, {}, {}, key_schema, row_value_schema=row_value_schema, rows=rows, **clocks)
+    clock = eviction.Clocks.of(facts.entries)
+    found = eviction.key_verdicts(
+        table,
+        operator_name=operator_name,
+        key_schema=key_schema,
+        clocks=clock,
+        join_row_schema=row_value_schema,
+        timers_ms=soonest,
+        timer_clock=clocks.get("timer_clock"),
+    )
+    assert len(found) == len(dict.fromkeys(names))
+    for i, row in enumerate(found.row.tolist()):
+        mine = [r for r in rows if repr(r["key"]) == names[row]]
+        one = verdict(
+            _facts(
+                operator_name,
+                {},
+                {},
+                key_schema,
+                row_value_schema=row_value_schema,
+                rows=mine if operator_name == operators.JOIN else mine[-1:],
+                timers=timers.get(names[row], []),
+                **clocks,
+            )
+        )
+        whole = (
+            found.event[i],
+            found.when_watermark_ms[i].as_py(),
+            found.when_time_ms[i].as_py(),
+            bool(found.overdue[i]),
+        )
+        assert whole == (one.event, one.when_watermark_ms, one.when_time_ms, one.overdue), names[row]
+
+
+@pytest.mark.parametrize("kind", list(EVICTED_BY_THE_WATERMARK))
+@pytest.mark.parametrize("watermark", [0, T - 1, T])
+def test_every_key_at_once_is_each_key_alone_by_the_watermark(kind, watermark):
+    name, key, value, schema, _ = EVICTED_BY_THE_WATERMARK[kind]
+    rows = []
+    for i, shift in enumerate((-2000, 0, 1, 5000)):
+        k = {**key, "k": f"k{i}"}
+        v = dict(value)
+        if "window" in k:
+            k["window"] = _window(T + shift)
+        if "ts" in k:
+            k["ts"] = _at(T + shift)
+        if "expiresAtMicros" in v:
+            v["expiresAtMicros"] = (T + shift) * 1000
+        if "session_window" in v:
+            v["session_window"] = _window(T + shift)
+        rows.append({"key": k, "value": v})
+    _store_and_keys(name, rows, schema, watermark=watermark)
+    _store_and_keys(operators.AGGREGATION, rows, _schema("k STRING"), watermark=watermark)  # no watermarked column
+
+
+@pytest.mark.parametrize(("watermark", "batch_time"), [(0, BATCH_TIME), (T, BATCH_TIME), (T, T + 2)])
+def test_every_group_at_once_is_each_group_alone(watermark, batch_time):
+    stamps = [-1, None, T - 1, T, T + 1, BATCH_TIME - 1, BATCH_TIME, BATCH_TIME + 5]
+    rows = [{"key": {"k": f"g{i}"}, "value": {"count": 1, "timeoutTimestamp": stamp}} for i, stamp in enumerate(stamps)]
+    name = operators.FLAT_MAP_GROUPS_WITH_STATE[0]
+    _store_and_keys(name, rows, _schema("k STRING"), watermark=watermark, batch_time=batch_time)
+
+
+@pytest.mark.parametrize("clock", ["processing time", "event time"])
+@pytest.mark.parametrize(("watermark", "batch_time"), [(T, T), (T - 1, T + 10), (0, T - 10)])
+def test_every_transform_with_state_key_at_once_is_each_key_alone(clock, watermark, batch_time):
+    ttls = [None, T - 5, T, T + 5, None, T + 20]
+    rows = [{"key": {"k": f"t{i}"}, "value": {"value": i, "ttlExpirationMs": ttl}} for i, ttl in enumerate(ttls)]
+    timers = {repr({"k": "t0"}): [T + 3, T], repr({"k": "t3"}): [T + 1], repr({"k": "t5"}): [T + 40]}
+    name = operators.TRANSFORM_WITH_STATE[0]
+    _store_and_keys(
+        name, rows, _schema("k STRING"), watermark=watermark, batch_time=batch_time, timers=timers, timer_clock=clock
+    )
+    lists = [{"key": {"k": f"t{i % 3}"}, "list_element": {"n": i}} for i in range(7)]
+    _store_and_keys(name, lists, _schema("k STRING"), watermark=watermark, batch_time=batch_time, timers=timers)
+
+
+@pytest.mark.parametrize("watermark", [0, T - 1, T, T + 1])
+def test_every_join_key_at_once_is_each_key_alone(watermark):
+    marked = _schema("ts TIMESTAMP, v BIGINT", "ts")
+    ranged = [
+        {"key": {"field0": k}, "value": {"ts": None if t is None else _at(t), "v": 1}}
+        for k, t in [("a", T), ("b", T - 3), ("a", T - 7), ("c", None), ("b", T + 2), ("d", T - 1)]
+    ]
+    _store_and_keys(operators.JOIN, ranged, _schema("field0 STRING"), row_value_schema=marked, watermark=watermark)
+    _store_and_keys(
+        operators.JOIN, ranged, _schema("field0 STRING"), row_value_schema=_schema("ts TIMESTAMP, v BIGINT")
+    )
+    keyed = [
+        {"key": {"field0": _at(t)}, "value": {"ts": _at(t), "v": v}}
+        for t, v in [(T, 1), (T - 1, 2), (T, 3), (T + 4, 4)]
+    ]
+    _store_and_keys(operators.JOIN, keyed, _schema("field0 TIMESTAMP"), row_value_schema=marked, watermark=watermark)
