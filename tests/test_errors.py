@@ -25,6 +25,7 @@ import pytest
 
 import state_reader
 from state_reader import errors
+from tests.support.cli import run as cli_run
 from tests.support.damage import (
     copy_of,
     delta_in_use,
@@ -440,13 +441,7 @@ def test_damaged_snapshot_zip_gives_our_error_from_every_entry_point(checkpoints
     with pytest.raises(errors.CorruptFileError) as caught:
         state_reader.stats(str(cp), change_start_batch_id=version - 1, change_end_batch_id=version - 1)
     assert str(zip_path) in str(caught.value)
-    proc = subprocess.run(
-        [sys.executable, "-m", "state_reader", "verify", str(cp)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "1000"},
-    )
+    proc = cli_run("verify", str(cp), env={"COLUMNS": "1000"})
     assert proc.returncode != 0 and str(zip_path) in proc.stdout + proc.stderr, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr and "zlib" not in proc.stdout + proc.stderr
 
@@ -554,9 +549,7 @@ def test_change_feed_start_cleaned_up_or_past_the_end_from_every_entry_point(spa
         source.option("changeStartBatchId", str(latest + 30)).load(cp).collect()
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "state_reader", "changes", cp, *args], capture_output=True, text=True, timeout=300
-        )
+        return cli_run("changes", cp, *args)
 
     proc = cli("--from", "0")
     assert proc.returncode == 1 and "no longer retained" in proc.stderr, proc.stderr

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import inspect
 import re
-import subprocess
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ from state_reader.errors import RENAMED_ERRORS, StateReaderError
 from state_reader.fronts.cli import cli
 from state_reader.fronts.cli_flags import in_flags
 from state_reader.fronts.notebook import Checkpoint
+from tests.support.cli import run as cli_run
 from tests.support.paths import DOCS
 
 START, END = "<!-- vocabulary table", "<!-- end of vocabulary table -->"
@@ -243,7 +242,7 @@ def test_errors_through_the_command_line_name_no_python_keyword_that_has_a_flag(
         ("verify", str(cp), "--value-schema", "v INT"): "--key-schema",
     }
     for args, flag in failures.items():
-        proc = subprocess.run([sys.executable, "-m", "state_reader", *args], capture_output=True, text=True)
+        proc = cli_run(*args)
         assert proc.returncode == 1 and flag in proc.stderr, proc.stderr
         said = proc.stderr.replace(str(cp), "CP")
         for keyword in flagged:
@@ -309,20 +308,14 @@ def test_the_spark_fronts_earlier_names_warn(tmp_path):
 )
 def test_earlier_flags_warn_on_stderr_and_still_parse(tmp_path, args, new):
     cp = str(tmp_path / "missing")
-    proc = subprocess.run(
-        [sys.executable, "-m", "state_reader", *(a.format(cp=cp) for a in args)], capture_output=True, text=True
-    )
+    proc = cli_run(*(a.format(cp=cp) for a in args))
     # parsed: the command ran and failed on the checkpoint, not on its flags
     assert proc.returncode == 1 and "does not exist" in proc.stderr, proc.stderr
     assert f"is deprecated and will be removed in the release after next: use {new}" in proc.stderr
 
 
 def test_a_deprecated_flag_with_its_replacement_is_refused(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "state_reader", "stats", str(tmp_path), "--batches", "0..1", "--from", "0"],
-        capture_output=True,
-        text=True,
-    )
+    proc = cli_run("stats", str(tmp_path), "--batches", "0..1", "--from", "0")
     assert proc.returncode == 1 and "not both --batches and --from/--to" in proc.stderr
 
 

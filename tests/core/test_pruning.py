@@ -6,8 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import math
 import shutil
-import subprocess
-import sys
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,6 +17,7 @@ from state_reader.core.options import from_kwargs
 from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import partitions_to_read
 from state_reader.formats.spark_hash import partition_ids
+from tests.support.cli import run as cli_run
 from tests.support.oracle import arrow_rows
 from tests.support.paths import GOLDEN
 
@@ -208,12 +207,7 @@ def test_a_lookup_reads_only_its_partition(checkpoints, tmp_path):
         state_reader.read_state(str(copy))
     assert state_reader.read_state(str(copy), key_filter=expr).to_pylist() == [row]
     # the command line takes the same path, and says what it read
-    out = subprocess.run(
-        [sys.executable, "-m", "state_reader", "show", str(copy), "--key-filter", expr],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = cli_run("show", str(copy), "--key-filter", expr)
     assert out.returncode == 0, out.stderr
     assert f"partitions {keep[0]} of 8" in " ".join(out.stdout.split()), out.stdout
 

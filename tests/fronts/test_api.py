@@ -3,13 +3,11 @@ also the repeated field names of aggregation buffers; ``exact_schema=True`` keep
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 import state_reader
+from tests.support.cli import run as cli_run
 
 
 def _value_names(table: pa.Table) -> list[str]:
@@ -44,12 +42,7 @@ def test_change_feed_and_sliced_tables_keep_every_field(agg):
 
 def test_parquet_export_keeps_every_field(agg, tmp_path):
     out = tmp_path / "state.parquet"
-    proc = subprocess.run(
-        [sys.executable, "-m", "state_reader", "export", agg, "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = cli_run("export", agg, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     exported = pq.read_table(out)
     names = _value_names(state_reader.read_state(agg, exact_schema=True))

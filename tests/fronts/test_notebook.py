@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import state_reader
+from tests.support.cli import run as cli_run
 from tests.support.paths import EXAMPLES
 
 QUERIES = [
@@ -196,16 +197,8 @@ def test_display_shows_transform_with_state_variables(checkpoints):
 
 
 def test_metadata_command_lists_state_variables(checkpoints):
-    import subprocess
-    import sys
 
-    out = subprocess.run(
-        [sys.executable, "-m", "state_reader", "metadata", checkpoints("tws")],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "COLUMNS": "400"},
-        timeout=120,
-    )
+    out = cli_run("metadata", checkpoints("tws"), env={"COLUMNS": "400"})
     assert out.returncode == 0, out.stderr
     assert (
         "operator 0 state variables: counters: MapState, TTL; profile: ValueState, TTL; plain: ValueState, "

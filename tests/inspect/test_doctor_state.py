@@ -9,8 +9,6 @@ first checkpoint and not on the second.
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,6 +17,7 @@ from pyspark.sql import functions as F
 
 import state_reader
 from state_reader.model.checkpoint import JOIN_STORES
+from tests.support.cli import run as cli_run
 from tests.support.keyed_queries import (
     BATCHES,
     SCHEMA,
@@ -93,9 +92,7 @@ def test_never_evicted_join_with_watermarks_against_one_without(spark, tmp_path)
     assert "delete" in feed.column("change_type").to_pylist()  # yet rows were evicted
     diagnosis = state_reader.diagnose(healthy)
     assert not [f for f in diagnosis.findings if f.kind == "never-evicted"], diagnosis.findings
-    proc = subprocess.run(
-        [sys.executable, "-m", "state_reader", "doctor", healthy], capture_output=True, text=True, timeout=300
-    )
+    proc = cli_run("doctor", healthy)
     assert proc.returncode == 0 and "nothing found" in proc.stdout, proc.stdout + proc.stderr
     found = [f for f in state_reader.diagnose(problem).findings if f.kind == "never-evicted"]
     assert {f.store_name for f in found} == set(JOIN_STORES), found

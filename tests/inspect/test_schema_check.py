@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
 
 from state_reader.inspect.schema_check import compare_schemas
+from tests.support.cli import run as cli_run
 from tests.support.keyed_queries import SCHEMA, keyed_rows, run_keyed
 from tests.support.streaming_queries import write_input
 
@@ -87,22 +86,12 @@ def test_schema_diff_agrees_with_spark(spark, tmp_path, case):
         return
     assert refused is not None and spark_error in str(refused), refused
     assert [v.error_class for v in verdicts if not v.compatible] == [spark_error], verdicts
-    proc = subprocess.run(
-        [sys.executable, "-m", "state_reader", "schema-diff", original, probe, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = cli_run("schema-diff", original, probe, "--json")
     assert proc.returncode == 3 and json.loads(proc.stdout)["compatible"] is False
 
 
 def test_schema_prints_every_store(checkpoints):
-    proc = subprocess.run(
-        [sys.executable, "-m", "state_reader", "schema", checkpoints("join_inner"), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = cli_run("schema", checkpoints("join_inner"), "--json")
     assert proc.returncode == 0, proc.stderr
     stores = {s["store_name"] for s in json.loads(proc.stdout)["stores"]}
     assert stores == {

@@ -10,6 +10,7 @@ import pytest
 
 import state_reader
 from state_reader.inspect.stats import STATS_SCHEMA, SUMMARY_SCHEMA, batch_summary, collect_stats, parse_batch_range
+from tests.support.cli import run as cli_run
 from tests.support.paths import GOLDEN
 
 
@@ -141,16 +142,9 @@ def test_growth_note_says_only_what_the_rows_show():
 
 def test_a_batch_range_wider_than_the_checkpoint_is_clamped_and_said(checkpoints):
     import json
-    import subprocess
-    import sys
 
     path = checkpoints("agg_window")
-    proc = subprocess.run(
-        [sys.executable, "-m", "state_reader", "stats", path, "--from", "0", "--to", "99", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = cli_run("stats", path, "--from", "0", "--to", "99", "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["batches"] and doc["batches"][-1] < 99

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import state_reader
@@ -26,6 +24,7 @@ from state_reader.model.conf import (
     StoreConf,
     provider_name,
 )
+from tests.support.cli import run as cli_run
 
 
 def _with_confs(checkpoint: str, target: Path, drop: tuple[str, ...] = (), put: dict[str, str] | None = None) -> str:
@@ -52,9 +51,7 @@ def test_provider_names_one_mapping():
         None,
         None,
     ]
-    help_text = subprocess.run(
-        [sys.executable, "-m", "state_reader", "rewrite", "--help"], capture_output=True, text=True, timeout=120
-    ).stdout
+    help_text = cli_run("rewrite", "--help").stdout
     assert "[hdfs|rocksdb]" in help_text  # the command line offers the same names
 
 

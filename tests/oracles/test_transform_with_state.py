@@ -9,6 +9,7 @@ import pytest
 import state_reader
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
+from tests.support.cli import run as cli_run
 from tests.support.oracle import assert_same_as_builtin
 
 VARIABLES = ["profile", "events", "counters", "plain"]
@@ -93,8 +94,6 @@ def test_verify_checks_every_column_family(tws, tmp_path):
     """verify decodes every variable, TTL index, counter and timer family; damage in one is found."""
     import json
     import shutil
-    import subprocess
-    import sys
 
     from state_reader.inspect.verify import verify_checkpoint
 
@@ -103,9 +102,7 @@ def test_verify_checks_every_column_family(tws, tmp_path):
     checked = {s["store_name"] for s in report.stores}
     assert set(VARIABLES) <= checked
     assert "$procTimers_keyToTimestamp" in checked and "$ttl_profile" in checked
-    proc = subprocess.run(
-        [sys.executable, "-m", "state_reader", "verify", tws, "--json"], capture_output=True, text=True, timeout=300
-    )
+    proc = cli_run("verify", tws, "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["versions_checked"] > len(VARIABLES), proc.stderr
 
     damaged = tmp_path / "tws"
@@ -114,9 +111,7 @@ def test_verify_checks_every_column_family(tws, tmp_path):
     changelog.write_bytes(changelog.read_bytes()[:-7])
     for crc in changelog.parent.glob(f".{changelog.name}.crc"):
         crc.unlink()
-    proc = subprocess.run(
-        [sys.executable, "-m", "state_reader", "verify", str(damaged)], capture_output=True, text=True, timeout=300
-    )
+    proc = cli_run("verify", str(damaged))
     assert proc.returncode != 0 and "DAMAGED" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -124,17 +119,9 @@ def test_every_command_line_command_handles_every_variable(tws, tmp_path):
     """show lists the variables when one must be chosen; show/export --timers, changes --state-var, stats and
     plot take every variable and the timers."""
     import json
-    import subprocess
-    import sys
 
     def run(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "state_reader", *map(str, args)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**__import__("os").environ, "COLUMNS": "300"},
-        )
+        return cli_run(*map(str, args), env={"COLUMNS": "300"})
 
     proc = run("show", tws)
     assert proc.returncode == 1 and "--state-var" in proc.stderr

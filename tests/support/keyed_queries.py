@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pyspark.sql import functions as F
 
+from tests.support.cli import run as cli_run
 from tests.support.streaming_queries import HDFS, T0, Query, run_query
 
 SCHEMA = "ts timestamp, k string, v long"
@@ -93,16 +94,7 @@ def windowed(df):
 
 def stats_text(path: str) -> str:
     """What ``state-reader stats`` prints for ``path``, wide enough for every column."""
-    import os
-    import subprocess
-    import sys
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "state_reader", "stats", path],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    proc = cli_run("stats", path, env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
