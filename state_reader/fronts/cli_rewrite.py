@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 @click.option("--provider", type=click.Choice(list(PROVIDER_NAMES)), help="Write the state in this provider's files.")
 @click.option(
     "--conf",
-    "conf",
+    "confs",
     multiple=True,
     metavar="KEY=VALUE",
     help="Change a conf Spark froze into the checkpoint, as spark-submit --conf sets it "
@@ -98,7 +98,7 @@ def rewrite(
     num_partitions: int | None,
     deprecated_n: int | None,
     provider: str | None,
-    conf: Sequence[str],
+    confs: Sequence[str],
     drop_keys: str | None,
     batch_id: int | None,
     allow_uncommitted: bool,
@@ -143,7 +143,7 @@ def rewrite(
             None if dry_run else destination,
             num_partitions=num_partitions,
             provider=provider,
-            confs=confs_of(conf),
+            confs=confs_of(confs),
             drop_keys=drop_keys,
             batch_id=batch_id,
             allow_uncommitted=allow_uncommitted,

@@ -217,6 +217,13 @@ def stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: boo
         con.print()
 
 
+def frozen_conf_text(frozen: dict[str, Any]) -> str:
+    """One frozen conf as ``overview`` and ``doctor`` print it: its value, and whether a rewrite changes it."""
+    value = frozen["value"] if frozen["recorded"] else f"{frozen['value'] or 'the session value'} (not recorded)"
+    how = "rewrite --conf changes it" if frozen["migration"] else "a rewrite does not change it"
+    return f"{frozen['conf']} = {value} · {how}"
+
+
 def conf_lines(confs: list[dict[str, Any]], dry_run: bool) -> list[str]:
     """A rewrite's frozen confs asked for: each changed one old -> new and how, then those already so."""
     verb = "would change" if dry_run else "changed"

@@ -388,3 +388,24 @@ def recorded_conf(conf: Mapping[str, str], key: str) -> tuple[str | None, bool]:
         return conf_value(key, raw), True
     except ConfChangeError:  # a value this table does not know (a custom provider class): kept as recorded
         return str(raw), True
+
+
+def frozen_values(
+    conf: Mapping[str, str], operator_names: list[str | None], checkpoint_format: int
+) -> list[dict[str, object]]:
+    """The frozen confs that shape a checkpoint's state (those of operators it has, and every query's), each with
+    its value (recorded in the offset or commit log, or what Spark assumes), whether it is recorded, and how a
+    rewrite changes it: the migration, or None where a change is refused (``overview``, ``doctor``)."""
+    out: list[dict[str, object]] = []
+    for spec in FROZEN_CONFS:
+        if spec.operators and not any(name in spec.operators for name in operator_names):
+            continue
+        if spec.recorded_in == COMMIT_LOG:
+            value: str | None = str(checkpoint_format)
+            recorded = True
+        elif spec.recorded_in == NOT_RECORDED:
+            value, recorded = spec.absent, False
+        else:
+            value, recorded = recorded_conf(conf, spec.key)
+        out.append({"conf": spec.key, "value": value, "recorded": recorded, "migration": spec.migration})
+    return out

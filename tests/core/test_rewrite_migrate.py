@@ -4,6 +4,7 @@ reader decodes them (the resume oracle in tests/oracles/test_rewrite_confs.py ju
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from state_reader.errors import (
     UnknownConfError,
     UnsupportedConfChangeError,
 )
+from state_reader.io.storage import Storage
+from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.conf import (
     CONF_AGG_FORMAT,
     CONF_CHECKPOINT_FORMAT,
@@ -35,9 +38,7 @@ from state_reader.model.conf import (
     FROZEN_CONFS,
     ROCKSDB_PROVIDER,
 )
-from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import CheckpointDir
-from tests.support.paths import GOLDEN
+from tests.support.paths import DOCS, GOLDEN
 
 WRITER = GOLDEN / "spark-4.0.5"
 AGG_FMT1 = str(WRITER / "agg_fmt1_hdfs")
@@ -95,9 +96,9 @@ def test_shorthands_are_their_confs_and_conflict_with_other_values():
         CONF_PROVIDER: ROCKSDB_PROVIDER,
         CONF_SHUFFLE_PARTITIONS: "4",
     }
-    with pytest.raises(ConflictingOptionsError, match="provider='hdfs'"):
+    with pytest.raises(ConflictingOptionsError, match="providerClass is asked for twice"):
         asked_confs({CONF_PROVIDER: "rocksdb"}, None, "hdfs")
-    with pytest.raises(ConflictingOptionsError, match="num_partitions=3"):
+    with pytest.raises(ConflictingOptionsError, match="as '3' and as '4'"):
         asked_confs({CONF_SHUFFLE_PARTITIONS: "4"}, 3, None)
 
 
@@ -187,3 +188,14 @@ def test_provider_and_partitions_through_confs_write_what_the_shorthands_write(t
         read(shorthand).sort_by("partition_id").to_pylist()
     )
     assert _offset_conf(confs, _last_batch(confs))[CONF_PROVIDER] == ROCKSDB_PROVIDER
+
+
+def test_the_docs_table_is_the_codes():
+    spec = importlib.util.spec_from_file_location("confs_table", DOCS / "confs_table.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    page = (DOCS / "rewrite.md").read_text(encoding="utf-8")
+    assert hook.with_table(page) == page, "docs/rewrite.md is stale: run python docs/confs_table.py"
+    for conf in FROZEN_CONFS:
+        assert f"| `{conf.key}` |" in page

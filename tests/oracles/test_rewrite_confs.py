@@ -25,7 +25,6 @@ from tests.support.streaming_queries import (
     Query,
     _with,
     run_query,
-    session_confs,
 )
 
 TIMEOUT_FMT2 = _with(FMGWS_TIMEOUT_QUERIES["fmgws_timeout_fmt1"], {CONF_FMGWS_FORMAT: "2"})
@@ -51,8 +50,9 @@ CASES = {
         (_with(QUERIES["agg_window"], {**ROCKSDB_CHANGELOG, CONF_CODEC: "lzf"}), "lzf"),
     ),
 }
-# Spark 4.3's reader cannot read flatMapGroupsWithState format 1 with timeouts (it types the long timeout an int)
-SPARK_CANNOT_READ = {"fmgws-timeouts-hdfs"}
+# Spark 4.3 cannot restart flatMapGroupsWithState format 1 with timeouts (its own such checkpoints fail validating
+# the long timeout in an int slot), so the rewrite refuses the way back there: one direction only
+ONE_WAY = {"fmgws-timeouts-hdfs"}
 # the rewrite into the second value runs through Spark (spark=) here: the same resume judges it
 THROUGH_SPARK = {"aggregation-hdfs"}
 
@@ -84,7 +84,11 @@ def test_conf_change_resumes_as_if_run_so_from_the_start(spark, tmp_path, case):
     report = state_reader.rewrite(run_a, a_to_b, confs={key: value_b}, spark=spark if case in THROUGH_SPARK else None)
     assert [(c["conf"], c["old"], c["new"], c["changed"]) for c in report.confs] == [(key, value_a, value_b, True)]
     assert digest(run_a) == before, "the source changed"
-    state_reader.rewrite(run_b, b_to_a, confs={key: value_a})
+    if case in ONE_WAY:
+        with pytest.raises(state_reader.UnsupportedConfChangeError, match="cannot restart"):
+            state_reader.rewrite(run_b, b_to_a, confs={key: value_a})
+    else:
+        state_reader.rewrite(run_b, b_to_a, confs={key: value_a})
     if case in THROUGH_SPARK:
         local = str(tmp_path / "a-to-b-local")
         state_reader.rewrite(run_a, local, confs={key: value_b})
@@ -97,7 +101,7 @@ def test_conf_change_resumes_as_if_run_so_from_the_start(spark, tmp_path, case):
     # resumed in a session that says the old value: the offset log decides
     how = {run_a: (query_a, tmp_path / "a"), b_to_a: (query_b, tmp_path / "b")}
     how.update({run_b: (query_b, tmp_path / "b"), a_to_b: (query_a, tmp_path / "a")})
-    checkpoints = [run_a, run_b, a_to_b, b_to_a]
+    checkpoints = [run_b, a_to_b] if case in ONE_WAY else [run_a, run_b, a_to_b, b_to_a]
     got = dict(
         zip(
             checkpoints,
@@ -106,14 +110,11 @@ def test_conf_change_resumes_as_if_run_so_from_the_start(spark, tmp_path, case):
         )
     )
     assert got[run_b], "the restarted query ran no batch"
-    assert got[a_to_b] == got[run_b]
-    assert got[b_to_a] == got[run_a]
-    assert _recorded(a_to_b, key) == value_b and _recorded(b_to_a, key) == value_a
-    for ran_so, rewritten in ((run_b, a_to_b), (run_a, b_to_a)):
-        if case in SPARK_CANNOT_READ:
-            assert stored_rows(rewritten) == stored_rows(ran_so)
-            continue
-        with session_confs(spark, {}):
-            for op, store in stores(ran_so):
-                options = {"operatorId": op, "storeName": store}
-                assert state_rows(spark, rewritten, **options) == state_rows(spark, ran_so, **options), (op, store)
+    assert _recorded(a_to_b, key) == value_b
+    pairs = [(run_b, a_to_b)] if case in ONE_WAY else [(run_b, a_to_b), (run_a, b_to_a)]
+    for ran_so, rewritten in pairs:
+        assert got[rewritten] == got[ran_so]
+        assert _recorded(rewritten, key) == _recorded(ran_so, key)
+        for op, store in stores(ran_so):
+            options = {"operatorId": op, "storeName": store}
+            assert state_rows(spark, rewritten, **options) == state_rows(spark, ran_so, **options), (op, store)

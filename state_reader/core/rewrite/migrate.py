@@ -73,10 +73,7 @@ def asked_confs(confs: Mapping[str, object] | None, num_partitions: int | None, 
     """``confs`` as Spark records them (unknown keys and values Spark does not have refused), with the shorthands
     ``num_partitions`` and ``provider`` folded in; a shorthand and its conf with different values conflict."""
     asked = {frozen_conf(key).key: conf_value(key, value) for key, value in (confs or {}).items()}
-    for key, flag, value in (
-        (CONF_SHUFFLE_PARTITIONS, "num_partitions", num_partitions),
-        (CONF_PROVIDER, "provider", provider),
-    ):
+    for key, value in ((CONF_SHUFFLE_PARTITIONS, num_partitions), (CONF_PROVIDER, provider)):
         if value is None:
             continue
         # the shorthands' own words, as before there were confs
@@ -87,7 +84,8 @@ def asked_confs(confs: Mapping[str, object] | None, num_partitions: int | None, 
         given = conf_value(key, value)
         if key in asked and asked[key] != given:
             raise ConflictingOptionsError(
-                f"{flag}={value!r} and confs {key}={asked[key]!r} ask for different values; give one of them"
+                f"{key} is asked for twice, as {given!r} and as {asked[key]!r} (a shorthand for it and the conf "
+                "itself); give one of them"
             )
         asked[key] = given
     return asked
@@ -280,11 +278,11 @@ def _fmgws_format(rows: StoreRows, change: ConfChange) -> ValueMigration:
         )
     # format 2 keeps timeoutTimestamp only for a query with timeouts (as format 1 does): the schema says which
     timeout = len(fields) > 1 and fields[1].name == TIMEOUT_FIELD
-    if timeout and rows.rocksdb:
+    if timeout:
         raise UnsupportedConfChangeError(
-            f"{store_label(plan, located=True)}: a query with timeouts cannot run {CONF_FMGWS_FORMAT}=1 on "
-            "RocksDB (Spark 4.3's own query fails validating such state on its next batch); rewrite it onto the "
-            f"HDFS-backed provider too ({CONF_PROVIDER}=hdfs)",
+            f"{store_label(plan, located=True)}: the query has timeouts, and Spark 4.3 cannot restart "
+            f"{CONF_FMGWS_FORMAT}=1 state with timeouts (its own such checkpoints fail validating the long timeout "
+            "in the slot format 1 declares int, on either provider); it stays on format 2",
             conf=change.key,
             path=plan.checkpoint.location,
         )
