@@ -95,7 +95,7 @@ def test_conf_change_resumes_as_if_run_so_from_the_start(spark, tmp_path, case):
         assert stored_rows(local) == stored_rows(a_to_b)
         state_files = {k: v for k, v in digest(local).items() if k.startswith("state/")}
         assert state_files == {k: v for k, v in digest(a_to_b).items() if k.startswith("state/")}
-    for (query, run), full in zip(((query_a, tmp_path / "a"), (query_b, tmp_path / "b")), (full_a, full_b)):
+    for query, full, run in ((query_a, full_a, tmp_path / "a"), (query_b, full_b, tmp_path / "b")):
         # Y: the query's own input continued where timeouts are set ahead of the watermark, else new_batches
         add_input(run / "input", full.batches()[3:5] if case in ONE_WAY else new_batches(query))
 
