@@ -25,7 +25,7 @@ from state_reader.errors import (
     UnsupportedConfChangeError,
 )
 from state_reader.formats.spark_types import INTEGER, LONG, StructField, StructType
-from state_reader.formats.unsaferow import RowBuffer, decode_rows
+from state_reader.formats.unsaferow import RowBuffer, decode_rows, splice_rows
 from state_reader.formats.unsaferow_encode import encode_rows
 from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.conf import (
@@ -169,36 +169,49 @@ def offset_log_confs(changes: list[ConfChange]) -> dict[str, str]:
 @dataclass(frozen=True)
 class ValueMigration:
     """A store's values turned into another format's: the new value schema (as the schema file declares it, and
-    the fields whose slots hold longs), and a columnar function of (keys, values) -> new values."""
+    the fields whose slots hold longs), and a function of (keys, values, old plan, new plan) -> new values, all
+    as plain UnsafeRows."""
 
     value_schema: StructType
-    convert: Callable[[pa.StructArray | None, pa.StructArray], pa.StructArray]
-    needs_keys: bool = False
+    convert: Callable[[RowBuffer, RowBuffer, StateReadPlan, StateReadPlan, str], RowBuffer]
     value_long_slots: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
+class _Decoded:
+    """A migration of decoded values (pyarrow, columnar): decoded with the old schemas, ``fn`` of (keys or None,
+    values), encoded with the new value schema."""
+
+    fn: Callable[[pa.StructArray | None, pa.StructArray], pa.StructArray]
+    needs_keys: bool = False
+
+    def __call__(
+        self, keys: RowBuffer, values: RowBuffer, old: StateReadPlan, new: StateReadPlan, source: str
+    ) -> RowBuffer:
+        decoded_keys = decode_rows(keys, old.key_schema) if self.needs_keys else None
+        out = self.fn(decoded_keys, decode_rows(values, old.stored_value_schema))
+        return encode_rows(out, new.stored_value_schema, source)
+
+
+@dataclass(frozen=True)
 class _DropKeyColumns:
-    """Aggregation format 1 -> 2: the value loses the grouping columns it starts with."""
+    """Aggregation format 1 -> 2: the value loses the grouping columns it starts with (moved as bytes)."""
 
     key_fields: int
 
-    def __call__(self, keys: pa.StructArray | None, values: pa.StructArray) -> pa.StructArray:
-        kept = range(self.key_fields, values.type.num_fields)
-        return pa.StructArray.from_arrays([values.field(i) for i in kept], fields=[values.type.field(i) for i in kept])
+    def __call__(
+        self, keys: RowBuffer, values: RowBuffer, old: StateReadPlan, new: StateReadPlan, source: str
+    ) -> RowBuffer:
+        schema = old.stored_value_schema
+        return splice_rows([(values, schema, self.key_fields, len(schema.fields))], source)
 
 
-def _prepend_keys(keys: pa.StructArray | None, values: pa.StructArray) -> pa.StructArray:
-    """Aggregation format 2 -> 1: the value is the whole input row, grouping columns first."""
-    assert keys is not None
-    arrays = [keys.field(i) for i in range(keys.type.num_fields)] + [
-        values.field(i) for i in range(values.type.num_fields)
-    ]
-    fields = [keys.type.field(i) for i in range(keys.type.num_fields)] + [
-        values.type.field(i) for i in range(values.type.num_fields)
-    ]
-    names = [f.name for f in fields]
-    return pa.StructArray.from_arrays(arrays, names=names)
+def _prepend_keys(keys: RowBuffer, values: RowBuffer, old: StateReadPlan, new: StateReadPlan, source: str) -> RowBuffer:
+    """Aggregation format 2 -> 1: the value is the whole input row, grouping columns first (moved as bytes)."""
+    key_schema, value_schema = old.key_schema, old.stored_value_schema
+    return splice_rows(
+        [(keys, key_schema, 0, len(key_schema.fields)), (values, value_schema, 0, len(value_schema.fields))], source
+    )
 
 
 @dataclass(frozen=True)
@@ -256,7 +269,7 @@ def _aggregation_format(rows: StoreRows, change: ConfChange) -> ValueMigration:
                 path=plan.checkpoint.location,
             )
         return ValueMigration(StructType(list(plan.value_schema.fields[len(keys) :])), _DropKeyColumns(len(keys)))
-    return ValueMigration(StructType([*keys, *plan.value_schema.fields]), _prepend_keys, needs_keys=True)
+    return ValueMigration(StructType([*keys, *plan.value_schema.fields]), _prepend_keys)
 
 
 def _fmgws_format(rows: StoreRows, change: ConfChange) -> ValueMigration:
@@ -268,7 +281,7 @@ def _fmgws_format(rows: StoreRows, change: ConfChange) -> ValueMigration:
         new = [StructField(GROUP_STATE_FIELD, StructType(list(state)), True)]
         if timeout:
             new.append(StructField(TIMEOUT_FIELD, LONG, True))
-        return ValueMigration(StructType(new), _NestGroupState(len(state), timeout))
+        return ValueMigration(StructType(new), _Decoded(_NestGroupState(len(state), timeout)))
     if not fields or fields[0].name != GROUP_STATE_FIELD or fields[0].data_type.kind != "struct":
         raise UnsupportedConfChangeError(
             f"{store_label(plan, located=True)}: its value has no {GROUP_STATE_FIELD} struct first, as "
@@ -295,7 +308,7 @@ def _fmgws_format(rows: StoreRows, change: ConfChange) -> ValueMigration:
         new.append(StructField(TIMEOUT_FIELD, INTEGER, True))
         long_slots = (TIMEOUT_FIELD,)
     where = store_label(plan, located=True)
-    return ValueMigration(StructType(new), _FlattenGroupState(timeout, where), value_long_slots=long_slots)
+    return ValueMigration(StructType(new), _Decoded(_FlattenGroupState(timeout, where)), value_long_slots=long_slots)
 
 
 # the one place each conf's change is decided: the confs a rewrite can change, and how. The partitions and the
@@ -391,11 +404,8 @@ class MigratedStoreRows(StoreRows):
         if self.values is None:
             return keys, values, sizes
         plain_keys, plain_values = inner.convert(keys, values, to_rocksdb=False)
-        old = inner.plan
-        decoded_keys = decode_rows(plain_keys, old.key_schema) if self.values.needs_keys else None
-        new = self.values.convert(decoded_keys, decode_rows(plain_values, old.stored_value_schema))
         source = f"{self.where}, partition {pid}, in the new format"
-        return plain_keys, encode_rows(new, self.plan.stored_value_schema, source), sizes
+        return plain_keys, self.values.convert(plain_keys, plain_values, inner.plan, self.plan, source), sizes
 
 
 __all__ = [
