@@ -86,6 +86,36 @@ class UnsupportedOptionError(StateReaderError):
     error_class = "STATE_READER_UNSUPPORTED_OPTION"
 
 
+class ConfChangeError(StateReaderError):
+    """A conf a rewrite was asked to change (``confs=``, ``--conf``) cannot be changed; nothing was written.
+    ``conf`` names it."""
+
+    error_class = "STATE_READER_CONF_CHANGE"
+
+    def __init__(self, message: str, *, conf: str, path: str | None = None) -> None:
+        super().__init__(message, path=path)
+        self.conf = conf
+
+
+class UnknownConfError(ConfChangeError, InvalidOptionError):
+    """A conf Spark does not freeze into a checkpoint (a misspelt name, or one a rewrite has nothing to do with)."""
+
+    error_class = "STATE_READER_CONF_CHANGE.UNKNOWN_CONF"
+
+
+class InvalidConfValueError(ConfChangeError, InvalidOptionError):
+    """A conf's value is malformed, or one Spark does not have."""
+
+    error_class = "STATE_READER_CONF_CHANGE.INVALID_VALUE"
+
+
+class UnsupportedConfChangeError(ConfChangeError, UnsupportedOptionError):
+    """A change of a frozen conf that a rewrite refuses: no migration for it (yet), a format the query's
+    operators do not have, or a provider the format needs; the message says which."""
+
+    error_class = "STATE_READER_CONF_CHANGE.UNSUPPORTED"
+
+
 class UnsupportedTypeError(StateReaderError):
     """State holds a type the chosen front cannot return."""
 

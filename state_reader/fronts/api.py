@@ -7,6 +7,7 @@ object) import them from here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -278,6 +279,7 @@ def rewrite(
     *,
     num_partitions: int | None = None,
     provider: str | None = None,
+    confs: Mapping[str, Any] | None = None,
     drop_keys: KeyFilterSpec | None = None,
     batch_id: int | None = None,
     allow_uncommitted: bool = False,
@@ -305,6 +307,11 @@ def rewrite(
       to the partition Spark's shuffle sends its key to), ``provider`` (``"hdfs"`` or ``"rocksdb"``),
       ``batch_id`` (the committed batch written; default the last), ``allow_uncommitted`` (rewrite
       a source whose last planned batch has no commit: a running or crashed query).
+    - the confs Spark froze into the checkpoint: ``confs`` (Spark's names and values, as set on the session:
+      ``{"spark.sql.streaming.aggregation.stateFormatVersion": "2"}``), each migrated or refused with a
+      :class:`~state_reader.errors.ConfChangeError` before anything is written; the destination's offset
+      log records the new values, so the resumed query runs with them. ``num_partitions`` and ``provider``
+      are shorthands for ``spark.sql.shuffle.partitions`` and ``spark.sql.streaming.stateStore.providerClass``.
     - the rows: ``drop_keys`` (a key filter, ``read_state``'s ``key_filter`` grammar, whose keys
       are left out of every store); ``transform`` (a function over ``pyarrow.RecordBatch`` es of
       ``key`` and ``value`` returning the new ones, one row per row, whose types become the new
@@ -347,6 +354,7 @@ def rewrite(
     options = _RewriteOptions(
         num_partitions=num_partitions,
         provider=provider,
+        confs=dict(confs) if confs else None,
         batch_id=batch_id,
         allow_uncommitted=allow_uncommitted,
         transform=transform,

@@ -43,6 +43,14 @@ if TYPE_CHECKING:
 )
 @deprecated_flag("-n", "--partitions", "deprecated_n", type=click.IntRange(min=1))
 @click.option("--provider", type=click.Choice(list(PROVIDER_NAMES)), help="Write the state in this provider's files.")
+@click.option(
+    "--conf",
+    "confs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Change a conf Spark froze into the checkpoint, as spark-submit --conf sets it "
+    "(repeatable; docs/rewrite.md lists them).",
+)
 @click.option("--drop-keys", metavar="EXPR", help="Leave out the keys matching this key filter, from every store.")
 @click.option("--batch", "-b", "batch_id", type=int, help="Committed batch to rewrite (default: the last).")
 @click.option("--allow-uncommitted", is_flag=True, help="Rewrite even when the last planned batch has no commit.")
@@ -90,6 +98,7 @@ def rewrite(
     num_partitions: int | None,
     deprecated_n: int | None,
     provider: str | None,
+    confs: Sequence[str],
     drop_keys: str | None,
     batch_id: int | None,
     allow_uncommitted: bool,
@@ -134,6 +143,7 @@ def rewrite(
             None if dry_run else destination,
             num_partitions=num_partitions,
             provider=provider,
+            confs=confs_of(confs),
             drop_keys=drop_keys,
             batch_id=batch_id,
             allow_uncommitted=allow_uncommitted,
@@ -162,6 +172,20 @@ def rewrite(
         rewrite_layout_figure(report).savefig(plot_out)
     output(as_json).rewrite(report, plot_out=plot_out)
     return EXIT_OK
+
+
+def confs_of(pairs: Sequence[str]) -> dict[str, str] | None:
+    """The confs ``--conf KEY=VALUE`` gives (VALUE as text, as Spark takes it; a key given twice is an error)."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--conf")
+        if key in out and out[key] != value:
+            raise click.BadParameter(f"{key} given twice, as {out[key]!r} and {value!r}", param_hint="--conf")
+        out[key] = value
+    return out or None
 
 
 def _naming_the_file(exc: Exception, upsert_file: str | None, delete_file: str | None) -> Exception:

@@ -22,6 +22,7 @@ from rich.text import Text
 from state_reader.fronts.console_parts import (
     data_table,
     emit_json,
+    frozen_conf_text,
     new_console,
     print_rows,
     relative,
@@ -190,6 +191,8 @@ class TextOutput(Output):
             f"encoding {info['encoding_format']} · row checksums {'on' if info['row_checksum'] else 'off'}",
         )
         grid.add_row("operator metadata", info["operator_metadata"])
+        for i, frozen in enumerate(info.get("frozen_confs", [])):
+            grid.add_row("frozen confs" if i == 0 else "", frozen_conf_text(frozen))
         con.print(grid)
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
         for col in (
@@ -408,6 +411,7 @@ class TextOutput(Output):
             con.print(Text(f"nothing found in {result.checkpoint} (batch {result.batch_id}); checked:", style="green"))
             for line in result.checked:
                 con.print(Text(f"  {line}"))
+            self._frozen(con, result)
             return
         styles = {"error": "red bold", "warning": "yellow bold", "info": "cyan"}
         for f in result.findings:
@@ -426,6 +430,14 @@ class TextOutput(Output):
                 )
             )
             con.print(Text(f"  what to do: {f.action}"))
+        self._frozen(con, result)
+
+    @staticmethod
+    def _frozen(con: Any, result: Diagnosis) -> None:
+        if result.frozen_confs:
+            con.print(Text("frozen confs (what Spark restores at restart):", style="dim"))
+            for frozen in result.frozen_confs:
+                con.print(Text(f"  {frozen_conf_text(frozen)}", style="dim"))
 
     def why(self, result: Explanation) -> None:
         from state_reader.formats.flatten import render_compact

@@ -217,6 +217,27 @@ def stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: boo
         con.print()
 
 
+def frozen_conf_text(frozen: dict[str, Any]) -> str:
+    """One frozen conf as ``overview`` and ``doctor`` print it: its value, and whether a rewrite changes it."""
+    value = frozen["value"] if frozen["recorded"] else f"{frozen['value'] or 'the session value'} (not recorded)"
+    how = "rewrite --conf changes it" if frozen["migration"] else "a rewrite does not change it"
+    return f"{frozen['conf']} = {value} · {how}"
+
+
+def conf_lines(confs: list[dict[str, Any]], dry_run: bool) -> list[str]:
+    """A rewrite's frozen confs asked for: each changed one old -> new and how, then those already so."""
+    verb = "would change" if dry_run else "changed"
+    lines = [
+        f"  conf {c['conf']}: {c['old'] or 'unset'} -> {c['new']} ({c['migration']}; {verb})"
+        for c in confs
+        if c["changed"]
+    ]
+    same = [c["conf"] for c in confs if not c["changed"]]
+    if same:
+        lines.append(f"  unchanged (already so): {', '.join(same)}")
+    return lines
+
+
 def rewrite_lines(report: RewriteReport) -> list[str]:
     """A rewrite's report as text: what was written (or not, dry), the current and the new layout's
     sizes and skew, and each store's rows."""
@@ -239,6 +260,7 @@ def rewrite_lines(report: RewriteReport) -> list[str]:
             f"{report.files} files, {human_bytes(report.bytes)}"
         )
     lines = [head]
+    lines += conf_lines(report.confs, report.dry_run)
     width = max(len(name) for name, _ in LAYOUTS)
     for label, new in LAYOUTS:
         rows, size = (a.tolist() for a in report.partition_sizes(new))

@@ -26,7 +26,12 @@ from state_reader.core.planner import give_schemas, store_read_options
 from state_reader.core.retained import offset_entries, operator_stores
 from state_reader.core.scan import read_table
 from state_reader.core.size import StoredSizes
-from state_reader.errors import InvalidOptionError, StateReaderError
+from state_reader.errors import (
+    InvalidOptionError,
+    OffsetLogUnavailableError,
+    OffsetMetadataUnavailableError,
+    StateReaderError,
+)
 from state_reader.inspect.doctor_files import (
     files_past_commit,
     long_chain,
@@ -52,6 +57,7 @@ from state_reader.io.calls import with_one_listing
 from state_reader.io.integrity import checksum_report
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
+from state_reader.model.conf import frozen_values
 from state_reader.model.plan import StateReadPlan
 
 SEVERITIES = ("error", "warning", "info")
@@ -80,6 +86,9 @@ class Diagnosis:
     findings: list[Finding] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)
     thresholds: dict[str, float] = field(default_factory=dict)
+    # what Spark froze into the checkpoint (model/conf.frozen_values): the value of each, and whether a rewrite
+    # changes it
+    frozen_confs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def healthy(self) -> bool:
@@ -113,6 +122,7 @@ class Diagnosis:
             "findings": [asdict(f) for f in self.findings],
             "checked": self.checked,
             "thresholds": self.thresholds,
+            "frozen_confs": self.frozen_confs,
         }
 
 
@@ -157,6 +167,22 @@ def diagnose(
         _sort(result.findings)
     result.checked.append("the checksum files beside every file read")
     return result
+
+
+def _frozen_confs(cp: CheckpointDir, latest: int, operator_names: list[str | None]) -> list[dict[str, Any]]:
+    try:
+        conf = cp.offset_conf(latest)
+    except (OffsetLogUnavailableError, OffsetMetadataUnavailableError):
+        conf = cp.latest_conf()
+    return frozen_values(conf, operator_names, 2 if cp.names_files_by_unique_id(latest) else 1)
+
+
+def upgrade_suggestions(frozen_confs: list[dict[str, Any]]) -> list[Finding]:
+    """Findings that suggest rewriting into a better format, each with the ``state-reader rewrite --conf``
+    command that does it, and only for a conf whose migration exists (``migration`` set): none yet. To come with
+    their migrations: a join on format 3 or less whose eviction scans many rows (join format 4), a
+    transformWithState query on UnsafeRow whose schema the user may want to evolve (Avro)."""
+    return []
 
 
 def _sort(findings: list[Finding]) -> None:
@@ -244,6 +270,8 @@ def _diagnose(
         result.checked.append(
             "expired rows: not checked, as each of several stateful operators evicts by its own watermark"
         )
+    result.frozen_confs = _frozen_confs(cp, latest, [name for _, _, name in operator_stores(cp, batch_id=latest)])
+    result.findings += upgrade_suggestions(result.frozen_confs)
     result.findings += watermark_stalled(entries, limits["stalled-batches"], event_time, waiting)
     result.checked.append(f"the watermark over batches {min(entries, default=latest)}..{latest}")
     _sort(result.findings)

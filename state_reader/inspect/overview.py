@@ -31,6 +31,7 @@ from state_reader.model.conf import (
     CONF_SHUFFLE_PARTITIONS,
     StoreConf,
     conf_flag,
+    frozen_values,
     provider_name,
 )
 from state_reader.model.state_variables import declared_variables
@@ -166,6 +167,12 @@ def describe_checkpoint(checkpoint: str, *, storage_options: dict[str, Any] | No
         "checkpoint_format_version": 2 if cp.names_files_by_unique_id(latest) else 1,
         "rocksdb_merge_operator_version": conf.get(CONF_MERGE_OPERATOR),
         "conf_source": conf_source,
+        # what Spark froze into the checkpoint, and whether a rewrite changes each (docs/rewrite.md)
+        "frozen_confs": frozen_values(
+            conf,
+            [o["operator_name"] for o in operators.values()],
+            2 if cp.names_files_by_unique_id(latest) else 1,
+        ),
         "conf": {
             k: v
             for k, v in sorted(conf.items())

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import state_reader
 from state_reader.formats.flatten import flatten_table
 from tests.support.cli import assert_one_line_error, run, run_json
+from tests.support.paths import GOLDEN
 from tests.support.resume import digest
 
 
@@ -134,3 +135,29 @@ def test_timers_rows_and_keys(checkpoints, tmp_path):
     assert state_reader.read_state(str(back), state_var_name="profile").equals(
         state_reader.read_state(src, state_var_name="profile")
     )
+
+
+def test_conf_flags_change_frozen_confs_and_refusals_are_one_line(tmp_path):
+    src = str(GOLDEN / "spark-4.0.5" / "agg_fmt1_hdfs")
+    agg, codec = (
+        "spark.sql.streaming.aggregation.stateFormatVersion",
+        "spark.sql.streaming.stateStore.compression.codec",
+    )
+    out = run_json("rewrite", src, "--dry-run", "--conf", f"{agg}=2", "--conf", f"{codec}=zstd")
+    assert {c["conf"]: (c["old"], c["new"], c["changed"]) for c in out["confs"]} == {
+        agg: ("1", "2", True),
+        codec: ("lz4", "zstd", True),
+    }
+    text = run("rewrite", src, "--dry-run", "--conf", f"{agg}=2")
+    assert f"conf {agg}: 1 -> 2 (aggregation format; would change)" in text.stdout
+    dst = tmp_path / "dst"
+    join = "spark.sql.streaming.join.stateFormatVersion"
+    assert_one_line_error(run("rewrite", src, dst, "--conf", f"{join}=4"), join, "not applicable")
+    assert_one_line_error(run("rewrite", src, dst, "--conf", f"{agg}=7"), agg, "its values: 1, 2")
+    assert_one_line_error(
+        run("rewrite", src, dst, "--partitions", "3", "--conf", "spark.sql.shuffle.partitions=4"), "asked for twice"
+    )
+    assert not dst.exists()
+    assert run("rewrite", src, dst, "--conf", f"{agg}=2").returncode == 0
+    overview = run_json("overview", str(dst))
+    assert {"conf": agg, "value": "2", "recorded": True, "migration": "aggregation format"} in overview["frozen_confs"]

@@ -4,12 +4,20 @@ before anything is written."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from state_reader.core.key_filter import KeyFilterSpec
 from state_reader.core.planner import detect_provider, join_column_families, store_names_on_disk
 from state_reader.core.rewrite.edit import StoreEdit
+from state_reader.core.rewrite.migrate import (
+    ConfChange,
+    asked_confs,
+    migrate_stores,
+    offset_log_confs,
+    plan_conf_changes,
+)
 from state_reader.core.rewrite.report import RewriteReport
 from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, Transform, TransformedStoreRows, store_plan
 from state_reader.errors import InvalidOptionError, UncommittedBatchError, UnsupportedOptionError
@@ -48,6 +56,8 @@ class RewriteOptions:
     edits: tuple[StoreEdit, ...] = ()
     dry_run: bool = False
     show_progress: bool | None = None
+    # frozen confs to change, Spark's names and values (``num_partitions`` and ``provider`` are shorthands for two)
+    confs: Mapping[str, object] | None = None
 
 
 def offset_batches(cp: CheckpointDir) -> list[int]:
@@ -70,6 +80,8 @@ class RewritePlan:
     unique_ids: bool = False
     # seeds the destination's unique ids, so that any process writing a partition names it alike
     rewrite_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    # the frozen confs asked for, each old value against the new
+    conf_changes: list[ConfChange] = field(default_factory=list)
 
     @property
     def to_rocksdb(self) -> bool:
@@ -88,7 +100,7 @@ class RewritePlan:
                 rows.plan.key_schema, rows.plan.value_schema
             )
             for rows in self.stores
-            if isinstance(rows, TransformedStoreRows)
+            if rows.writes_schema
         }
 
     def commit_entry(self) -> dict[str, Any]:
@@ -119,7 +131,7 @@ class RewritePlan:
         confs = {CONF_SHUFFLE_PARTITIONS: str(self.new_partitions)}
         if self.provider != self.source_provider:
             confs[CONF_PROVIDER] = PROVIDER_NAMES[self.provider]
-        return confs
+        return {**offset_log_confs(self.conf_changes), **confs}
 
     def report(self, destination: str, dry_run: bool) -> RewriteReport:
         return RewriteReport(
@@ -131,6 +143,7 @@ class RewritePlan:
             self.new_partitions,
             source_provider=self.source_provider,
             dry_run=dry_run,
+            confs=[c.summary() for c in self.conf_changes],
         )
 
 
@@ -139,7 +152,11 @@ def plan_rewrite(source: Storage | CheckpointDir, options: RewriteOptions | None
     metadata only. ``source``: its storage, or a view of it with the schemas of a store without a schema
     file (:func:`~state_reader.core.planner.give_schemas`)."""
     options = options or RewriteOptions()
-    num_partitions, provider, batch_id = options.num_partitions, options.provider, options.batch_id
+    # every conf asked checked first (names, values); the shorthands are two of them
+    asked = asked_confs(options.confs, options.num_partitions, options.provider)
+    num_partitions = int(asked[CONF_SHUFFLE_PARTITIONS]) if CONF_SHUFFLE_PARTITIONS in asked else None
+    provider = provider_name(asked[CONF_PROVIDER]) if CONF_PROVIDER in asked else None
+    batch_id = options.batch_id
     cp = source if isinstance(source, CheckpointDir) else CheckpointDir(source)
     cp.require_checkpoint()
     committed = cp.committed_batches
@@ -160,10 +177,6 @@ def plan_rewrite(source: Storage | CheckpointDir, options: RewriteOptions | None
     conf = cp.offset_conf(batch)
     old_partitions = cp.num_partitions(conf)
     new_partitions = old_partitions if num_partitions is None else num_partitions
-    if new_partitions < 1:
-        raise InvalidOptionError(f"num_partitions must be at least 1, got {num_partitions}")
-    if provider is not None and provider.lower() not in PROVIDER_NAMES:
-        raise InvalidOptionError(f"provider must be one of {', '.join(PROVIDER_NAMES)}, got {provider!r}")
     # the provider each read is planned with: recorded, else told by the state files (not assumed HDFS)
     source_class = detect_provider(cp, conf.get(CONF_PROVIDER), cp.operator_ids[0] if cp.operator_ids else None)
     source_provider = provider_name(source_class) or source_class
@@ -171,9 +184,11 @@ def plan_rewrite(source: Storage | CheckpointDir, options: RewriteOptions | None
     moving = target_provider != source_provider
 
     stores: list[StoreRows] = []
+    operator_names: dict[int, str | None] = {}
     for op in cp.operator_ids:
         meta = cp.operator_metadata(op, batch)
         name = meta.operator_name if meta is not None else None
+        operator_names[op] = name
         families = operators.is_transform_with_state(name) or operators.join_in_column_families(meta)
         if families and target_provider == "hdfs":
             raise UnsupportedOptionError(
@@ -200,9 +215,13 @@ def plan_rewrite(source: Storage | CheckpointDir, options: RewriteOptions | None
                     "encoder. Rewrite it on the HDFS-backed provider",
                     path=cp.location,
                 )
+            if name is None:
+                operator_names[op] = operators.infer_operator_name(store_names_on_disk(cp, op), plan.value_schema)
             stores.append(StoreRows(plan, name in SINGLE_PARTITION_OPERATORS or plan.partition_key_fields == 0))
+    changes = plan_conf_changes(cp, batch, conf, asked, operator_names, source_provider, target_provider)
     if options.transform is not None:
         stores = _transformed(cp, batch, stores, options.transform)
+    stores = migrate_stores(stores, changes, operator_names, target_provider)
     return RewritePlan(
         cp,
         batch,
@@ -212,6 +231,7 @@ def plan_rewrite(source: Storage | CheckpointDir, options: RewriteOptions | None
         target_provider,
         stores,
         unique_ids=cp.names_files_by_unique_id(batch),
+        conf_changes=changes,
     )
 
 

@@ -82,6 +82,8 @@ class RewriteReport:
     source_provider: str = ""
     dry_run: bool = False
     stores: list[StoreReport] = field(default_factory=list)
+    # the frozen confs asked for: conf, old, new, recorded, changed, migration (core/rewrite/migrate.ConfChange)
+    confs: list[dict[str, Any]] = field(default_factory=list)
     files: int = 0
     bytes: int = 0
 
@@ -165,6 +167,7 @@ class RewriteReport:
             "provider": self.provider,
             "files": self.files,
             "bytes": self.bytes,
+            "confs": self.confs,
             CURRENT: side(False),
             NEW: side(True),
             "stores": [

@@ -77,6 +77,9 @@ class StoreRows:
     """One store's rows, partition by partition, as its provider stores them: where each row
     goes in the new layout, and how to turn rows into the other provider's encoding."""
 
+    # whether the store is written under new schemas (a transform, a format change): its schema files are rewritten
+    writes_schema = False
+
     def __init__(self, plan: StateReadPlan, single: bool = False) -> None:
         self.plan = plan
         # a global limit keeps its count in partition 0 whatever the partitions (its key has no fields)
@@ -311,6 +314,8 @@ class TransformedStoreRows(StoreRows):
     decoded, transformed, encoded as UnsafeRows of the key and value schemas the transform
     returns (learnt by calling it once on an empty batch). Keys it leaves as they were keep
     their bytes; changed keys are routed by their new value."""
+
+    writes_schema = True
 
     def __init__(self, inner: StoreRows, transform: Transform) -> None:
         self.inner = inner
