@@ -208,10 +208,10 @@ FROZEN_CONFS: tuple[FrozenConf, ...] = (
         CONF_JOIN_FORMAT,
         "a stream-stream join's state: formats 1 and 2 four stores (2 adds each row's matched flag), "
         "3 the four as column families of one RocksDB store, 4 an event-time index for eviction",
-        {"1": "2.3+ (4.3 refuses to start new queries on it)", "2": "3.0+", "3": "4.x", "4": "4.2+"},
+        {"1": "2.3+ (4.3 refuses to start new queries on it)", "2": "3.0+", "3": "4.1+", "4": "4.2+"},
         INT,
         "1",
-        refusal="the join format migration is not written yet",
+        migration="join format (1 <-> 2; 3 and 4 refused)",
         operators=("symmetricHashJoin",),
         needs_provider={"3": "rocksdb", "4": "rocksdb"},
     ),

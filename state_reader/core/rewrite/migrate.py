@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 
+from state_reader.core.rewrite.migrate_join import join_values
 from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, TransformedStoreRows, store_label
 from state_reader.core.size import row_bytes
 from state_reader.errors import (
@@ -33,6 +34,7 @@ from state_reader.model.conf import (
     CONF_CHECKPOINT_FORMAT,
     CONF_CODEC,
     CONF_FMGWS_FORMAT,
+    CONF_JOIN_FORMAT,
     CONF_PROVIDER,
     CONF_SHUFFLE_PARTITIONS,
     FROZEN,
@@ -311,19 +313,26 @@ def _fmgws_format(rows: StoreRows, change: ConfChange) -> ValueMigration:
     return ValueMigration(StructType(new), _Decoded(_FlattenGroupState(timeout, where)), value_long_slots=long_slots)
 
 
+def _join_format(rows: StoreRows, change: ConfChange) -> ValueMigration | None:
+    """Stream-stream join formats: decided in :mod:`~state_reader.core.rewrite.migrate_join`."""
+    values = join_values(rows.plan, change.old, change.new)
+    return None if values is None else ValueMigration(*values)
+
+
 # the one place each conf's change is decided: the confs a rewrite can change, and how. The partitions and the
 # provider are the rewrite's own layout (plan_rewrite); the formats turn each value of the operators the table
 # names (FrozenConf.operators); the codec rewrites every file the provider compresses. A conf added here needs
 # its FrozenConf's refusal taken away (tests check the two agree).
 LAYOUT = "layout"
 RECOMPRESS = "recompress"
-MIGRATIONS: dict[str, str | Callable[[StoreRows, ConfChange], ValueMigration]] = {
+MIGRATIONS: dict[str, str | Callable[[StoreRows, ConfChange], ValueMigration | None]] = {
     CONF_SHUFFLE_PARTITIONS: LAYOUT,
     CONF_PROVIDER: LAYOUT,
     CONF_CODEC: RECOMPRESS,
     CONF_AGG_FORMAT: _aggregation_format,
     CONF_FMGWS_FORMAT: _fmgws_format,
-    # join format, encoding, checkpoint format, row checksums, merge operator: to come, as entries here
+    CONF_JOIN_FORMAT: _join_format,
+    # encoding, checkpoint format, row checksums, merge operator: to come, as entries here
 }
 
 
@@ -344,8 +353,12 @@ def migrate_stores(
             migration = MIGRATIONS.get(key)
             if not callable(migration) or name not in FROZEN[key].operators:
                 continue
+            # the migration says first whether the direction is written at all (None: this store keeps its rows)
+            migrated = migration(rows, change)
             _require_migratable(rows, change)
-            values = migration(rows, change)
+            if migrated is None:
+                continue
+            values = migrated
             plan = replace(plan, value_schema=values.value_schema, value_long_slots=values.value_long_slots)
         if codec is not None and not isinstance(rows, FamilyStoreRows):
             # RocksDB compresses its changelogs with the codec, not the snapshots a rewrite writes: its stores are
