@@ -359,10 +359,7 @@ class _EncodeEdit:
                 columns, _ = rows.partition_key(keys, None)
                 n = len(keys.starts)
                 k, v = rows.convert(keys, values if values is not None else empty_values(rows, n), self.to_rocksdb)
-                yield pa.RecordBatch.from_arrays(
-                    [*columns, pa.array(np.full(n, self.order, dtype=np.int64)), binary_array(k), binary_array(v)],
-                    schema=self.transport,
-                )
+                yield from _transport_batches(columns, self.order, k, v, self.transport)
 
 
 class _EncodeFamilyEdit:
@@ -388,20 +385,29 @@ class _EncodeFamilyEdit:
             keys, values = bind_family_rows(self.rows, self.name, self.mode, table)
             if keys is None:
                 return
-            n = len(keys.starts)
             columns, _ = self.rows.partition_key(keys, None)
-            values = values if values is not None else empty_values(self.rows, n)
-            for lo in range(0, n, BATCH_ROWS):
-                run = slice(lo, lo + BATCH_ROWS)
-                yield pa.RecordBatch.from_arrays(
-                    [
-                        *(c.slice(lo, BATCH_ROWS) for c in columns),
-                        pa.array(np.full(len(keys.starts[run]), self.order, dtype=np.int64)),
-                        binary_array(keys.take(run)),
-                        binary_array(values.take(run)),
-                    ],
-                    schema=self.transport,
-                )
+            values = values if values is not None else empty_values(self.rows, len(keys.starts))
+            yield from _transport_batches(columns, self.order, keys, values, self.transport)
+
+
+def _transport_batches(
+    columns: list[pa.Array], order: int, keys: RowBuffer, values: RowBuffer, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """Encoded rows as the shuffle carries them: the partition key's columns, the edit's order, the key
+    and value bytes, in batches of at most ``BATCH_ROWS`` rows."""
+    n = len(keys.starts)
+    for lo in range(0, n, BATCH_ROWS):
+        run = slice(lo, lo + BATCH_ROWS)
+        whole = lo == 0 and n <= BATCH_ROWS
+        yield pa.RecordBatch.from_arrays(
+            [
+                *(columns if whole else [c.slice(lo, BATCH_ROWS) for c in columns]),
+                pa.array(np.full(len(keys.starts[run]), order, dtype=np.int64)),
+                binary_array(keys if whole else keys.take(run)),
+                binary_array(values if whole else values.take(run)),
+            ],
+            schema=schema,
+        )
 
 
 def _partition_key_types(rows: StoreRows) -> tuple[list[pa.DataType], list[Any]]:
