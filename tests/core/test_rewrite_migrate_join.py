@@ -1,5 +1,5 @@
 """A stream-stream join's state format changed by a rewrite, without Spark: formats 1 and 2 turned into each other
-(only the ``matched`` flag of each buffered row changes), the directions out of formats 3 and 4 into the separate stores refused
+(only the ``matched`` flag of each buffered row changes), formats 3 and 4 refused on the HDFS-backed provider
 before anything is written (tests/oracles/test_rewrite_join_format.py judges the written ones by Spark)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import state_reader
 from state_reader.core.rewrite.migrate_join import refusal
 from state_reader.errors import UnsupportedConfChangeError
 from state_reader.model.checkpoint import JOIN_SIDES, JOIN_STORES, MATCHED_FIELD
-from state_reader.model.conf import CONF_JOIN_FORMAT, CONF_PROVIDER
+from state_reader.model.conf import CONF_JOIN_FORMAT
 from tests.support.paths import GOLDEN
 
 FMT1 = str(GOLDEN / "spark-3.5.8" / "join_fmt1_hdfs")

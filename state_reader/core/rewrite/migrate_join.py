@@ -14,8 +14,10 @@ row never matched, padded with nulls, when it is evicted; a left semi join emits
   matched; a left semi join may emit it again), and the rows added after it by format 2's rules. An inner join
   never reads the flag: its output is that of a run in format 2 from the start.
 
-Formats 3 and 4 keep the join in column families of one RocksDB store (4 indexed by event time); a rewrite does
-not build those from separate stores, nor the separate stores from them, yet: refused, with the reason.
+Formats 3 and 4 keep the join in column families of one RocksDB store (4 indexed by event time): a join from
+format 2, 3 or 4 into either is rewritten whole (:mod:`~state_reader.core.rewrite.migrate_join_families`); the
+separate stores of formats 1 and 2 are not built from them yet, and format 1 goes into 2 first: refused, with
+the reason.
 """
 
 from __future__ import annotations
