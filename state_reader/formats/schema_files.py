@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from state_reader.errors import SchemaReadError, StateReaderError
-from state_reader.formats.spark_types import StructType, parse_struct
+from state_reader.formats.spark_types import StructType, parse_struct, spark_json
 
 # The user-key schema of a column family without one is written as this literal.
 _EMPTY_USER_KEY = "{    }"
@@ -207,4 +207,28 @@ def write_schema_v2(key_schema: StructType, value_schema: StructType) -> bytes:
     out.utf("v2", "version")
     out.chunked(key_schema.json(), "key schema")
     out.chunked(value_schema.json(), "value schema")
+    return out.bytes()
+
+
+def write_schema_v3(families: list[ColumnFamilySchema], *, with_ids: bool = True) -> bytes:
+    """The bytes of a schema v3 file (``state/<op>/_stateSchema/<store>/<batch>_<uuid>``) listing ``families``.
+
+    Families are written in the order given (Spark sorts them by name). ``with_ids``: the int16 key and
+    value schema ids of released writers (4.0+); without them, the layout of pre-release 4.0 code. A family
+    without a user key schema gets Spark's ``"{    }"`` placeholder.
+    """
+    out = _JavaWriter()
+    out.utf("v3", "version")
+    out.int32(len(families))
+    for family in families:
+        out.utf(family.name, "column family name")
+        if with_ids:
+            out.int16(family.key_schema_id)
+        out.chunked(family.key_schema.json(), f"key schema of {family.name}")
+        if with_ids:
+            out.int16(family.value_schema_id)
+        out.chunked(family.value_schema.json(), f"value schema of {family.name}")
+        out.chunked(spark_json(family.key_encoder), f"key encoder spec of {family.name}")
+        user_key = family.user_key_schema.json() if family.user_key_schema is not None else _EMPTY_USER_KEY
+        out.chunked(user_key, f"user key schema of {family.name}")
     return out.bytes()

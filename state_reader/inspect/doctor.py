@@ -57,7 +57,7 @@ from state_reader.io.calls import with_one_listing
 from state_reader.io.integrity import checksum_report
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
-from state_reader.model.conf import frozen_values
+from state_reader.model.conf import CONF_JOIN_FORMAT, CONF_PROVIDER, frozen_values, provider_name
 from state_reader.model.plan import StateReadPlan
 
 SEVERITIES = ("error", "warning", "info")
@@ -74,6 +74,7 @@ KINDS = (
     "large-rows",
     "overdue-timers",
     "malformed-checksum-file",
+    "join-format-upgrade",
 )
 
 
@@ -169,6 +170,15 @@ def diagnose(
     return result
 
 
+def _provider(cp: CheckpointDir, latest: int) -> str | None:
+    """The short name of the provider the checkpoint records (None: not recorded, Spark's default HDFS)."""
+    try:
+        conf = cp.offset_conf(latest)
+    except (OffsetLogUnavailableError, OffsetMetadataUnavailableError):
+        conf = cp.latest_conf()
+    return provider_name(conf.get(CONF_PROVIDER))
+
+
 def _frozen_confs(cp: CheckpointDir, latest: int, operator_names: list[str | None]) -> list[dict[str, Any]]:
     try:
         conf = cp.offset_conf(latest)
@@ -177,12 +187,41 @@ def _frozen_confs(cp: CheckpointDir, latest: int, operator_names: list[str | Non
     return frozen_values(conf, operator_names, 2 if cp.names_files_by_unique_id(latest) else 1)
 
 
-def upgrade_suggestions(frozen_confs: list[dict[str, Any]]) -> list[Finding]:
+def upgrade_suggestions(
+    frozen_confs: list[dict[str, Any]],
+    join_rows: dict[int, int] | None = None,
+    limits: dict[str, Any] | None = None,
+    provider: str | None = None,
+) -> list[Finding]:
     """Findings that suggest rewriting into a better format, each with the ``state-reader rewrite --conf``
-    command that does it, and only for a conf whose migration exists (``migration`` set): none yet. To come with
-    their migrations: a join on format 3 or less whose eviction scans many rows (join format 4), a
-    transformWithState query on UnsafeRow whose schema the user may want to evolve (Avro)."""
-    return []
+    command that does it, and only for a conf whose migration exists (``migration`` set): a join on format 3 or
+    less whose eviction scans at least ``join-eviction-rows`` buffered rows (``join_rows``: per join operator)
+    gets join format 4, whose event-time index lets eviction read only the rows it removes."""
+    values = {str(c["conf"]): c for c in frozen_confs}
+    join = values.get(CONF_JOIN_FORMAT)
+    if join is None or not join.get("migration") or str(join.get("value")) not in ("2", "3"):
+        return []
+    threshold = int((limits or {}).get("join-eviction-rows", THRESHOLDS["join-eviction-rows"][0]))
+    command = f"state-reader rewrite SRC DST --conf {CONF_JOIN_FORMAT}=4"
+    if provider != "rocksdb":
+        command += " --provider rocksdb"
+    out = []
+    for op, rows in sorted((join_rows or {}).items()):
+        if rows < threshold:
+            continue
+        out.append(
+            Finding(
+                "join-format-upgrade",
+                "info",
+                op,
+                None,
+                f"operator {op}: a stream-stream join on state format {join['value']} buffers {rows} rows, and "
+                "every batch that evicts scans all of them; format 4 indexes them by event time",
+                {"rows": rows, "join_format": join["value"], "threshold": threshold, "command": command},
+                f"rewrite it into join state format 4 (Spark 4.2+; 4.3 runs it without an internal flag): {command}",
+            )
+        )
+    return out
 
 
 def _sort(findings: list[Finding]) -> None:
@@ -217,6 +256,7 @@ def _diagnose(
     file_checked: set[str | None] = set()
     feeds: dict[tuple[int, str, int, int], int | None] = {}  # deletes per change feed read
     waiting = 0  # keys whose verdict waits for the watermark to move
+    join_rows: dict[int, int] = {}  # the rows each join buffers (what its eviction scans before format 4)
     for op, store_name, op_name in operator_stores(cp, batch_id=latest):
         planned: list[StateReadPlan] = []
         sizes: dict[int, StoredSizes] = {}
@@ -242,6 +282,8 @@ def _diagnose(
             continue
         plan = planned[-1]
         store = Store(op, store_name, op_name, plan, table, sizes)
+        if store_name.endswith("-keyWithIndexToValue"):
+            join_rows[op] = join_rows.get(op, 0) + table.num_rows
         result.findings += skewed_partition(store, limits)
         expired, held = expired_rows(store, watermark)
         if len(cp.operator_ids) == 1:
@@ -271,7 +313,7 @@ def _diagnose(
             "expired rows: not checked, as each of several stateful operators evicts by its own watermark"
         )
     result.frozen_confs = _frozen_confs(cp, latest, [name for _, _, name in operator_stores(cp, batch_id=latest)])
-    result.findings += upgrade_suggestions(result.frozen_confs)
+    result.findings += upgrade_suggestions(result.frozen_confs, join_rows, limits, _provider(cp, latest))
     result.findings += watermark_stalled(entries, limits["stalled-batches"], event_time, waiting)
     result.checked.append(f"the watermark over batches {min(entries, default=latest)}..{latest}")
     _sort(result.findings)

@@ -13,5 +13,6 @@ THRESHOLDS: dict[str, tuple[float, str]] = {
     "stalled-batches": (5, "batches that took input while the watermark stayed where it was"),
     "growth-batches": (5, "batches over which state grew with no key removed"),
     "large-row-bytes": (1 << 20, "a row whose key and value take at least this many bytes as stored (uncompressed)"),
+    "join-eviction-rows": (100_000, "rows a join on state format 3 or less buffers, all scanned by each eviction"),
     "waste-files": (10, "state files (and SSTs) of one store that no retained batch can use"),
 }

@@ -46,6 +46,7 @@ AGG_WINDOW = str(WRITER / "agg_window_hdfs")
 FMGWS_FMT1 = str(WRITER / "apply_in_pandas_fmt1_hdfs")
 FMGWS_FMT2 = str(WRITER / "apply_in_pandas_hdfs")
 JOIN = str(WRITER / "join_inner_hdfs")
+JOIN_FMT1 = str(GOLDEN / "spark-3.5.8" / "join_fmt1_hdfs")
 SESSION = str(WRITER / "session_window_hdfs")
 
 
@@ -109,7 +110,7 @@ def test_shorthands_are_their_confs_and_conflict_with_other_values():
         (AGG_FMT1, {CONF_FMGWS_FORMAT: "1"}, "not applicable"),
         (SESSION, {CONF_AGG_FORMAT: "1"}, "sessionWindowStateStoreSaveExec"),
         (JOIN, {CONF_JOIN_FORMAT: "3"}, "on the rocksdb provider only"),
-        (JOIN, {CONF_JOIN_FORMAT: "3", CONF_PROVIDER: "rocksdb"}, "3 refused: format 3 keeps the four stores"),
+        (JOIN_FMT1, {CONF_JOIN_FORMAT: "3", CONF_PROVIDER: "rocksdb"}, "3 refused: format 1 keeps no matched flag"),
         (AGG_FMT1, {CONF_ENCODING: "avro", CONF_PROVIDER: "rocksdb"}, "encoding migration"),
         (AGG_FMT1, {CONF_CHECKPOINT_FORMAT: "2"}, "rocksdb provider only"),
         (AGG_FMT1, {CONF_MULTIPLE_WATERMARK_POLICY: "max"}, "not how state is stored"),

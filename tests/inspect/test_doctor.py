@@ -85,3 +85,22 @@ def test_doctor_on_an_object_store_fetches_each_file_once(checkpoints, name):
     assert {p.removesuffix(".crc").rsplit(".", 1)[-1] for p in beyond} <= {"zip", "changelog"}, beyond
     if name == "agg_window":  # HDFS: the deltas and snapshots of the latest batch alone
         assert not beyond, beyond
+
+
+def test_a_join_that_scans_many_rows_at_eviction_gets_the_format_4_command(tmp_path):
+    from state_reader.model.conf import CONF_JOIN_FORMAT
+    from tests.support.paths import GOLDEN
+
+    hdfs = str(GOLDEN / "spark-4.0.5" / "join_inner_hdfs")
+    rocksdb = str(GOLDEN / "spark-4.0.5" / "join_left_outer_rocksdb_cl")
+    low = {"join-eviction-rows": 1}
+    (found,) = [f for f in state_reader.diagnose(hdfs, thresholds=low).findings if f.kind == "join-format-upgrade"]
+    assert found.severity == "info" and found.evidence["rows"] > 0
+    assert found.evidence["command"] == (f"state-reader rewrite SRC DST --conf {CONF_JOIN_FORMAT}=4 --provider rocksdb")
+    (found,) = [f for f in state_reader.diagnose(rocksdb, thresholds=low).findings if f.kind == "join-format-upgrade"]
+    assert found.evidence["command"] == f"state-reader rewrite SRC DST --conf {CONF_JOIN_FORMAT}=4"
+    # the healthy twins: a small join, and the same join on format 4
+    assert not [f for f in state_reader.diagnose(rocksdb).findings if f.kind == "join-format-upgrade"]
+    v4 = str(tmp_path / "v4")
+    state_reader.rewrite(rocksdb, v4, confs={CONF_JOIN_FORMAT: "4"})
+    assert not [f for f in state_reader.diagnose(v4, thresholds=low).findings if f.kind == "join-format-upgrade"]

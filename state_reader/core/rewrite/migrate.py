@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 
-from state_reader.core.rewrite.migrate_join import join_values
+from state_reader.core.rewrite.migrate_join import into_families, join_values
+from state_reader.core.rewrite.migrate_join_families import JoinFamilyRows, join_family_rows
 from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, TransformedStoreRows, store_label
 from state_reader.core.size import row_bytes
 from state_reader.errors import (
@@ -345,8 +346,15 @@ def migrate_stores(
     """``stores`` with each store a change rewrites wrapped in :class:`MigratedStoreRows`."""
     changed = {c.key: c for c in changes if c.changed}
     codec = changed.get(CONF_CODEC)
+    join = changed.get(CONF_JOIN_FORMAT)
+    if join is not None and into_families(join.old, join.new):
+        # a join into formats 3 and 4 is one new store of column families, whatever the source's stores
+        stores = _join_in_families(stores, join, operator_names)
     out: list[StoreRows] = []
     for rows in stores:
+        if isinstance(rows, JoinFamilyRows):
+            out.append(rows)
+            continue
         plan, values = rows.plan, None
         name = operator_names.get(plan.operator_id)
         for key, change in changed.items():
@@ -365,6 +373,31 @@ def migrate_stores(
             # written as they are, and only the offset log changes
             plan = replace(plan, store_conf=replace(plan.store_conf, codec=codec.new))
         out.append(rows if plan is rows.plan else MigratedStoreRows(rows, plan, values))
+    return out
+
+
+def _join_in_families(
+    stores: list[StoreRows], change: ConfChange, operator_names: Mapping[int, str | None]
+) -> list[StoreRows]:
+    """``stores`` with each join operator's stores replaced by the one store it is written as in the new format."""
+    joins = [op for op, name in operator_names.items() if name in FROZEN[CONF_JOIN_FORMAT].operators]
+    out: list[StoreRows] = []
+    for op in sorted({rows.plan.operator_id for rows in stores}):
+        own = [rows for rows in stores if rows.plan.operator_id == op]
+        if op not in joins:
+            out.extend(own)
+            continue
+        for rows in own:
+            plan = rows.plan
+            if plan.store_conf.row_checksum or plan.store_conf.avro or isinstance(rows, TransformedStoreRows):
+                raise UnsupportedConfChangeError(
+                    f"{store_label(plan, located=True)}: {change.key} {change.old} -> {change.new}: the store keeps "
+                    "row checksums or Avro-encoded rows, or is transformed, which a join format change does not "
+                    "support yet",
+                    conf=change.key,
+                    path=plan.checkpoint.location,
+                )
+        out.append(join_family_rows(own, str(change.old), change.new))
     return out
 
 

@@ -14,8 +14,10 @@ row never matched, padded with nulls, when it is evicted; a left semi join emits
   matched; a left semi join may emit it again), and the rows added after it by format 2's rules. An inner join
   never reads the flag: its output is that of a run in format 2 from the start.
 
-Formats 3 and 4 keep the join in column families of one RocksDB store (4 indexed by event time); a rewrite does
-not build those from separate stores, nor the separate stores from them, yet: refused, with the reason.
+Formats 3 and 4 keep the join in column families of one RocksDB store (4 indexed by event time): a join from
+format 2, 3 or 4 into either is rewritten whole (:mod:`~state_reader.core.rewrite.migrate_join_families`); the
+separate stores of formats 1 and 2 are not built from them yet, and format 1 goes into 2 first: refused, with
+the reason.
 """
 
 from __future__ import annotations
@@ -43,27 +45,30 @@ _FALSE_ROW = bytes(16)
 MATCHED = StructField(MATCHED_FIELD, DataType("boolean", json_name="boolean"), True)
 
 
+# the formats a join is rewritten into as column families of one RocksDB store, from formats 2, 3 and 4
+FAMILY_FORMATS = ("3", "4")
+
+
+def into_families(old: str | None, new: str) -> bool:
+    """Whether a change of the join format from ``old`` to ``new`` rewrites the join as column families
+    (:mod:`~state_reader.core.rewrite.migrate_join_families`), rather than each store's values."""
+    return new in FAMILY_FORMATS and old in ("2", *FAMILY_FORMATS)
+
+
 def refusal(old: str | None, new: str) -> str | None:
     """Why a change of the join format from ``old`` to ``new`` is not written (None: it is)."""
     if old in SEPARATE_STORES and new in SEPARATE_STORES:
         return None
-    if old in SEPARATE_STORES:
-        shape = (
-            "column families of one RocksDB store per partition (a state schema v3 file, operator metadata v2)"
-            if new == "3"
-            else "column families of one RocksDB store per partition keyed by join key and event time, with an "
-            "event-time index (keyWithTsToValues, tsWithKey), each row's event time taken from the column the "
-            "join's watermark evicts by"
-        )
-        return f"format {new} keeps the four stores as {shape}; building them from separate stores is not written yet"
-    if new in SEPARATE_STORES:
+    if into_families(old, new):
+        return None
+    if old == "1":
         return (
-            f"format {old} keeps the join in column families of one RocksDB store; splitting them into the "
-            f"separate stores of format {new} is not written yet"
+            f"format 1 keeps no matched flag, and Spark runs no outer join on it; rewrite it into format 2 first "
+            f"({CONF_JOIN_FORMAT}=2), then into format {new}"
         )
     return (
-        "formats 3 and 4 keep different column families (4 re-indexes every row by event time); turning one "
-        "into the other is not written yet"
+        f"format {old} keeps the join in column families of one RocksDB store; splitting them into the "
+        f"separate stores of format {new} is not written yet"
     )
 
 
@@ -112,4 +117,4 @@ def _drop_matched(keys: RowBuffer, values: RowBuffer, old: StateReadPlan, new: S
     return splice_rows([(values, schema, 0, len(schema.fields) - 1)], source)
 
 
-__all__ = ["join_values", "refusal"]
+__all__ = ["FAMILY_FORMATS", "into_families", "join_values", "refusal"]

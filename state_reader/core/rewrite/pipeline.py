@@ -24,7 +24,7 @@ from state_reader.core.rewrite.edit_join import expand_join_sides
 from state_reader.core.rewrite.plan import RewriteOptions, RewritePlan, plan_rewrite
 from state_reader.core.rewrite.report import RewriteReport, StoreReport, store_report
 from state_reader.core.rewrite.route import Spill, route_store
-from state_reader.core.rewrite.rows import StoreRows, store_label, zip_extra_metadata
+from state_reader.core.rewrite.rows import StoreRows, store_label
 from state_reader.core.rewrite.write import Put, counting_writer, failure_marked, finish_checkpoint, write_partition
 from state_reader.core.scan import bind_key_filter
 from state_reader.errors import InvalidOptionError
@@ -115,7 +115,7 @@ class LocalRows:
                 if edit is not None:
                     store.widened = list(edit.widened)
                 bar.advance(0, f"writing {label}" if target is not None else f"counting {label}")
-                extra = zip_extra_metadata(rows.plan)
+                extra = rows.zip_metadata()
                 for index, pid in enumerate(new_pids):
                     records: Iterator[bytes | np.ndarray] = spill.take(pid)
                     counts = EditCounts()

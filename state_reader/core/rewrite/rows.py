@@ -87,6 +87,17 @@ class StoreRows:
         self.rocksdb = plan.provider_class == ROCKSDB_PROVIDER
         self.spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
 
+    def zip_metadata(self) -> dict[str, Any]:
+        """The fields of the new snapshots' ``metadata`` beyond SSTs and key counts (RocksDB): the source's."""
+        return zip_extra_metadata(self.plan)
+
+    def state_metadata(
+        self, batch: int, num_partitions: int, qualified: Callable[[str], str]
+    ) -> dict[str, bytes] | None:
+        """The operator's files beside its partitions (schema files, operator metadata) when the store writes its
+        own, path -> bytes; None: the source's are carried over."""
+        return None
+
     def target_partitions(self, num_partitions: int) -> list[int]:
         """The new partitions this store writes: all of them, or partition 0 alone."""
         return [0] if self.single else list(range(num_partitions))

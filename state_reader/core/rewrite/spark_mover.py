@@ -50,7 +50,7 @@ from state_reader.core.rewrite.edit_fit import EditMode
 from state_reader.core.rewrite.pipeline import Target
 from state_reader.core.rewrite.plan import RewritePlan
 from state_reader.core.rewrite.report import StoreReport, store_report
-from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, store_label, zip_extra_metadata
+from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, store_label
 from state_reader.core.rewrite.write import write_partition
 from state_reader.core.size import row_bytes
 from state_reader.errors import DuplicateEditKeyError, StateReaderError, UnsupportedOptionError, spark_worker_errors
@@ -118,7 +118,7 @@ class SparkRows:
         new_pids = rows.target_partitions(rewrite_plan.new_partitions)
         # checkpoint format 2 names each new partition's files by an id the driver decides (the commit entry lists it)
         unique_ids = {pid: rewrite_plan.unique_id(rows.plan, pid) for pid in new_pids}
-        extra = zip_extra_metadata(rows.plan)
+        extra = rows.zip_metadata()
         try:
             summaries = _store_job(self.spark, rewrite_plan, rows, drop, unique_ids, extra, target.dest, edit).collect()
         except StateReaderError:

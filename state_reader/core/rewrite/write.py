@@ -86,7 +86,15 @@ def finish_checkpoint(rewrite_plan: RewritePlan, dest: Destination, put: Put) ->
         f"commits/{rewrite_plan.batch_id}",
         f"{version}\n{json.dumps(rewrite_plan.commit_entry(), separators=(',', ':'))}".encode(),
     )
-    _copy_state_metadata(rewrite_plan.checkpoint, put, rewrite_plan.new_partitions, dest, rewrite_plan.schema_files())
+    own = {
+        rows.plan.operator_id: files
+        for rows in rewrite_plan.stores
+        if (files := rows.state_metadata(rewrite_plan.batch_id, rewrite_plan.new_partitions, dest.qualified))
+        is not None
+    }
+    _copy_state_metadata(
+        rewrite_plan.checkpoint, put, rewrite_plan.new_partitions, dest, rewrite_plan.schema_files(), own
+    )
     put("metadata", rewrite_plan.checkpoint.storage.read_bytes("metadata"))
 
 
@@ -107,12 +115,22 @@ def _copy_logs(cp: CheckpointDir, put: Put, batch: int, confs: dict[str, str]) -
 
 
 def _copy_state_metadata(
-    cp: CheckpointDir, put: Put, num_partitions: int, dest: Destination, schema_files: dict[str, bytes]
+    cp: CheckpointDir,
+    put: Put,
+    num_partitions: int,
+    dest: Destination,
+    schema_files: dict[str, bytes],
+    own: dict[int, dict[str, bytes]],
 ) -> None:
     """Schema files as they are (or as ``schema_files`` gives them: a transform's new schemas);
-    operator metadata with the new partition count."""
+    operator metadata with the new partition count. An operator in ``own`` (a store in a new layout) gets
+    those files in place of the source's."""
     storage = cp.storage
     for op in cp.operator_ids:
+        if op in own:
+            for rel, data in own[op].items():
+                put(rel, data)
+            continue
         for rel in _files_under(storage, f"state/{op}"):
             parts = rel.split("/")
             inside = parts[2]
