@@ -222,7 +222,9 @@ FROZEN_CONFS: tuple[FrozenConf, ...] = (
         {"unsaferow": "2.0+", "avro": "4.0+"},
         NAME,
         "unsaferow",
-        refusal="the encoding migration (UnsafeRow <-> Avro) is not written yet",
+        migration="reencode",
+        # Spark 4.0-4.3 refuse Avro for every other operator (AnalysisException: "not supported for operator")
+        operators=("transformWithStateExec", "transformWithStateInPandasExec", "transformWithStateInPySparkExec"),
         needs_provider={"avro": "rocksdb"},
     ),
     FrozenConf(

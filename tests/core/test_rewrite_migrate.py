@@ -110,7 +110,7 @@ def test_shorthands_are_their_confs_and_conflict_with_other_values():
         (SESSION, {CONF_AGG_FORMAT: "1"}, "sessionWindowStateStoreSaveExec"),
         (JOIN, {CONF_JOIN_FORMAT: "3"}, "on the rocksdb provider only"),
         (JOIN, {CONF_JOIN_FORMAT: "3", CONF_PROVIDER: "rocksdb"}, "join format migration is not written yet"),
-        (AGG_FMT1, {CONF_ENCODING: "avro", CONF_PROVIDER: "rocksdb"}, "encoding migration"),
+        (AGG_FMT1, {CONF_ENCODING: "avro", CONF_PROVIDER: "rocksdb"}, "not applicable.*transformWithState"),
         (AGG_FMT1, {CONF_CHECKPOINT_FORMAT: "2"}, "rocksdb provider only"),
         (AGG_FMT1, {CONF_MULTIPLE_WATERMARK_POLICY: "max"}, "not how state is stored"),
         (
