@@ -222,7 +222,7 @@ FROZEN_CONFS: tuple[FrozenConf, ...] = (
         {"unsaferow": "2.0+", "avro": "4.0+"},
         NAME,
         "unsaferow",
-        migration="reencode",
+        migration="transcode",
         # Spark 4.0-4.3 refuse Avro for every other operator (AnalysisException: "not supported for operator")
         operators=("transformWithStateExec", "transformWithStateInPandasExec", "transformWithStateInPySparkExec"),
         needs_provider={"avro": "rocksdb"},
@@ -259,7 +259,7 @@ FROZEN_CONFS: tuple[FrozenConf, ...] = (
         {"1": "2.0+", "2": "4.0+"},
         INT,
         "1",
-        refusal="the checkpoint format migration is not written yet",
+        migration="checkpoint format",
         recorded_in=COMMIT_LOG,
         needs_provider={"2": "rocksdb"},
     ),

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 
 import state_reader
+from state_reader.core.rewrite import RewriteOptions, plan_rewrite
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.conf import CONF_ENCODING, CONF_PROVIDER, FROZEN, recorded_conf
 from state_reader.model.operators import TRANSFORM_WITH_STATE
-from state_reader.core.rewrite import RewriteOptions, plan_rewrite
 from tests.support.streaming_queries import QUERIES
 
 # value, list and map variables with TTL and processing-time timers (both encodings, and with row checksums),
@@ -64,7 +64,7 @@ def test_every_row_in_the_other_encoding_and_back_is_the_source(checkpoints, tmp
     new = "unsaferow" if old == "avro" else "avro"
     there, back = str(tmp_path / "there"), str(tmp_path / "back")
     report = state_reader.rewrite(source, there, confs={CONF_ENCODING: new}, allow_uncommitted=True)
-    assert [(c["old"], c["new"], c["migration"]) for c in report.confs] == [(old, new, "reencode")]
+    assert [(c["old"], c["new"], c["migration"]) for c in report.confs] == [(old, new, "transcode")]
     state_reader.rewrite(there, back, confs={CONF_ENCODING: old})
     assert _encoding(there) == new and _encoding(back) == old
     original, moved = stored_rows(source), stored_rows(there)
@@ -86,7 +86,7 @@ def test_dry_run_says_what_changes_and_writes_nothing(checkpoints, tmp_path):
 
 
 def test_avro_for_other_operators_is_not_applicable(checkpoints, tmp_path):
-    with pytest.raises(state_reader.UnsupportedConfChangeError, match="not applicable.*transformWithState"):
+    with pytest.raises(state_reader.UnsupportedConfChangeError, match=r"not applicable.*transformWithState"):
         state_reader.rewrite(checkpoints("rocksdb_agg_window"), str(tmp_path / "dst"), confs={CONF_ENCODING: "avro"})
     assert not (tmp_path / "dst").exists()
 

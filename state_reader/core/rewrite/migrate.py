@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 
-from state_reader.core.rewrite.migrate_encoding import STORE_CONF_FIELDS, reencoded_stores
+from state_reader.core.rewrite.migrate_encoding import STORE_CONF_FIELDS, transcoded_stores
 from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, TransformedStoreRows, store_label
 from state_reader.core.size import row_bytes
 from state_reader.errors import (
@@ -320,15 +320,17 @@ def _fmgws_format(rows: StoreRows, change: ConfChange) -> ValueMigration:
 LAYOUT = "layout"
 RECOMPRESS = "recompress"
 # every row decoded under the source's store conf and encoded under the new one (migrate_encoding)
-REENCODE = "reencode"
+TRANSCODE = "transcode"
 MIGRATIONS: dict[str, str | Callable[[StoreRows, ConfChange], ValueMigration]] = {
     CONF_SHUFFLE_PARTITIONS: LAYOUT,
     CONF_PROVIDER: LAYOUT,
     CONF_CODEC: RECOMPRESS,
     CONF_AGG_FORMAT: _aggregation_format,
     CONF_FMGWS_FORMAT: _fmgws_format,
-    CONF_ENCODING: REENCODE,
-    # join format, checkpoint format, row checksums, merge operator: to come, as entries here
+    CONF_ENCODING: TRANSCODE,
+    # the names of the new files and the commit log's ids (migrate_checkpoint_format)
+    CONF_CHECKPOINT_FORMAT: LAYOUT,
+    # join format, row checksums, merge operator: to come, as entries here
 }
 
 
@@ -341,9 +343,9 @@ def migrate_stores(
     """``stores`` with each store a change rewrites wrapped in :class:`MigratedStoreRows`."""
     changed = {c.key: c for c in changes if c.changed}
     codec = changed.get(CONF_CODEC)
-    reencode = {k: c.new for k, c in changed.items() if MIGRATIONS.get(k) == REENCODE and k in STORE_CONF_FIELDS}
-    if reencode:
-        stores = reencoded_stores(stores, reencode)
+    transcode = {k: c.new for k, c in changed.items() if MIGRATIONS.get(k) == TRANSCODE and k in STORE_CONF_FIELDS}
+    if transcode:
+        stores = transcoded_stores(stores, transcode)
     out: list[StoreRows] = []
     for rows in stores:
         plan, values = rows.plan, None

@@ -59,7 +59,7 @@ def new_store_conf(conf: StoreConf, changed: Mapping[str, str]) -> StoreConf:
     return replace(conf, **fields) if fields else conf  # type: ignore[arg-type]
 
 
-class ReencodedFamilyRows(FamilyStoreRows):
+class TranscodedFamilyRows(FamilyStoreRows):
     """A store of column families (transformWithState, join formats 3 and 4) written under another
     :class:`StoreConf`: each family's keys and values decoded as the source stores them and encoded as the new
     conf says. Everything else (families, ids, routing) is the source's; the plan carries the new conf, so the
@@ -89,10 +89,10 @@ class ReencodedFamilyRows(FamilyStoreRows):
         keys, values = self.inner.load(pid)
         sizes = row_bytes(keys, values)
         source = f"{self.where}, partition {pid}, in the new encoding"
-        return *reencode_family_rows(self.inner, self, keys, values, source), sizes
+        return *transcode_family_rows(self.inner, self, keys, values, source), sizes
 
 
-def reencode_family_rows(
+def transcode_family_rows(
     old: FamilyStoreRows, new: FamilyStoreRows, keys: RowBuffer, values: RowBuffer, source: str
 ) -> tuple[RowBuffer, RowBuffer]:
     """Rows of ``old``'s families (as stored, family id first) as ``new``'s conf writes them, family by family
@@ -159,17 +159,17 @@ def _concat(parts: list[RowBuffer], source: str) -> RowBuffer:
     return RowBuffer.wrap(out, size, starts, lengths, source)
 
 
-def reencoded_stores(stores: list[StoreRows], changed: Mapping[str, str]) -> list[StoreRows]:
-    """``stores`` with each store of column families wrapped in :class:`ReencodedFamilyRows` under the new
+def transcoded_stores(stores: list[StoreRows], changed: Mapping[str, str]) -> list[StoreRows]:
+    """``stores`` with each store of column families wrapped in :class:`TranscodedFamilyRows` under the new
     values of the :data:`STORE_CONF_FIELDS` confs in ``changed``."""
     out: list[StoreRows] = []
     for rows in stores:
         conf = new_store_conf(rows.plan.store_conf, changed)
         if conf != rows.plan.store_conf and isinstance(rows, FamilyStoreRows):
-            out.append(ReencodedFamilyRows(rows, conf))
+            out.append(TranscodedFamilyRows(rows, conf))
         else:
             out.append(rows)
     return out
 
 
-__all__ = ["STORE_CONF_FIELDS", "ReencodedFamilyRows", "new_store_conf", "reencode_family_rows", "reencoded_stores"]
+__all__ = ["STORE_CONF_FIELDS", "TranscodedFamilyRows", "new_store_conf", "transcode_family_rows", "transcoded_stores"]
