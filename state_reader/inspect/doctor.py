@@ -53,6 +53,7 @@ from state_reader.inspect.doctor_state import (
     watermark_stalled,
 )
 from state_reader.inspect.doctor_thresholds import THRESHOLDS
+from state_reader.inspect.doctor_upgrades import ENCODING_AVRO, encoding_avro
 from state_reader.io.calls import with_one_listing
 from state_reader.io.integrity import checksum_report
 from state_reader.io.storage import Storage
@@ -74,6 +75,7 @@ KINDS = (
     "large-rows",
     "overdue-timers",
     "malformed-checksum-file",
+    ENCODING_AVRO,
 )
 
 
@@ -177,12 +179,12 @@ def _frozen_confs(cp: CheckpointDir, latest: int, operator_names: list[str | Non
     return frozen_values(conf, operator_names, 2 if cp.names_files_by_unique_id(latest) else 1)
 
 
-def upgrade_suggestions(frozen_confs: list[dict[str, Any]]) -> list[Finding]:
+def upgrade_suggestions(frozen_confs: list[dict[str, Any]], checkpoint: str = "CHECKPOINT") -> list[Finding]:
     """Findings that suggest rewriting into a better format, each with the ``state-reader rewrite --conf``
-    command that does it, and only for a conf whose migration exists (``migration`` set): none yet. To come with
-    their migrations: a join on format 3 or less whose eviction scans many rows (join format 4), a
-    transformWithState query on UnsafeRow whose schema the user may want to evolve (Avro)."""
-    return []
+    command that does it, and only for a conf whose migration exists (``migration`` set) (doctor_upgrades):
+    a transformWithState query on UnsafeRow whose schema the user may want to evolve (Avro). To come with its
+    migration: a join on format 3 or less whose eviction scans many rows (join format 4)."""
+    return encoding_avro(frozen_confs, checkpoint)
 
 
 def _sort(findings: list[Finding]) -> None:
@@ -271,7 +273,7 @@ def _diagnose(
             "expired rows: not checked, as each of several stateful operators evicts by its own watermark"
         )
     result.frozen_confs = _frozen_confs(cp, latest, [name for _, _, name in operator_stores(cp, batch_id=latest)])
-    result.findings += upgrade_suggestions(result.frozen_confs)
+    result.findings += upgrade_suggestions(result.frozen_confs, cp.location)
     result.findings += watermark_stalled(entries, limits["stalled-batches"], event_time, waiting)
     result.checked.append(f"the watermark over batches {min(entries, default=latest)}..{latest}")
     _sort(result.findings)

@@ -233,7 +233,7 @@ FROZEN_CONFS: tuple[FrozenConf, ...] = (
         {"false": "2.0+", "true": "4.1+"},
         BOOL,
         "false",
-        refusal="adding or removing row checksums is not written yet",
+        migration="transcode",
     ),
     FrozenConf(
         CONF_MERGE_OPERATOR,
@@ -242,7 +242,7 @@ FROZEN_CONFS: tuple[FrozenConf, ...] = (
         {"1": "3.2+", "2": "4.2+"},
         INT,
         "1",
-        refusal="the merge operator migration (each list's delimiter rewritten) is not written yet",
+        migration="transcode",
     ),
     FrozenConf(
         CONF_ROCKSDB_FORMAT,

@@ -1,19 +1,30 @@
-"""The store conf migrations (the encoding, UnsafeRow <-> Avro) on the rows of real transformWithState
-checkpoints, without Spark's reader: every row of every column family (Spark's TTL indexes, list counts and
-both timer indexes too) turned into the other encoding and back is the source's bytes again, and the reader
-sees the same variables in both encodings (the resume oracle in tests/oracles/test_rewrite_encoding.py judges
-the new bytes by Spark)."""
+"""The store conf migrations (the encoding, UnsafeRow <-> Avro; row checksums; the merge operator's list
+delimiter) on the rows of real checkpoints, without Spark's reader: every row of every column family (Spark's
+TTL indexes, list counts and both timer indexes too) turned into the other value and back is the source's bytes
+again, and the reader sees the same state under both values (the resume oracle in
+tests/oracles/test_rewrite_store_formats.py judges the new bytes by Spark)."""
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import state_reader
 from state_reader.core.rewrite import RewriteOptions, plan_rewrite
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
-from state_reader.model.conf import CONF_ENCODING, CONF_PROVIDER, FROZEN, recorded_conf
+from state_reader.model.conf import (
+    CONF_ENCODING,
+    CONF_MERGE_OPERATOR,
+    CONF_PROVIDER,
+    CONF_ROW_CHECKSUM,
+    FROZEN,
+    recorded_conf,
+)
 from state_reader.model.operators import TRANSFORM_WITH_STATE
+from tests.support.paths import GOLDEN
+from tests.support.resume import stores
 from tests.support.streaming_queries import QUERIES
 
 # value, list and map variables with TTL and processing-time timers (both encodings, and with row checksums),
@@ -106,3 +117,77 @@ def test_avro_needs_rocksdb(checkpoints, tmp_path):
 def test_the_queries_cover_both_encodings():
     confs = {name: QUERIES[name].confs.get(CONF_ENCODING, "unsaferow") for name in ENCODED}
     assert set(confs.values()) == {"unsaferow", "avro"}
+
+
+# row checksums and the merge operator: (conf, checkpoint, the other value); the source's rows come back byte for
+# byte from the other value, which changes every value (checksums) or every list of several elements (merged)
+REFRAMED = [
+    (CONF_ROW_CHECKSUM, "tws_checksum", "false"),
+    (CONF_ROW_CHECKSUM, "rocksdb_cl_checksum_agg_window", "false"),
+    (CONF_ROW_CHECKSUM, "agg_window_hdfs", "true"),
+    (CONF_MERGE_OPERATOR, "tws_lists_rocksdb", "1"),
+    (CONF_MERGE_OPERATOR, "join_v4", "1"),
+]
+
+
+def _source(checkpoints, name: str) -> str:
+    return str(GOLDEN / "spark-4.0.5" / name) if name.endswith("_hdfs") else checkpoints(name)
+
+
+def _read_all(checkpoint: str) -> list[list[str]]:
+    cp = CheckpointDir(Storage(checkpoint))
+    meta = cp.operator_metadata(0, cp.latest_committed_batch())
+    if meta is not None and meta.operator_name in TRANSFORM_WITH_STATE:
+        return [_shown(checkpoint, options) for options in _variables(checkpoint)]
+    return [_shown(checkpoint, {"store_name": store}) for _, store in stores(checkpoint)]
+
+
+@pytest.mark.parametrize(("key", "name", "other"), REFRAMED, ids=[f"{k.split('.')[-2]}-{n}" for k, n, _ in REFRAMED])
+def test_checksums_and_delimiters_there_and_back_are_the_source(checkpoints, tmp_path, key, name, other):
+    source = _source(checkpoints, name)
+    cp = CheckpointDir(Storage(source))
+    old = recorded_conf(cp.offset_conf(cp.latest_committed_batch()), key)[0]
+    assert old != other
+    there, back = str(tmp_path / "there"), str(tmp_path / "back")
+    report = state_reader.rewrite(source, there, confs={key: other}, allow_uncommitted=True)
+    assert [(c["old"], c["new"], c["migration"]) for c in report.confs] == [(old, other, "transcode")]
+    state_reader.rewrite(there, back, confs={key: str(old)})
+    original, moved = stored_rows(source), stored_rows(there)
+    assert stored_rows(back) == original
+    changed = original - moved
+    if key == CONF_ROW_CHECKSUM:
+        assert len(changed) == len(original) and {k for k, _ in moved} == {k for k, _ in original}
+    else:
+        assert changed and len(moved) == len(original)
+    assert _read_all(there) == _read_all(source)
+
+
+def test_a_format_change_with_a_checksum_change_of_its_store_is_refused(checkpoints, tmp_path):
+    with pytest.raises(state_reader.UnsupportedConfChangeError, match="row checksums"):
+        state_reader.rewrite(
+            str(GOLDEN / "spark-4.0.5" / "agg_fmt1_hdfs"),
+            str(tmp_path / "dst"),
+            confs={CONF_ROW_CHECKSUM: "true", "spark.sql.streaming.aggregation.stateFormatVersion": "2"},
+        )
+    assert not (tmp_path / "dst").exists()
+
+
+def test_an_upsert_in_the_new_encoding_is_the_upsert_in_the_old_one(checkpoints, tmp_path):
+    """Rows written into variables in the same rewrite are matched and written in the new encoding, with their
+    TTL index entries: back in the old encoding they are the bytes of the same upsert without the change."""
+    source = checkpoints("tws")
+    profile = state_reader.read_state(source, state_var_name="profile").drop_columns(["partition_id"])
+    value = profile.column("value").combine_chunks()
+    inner = value.field("value")
+    visits = pc.add(inner.field("visits"), 100)
+    changed = pa.StructArray.from_arrays([visits, inner.field("total"), inner.field("last")], fields=list(inner.type))
+    new_value = pa.StructArray.from_arrays([changed, value.field(1)], fields=list(value.type))
+    upsert = pa.table({"key": profile.column("key"), "value": new_value})
+    plain, avro, back = (str(tmp_path / name) for name in ("plain", "avro", "back"))
+    options = {"upsert": upsert, "state_var_name": "profile", "allow_uncommitted": True}
+    state_reader.rewrite(source, plain, **options)
+    state_reader.rewrite(source, avro, confs={CONF_ENCODING: "avro"}, **options)
+    state_reader.rewrite(avro, back, confs={CONF_ENCODING: "unsaferow"})
+    assert stored_rows(back) == stored_rows(plain) != stored_rows(source)
+    shown = state_reader.read_state(avro, state_var_name="profile").drop_columns(["partition_id"])
+    assert sorted(map(repr, shown.to_pylist())) == sorted(map(repr, upsert.to_pylist()))

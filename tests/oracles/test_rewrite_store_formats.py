@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import state_reader
-from state_reader.model.conf import CONF_CHECKPOINT_FORMAT, CONF_ENCODING
+from state_reader.model.conf import CONF_CHECKPOINT_FORMAT, CONF_ENCODING, CONF_MERGE_OPERATOR, CONF_ROW_CHECKSUM
 from tests.oracles.test_rewrite_confs import _over_x, _recorded
 from tests.support.parallel import side_by_side
 from tests.support.resume import (
@@ -27,7 +27,14 @@ from tests.support.resume import (
     resume_with_timers,
     state_rows,
 )
-from tests.support.streaming_queries import QUERIES, ROCKSDB_CHANGELOG, _with, run_query, session_confs
+from tests.support.streaming_queries import (
+    QUERIES,
+    ROCKSDB_CHANGELOG,
+    VERIFY_ROW_CHECKSUMS,
+    _with,
+    run_query,
+    session_confs,
+)
 
 # what the processing-time clock of each run sets: the expirations of TTL and the timers' times
 CLOCK_FIELDS = {"ttlExpirationMs", "expiration_timestamp_ms"}
@@ -49,9 +56,19 @@ def _state(spark, checkpoint: str, options: dict[str, str]) -> list[str]:
     return sorted(repr(_without_clock(r.asDict(recursive=True))) for r in reader.load(checkpoint).collect())
 
 
-def test_encoding_change_resumes_as_if_run_so_from_the_start(spark, tmp_path):
-    full_a, full_b = QUERIES["tws"], QUERIES["tws_avro"]
-    query_a, query_b = _over_x(full_a), _over_x(full_b)
+# each case: two confs changed in one rewrite (each direction of each), the first value of each in run a
+ENCODING_AND_LISTS = {CONF_ENCODING: ("unsaferow", "avro"), CONF_MERGE_OPERATOR: ("1", "2")}
+NAMES_AND_CHECKSUMS = {CONF_CHECKPOINT_FORMAT: ("1", "2"), CONF_ROW_CHECKSUM: ("false", "true")}
+
+
+def _values(confs: dict[str, tuple[str, str]], which: int) -> dict[str, str]:
+    return {key: values[which] for key, values in confs.items()}
+
+
+def test_encoding_and_merge_operator_change_resume_as_if_run_so_from_the_start(spark, tmp_path):
+    # query a says nothing of the encoding (unsaferow, Spark's default); a list's elements are merged values
+    query_a = _over_x(_with(QUERIES["tws"], {CONF_MERGE_OPERATOR: "1"}))
+    query_b = _over_x(_with(QUERIES["tws_avro"], {CONF_MERGE_OPERATOR: "2"}))
     run_a, run_b = side_by_side(
         lambda: run_query(spark.newSession(), query_a, tmp_path / "a"),
         lambda: run_query(spark.newSession(), query_b, tmp_path / "b"),
@@ -59,12 +76,12 @@ def test_encoding_change_resumes_as_if_run_so_from_the_start(spark, tmp_path):
     for run in (run_a, run_b):
         forget_unfinished_batch(run)  # stopped on a processing-time trigger while planning its next batch
     a_to_b, b_to_a = str(tmp_path / "a-to-b"), str(tmp_path / "b-to-a")
-    state_reader.rewrite(run_a, a_to_b, confs={CONF_ENCODING: "avro"})
-    state_reader.rewrite(run_b, b_to_a, confs={CONF_ENCODING: "unsaferow"})
+    state_reader.rewrite(run_a, a_to_b, confs=_values(ENCODING_AND_LISTS, 1))
+    state_reader.rewrite(run_b, b_to_a, confs=_values(ENCODING_AND_LISTS, 0))
     for query, run in ((query_a, tmp_path / "a"), (query_b, tmp_path / "b")):
         add_input(run / "input", new_batches(query))
 
-    # resumed in a session that says the old value (query_a says nothing: unsaferow): the offset log decides
+    # resumed in a session that says the old values: the offset log decides
     how = {run_a: (query_a, tmp_path / "a"), a_to_b: (query_a, tmp_path / "a")}
     how.update({run_b: (query_b, tmp_path / "b"), b_to_a: (query_b, tmp_path / "b")})
     checkpoints = [run_a, run_b, a_to_b, b_to_a]
@@ -78,9 +95,10 @@ def test_encoding_change_resumes_as_if_run_so_from_the_start(spark, tmp_path):
         )
     )
     assert got[run_b] and got[run_a], "the restarted query ran no batch"
-    for ran_so, rewritten, value in ((run_b, a_to_b, "avro"), (run_a, b_to_a, "unsaferow")):
+    for ran_so, rewritten, which in ((run_b, a_to_b, 1), (run_a, b_to_a, 0)):
         assert got[rewritten] == got[ran_so]
-        assert _recorded(rewritten, CONF_ENCODING) == _recorded(ran_so, CONF_ENCODING) == value
+        for key, value in _values(ENCODING_AND_LISTS, which).items():
+            assert _recorded(rewritten, key) == _recorded(ran_so, key) == value, key
         for options in VARIABLES:
             expected = _state(spark, ran_so, options)
             assert expected, options
@@ -99,23 +117,24 @@ def _state_files(checkpoint: str) -> list[str]:
     return sorted(p.name for p in (Path(checkpoint) / "state" / "0" / "0").glob("*.zip"))
 
 
-def test_checkpoint_format_change_resumes_as_if_run_so_from_the_start(spark, tmp_path):
+def test_checkpoint_format_and_row_checksums_change_resume_as_if_run_so_from_the_start(spark, tmp_path):
     dedup = _with(QUERIES["dedup"], ROCKSDB_CHANGELOG)
-    query_a = _over_x(_with(dedup, {CONF_CHECKPOINT_FORMAT: "1"}))
-    query_b = _over_x(_with(dedup, {CONF_CHECKPOINT_FORMAT: "2"}))
+    query_a = _over_x(_with(dedup, _values(NAMES_AND_CHECKSUMS, 0)))
+    query_b = _over_x(_with(dedup, _values(NAMES_AND_CHECKSUMS, 1)))
     run_a, run_b = side_by_side(
         lambda: run_query(spark.newSession(), query_a, tmp_path / "a"),
         lambda: run_query(spark.newSession(), query_b, tmp_path / "b"),
     )
     a_to_b, b_to_a = str(tmp_path / "a-to-b"), str(tmp_path / "b-to-a")
-    report = state_reader.rewrite(run_a, a_to_b, confs={CONF_CHECKPOINT_FORMAT: "2"})
-    assert [(c["old"], c["new"], c["changed"]) for c in report.confs] == [("1", "2", True)]
-    state_reader.rewrite(run_b, b_to_a, confs={CONF_CHECKPOINT_FORMAT: "1"})
+    report = state_reader.rewrite(run_a, a_to_b, confs=_values(NAMES_AND_CHECKSUMS, 1))
+    assert [(c["old"], c["new"], c["changed"]) for c in report.confs] == [("1", "2", True), ("false", "true", True)]
+    state_reader.rewrite(run_b, b_to_a, confs=_values(NAMES_AND_CHECKSUMS, 0))
     assert all("_" in name for name in _state_files(a_to_b)) and not any("_" in n for n in _state_files(b_to_a))
     for query, run in ((query_a, tmp_path / "a"), (query_b, tmp_path / "b")):
         add_input(run / "input", new_batches(query))
 
-    # resumed in a session that says the old value: Spark keeps the format the commit log says
+    # resumed in a session that says the old values: Spark keeps the format the commit log says, and the
+    # checksums the offset log says
     how = {run_a: (query_a, tmp_path / "a"), a_to_b: (query_a, tmp_path / "a")}
     how.update({run_b: (query_b, tmp_path / "b"), b_to_a: (query_b, tmp_path / "b")})
     checkpoints = [run_a, run_b, a_to_b, b_to_a]
@@ -127,11 +146,14 @@ def test_checkpoint_format_change_resumes_as_if_run_so_from_the_start(spark, tmp
         )
     )
     assert got[run_b] and got[run_a], "the restarted query ran no batch"
-    for ran_so, rewritten, value in ((run_b, a_to_b, "2"), (run_a, b_to_a, "1")):
+    for ran_so, rewritten, which in ((run_b, a_to_b, 1), (run_a, b_to_a, 0)):
+        values = _values(NAMES_AND_CHECKSUMS, which)
         assert got[rewritten] == got[ran_so]
-        assert _commit_format(rewritten) == _commit_format(ran_so) == value
-        # Spark's reader reads format 2 only when its session says so
-        with session_confs(spark, {CONF_CHECKPOINT_FORMAT: value}):
+        assert _commit_format(rewritten) == _commit_format(ran_so) == values[CONF_CHECKPOINT_FORMAT]
+        assert _recorded(rewritten, CONF_ROW_CHECKSUM) == _recorded(ran_so, CONF_ROW_CHECKSUM)
+        assert _recorded(rewritten, CONF_ROW_CHECKSUM) == values[CONF_ROW_CHECKSUM]
+        # Spark's reader reads format 2 only when its session says so; it checks every row's checksum
+        with session_confs(spark, {CONF_CHECKPOINT_FORMAT: values[CONF_CHECKPOINT_FORMAT], **VERIFY_ROW_CHECKSUMS}):
             expected = state_rows(spark, ran_so)
             assert expected
             assert state_rows(spark, rewritten) == expected

@@ -35,7 +35,9 @@ from state_reader.model.conf import (
     CONF_CODEC,
     CONF_ENCODING,
     CONF_FMGWS_FORMAT,
+    CONF_MERGE_OPERATOR,
     CONF_PROVIDER,
+    CONF_ROW_CHECKSUM,
     CONF_SHUFFLE_PARTITIONS,
     FROZEN,
     OFFSET_LOG,
@@ -330,7 +332,9 @@ MIGRATIONS: dict[str, str | Callable[[StoreRows, ConfChange], ValueMigration]] =
     CONF_ENCODING: TRANSCODE,
     # the names of the new files and the commit log's ids (migrate_checkpoint_format)
     CONF_CHECKPOINT_FORMAT: LAYOUT,
-    # join format, row checksums, merge operator: to come, as entries here
+    CONF_ROW_CHECKSUM: TRANSCODE,
+    CONF_MERGE_OPERATOR: TRANSCODE,
+    # join format: to come, as an entry here
 }
 
 

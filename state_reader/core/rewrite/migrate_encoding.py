@@ -21,6 +21,8 @@ from state_reader.core.size import row_bytes
 from state_reader.errors import CorruptFileError, UnsupportedConfChangeError, UnsupportedTypeError
 from state_reader.formats.avro_encoding import require_avro_state
 from state_reader.formats.rocksdb_encoding import (
+    CHECKSUM_BYTES,
+    LENGTH_BYTES,
     column_family_ids,
     decode_keys,
     decode_values,
@@ -159,17 +161,66 @@ def _concat(parts: list[RowBuffer], source: str) -> RowBuffer:
     return RowBuffer.wrap(out, size, starts, lengths, source)
 
 
+class ReframedStoreRows(StoreRows):
+    """A store without column families written with row checksums added or taken away: each value as stored,
+    with the checksum Spark frames it with (RocksDB: the CRC-32C and the value's length before it; the
+    HDFS-backed provider: the CRC-32C alone) put in front or taken off. Keys keep their bytes."""
+
+    def __init__(self, inner: StoreRows, store_conf: StoreConf) -> None:
+        super().__init__(replace(inner.plan, store_conf=store_conf), inner.single)
+        self.inner = inner
+        self.where = store_label(inner.plan)
+
+    def load(self, pid: int) -> tuple[RowBuffer, RowBuffer]:
+        return self.load_sized(pid)[:2]
+
+    def load_sized(self, pid: int) -> tuple[RowBuffer, RowBuffer, np.ndarray]:
+        keys, values = self.inner.load(pid)
+        sizes = row_bytes(keys, values)
+        if self.plan.store_conf.row_checksum:
+            return keys, with_row_checksums(keys, values, with_length=self.rocksdb), sizes
+        return keys, _without_row_checksums(values, self.rocksdb, f"{self.where}, partition {pid}"), sizes
+
+
+def _without_row_checksums(values: RowBuffer, rocksdb: bool, source: str) -> RowBuffer:
+    """Values as stored with row checksums, the checksum (and, in RocksDB, the length after it) taken off."""
+    header = CHECKSUM_BYTES + (LENGTH_BYTES if rocksdb else 0)
+    if (values.lengths < header).any():
+        raise CorruptFileError(f"{source}: a value is shorter than its row checksum", path=source)
+    if rocksdb and len(values.starts):
+        at = values.starts[:, None] + CHECKSUM_BYTES + np.arange(LENGTH_BYTES, dtype=np.int64)
+        framed = np.ascontiguousarray(values.buf[at]).view("<i4").reshape(-1)
+        if (framed != values.lengths - header).any():
+            raise CorruptFileError(
+                f"{source}: a value's length after its row checksum does not match the value", path=source
+            )
+    return with_spans(values, values.starts + header, values.lengths - header)
+
+
 def transcoded_stores(stores: list[StoreRows], changed: Mapping[str, str]) -> list[StoreRows]:
-    """``stores`` with each store of column families wrapped in :class:`TranscodedFamilyRows` under the new
-    values of the :data:`STORE_CONF_FIELDS` confs in ``changed``."""
+    """``stores`` under the new values of the :data:`STORE_CONF_FIELDS` confs in ``changed``: a store of column
+    families wrapped in :class:`TranscodedFamilyRows`, another with its row checksums changed in
+    :class:`ReframedStoreRows` (its rows have no other encoding to change: Avro is transformWithState's alone,
+    merged lists are in column families)."""
     out: list[StoreRows] = []
     for rows in stores:
         conf = new_store_conf(rows.plan.store_conf, changed)
-        if conf != rows.plan.store_conf and isinstance(rows, FamilyStoreRows):
+        if conf == rows.plan.store_conf:
+            out.append(rows)
+        elif isinstance(rows, FamilyStoreRows):
             out.append(TranscodedFamilyRows(rows, conf))
+        elif conf.row_checksum != rows.plan.store_conf.row_checksum:
+            out.append(ReframedStoreRows(rows, conf))
         else:
             out.append(rows)
     return out
 
 
-__all__ = ["STORE_CONF_FIELDS", "TranscodedFamilyRows", "new_store_conf", "transcode_family_rows", "transcoded_stores"]
+__all__ = [
+    "STORE_CONF_FIELDS",
+    "ReframedStoreRows",
+    "TranscodedFamilyRows",
+    "new_store_conf",
+    "transcode_family_rows",
+    "transcoded_stores",
+]
