@@ -139,6 +139,8 @@ def _read_all(checkpoint: str) -> list[list[str]]:
     meta = cp.operator_metadata(0, cp.latest_committed_batch())
     if meta is not None and meta.operator_name in TRANSFORM_WITH_STATE:
         return [_shown(checkpoint, options) for options in _variables(checkpoint)]
+    if meta is not None and meta.operator_name == "symmetricHashJoin":
+        return [_shown(checkpoint, {"join_side": side}) for side in ("left", "right")]
     return [_shown(checkpoint, {"store_name": store}) for _, store in stores(checkpoint)]
 
 

@@ -26,6 +26,7 @@ from tests.support.resume import (
     resume,
     resume_with_timers,
     state_rows,
+    stored_rows,
 )
 from tests.support.streaming_queries import (
     QUERIES,
@@ -76,7 +77,11 @@ def test_encoding_and_merge_operator_change_resume_as_if_run_so_from_the_start(s
     for run in (run_a, run_b):
         forget_unfinished_batch(run)  # stopped on a processing-time trigger while planning its next batch
     a_to_b, b_to_a = str(tmp_path / "a-to-b"), str(tmp_path / "b-to-a")
-    state_reader.rewrite(run_a, a_to_b, confs=_values(ENCODING_AND_LISTS, 1))
+    # through Spark (spark=): the same rows as the rewrite on the driver
+    state_reader.rewrite(run_a, a_to_b, confs=_values(ENCODING_AND_LISTS, 1), spark=spark)
+    local = str(tmp_path / "a-to-b-local")
+    state_reader.rewrite(run_a, local, confs=_values(ENCODING_AND_LISTS, 1))
+    assert stored_rows(a_to_b) == stored_rows(local)
     state_reader.rewrite(run_b, b_to_a, confs=_values(ENCODING_AND_LISTS, 0))
     for query, run in ((query_a, tmp_path / "a"), (query_b, tmp_path / "b")):
         add_input(run / "input", new_batches(query))
@@ -128,7 +133,10 @@ def test_checkpoint_format_and_row_checksums_change_resume_as_if_run_so_from_the
     a_to_b, b_to_a = str(tmp_path / "a-to-b"), str(tmp_path / "b-to-a")
     report = state_reader.rewrite(run_a, a_to_b, confs=_values(NAMES_AND_CHECKSUMS, 1))
     assert [(c["old"], c["new"], c["changed"]) for c in report.confs] == [("1", "2", True), ("false", "true", True)]
-    state_reader.rewrite(run_b, b_to_a, confs=_values(NAMES_AND_CHECKSUMS, 0))
+    state_reader.rewrite(run_b, b_to_a, confs=_values(NAMES_AND_CHECKSUMS, 0), spark=spark)
+    local = str(tmp_path / "b-to-a-local")
+    state_reader.rewrite(run_b, local, confs=_values(NAMES_AND_CHECKSUMS, 0))
+    assert stored_rows(b_to_a) == stored_rows(local)
     assert all("_" in name for name in _state_files(a_to_b)) and not any("_" in n for n in _state_files(b_to_a))
     for query, run in ((query_a, tmp_path / "a"), (query_b, tmp_path / "b")):
         add_input(run / "input", new_batches(query))
