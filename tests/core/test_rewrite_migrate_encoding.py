@@ -193,3 +193,22 @@ def test_an_upsert_in_the_new_encoding_is_the_upsert_in_the_old_one(checkpoints,
     assert stored_rows(back) == stored_rows(plain) != stored_rows(source)
     shown = state_reader.read_state(avro, state_var_name="profile").drop_columns(["partition_id"])
     assert sorted(map(repr, shown.to_pylist())) == sorted(map(repr, upsert.to_pylist()))
+
+
+def test_framing_changes_combine_with_each_other_and_the_partitions(checkpoints, tmp_path):
+    source = checkpoints("tws")
+    there, back = str(tmp_path / "there"), str(tmp_path / "back")
+    confs = {CONF_ENCODING: "avro", CONF_ROW_CHECKSUM: "true", CONF_MERGE_OPERATOR: "1"}
+    state_reader.rewrite(source, there, confs=confs, num_partitions=3, allow_uncommitted=True)
+    assert CheckpointDir(Storage(there)).num_partitions(CheckpointDir(Storage(there)).offset_conf(0)) == 3
+    for options in _variables(source):
+        shown = state_reader.read_state(there, **options).drop_columns(["partition_id"]).to_pylist()
+        expected = state_reader.read_state(source, **options).drop_columns(["partition_id"]).to_pylist()
+        assert sorted(map(repr, shown)) == sorted(map(repr, expected)), options
+    state_reader.rewrite(
+        there,
+        back,
+        confs={CONF_ENCODING: "unsaferow", CONF_ROW_CHECKSUM: "false", CONF_MERGE_OPERATOR: "2"},
+        num_partitions=2,
+    )
+    assert stored_rows(back) == stored_rows(source)
