@@ -98,6 +98,32 @@ def avro_schema(schema: StructType) -> dict[str, Any]:
     return convert(schema, False)
 
 
+# types the Avro conversion has a form for but Spark refuses in Avro state
+_REFUSED_BY_SPARK = ("byte", "short")
+
+
+def require_avro_state(schema: StructType, source: str) -> None:
+    """Refuse (:class:`UnsupportedTypeError`) a schema Spark cannot keep as Avro state: a type with no Avro form
+    there (intervals, non-string map keys) or one Spark refuses (tinyint, smallint)."""
+
+    def refused(dt: DataType) -> str | None:
+        if isinstance(dt, StructType):
+            return next((r for f in dt.fields if (r := refused(f.data_type))), None)
+        if isinstance(dt, ArrayType):
+            return refused(dt.element)
+        if isinstance(dt, MapType):
+            return refused(dt.key) or refused(dt.value)
+        return dt.json_name if dt.kind in _REFUSED_BY_SPARK else None
+
+    try:
+        avro_schema(schema)
+    except UnsupportedTypeError as exc:
+        raise UnsupportedTypeError(f"{source}: {exc.message}", path=source) from exc
+    name = refused(schema)
+    if name is not None:
+        raise UnsupportedTypeError(f"{source}: Spark refuses {name} fields in Avro state", path=source)
+
+
 def _to_arrow_value(dt: DataType, value: Any) -> Any:
     """fastavro's raw value -> what pyarrow accepts for the Spark type's Arrow type."""
     if value is None:

@@ -53,11 +53,17 @@ from state_reader.inspect.doctor_state import (
     watermark_stalled,
 )
 from state_reader.inspect.doctor_thresholds import THRESHOLDS
+from state_reader.inspect.doctor_upgrades import (
+    ENCODING_AVRO,
+    JOIN_FORMAT_UPGRADE,
+    encoding_avro,
+    join_format_upgrade,
+)
 from state_reader.io.calls import with_one_listing
 from state_reader.io.integrity import checksum_report
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
-from state_reader.model.conf import CONF_JOIN_FORMAT, CONF_PROVIDER, frozen_values, provider_name
+from state_reader.model.conf import CONF_PROVIDER, frozen_values, provider_name
 from state_reader.model.plan import StateReadPlan
 
 SEVERITIES = ("error", "warning", "info")
@@ -74,7 +80,8 @@ KINDS = (
     "large-rows",
     "overdue-timers",
     "malformed-checksum-file",
-    "join-format-upgrade",
+    JOIN_FORMAT_UPGRADE,
+    ENCODING_AVRO,
 )
 
 
@@ -189,39 +196,20 @@ def _frozen_confs(cp: CheckpointDir, latest: int, operator_names: list[str | Non
 
 def upgrade_suggestions(
     frozen_confs: list[dict[str, Any]],
+    checkpoint: str = "CHECKPOINT",
     join_rows: dict[int, int] | None = None,
     limits: dict[str, Any] | None = None,
     provider: str | None = None,
 ) -> list[Finding]:
     """Findings that suggest rewriting into a better format, each with the ``state-reader rewrite --conf``
-    command that does it, and only for a conf whose migration exists (``migration`` set): a join on format 3 or
-    less whose eviction scans at least ``join-eviction-rows`` buffered rows (``join_rows``: per join operator)
-    gets join format 4, whose event-time index lets eviction read only the rows it removes."""
-    values = {str(c["conf"]): c for c in frozen_confs}
-    join = values.get(CONF_JOIN_FORMAT)
-    if join is None or not join.get("migration") or str(join.get("value")) not in ("2", "3"):
-        return []
+    command that does it, and only for a conf whose migration exists (``migration`` set) (doctor_upgrades):
+    a transformWithState query on UnsafeRow whose schema the user may want to evolve (Avro), and a join on
+    format 3 or less whose eviction scans at least ``join-eviction-rows`` buffered rows (``join_rows``: per
+    join operator) (join format 4)."""
     threshold = int((limits or {}).get("join-eviction-rows", THRESHOLDS["join-eviction-rows"][0]))
-    command = f"state-reader rewrite SRC DST --conf {CONF_JOIN_FORMAT}=4"
-    if provider != "rocksdb":
-        command += " --provider rocksdb"
-    out = []
-    for op, rows in sorted((join_rows or {}).items()):
-        if rows < threshold:
-            continue
-        out.append(
-            Finding(
-                "join-format-upgrade",
-                "info",
-                op,
-                None,
-                f"operator {op}: a stream-stream join on state format {join['value']} buffers {rows} rows, and "
-                "every batch that evicts scans all of them; format 4 indexes them by event time",
-                {"rows": rows, "join_format": join["value"], "threshold": threshold, "command": command},
-                f"rewrite it into join state format 4 (Spark 4.2+; 4.3 runs it without an internal flag): {command}",
-            )
-        )
-    return out
+    return encoding_avro(frozen_confs, checkpoint) + join_format_upgrade(
+        frozen_confs, checkpoint, join_rows or {}, threshold, provider
+    )
 
 
 def _sort(findings: list[Finding]) -> None:
@@ -313,7 +301,8 @@ def _diagnose(
             "expired rows: not checked, as each of several stateful operators evicts by its own watermark"
         )
     result.frozen_confs = _frozen_confs(cp, latest, [name for _, _, name in operator_stores(cp, batch_id=latest)])
-    result.findings += upgrade_suggestions(result.frozen_confs, join_rows, limits, _provider(cp, latest))
+    provider = _provider(cp, latest)
+    result.findings += upgrade_suggestions(result.frozen_confs, cp.location, join_rows, limits, provider)
     result.findings += watermark_stalled(entries, limits["stalled-batches"], event_time, waiting)
     result.checked.append(f"the watermark over batches {min(entries, default=latest)}..{latest}")
     _sort(result.findings)

@@ -222,7 +222,9 @@ FROZEN_CONFS: tuple[FrozenConf, ...] = (
         {"unsaferow": "2.0+", "avro": "4.0+"},
         NAME,
         "unsaferow",
-        refusal="the encoding migration (UnsafeRow <-> Avro) is not written yet",
+        migration="transcode",
+        # Spark 4.0-4.3 refuse Avro for every other operator (AnalysisException: "not supported for operator")
+        operators=("transformWithStateExec", "transformWithStateInPandasExec", "transformWithStateInPySparkExec"),
         needs_provider={"avro": "rocksdb"},
     ),
     FrozenConf(
@@ -231,7 +233,7 @@ FROZEN_CONFS: tuple[FrozenConf, ...] = (
         {"false": "2.0+", "true": "4.1+"},
         BOOL,
         "false",
-        refusal="adding or removing row checksums is not written yet",
+        migration="transcode",
     ),
     FrozenConf(
         CONF_MERGE_OPERATOR,
@@ -240,7 +242,7 @@ FROZEN_CONFS: tuple[FrozenConf, ...] = (
         {"1": "3.2+", "2": "4.2+"},
         INT,
         "1",
-        refusal="the merge operator migration (each list's delimiter rewritten) is not written yet",
+        migration="transcode",
     ),
     FrozenConf(
         CONF_ROCKSDB_FORMAT,
@@ -257,7 +259,7 @@ FROZEN_CONFS: tuple[FrozenConf, ...] = (
         {"1": "2.0+", "2": "4.0+"},
         INT,
         "1",
-        refusal="the checkpoint format migration is not written yet",
+        migration="checkpoint format",
         recorded_in=COMMIT_LOG,
         needs_provider={"2": "rocksdb"},
     ),

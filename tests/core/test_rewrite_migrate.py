@@ -111,14 +111,10 @@ def test_shorthands_are_their_confs_and_conflict_with_other_values():
         (SESSION, {CONF_AGG_FORMAT: "1"}, "sessionWindowStateStoreSaveExec"),
         (JOIN, {CONF_JOIN_FORMAT: "3"}, "on the rocksdb provider only"),
         (JOIN_FMT1, {CONF_JOIN_FORMAT: "3", CONF_PROVIDER: "rocksdb"}, "3 refused: format 1 keeps no matched flag"),
-        (AGG_FMT1, {CONF_ENCODING: "avro", CONF_PROVIDER: "rocksdb"}, "encoding migration"),
+        (AGG_FMT1, {CONF_ENCODING: "avro", CONF_PROVIDER: "rocksdb"}, "not applicable.*transformWithState"),
         (AGG_FMT1, {CONF_CHECKPOINT_FORMAT: "2"}, "rocksdb provider only"),
         (AGG_FMT1, {CONF_MULTIPLE_WATERMARK_POLICY: "max"}, "not how state is stored"),
-        (
-            AGG_FMT1,
-            {"spark.sql.streaming.stateStore.rocksdb.mergeOperatorVersion": "2"},
-            "merge operator migration",
-        ),
+        (AGG_FMT1, {"spark.sql.streaming.stateStore.rocksdb.formatVersion": "4"}, "in the table format"),
     ],
 )
 def test_changes_without_a_migration_are_refused_before_anything_is_written(tmp_path, checkpoint, confs, words):

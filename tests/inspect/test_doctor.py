@@ -88,19 +88,32 @@ def test_doctor_on_an_object_store_fetches_each_file_once(checkpoints, name):
 
 
 def test_a_join_that_scans_many_rows_at_eviction_gets_the_format_4_command(tmp_path):
+    """The suggestion's command runs as given, and the join it writes (format 4) gets no suggestion; nor does
+    a small join (the default threshold)."""
+    import shlex
+    import shutil
+
     from state_reader.model.conf import CONF_JOIN_FORMAT
+    from tests.support.cli import run as cli_run
     from tests.support.paths import GOLDEN
 
-    hdfs = str(GOLDEN / "spark-4.0.5" / "join_inner_hdfs")
-    rocksdb = str(GOLDEN / "spark-4.0.5" / "join_left_outer_rocksdb_cl")
+    hdfs, rocksdb = tmp_path / "hdfs", tmp_path / "rocksdb"
+    shutil.copytree(GOLDEN / "spark-4.0.5" / "join_inner_hdfs", hdfs)
+    shutil.copytree(GOLDEN / "spark-4.0.5" / "join_left_outer_rocksdb_cl", rocksdb)
     low = {"join-eviction-rows": 1}
-    (found,) = [f for f in state_reader.diagnose(hdfs, thresholds=low).findings if f.kind == "join-format-upgrade"]
+
+    def suggested(path) -> list:
+        found = state_reader.diagnose(str(path), thresholds=low).findings
+        return [f for f in found if f.kind == "join-format-upgrade"]
+
+    (found,) = suggested(hdfs)
     assert found.severity == "info" and found.evidence["rows"] > 0
-    assert found.evidence["command"] == (f"state-reader rewrite SRC DST --conf {CONF_JOIN_FORMAT}=4 --provider rocksdb")
-    (found,) = [f for f in state_reader.diagnose(rocksdb, thresholds=low).findings if f.kind == "join-format-upgrade"]
-    assert found.evidence["command"] == f"state-reader rewrite SRC DST --conf {CONF_JOIN_FORMAT}=4"
-    # the healthy twins: a small join, and the same join on format 4
-    assert not [f for f in state_reader.diagnose(rocksdb).findings if f.kind == "join-format-upgrade"]
-    v4 = str(tmp_path / "v4")
-    state_reader.rewrite(rocksdb, v4, confs={CONF_JOIN_FORMAT: "4"})
-    assert not [f for f in state_reader.diagnose(v4, thresholds=low).findings if f.kind == "join-format-upgrade"]
+    assert found.evidence["command"].endswith(f"--conf {CONF_JOIN_FORMAT}=4 --provider rocksdb")
+    (found,) = suggested(rocksdb)
+    command = shlex.split(found.evidence["command"])
+    assert command[:3] == ["state-reader", "rewrite", str(rocksdb)]
+    assert command[-2:] == ["--conf", f"{CONF_JOIN_FORMAT}=4"]
+    done = cli_run(*command[1:])
+    assert done.returncode == 0, done.stderr
+    assert not suggested(command[3])
+    assert not [f for f in state_reader.diagnose(str(rocksdb)).findings if f.kind == "join-format-upgrade"]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 
+from state_reader.core.rewrite.migrate_encoding import STORE_CONF_FIELDS, transcoded_stores
 from state_reader.core.rewrite.migrate_join import into_families, join_values
 from state_reader.core.rewrite.migrate_join_families import JoinFamilyRows, join_family_rows
 from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, TransformedStoreRows, store_label
@@ -34,9 +35,12 @@ from state_reader.model.conf import (
     CONF_AGG_FORMAT,
     CONF_CHECKPOINT_FORMAT,
     CONF_CODEC,
+    CONF_ENCODING,
     CONF_FMGWS_FORMAT,
     CONF_JOIN_FORMAT,
+    CONF_MERGE_OPERATOR,
     CONF_PROVIDER,
+    CONF_ROW_CHECKSUM,
     CONF_SHUFFLE_PARTITIONS,
     FROZEN,
     OFFSET_LOG,
@@ -326,6 +330,8 @@ def _join_format(rows: StoreRows, change: ConfChange) -> ValueMigration | None:
 # its FrozenConf's refusal taken away (tests check the two agree).
 LAYOUT = "layout"
 RECOMPRESS = "recompress"
+# every row decoded under the source's store conf and encoded under the new one (migrate_encoding)
+TRANSCODE = "transcode"
 MIGRATIONS: dict[str, str | Callable[[StoreRows, ConfChange], ValueMigration | None]] = {
     CONF_SHUFFLE_PARTITIONS: LAYOUT,
     CONF_PROVIDER: LAYOUT,
@@ -333,7 +339,11 @@ MIGRATIONS: dict[str, str | Callable[[StoreRows, ConfChange], ValueMigration | N
     CONF_AGG_FORMAT: _aggregation_format,
     CONF_FMGWS_FORMAT: _fmgws_format,
     CONF_JOIN_FORMAT: _join_format,
-    # encoding, checkpoint format, row checksums, merge operator: to come, as entries here
+    CONF_ENCODING: TRANSCODE,
+    # the names of the new files and the commit log's ids (migrate_checkpoint_format)
+    CONF_CHECKPOINT_FORMAT: LAYOUT,
+    CONF_ROW_CHECKSUM: TRANSCODE,
+    CONF_MERGE_OPERATOR: TRANSCODE,
 }
 
 
@@ -350,6 +360,9 @@ def migrate_stores(
     if join is not None and into_families(join.old, join.new):
         # a join into formats 3 and 4 is one new store of column families, whatever the source's stores
         stores = _join_in_families(stores, join, operator_names)
+    transcode = {k: c.new for k, c in changed.items() if MIGRATIONS.get(k) == TRANSCODE and k in STORE_CONF_FIELDS}
+    if transcode:
+        stores = transcoded_stores(stores, transcode)
     out: list[StoreRows] = []
     for rows in stores:
         if isinstance(rows, JoinFamilyRows):

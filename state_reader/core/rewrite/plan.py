@@ -18,6 +18,7 @@ from state_reader.core.rewrite.migrate import (
     offset_log_confs,
     plan_conf_changes,
 )
+from state_reader.core.rewrite.migrate_checkpoint_format import UNIQUE_IDS, names_files_by_unique_id
 from state_reader.core.rewrite.report import RewriteReport
 from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, Transform, TransformedStoreRows, store_plan
 from state_reader.errors import InvalidOptionError, UncommittedBatchError, UnsupportedOptionError
@@ -26,6 +27,7 @@ from state_reader.io.storage import Storage
 from state_reader.model import operators
 from state_reader.model.checkpoint import JOIN_STORES, CheckpointDir, OperatorMetadata, numeric_names
 from state_reader.model.conf import (
+    CONF_CHECKPOINT_FORMAT,
     CONF_PROVIDER,
     CONF_ROW_CHECKSUM,
     CONF_SHUFFLE_PARTITIONS,
@@ -108,6 +110,7 @@ class RewritePlan:
         partitions' unique ids, one list per partition holding each store's id in Spark's store order."""
         _, entry = self.checkpoint.commit_entry(self.batch_id)
         entry = dict(entry)
+        entry.pop(UNIQUE_IDS, None)  # format 1 lists none; format 2 the new ones
         if self.unique_ids:
             by_operator: dict[int, list[StoreRows]] = {}
             for rows in self.stores:
@@ -122,7 +125,7 @@ class RewritePlan:
                     [self.unique_id(r.plan, pid) or "" for r in stores]
                     for pid in stores[0].target_partitions(self.new_partitions)
                 ]
-            entry["stateUniqueIds"] = ids
+            entry[UNIQUE_IDS] = ids
         return entry
 
     @property
@@ -182,6 +185,8 @@ def plan_rewrite(source: Storage | CheckpointDir, options: RewriteOptions | None
     source_provider = provider_name(source_class) or source_class
     target_provider = source_provider if provider is None else provider.lower()
     moving = target_provider != source_provider
+    # a checkpoint in format 2 moves to the HDFS-backed provider when it is asked into format 1 on the way
+    to_format_1 = asked.get(CONF_CHECKPOINT_FORMAT) == "1"
 
     stores: list[StoreRows] = []
     operator_names: dict[int, str | None] = {}
@@ -200,12 +205,12 @@ def plan_rewrite(source: Storage | CheckpointDir, options: RewriteOptions | None
         if families:
             assert meta is not None
             plan = store_plan(cp, batch, op, **_family_plan_options(cp, meta))
-            _require_rewritable(cp, plan, batch, moving)
+            _require_rewritable(cp, plan, batch, moving, to_format_1)
             stores.append(FamilyStoreRows(plan, meta))
             continue
         for store_name in store_names_on_disk(cp, op):
             plan = store_plan(cp, batch, op, store_name)
-            _require_rewritable(cp, plan, batch, moving)
+            _require_rewritable(cp, plan, batch, moving, to_format_1)
             if moving and target_provider == "rocksdb" and meta is None and plan.num_cols_prefix_key:
                 # without operator metadata (Spark 3.5) Spark's RocksDB store reads keys with the no-prefix
                 # encoder, so the prefix-key layout a session window needs there fails its key validation
@@ -230,7 +235,7 @@ def plan_rewrite(source: Storage | CheckpointDir, options: RewriteOptions | None
         source_provider,
         target_provider,
         stores,
-        unique_ids=cp.names_files_by_unique_id(batch),
+        unique_ids=names_files_by_unique_id(cp, batch, changes),
         conf_changes=changes,
     )
 
@@ -291,12 +296,15 @@ def _family_plan_options(cp: CheckpointDir, meta: OperatorMetadata) -> dict[str,
     return {"store_name": next((n for n in names if n.endswith("-keyToNumValues")), names[0])}
 
 
-def _require_rewritable(cp: CheckpointDir, plan: StateReadPlan, batch: int, moving: bool) -> None:
+def _require_rewritable(
+    cp: CheckpointDir, plan: StateReadPlan, batch: int, moving: bool, to_format_1: bool = False
+) -> None:
     """Refuse what the rewrite does not support yet, before anything is written."""
-    if moving and cp.names_files_by_unique_id(batch):
+    if moving and cp.names_files_by_unique_id(batch) and not to_format_1:
         raise UnsupportedOptionError(
             f"{cp.location} uses RocksDB checkpoint format 2, which the HDFS-backed provider does not support "
-            "(Spark refuses checkpointFormatVersion 2 with it); it cannot move to the HDFS-backed provider",
+            "(Spark refuses checkpointFormatVersion 2 with it); it cannot move to the HDFS-backed provider "
+            f"unless it is rewritten into format 1 on the way ({CONF_CHECKPOINT_FORMAT}=1)",
             path=cp.location,
         )
     if moving and plan.store_conf.row_checksum:

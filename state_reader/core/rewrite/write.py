@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from state_reader.core.rewrite.migrate_checkpoint_format import commit_log_version, format_1_commit
 from state_reader.core.rewrite.plan import RewritePlan, offset_batches
 from state_reader.core.rewrite.report import RewriteReport
 from state_reader.errors import RewriteFailedError, StateReaderError
@@ -80,8 +81,9 @@ def write_partition(
 def finish_checkpoint(rewrite_plan: RewritePlan, dest: Destination, put: Put) -> None:
     """Everything but the state: logs, schema files, operator metadata, and last the real ``metadata``
     (the commit point: from then on Spark starts from ``dest``)."""
-    _copy_logs(rewrite_plan.checkpoint, put, rewrite_plan.batch_id, rewrite_plan.offset_confs)
-    version = "v2" if rewrite_plan.unique_ids else f"v{rewrite_plan.checkpoint.commit_entry(rewrite_plan.batch_id)[0]}"
+    _copy_logs(rewrite_plan.checkpoint, put, rewrite_plan.batch_id, rewrite_plan.offset_confs, rewrite_plan.unique_ids)
+    source_version = rewrite_plan.checkpoint.commit_entry(rewrite_plan.batch_id)[0]
+    version = f"v{commit_log_version(rewrite_plan.unique_ids, source_version)}"
     put(
         f"commits/{rewrite_plan.batch_id}",
         f"{version}\n{json.dumps(rewrite_plan.commit_entry(), separators=(',', ':'))}".encode(),
@@ -98,15 +100,17 @@ def finish_checkpoint(rewrite_plan: RewritePlan, dest: Destination, put: Put) ->
     put("metadata", rewrite_plan.checkpoint.storage.read_bytes("metadata"))
 
 
-def _copy_logs(cp: CheckpointDir, put: Put, batch: int, confs: dict[str, str]) -> None:
-    """The offset and commit logs up to ``batch`` (offsets with ``confs`` set), and the source logs."""
+def _copy_logs(cp: CheckpointDir, put: Put, batch: int, confs: dict[str, str], unique_ids: bool) -> None:
+    """The offset and commit logs up to ``batch`` (offsets with ``confs`` set; commits without unique ids in
+    checkpoint format 1), and the source logs."""
     storage = cp.storage
     for b in offset_batches(cp):
         if b <= batch:
             put(f"offsets/{b}", _with_confs(cp, b, confs).encode("utf-8"))
     for b in numeric_names(storage.list_names("commits")):
         if b < batch:  # the rewritten batch's own entry names the new files: finish_checkpoint writes it
-            put(f"commits/{b}", storage.read_bytes(f"commits/{b}"))
+            raw = storage.read_bytes(f"commits/{b}")
+            put(f"commits/{b}", raw if unique_ids else format_1_commit(raw))
     for rel in _files_under(storage, "sources"):
         name = posixpath.basename(rel)
         if name.isdigit() and int(name) > batch:
