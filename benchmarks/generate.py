@@ -30,7 +30,11 @@ PARTITIONS = 8
 PROVIDERS = {
     "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "rocksdb-changelog": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
 }
+# providers written with RocksDB's changelog checkpointing (a changelog per batch beside the zips)
+CHANGELOG_PROVIDERS = {"rocksdb-changelog"}
+CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 DONE = "DONE"
 
 
@@ -107,6 +111,7 @@ def generate(spark, root: Path, provider: str, keys: int, partitions: int = PART
     started = time.perf_counter()
     _write_input(out / "input", keys)
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[provider])
+    spark.conf.set(CHANGELOG_CONF, str(provider in CHANGELOG_PROVIDERS).lower())  # frozen into the checkpoint
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))  # frozen into the checkpoint
     events = (
         spark.readStream.schema("key string, amount long, price double")
@@ -156,7 +161,7 @@ def ensure(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", default="100000,1000000", help="comma-separated key counts (100k, 1M allowed)")
-    parser.add_argument("--providers", default="hdfs,rocksdb", help="comma-separated: hdfs, rocksdb")
+    parser.add_argument("--providers", default="hdfs,rocksdb", help="comma-separated: hdfs, rocksdb, rocksdb-changelog")
     parser.add_argument("--partitions", type=int, default=PARTITIONS, help=f"state partitions (default {PARTITIONS})")
     parser.add_argument("--data-dir", default=None, help=f"cache directory (default ${DATA_ENV} or benchmarks/.data)")
     args = parser.parse_args(argv)

@@ -175,13 +175,25 @@ def per_key(keys: pa.Array, other_keys: pa.Array, values: Any, *, highest: bool)
     left, right = _flat(keys), _flat(other)
     if left is None or right is None:
         return _per_key_grouped(keys, other, values, highest=highest)
-    names = [name for name, _ in left]
-    wanted = pa.table({**dict(right), "v": pa.array(np.asarray(values, dtype=np.int64))})
+    # a column of whether a leaf is set matches every row when neither side has a null there
+    both = [(name, a, b) for (name, a), (_, b) in zip(left, right, strict=True)]
+    both = [
+        (name, a, b) for name, a, b in both if not (name.endswith(".valid") and pc.all(a).as_py() and pc.all(b).as_py())
+    ]
+    if not both:  # keys of no leaves: every key equals every other
+        both = [("k.valid", left[0][1], right[0][1])]
+    names = [name for name, _, _ in both]
+    wanted = pa.table({**{name: b for name, _, b in both}, "v": pa.array(np.asarray(values, dtype=np.int64))})
     best = wanted.group_by(names, use_threads=False).aggregate([("v", "max" if highest else "min")])
-    rows = pa.table({**dict(left), "row": pa.array(np.arange(n, dtype=np.int64))})
-    joined = rows.join(best, keys=names, join_type="left outer", use_threads=False)
-    order = pc.sort_indices(joined.column("row"))
-    return joined.column("v_max" if highest else "v_min").take(order).combine_chunks().cast(pa.int64())
+    rows = pa.table({**{name: a for name, a, _ in both}, "row": pa.array(np.arange(n, dtype=np.int64))})
+    # an inner join: only the keys some value is for come out; the rest stay null
+    joined = rows.join(best, keys=names, join_type="inner", use_threads=False)
+    found = np.zeros(n, dtype=np.int64)
+    hit = np.zeros(n, dtype=bool)
+    at = joined.column("row").to_numpy()
+    found[at] = joined.column("v_max" if highest else "v_min").to_numpy()
+    hit[at] = True
+    return pa.array(found, pa.int64(), mask=~hit)
 
 
 def _per_key_grouped(keys: pa.Array, other: pa.Array, values: Any, *, highest: bool) -> pa.Array:
@@ -319,7 +331,7 @@ def partition_verdicts(
     columns.update(
         {
             "last_changed_batch_id": last,
-            "event": pa.array(found.event.tolist(), pa.string()),
+            "event": found.events,
             "when_watermark_ms": found.when_watermark_ms,
             "when_time_ms": found.when_time_ms,
             "overdue": pa.array(found.overdue, pa.bool_()),

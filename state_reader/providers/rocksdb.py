@@ -53,6 +53,7 @@ from state_reader.formats import kernels, rocksdict_db, snapshot_zip
 from state_reader.formats.codecs import decompress
 from state_reader.formats.rocksdb_encoding import (
     KeyEncoderSpec,
+    changed_rows,
     column_family_ids,
     decode_keys,
     decode_values,
@@ -582,34 +583,42 @@ def refuse_delete_range(log: changelog_format.Changelog) -> None:
 def _changes_from_snapshots(
     plan: StateReadPlan, directory: str, partition_id: int, version: int
 ) -> tuple[list[str], pa.StructArray, pa.StructArray]:
-    """Keys added or changed by ``version`` are updates, keys it dropped are deletes.
+    """Keys added or changed by ``version`` are updates (in the order of ``version``'s rows), keys it
+    dropped are deletes (in the order of ``version - 1``'s).
 
     Several changes of one key within a batch show as one, and a key rewritten
-    with identical bytes does not show: only the net effect is visible.
+    with identical bytes does not show: only the net effect is visible. The two
+    versions are compared as stored bytes; only the rows that differ are decoded.
     """
-    after = load_store(replace(plan, batch_id=version - 1), directory, partition_id).entries
-    before = load_store(replace(plan, batch_id=version - 2), directory, partition_id).entries if version > 1 else {}
-    records: list[tuple[str, bytes, bytes | None]] = [("update", k, v) for k, v in after.items() if before.get(k) != v]
-    records += [("delete", k, None) for k in before if k not in after]
     source = f"{plan.storage.display(directory)} (versions {version - 1} and {version})"
-    valid = np.fromiter((v is not None for _, _, v in records), dtype=bool, count=len(records))
+    after = load_store(replace(plan, batch_id=version - 1), directory, partition_id).row_buffers(source)
+    if version > 1:
+        before = load_store(replace(plan, batch_id=version - 2), directory, partition_id).row_buffers(source)
+    else:
+        before = (RowBuffer.from_rows([], source + " key"), RowBuffer.from_rows([], source + " value"))
+    updated, deleted = changed_rows(before, after)
     spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
+
+    def keys_of(rows: RowBuffer, at: np.ndarray) -> pa.StructArray:
+        return decode_keys(rows.take(at), plan.key_schema, spec, plan.store_conf.avro)
+
+    keys = keys_of(after[0], updated)
+    if len(deleted):
+        keys = pa.concat_arrays([keys, keys_of(before[0], deleted)])
+    nothing = np.zeros(len(deleted), dtype=np.int64)  # a delete's value: null, no bytes
+    values = RowBuffer.wrap(
+        after[1].buf,
+        after[1].size,
+        np.concatenate([after[1].starts[updated], nothing]),
+        np.concatenate([after[1].lengths[updated], nothing]),
+        source + " value",
+    )
+    valid = np.concatenate([np.ones(len(updated), dtype=bool), np.zeros(len(deleted), dtype=bool)])
     return (
-        [kind for kind, _, _ in records],
-        decode_keys(
-            RowBuffer.from_rows([k for _, k, _ in records], source + " key"),
-            plan.key_schema,
-            spec,
-            plan.store_conf.avro,
-        ),
+        ["update"] * len(updated) + ["delete"] * len(deleted),
+        keys,
         plan.declared_values(
-            decode_values(
-                RowBuffer.from_rows([v or b"" for _, _, v in records], source + " value"),
-                plan.stored_value_schema,
-                plan.store_conf.row_checksum,
-                valid,
-            ),
-            source,
+            decode_values(values, plan.stored_value_schema, plan.store_conf.row_checksum, valid), source
         ),
     )
 
