@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -47,6 +48,16 @@ def checkpoint_dir(root: Path, provider: str, keys: int, partitions: int = PARTI
     """The checkpoint of one (provider, key count, state partitions) under the data directory."""
     suffix = "" if partitions == PARTITIONS else f"-p{partitions}"
     return root / f"{provider}-{keys}{suffix}" / "checkpoint"
+
+
+def median_seconds(fn, repeat: int) -> float:
+    """The median wall time of ``repeat`` calls of ``fn`` (what the benchmarks report)."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def parse_keys(text: str) -> list[int]:

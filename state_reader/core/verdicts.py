@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_reader.core.eviction import Clocks, key_verdicts
+from state_reader.core.eviction import EVENT_TIME_TIMERS, Clocks, key_verdicts
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
 from state_reader.core.live import read_consistently
 from state_reader.core.options import DEFAULT_OPERATOR_ID, from_kwargs
@@ -33,7 +33,8 @@ from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.plan import StateReadPlan
 from state_reader.model.store_names import join_side_stores
 
-# the columns of a verdicts table, in order (a join's carry ``join_side`` after ``partition_id``)
+# the columns of a verdicts table, in order; a join's table (and only a join's) has ``join_side`` after
+# ``partition_id``: its rows are per join key on a side
 COLUMNS = (
     "key",
     "partition_id",
@@ -217,15 +218,20 @@ def _read(vp: VerdictPlan, extra: dict[str, Any], key_filter: Any, partitions: l
 
 
 def timers(
-    vp: VerdictPlan, key_filter: KeyFilterSpec | KeyFilter | None = None, partitions: list[int] | None = None
+    checkpoint: str,
+    selectors: dict[str, Any],
+    batch_id: int,
+    key_filter: KeyFilterSpec | KeyFilter | None = None,
+    partitions: list[int] | None = None,
+    cp: CheckpointDir | None = None,
 ) -> tuple[pa.Table | None, str | None]:
-    """A transformWithState operator's registered timers at the latest batch (``key``,
+    """A transformWithState operator's registered timers at ``batch_id`` (``key``,
     ``expiration_timestamp_ms``) and their clock (``event time`` or ``processing time``); None when the
     operator keeps no timers (TimeMode.None)."""
     planned: list[StateReadPlan] = []
     options = from_kwargs(
-        vp.checkpoint,
-        {**vp.at_latest, "state_var_name": None, "read_registered_timers": True},
+        checkpoint,
+        {**selectors, "state_var_name": None, "read_registered_timers": True, "batch_id": batch_id},
     )
 
     def read(plan: StateReadPlan) -> pa.Table:
@@ -233,11 +239,11 @@ def timers(
         return read_table(plan, key_filter=key_filter, partitions=partitions, show_progress=False)
 
     try:
-        table = with_unique_field_names(read_consistently(options, read))
+        table = with_unique_field_names(read_consistently(options, read, checkpoint=cp))
     except StateReaderError:  # no timers (TimeMode.None), or a family of a layout not known here
         return None, None
     family = planned[-1].variable.name if planned and planned[-1].variable is not None else ""
-    return table, "event time" if "event" in family.lower() else "processing time"
+    return table, EVENT_TIME_TIMERS if "event" in family.lower() else "processing time"
 
 
 def _last_changes(
@@ -285,7 +291,9 @@ def partition_verdicts(
     rows = _read(vp, {}, key_filter, partitions)
     plan = plan_state_read(from_kwargs(vp.checkpoint, vp.at_latest))
     timer_rows, clock = (
-        timers(vp, key_filter, partitions) if operators.is_transform_with_state(vp.operator_name) else (None, None)
+        timers(vp.checkpoint, vp.selectors, vp.latest_batch_id, key_filter, partitions)
+        if operators.is_transform_with_state(vp.operator_name)
+        else (None, None)
     )
     keys = rows.column("key").combine_chunks()
     soonest = None

@@ -246,8 +246,9 @@ def verdicts(
 ) -> Any:
     """The verdict of every key in state: how its stay ends and when, and when it last changed.
 
-    A ``pyarrow.Table``, one row per key (per join key on each side of a join, with ``join_side``):
-    ``key`` (as ``read_state`` gives it), ``partition_id``, ``last_changed_batch_id`` (the last retained
+    A ``pyarrow.Table``, one row per key: ``key`` (as ``read_state`` gives it), ``partition_id``, for a
+    stream-stream join only ``join_side`` (a row per join key on each side: the side is part of what the
+    row is, and other stores have no column of it), ``last_changed_batch_id`` (the last retained
     batch that inserted or updated it; null when none did), ``event`` (``evict``, ``expire``, ``fire``,
     ``never``), ``when_watermark_ms`` or ``when_time_ms`` (the watermark, or the batch time, at which it
     happens) and ``overdue``: what ``explain`` says of each key, by the same rules. A ``key_filter`` reads
