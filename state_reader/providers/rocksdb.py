@@ -63,7 +63,7 @@ from state_reader.formats.rocksdb_encoding import (
     select,
     strip_column_family,
 )
-from state_reader.formats.sst import SstNotSupportedError, read_sst_rows
+from state_reader.formats.sst import SstNotSupportedError, read_sst_changes, read_sst_rows
 from state_reader.formats.unsaferow import RowBuffer
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import (
@@ -277,6 +277,39 @@ class RocksDBStore:
             return StoreState(dict(zip(keys, values, strict=True)), families, bool(families))
         rows = (RowBuffer.from_rows(keys, shown), RowBuffer.from_rows(values, shown))
         return StoreState(None, families, bool(families), rows=rows)
+
+    def snapshot_changes(self, old: FileId, new: FileId, source: str) -> tuple[RowBuffer, RowBuffer, RowBuffer] | None:
+        """What the snapshot zip ``new`` changed from the zip ``old`` (both (version, unique id)), each SST
+        file read once (:func:`read_sst_changes`): the keys and values added or changed, and the keys
+        dropped. None when the SST files are not read directly (no numba wanted, a WAL, what the
+        reader leaves to rocksdict): the two versions are then loaded and compared whole."""
+        if old not in self.zips or new not in self.zips:
+            return None
+        listed = []
+        for version, unique_id in (new, old):
+            name = state_file_name(version, "zip", unique_id)
+            shown = self._shown(name)
+            why = f"the change feed of version {new[0]} compares it with version {old[0]}"
+            raw = self._read(name, self._missing(version, unique_id, "zip", why))
+            metadata, wal_bytes = snapshot_zip.read_metadata_entry(raw, shown)
+            meta = snapshot_zip.parse_metadata(metadata, shown)
+            if not self._sst_wanted(meta, wal_bytes):
+                return None
+            listed.append((meta.sst_files, shown))
+        (new_files, new_shown), (old_files, _) = listed
+        files = list(dict.fromkeys([*new_files, *old_files]))  # the new version's first, in its order
+        at = {f: i for i, f in enumerate(files)}
+        data = self._read_data_files(snapshot_zip.SST_DIR, files, new_shown)
+        sst_dir = f"{self.directory}/{snapshot_zip.SST_DIR}"
+        try:
+            return read_sst_changes(
+                ((data.pop(f), self.storage.display(f"{sst_dir}/{f.dfs_name}")) for f in files),
+                [at[f] for f in old_files],
+                [at[f] for f in new_files],
+                source,
+            )
+        except (SstNotSupportedError, ImportError):
+            return None
 
     def _sst_wanted(self, meta: snapshot_zip.SnapshotMetadata, wal_bytes: int) -> bool:
         """Whether to read the SST files directly: numba wanted for a read this big, and nothing in a WAL."""
@@ -591,12 +624,25 @@ def _changes_from_snapshots(
     versions are compared as stored bytes; only the rows that differ are decoded.
     """
     source = f"{plan.storage.display(directory)} (versions {version - 1} and {version})"
-    after = load_store(replace(plan, batch_id=version - 1), directory, partition_id).row_buffers(source)
-    if version > 1:
-        before = load_store(replace(plan, batch_id=version - 2), directory, partition_id).row_buffers(source)
+    found = None
+    if version > 1 and plan.snapshot_start_version is None:
+        cp = plan.checkpoint
+
+        def zip_of(v: int) -> FileId:
+            return v, cp.state_unique_id(v - 1, plan.operator_id, partition_id, plan.store_name)
+
+        found = open_store(plan, directory).snapshot_changes(zip_of(version - 1), zip_of(version), source)
+    if found is not None:  # only the rows that differ, from one read of each SST file
+        new_keys, new_values, old_keys = found
+        after, before = (new_keys, new_values), (old_keys, old_keys)  # no value of a deleted key is read
+        updated, deleted = np.arange(len(new_keys.starts)), np.arange(len(old_keys.starts))
     else:
-        before = (RowBuffer.from_rows([], source + " key"), RowBuffer.from_rows([], source + " value"))
-    updated, deleted = changed_rows(before, after)
+        after = load_store(replace(plan, batch_id=version - 1), directory, partition_id).row_buffers(source)
+        if version > 1:
+            before = load_store(replace(plan, batch_id=version - 2), directory, partition_id).row_buffers(source)
+        else:
+            before = (RowBuffer.from_rows([], source + " key"), RowBuffer.from_rows([], source + " value"))
+        updated, deleted = changed_rows(before, after)
     spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
 
     def keys_of(rows: RowBuffer, at: np.ndarray) -> pa.StructArray:
