@@ -401,7 +401,7 @@ def sorted_changes(
         return 0, 0, False
     if not _key_order(old_keys, old_key_starts, old_key_lengths, old_order):
         return 0, 0, False
-    i = j = nu = nd = 0
+    i = j = n_updated = n_deleted = 0
     while i < n or j < m:
         a = new_order[i] if i < n else 0
         b = old_order[j] if j < m else 0
@@ -412,12 +412,12 @@ def sorted_changes(
         else:
             c = _order(new_keys, new_key_starts[a], new_key_lengths[a], old_keys, old_key_starts[b], old_key_lengths[b])
         if c < 0:
-            updated[nu] = a
-            nu += 1
+            updated[n_updated] = a
+            n_updated += 1
             i += 1
         elif c > 0:
-            deleted[nd] = b
-            nd += 1
+            deleted[n_deleted] = b
+            n_deleted += 1
             j += 1
         else:
             if _order(
@@ -428,11 +428,11 @@ def sorted_changes(
                 old_value_starts[b],
                 old_value_lengths[b],
             ):
-                updated[nu] = a
-                nu += 1
+                updated[n_updated] = a
+                n_updated += 1
             i += 1
             j += 1
-    return nu, nd, True
+    return n_updated, n_deleted, True
 
 
 @numba.njit(cache=True, nogil=True)
@@ -453,7 +453,7 @@ def changed_entries(
     gone to ``deleted``. An entry live in both is the same row of both: nothing to compare. Returns
     (updated, deleted)."""
     n, m = len(new_live), len(old_live)
-    i = j = nu = nd = 0
+    i = j = n_updated = n_deleted = 0
     while i < n or j < m:
         a = new_live[i] if i < n else -1
         b = old_live[j] if j < m else -1
@@ -468,17 +468,17 @@ def changed_entries(
         else:
             c = _compare(key_out, rec_key[a], rec_len[a], rec_key[b], rec_len[b], 0)
         if c < 0:
-            updated[nu] = a
-            nu += 1
+            updated[n_updated] = a
+            n_updated += 1
             i += 1
         elif c > 0:
-            deleted[nd] = b
-            nd += 1
+            deleted[n_deleted] = b
+            n_deleted += 1
             j += 1
         else:
             if _order(buf, rec_value[a], rec_value_len[a], buf, rec_value[b], rec_value_len[b]):
-                updated[nu] = a
-                nu += 1
+                updated[n_updated] = a
+                n_updated += 1
             i += 1
             j += 1
-    return nu, nd
+    return n_updated, n_deleted

@@ -206,7 +206,7 @@ def changed_rows(
         (new_keys, new_values), (old_keys, old_values) = after, before
         updated = np.empty(len(new_keys.starts), dtype=np.int64)
         deleted = np.empty(len(old_keys.starts), dtype=np.int64)
-        nu, nd, ordered = kernels.sst_kernels().sorted_changes(
+        n_updated, n_deleted, ordered = kernels.sst_kernels().sorted_changes(
             *(
                 a
                 for rows in (new_keys, new_values, old_keys, old_values)
@@ -216,7 +216,7 @@ def changed_rows(
             deleted,
         )
         if ordered:
-            return np.sort(updated[:nu]), np.sort(deleted[:nd])
+            return np.sort(updated[:n_updated]), np.sort(deleted[:n_deleted])
     if not len(before[0].starts):
         return np.arange(len(after[0].starts), dtype=np.int64), np.zeros(0, dtype=np.int64)
     if not len(after[0].starts):

@@ -29,6 +29,7 @@ internal keys: the user key and a fixed64 of sequence number << 8 | type.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,7 @@ _NO_COMPRESSION, _SNAPPY, _LZ4, _LZ4HC, _ZSTD = 0, 1, 4, 5, 7
 _COMPRESSIONS = (_NO_COMPRESSION, _SNAPPY, _LZ4, _LZ4HC, _ZSTD)
 _CHECKSUM_NONE, _CHECKSUM_CRC32C, _CHECKSUM_XXHASH, _CHECKSUM_XXHASH64, _CHECKSUM_XXH3 = range(5)
 _MASK32 = 0xFFFFFFFF
+_NOTHING = np.zeros(0, dtype=np.int64)  # an array let go of
 
 
 class SstNotSupportedError(Exception):
@@ -315,13 +317,27 @@ def _padded(n: int) -> np.ndarray:
     return buf
 
 
+@dataclass
 class _Walked:
     """The entries of some SST files, walked once: keys rebuilt into ``key_out``, values where they lie in
     ``buf`` (the decompressed blocks), per entry its key, value, sequence number and type; each file's
     entries are ``file_hi - counts .. file_hi``."""
 
-    def __init__(self, **parts: Any) -> None:
-        self.__dict__.update(parts)
+    compiled: Any  # the kernels module
+    tables: list[_SstFile]
+    buf: np.ndarray
+    total: int
+    key_out: np.ndarray
+    used: int
+    n: int
+    rec_key: np.ndarray
+    rec_len: np.ndarray
+    rec_value: np.ndarray
+    rec_value_len: np.ndarray
+    rec_seq: np.ndarray
+    rec_type: np.ndarray
+    counts: np.ndarray
+    file_hi: np.ndarray
 
     def live(self, of_files: list[int]) -> np.ndarray:
         """The live entries of the DB made of the files ``of_files`` (positions among the walked ones), in
@@ -445,11 +461,11 @@ def read_sst_rows(files: Iterable[tuple[bytes, str]], source: str) -> tuple[RowB
     live_mask = np.zeros(w.n, dtype=np.bool_)
     live_mask[kept] = True
     del kept
-    w.rec_seq = w.rec_type = None  # let go before the rows are gathered
+    w.rec_seq = w.rec_type = _NOTHING  # let go before the rows are gathered
     live = np.flatnonzero(live_mask)
     del live_mask
     keys = RowBuffer.wrap(w.key_out, w.used, w.rec_key[live], w.rec_len[live], source + " key")
-    w.rec_key = w.rec_len = None
+    w.rec_key = w.rec_len = _NOTHING
     values = RowBuffer.wrap(w.buf, w.total, w.rec_value[live], w.rec_value_len[live], source + " value")
     return keys, values
 
@@ -470,12 +486,12 @@ def read_sst_changes(
     old_live, new_live = w.live(old), w.live(new)
     updated = np.empty(len(new_live), dtype=np.int64)
     deleted = np.empty(len(old_live), dtype=np.int64)
-    nu, nd = w.compiled.changed_entries(
+    n_updated, n_deleted = w.compiled.changed_entries(
         w.key_out, w.rec_key, w.rec_len, w.buf, w.rec_value, w.rec_value_len, old_live, new_live, updated, deleted
     )
-    updated = np.sort(updated[:nu])  # the new version's files come first, in its order: its row order
-    deleted = deleted[:nd]
-    owner = np.searchsorted(w.file_hi, deleted, side="right")
+    updated = np.sort(updated[:n_updated])  # the new version's files come first, in its order: its row order
+    deleted = deleted[:n_deleted]
+    owner = np.searchsorted(w.file_hi, deleted, side="right").astype(np.int64)
     place = np.full(len(w.file_hi), len(w.file_hi), dtype=np.int64)
     place[old] = np.arange(len(old))
     deleted = deleted[np.lexsort((deleted, place[owner]))]  # the old version's row order
