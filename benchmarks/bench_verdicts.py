@@ -7,7 +7,8 @@ target is at most 3x a plain read of the latest batch. The checkpoints (an aggre
 partitions: HDFS-backed, RocksDB without changelogs, whose change feed is computed by comparing
 snapshots, and RocksDB with changelog checkpointing) are written on first use and cached beside the
 other benchmark data. The two calls alternate, ``--repeat`` times each after a warm-up of both, and the
-medians are reported: on a shared machine both see the same load.
+medians are reported (wall time, and the CPU time of all the process's threads): on a shared
+machine both see the same load.
 
     python benchmarks/bench_verdicts.py --keys 1000000 --partitions 64 --repeat 5
 """
@@ -27,16 +28,17 @@ import generate
 import state_reader
 
 
-def _alternating(calls: dict[str, object], repeat: int) -> dict[str, float]:
-    """Median seconds of each call, the calls taking turns (``repeat`` rounds after one warm-up)."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
+def _alternating(calls: dict[str, object], repeat: int) -> dict[str, tuple[float, float]]:
+    """Median wall and CPU seconds of each call, the calls taking turns (``repeat`` rounds after one
+    warm-up). CPU time (all threads of the process) moves less with the machine's load than wall time."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in calls}
     for round_ in range(repeat + 1):
         for name, fn in calls.items():
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             fn()  # type: ignore[operator]
             if round_:
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+                times[name].append((time.perf_counter() - start, time.process_time() - cpu))
+    return {name: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t)) for name, t in times.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         generate.parse_keys(args.keys),
         partitions=args.partitions,
     )
-    print("| provider | keys | read_state | verdicts | verdicts / read_state | events |")
-    print("|---|---:|---:|---:|---:|---|")
+    print("| provider | keys | read_state | verdicts | ratio | read_state CPU | verdicts CPU | CPU ratio | events |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for (provider, keys), path in paths.items():
         cp = str(path)
         medians = _alternating(
@@ -68,8 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         table = state_reader.verdicts(cp)
         events = table.group_by("event").aggregate([([], "count_all")]).to_pylist()
         counts = ", ".join(f"{e['event']} {e['count_all']}" for e in events)
-        read, found = medians["read"], medians["verdicts"]
-        print(f"| {provider} | {keys:,} | {read:.3f} s | {found:.3f} s | {found / read:.2f}x | {counts} |", flush=True)
+        (read, read_cpu), (found, found_cpu) = medians["read"], medians["verdicts"]
+        print(
+            f"| {provider} | {keys:,} | {read:.3f} s | {found:.3f} s | {found / read:.2f}x | {read_cpu:.3f} s "
+            f"| {found_cpu:.3f} s | {found_cpu / read_cpu:.2f}x | {counts} |",
+            flush=True,
+        )
     return 0
 
 

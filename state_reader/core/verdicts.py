@@ -47,6 +47,29 @@ COLUMNS = (
 JOIN_SIDE = "join_side"
 
 
+def store_selectors(
+    *,
+    operator_id: int | None = None,
+    store_name: str | None = None,
+    state_var_name: str | None = None,
+    join_side: str | None = None,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The options that choose the store (or join side) whose keys ``verdicts``, its summary and
+    ``explain`` look at, as the read options name them."""
+    chosen = {
+        "operator_id": operator_id,
+        "store_name": store_name,
+        "state_var_name": state_var_name,
+        "key_schema": key_schema,
+        "value_schema": value_schema,
+        "storage_options": storage_options,
+    }
+    return chosen if join_side is None else {**chosen, "join_side": join_side}
+
+
 @dataclass(frozen=True)
 class VerdictPlan:
     """What the verdicts of one store (one side of a join) are taken against, decided once on the driver:
@@ -361,5 +384,10 @@ def read_verdicts(
     if side is not None and side not in ("left", "right"):
         raise InvalidOptionError(f"verdicts of {checkpoint}: join_side must be left or right (got {side!r})")
     plans, _ = plan_verdicts(checkpoint, selectors, cp)
+    return verdicts_of(plans, key_filter)
+
+
+def verdicts_of(plans: list[VerdictPlan], key_filter: KeyFilterSpec | KeyFilter | None = None) -> pa.Table:
+    """The verdicts of every store (join side) ``plans`` plan, in one table."""
     tables = [partition_verdicts(vp, None, key_filter) for vp in plans]
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]

@@ -319,123 +319,6 @@ def merge(
 
 
 @numba.njit(cache=True, nogil=True)
-def _order(x: np.ndarray, xs: int, xl: int, y: np.ndarray, ys: int, yl: int) -> int:  # pragma: no cover
-    """memcmp-style order of the bytes ``x[xs:xs+xl]`` and ``y[ys:ys+yl]`` (compiled)."""
-    ux, uy = np.uint64(xs), np.uint64(ys)
-    for i in range(min(xl, yl)):
-        p = x[ux + np.uint64(i)]
-        q = y[uy + np.uint64(i)]
-        if p != q:
-            return -1 if p < q else 1
-    return -1 if xl < yl else (1 if xl > yl else 0)
-
-
-# more sorted runs than this (a store's rows come one SST file after another, each file's in key order)
-# and :func:`sorted_changes` leaves the rows to be compared another way
-MAX_RUNS = 16
-
-
-@numba.njit(cache=True, nogil=True)
-def _key_order(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, order: np.ndarray) -> bool:  # pragma: no cover
-    """The rows in ascending key order (written to ``order``), for rows that are a few runs each in key
-    order: merged run by run. False when there are more than MAX_RUNS runs or two equal keys."""
-    n = len(starts)
-    lo = np.empty(MAX_RUNS, dtype=np.int64)
-    hi = np.empty(MAX_RUNS, dtype=np.int64)
-    runs = 0
-    for i in range(n):
-        if i == 0 or _order(buf, starts[i - 1], lengths[i - 1], buf, starts[i], lengths[i]) >= 0:
-            if runs == MAX_RUNS:
-                return False
-            if runs:
-                hi[runs - 1] = i
-            lo[runs] = i
-            runs += 1
-    if runs:
-        hi[runs - 1] = n
-    for t in range(n):
-        best = -1
-        owner = 0
-        for f in range(runs):
-            i = lo[f]
-            if i >= hi[f]:
-                continue
-            if best >= 0:
-                c = _order(buf, starts[i], lengths[i], buf, starts[best], lengths[best])
-                if c == 0:
-                    return False
-                if c > 0:
-                    continue
-            best = i
-            owner = f
-        order[t] = best
-        lo[owner] += 1
-    return True
-
-
-@numba.njit(cache=True, nogil=True)
-def sorted_changes(
-    new_keys: np.ndarray,
-    new_key_starts: np.ndarray,
-    new_key_lengths: np.ndarray,
-    new_values: np.ndarray,
-    new_value_starts: np.ndarray,
-    new_value_lengths: np.ndarray,
-    old_keys: np.ndarray,
-    old_key_starts: np.ndarray,
-    old_key_lengths: np.ndarray,
-    old_values: np.ndarray,
-    old_value_starts: np.ndarray,
-    old_value_lengths: np.ndarray,
-    updated: np.ndarray,
-    deleted: np.ndarray,
-) -> tuple[int, int, bool]:  # pragma: no cover - compiled
-    """Two versions of a store (unique keys, in a few runs each in ascending byte order, as an SST merge
-    gives them) walked side by side in key order: the new rows whose key is new or holds other bytes go
-    to ``updated``, the old rows whose key is gone to ``deleted``. Returns (updated, deleted, whether the
-    rows could be put in order); when not, nothing is found and the caller compares them another way."""
-    n, m = len(new_key_starts), len(old_key_starts)
-    new_order = np.empty(n, dtype=np.int64)
-    old_order = np.empty(m, dtype=np.int64)
-    if not _key_order(new_keys, new_key_starts, new_key_lengths, new_order):
-        return 0, 0, False
-    if not _key_order(old_keys, old_key_starts, old_key_lengths, old_order):
-        return 0, 0, False
-    i = j = n_updated = n_deleted = 0
-    while i < n or j < m:
-        a = new_order[i] if i < n else 0
-        b = old_order[j] if j < m else 0
-        if j >= m:
-            c = -1
-        elif i >= n:
-            c = 1
-        else:
-            c = _order(new_keys, new_key_starts[a], new_key_lengths[a], old_keys, old_key_starts[b], old_key_lengths[b])
-        if c < 0:
-            updated[n_updated] = a
-            n_updated += 1
-            i += 1
-        elif c > 0:
-            deleted[n_deleted] = b
-            n_deleted += 1
-            j += 1
-        else:
-            if _order(
-                new_values,
-                new_value_starts[a],
-                new_value_lengths[a],
-                old_values,
-                old_value_starts[b],
-                old_value_lengths[b],
-            ):
-                updated[n_updated] = a
-                n_updated += 1
-            i += 1
-            j += 1
-    return n_updated, n_deleted, True
-
-
-@numba.njit(cache=True, nogil=True)
 def changed_entries(
     key_out: np.ndarray,
     rec_key: np.ndarray,
@@ -476,7 +359,7 @@ def changed_entries(
             n_deleted += 1
             j += 1
         else:
-            if _order(buf, rec_value[a], rec_value_len[a], buf, rec_value[b], rec_value_len[b]):
+            if _compare(buf, rec_value[a], rec_value_len[a], rec_value[b], rec_value_len[b], 0):
                 updated[n_updated] = a
                 n_updated += 1
             i += 1

@@ -197,26 +197,8 @@ def changed_rows(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Between two versions of a store (unique keys and their values, as stored): the rows of ``after``
     whose key is new or holds other bytes, and the rows of ``before`` whose key ``after`` has not, each
-    in row order. Keys and values are compared as bytes: walking both in key order (the compiled kernels,
-    once loaded) when each is a few runs in key order (a snapshot's rows, one SST file after another),
-    else with a hash join; no Python object per row either way."""
-    from state_reader.formats import kernels
-
-    if kernels.compiled_loaded():
-        (new_keys, new_values), (old_keys, old_values) = after, before
-        updated = np.empty(len(new_keys.starts), dtype=np.int64)
-        deleted = np.empty(len(old_keys.starts), dtype=np.int64)
-        n_updated, n_deleted, ordered = kernels.sst_kernels().sorted_changes(
-            *(
-                a
-                for rows in (new_keys, new_values, old_keys, old_values)
-                for a in (rows.buf, rows.starts, rows.lengths)
-            ),
-            updated,
-            deleted,
-        )
-        if ordered:
-            return np.sort(updated[:n_updated]), np.sort(deleted[:n_deleted])
+    in row order. Keys and values are compared as bytes, with a hash join: no Python object per row.
+    (Two snapshots read from their SST files are compared entry by entry instead: ``read_sst_changes``.)"""
     if not len(before[0].starts):
         return np.arange(len(after[0].starts), dtype=np.int64), np.zeros(0, dtype=np.int64)
     if not len(after[0].starts):

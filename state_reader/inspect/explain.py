@@ -24,7 +24,7 @@ from state_reader.core.options import DEFAULT_OPERATOR_ID, from_kwargs, python_a
 from state_reader.core.planner import plan_state_read, snapshots_give_the_change_feed
 from state_reader.core.retained import first_retained, name_of_operator, offset_entries
 from state_reader.core.scan import read_table
-from state_reader.core.verdicts import files_plan, sides, timers
+from state_reader.core.verdicts import files_plan, sides, store_selectors, timers
 from state_reader.errors import InvalidOptionError, StorageError
 from state_reader.formats.flatten import json_values, with_unique_field_names
 from state_reader.inspect.explain_rules import (
@@ -177,14 +177,14 @@ def explain(
     latest = cp.latest_committed_batch()
     op = DEFAULT_OPERATOR_ID if operator_id is None else operator_id
     operator_name = name_of_operator(cp, op, latest)
-    selectors: dict[str, Any] = {
-        "operator_id": operator_id,
-        "store_name": store_name,
-        "state_var_name": state_var_name,
-        "key_schema": key_schema,
-        "value_schema": value_schema,
-        "storage_options": storage_options,
-    }
+    selectors = store_selectors(
+        operator_id=operator_id,
+        store_name=store_name,
+        state_var_name=state_var_name,
+        key_schema=key_schema,
+        value_schema=value_schema,
+        storage_options=storage_options,
+    )
     found: list[tuple[str | None, StateReadPlan, dict[int, OffsetEntry], Stories]] = []
     starts: list[int] = []  # where each side's timelines start: its first retained batch, or the history's
     for side in sides(operator_name, selectors):

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from state_reader.core.eviction import EVENTS, NEVER
-from state_reader.core.verdicts import JOIN_SIDE, partition_verdicts, plan_verdicts
+from state_reader.core.verdicts import JOIN_SIDE, plan_verdicts, store_selectors, verdicts_of
 from state_reader.formats.flatten import json_values
 from state_reader.units import iso_time
 
@@ -148,17 +148,16 @@ def summarize_verdicts(
     storage_options: dict[str, Any] | None = None,
 ) -> VerdictSummary:
     """Every key's verdict of one store, summed up (see the module docstring)."""
-    selectors = {
-        "operator_id": operator_id,
-        "store_name": store_name,
-        "state_var_name": state_var_name,
-        "key_schema": key_schema,
-        "value_schema": value_schema,
-        "storage_options": storage_options,
-    }
+    selectors = store_selectors(
+        operator_id=operator_id,
+        store_name=store_name,
+        state_var_name=state_var_name,
+        key_schema=key_schema,
+        value_schema=value_schema,
+        storage_options=storage_options,
+    )
     plans, plan = plan_verdicts(checkpoint, selectors)
-    tables = [partition_verdicts(vp) for vp in plans]
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    table = verdicts_of(plans)
     first = plans[0]
     return summarize(
         table,

@@ -4,16 +4,11 @@ the last batch Spark's own change feed shows it in, on the checkpoints the suite
 from __future__ import annotations
 
 import json
-import shutil
 
 import pyarrow as pa
 import pytest
 
 import state_reader
-from state_reader.core.key_filter import KeyFilter
-from state_reader.core.options import from_kwargs
-from state_reader.core.planner import plan_state_read
-from state_reader.core.scan import partitions_to_read
 from state_reader.core.verdicts import COLUMNS, per_key
 from state_reader.formats.flatten import json_values
 from state_reader.io.calls import io_counts, io_counts_since
@@ -127,24 +122,10 @@ def test_per_key_takes_the_highest_of_equal_keys():
 
 @pytest.mark.parametrize("name", ["lookup_types", "rocksdb_lookup_types"])  # HDFS; RocksDB comparing snapshots
 def test_a_key_filtered_verdicts_reads_only_the_keys_partition(checkpoints, tmp_path, name):
-    from tests.core.test_pruning import _expression, _key_predicate
+    from tests.core.test_pruning import one_partition_left
 
     cp = checkpoints(name)
-    every = state_reader.verdicts(cp)
-    key_type = every.schema.field("key").type
-    rows = every.to_pylist()
-    row = next(r for r in rows if r["key"]["st"] and r["key"]["s"] and r["key"]["d"] == 0)
-    expr = _expression(_key_predicate(row["key"], key_type, key_type.num_fields))
-    copy = tmp_path / "damaged"
-    shutil.copytree(cp, copy)
-    plan = plan_state_read(from_kwargs(str(copy), {}))
-    keep = partitions_to_read(plan, KeyFilter(expr, key_type))
-    assert keep == [row["partition_id"]] and len(plan.partitions) == 8
-    for pid in plan.partitions:  # every other partition's state files are damaged
-        if pid not in keep:
-            for f in (copy / "state" / "0" / str(pid)).rglob("*"):
-                if f.is_file() and not f.name.startswith((".", "_")):
-                    f.write_bytes(b"not a state file")
+    row, expr, copy = one_partition_left(cp, state_reader.verdicts(cp), tmp_path)
     with pytest.raises(state_reader.StateReaderError):
         state_reader.verdicts(str(copy))
     before = io_counts()

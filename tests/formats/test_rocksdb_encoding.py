@@ -145,22 +145,11 @@ def test_timestamp_keys_encode_as_spark_writes_them():
         assert decode_keys(encoded, schema, KeyEncoderSpec(kind)).to_pylist() == keys.to_pylist()
 
 
-@pytest.mark.parametrize("compiled", [True, False])
-def test_changed_rows_are_the_new_and_rewritten_keys_and_the_dropped_ones(monkeypatch, compiled):
-    """Two versions as a snapshot gives them (runs of rows in key order, one SST file after another) or
-    in no order: updates are the new rows whose key is new or holds other bytes, deletes the old rows
-    whose key is gone, each in row order; compiled (walking both in key order) and not (a hash join)."""
-    from state_reader.formats import kernels
-
-    if compiled:
-        pytest.importorskip("numba")
-        monkeypatch.setenv("STATE_READER_NUMBA", "1")
-        kernels.sst_kernels()
-    else:
-        monkeypatch.setenv("STATE_READER_NUMBA", "0")
+def test_changed_rows_are_the_new_and_rewritten_keys_and_the_dropped_ones():
+    """Two versions of a store, their rows in key order or in none: updates are the new rows whose key is
+    new or holds other bytes, deletes the old rows whose key is gone, each in row order."""
     old = {b"a": b"1", b"b": b"2", b"c": b"3", b"d": b"4", b"ab": b"5"}
     new = {b"a": b"1", b"c": b"30", b"d": b"4", b"e": b"6", b"ab": b"5", b"": b"7"}
-    # two runs in key order each, and a shuffled order the walk cannot take
     for old_order, new_order in (
         ([b"a", b"c", b"d", b"ab", b"b"], [b"ab", b"c", b"d", b"", b"a", b"e"]),
         ([b"d", b"a", b"c", b"b", b"ab"], [b"e", b"a", b"d", b"", b"c", b"ab"]),
