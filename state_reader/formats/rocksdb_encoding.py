@@ -56,7 +56,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from state_reader.errors import CorruptFileError, RowDecodeError, UnsupportedOptionError
 from state_reader.formats.spark_types import DataType, StructField, StructType
@@ -199,6 +198,8 @@ def changed_rows(
     whose key is new or holds other bytes, and the rows of ``before`` whose key ``after`` has not, each
     in row order. Keys and values are compared as bytes, with a hash join: no Python object per row.
     (Two snapshots read from their SST files are compared entry by entry instead: ``read_sst_changes``.)"""
+    import pyarrow.compute as pc  # here: the cheap commands that import this module never need it
+
     if not len(before[0].starts):
         return np.arange(len(after[0].starts), dtype=np.int64), np.zeros(0, dtype=np.int64)
     if not len(after[0].starts):
