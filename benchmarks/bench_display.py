@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -60,15 +59,6 @@ def _checkpoint(root: Path, provider: str) -> Path:
     return out / "checkpoint"
 
 
-def _median(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--providers", default="hdfs,rocksdb")
@@ -80,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     for provider in args.providers.split(","):
         cp = str(_checkpoint(root, provider))
         batches = len(state_reader.open(cp).batches)
-        display = _median(lambda cp=cp: state_reader.open(cp)._repr_html_(), args.repeat)
-        read = _median(lambda cp=cp: state_reader.read_state(cp), args.repeat)
+        display = generate.median_seconds(lambda cp=cp: state_reader.open(cp)._repr_html_(), args.repeat)
+        read = generate.median_seconds(lambda cp=cp: state_reader.read_state(cp), args.repeat)
         print(f"{provider:8} {PARTITIONS:>10} {batches:>7} {display:9.3f} {read:12.3f}")
     return 0
 

@@ -10,9 +10,7 @@ and file listings; the target is at most 3x a plain read of the latest batch.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -20,15 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generate
 
 import state_reader
-
-
-def _median_seconds(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,8 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     for (provider, keys), path in paths.items():
         cp = str(path)
         state_reader.read_state(cp)  # warm the page cache and imports for both
-        read = _median_seconds(lambda cp=cp: state_reader.read_state(cp), args.repeat)
-        doctor = _median_seconds(lambda cp=cp: state_reader.diagnose(cp), args.repeat)
+        read = generate.median_seconds(lambda cp=cp: state_reader.read_state(cp), args.repeat)
+        doctor = generate.median_seconds(lambda cp=cp: state_reader.diagnose(cp), args.repeat)
         kinds = sorted({f.kind for f in state_reader.diagnose(cp).findings})
         print(f"{provider:8} {keys:>9} {read:13.3f} {doctor:11.3f} {doctor / read:5.2f}x  {', '.join(kinds) or '-'}")
     return 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -30,7 +31,11 @@ PARTITIONS = 8
 PROVIDERS = {
     "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+    "rocksdb-changelog": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
 }
+# providers written with RocksDB's changelog checkpointing (a changelog per batch beside the zips)
+CHANGELOG_PROVIDERS = {"rocksdb-changelog"}
+CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 DONE = "DONE"
 
 
@@ -43,6 +48,16 @@ def checkpoint_dir(root: Path, provider: str, keys: int, partitions: int = PARTI
     """The checkpoint of one (provider, key count, state partitions) under the data directory."""
     suffix = "" if partitions == PARTITIONS else f"-p{partitions}"
     return root / f"{provider}-{keys}{suffix}" / "checkpoint"
+
+
+def median_seconds(fn, repeat: int) -> float:
+    """The median wall time of ``repeat`` calls of ``fn`` (what the benchmarks report)."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def parse_keys(text: str) -> list[int]:
@@ -107,6 +122,7 @@ def generate(spark, root: Path, provider: str, keys: int, partitions: int = PART
     started = time.perf_counter()
     _write_input(out / "input", keys)
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[provider])
+    spark.conf.set(CHANGELOG_CONF, str(provider in CHANGELOG_PROVIDERS).lower())  # frozen into the checkpoint
     spark.conf.set("spark.sql.shuffle.partitions", str(partitions))  # frozen into the checkpoint
     events = (
         spark.readStream.schema("key string, amount long, price double")
@@ -156,7 +172,7 @@ def ensure(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keys", default="100000,1000000", help="comma-separated key counts (100k, 1M allowed)")
-    parser.add_argument("--providers", default="hdfs,rocksdb", help="comma-separated: hdfs, rocksdb")
+    parser.add_argument("--providers", default="hdfs,rocksdb", help="comma-separated: hdfs, rocksdb, rocksdb-changelog")
     parser.add_argument("--partitions", type=int, default=PARTITIONS, help=f"state partitions (default {PARTITIONS})")
     parser.add_argument("--data-dir", default=None, help=f"cache directory (default ${DATA_ENV} or benchmarks/.data)")
     args = parser.parse_args(argv)

@@ -139,6 +139,23 @@ RULE_JOIN_KEY = "join key"  # a join side's event time is a join key: key time <
 RULE_JOIN_RANGE = "join range"  # the state value watermark of the join condition's range
 RULE_JOIN_NO_WATERMARK = "join no watermark"  # the side's rows have no watermarked event time
 RULE_JOIN_NO_TIME = "join no time"  # the key's buffered rows hold no event time
+RULES = (
+    RULE_WATERMARK,
+    RULE_NO_WATERMARK,
+    RULE_NO_EVENT_TIME,
+    RULE_NO_WATERMARK_YET,
+    RULE_TIMEOUT,
+    RULE_NO_TIMEOUT,
+    RULE_TTL,
+    RULE_TIMER,
+    RULE_NO_TTL_NO_TIMER,
+    RULE_JOIN_KEY,
+    RULE_JOIN_RANGE,
+    RULE_JOIN_NO_WATERMARK,
+    RULE_JOIN_NO_TIME,
+)
+# events and rules are kept per key as their place in EVENTS and RULES: one byte, not a Python string
+_CODES = {"event": {e: i for i, e in enumerate(EVENTS)}, "rule": {r: i for i, r in enumerate(RULES)}}
 
 # the clocks a query's verdicts are taken against
 WATERMARK_CLOCK, BATCH_TIME_CLOCK = "watermark", "batch time"
@@ -207,8 +224,8 @@ class KeyVerdicts:
     """The verdict of each key of a store, from :func:`key_verdicts`: arrays of one value per key."""
 
     row: np.ndarray  # the row of the input table that stands for the key (its last)
-    event: np.ndarray  # one of EVENTS (object array of str)
-    rule: np.ndarray  # the RULE_* that decided it
+    event_code: np.ndarray  # int8: the event's place in EVENTS
+    rule_code: np.ndarray  # int8: the place in RULES of the rule that decided it
     when_ms: np.ndarray  # int64: the watermark or the batch time at which it happens (valid where has_when)
     has_when: np.ndarray  # bool
     on_watermark: np.ndarray  # bool: when_ms is a watermark (else a batch time)
@@ -223,6 +240,21 @@ class KeyVerdicts:
 
     def __len__(self) -> int:
         return len(self.row)
+
+    @property
+    def event(self) -> np.ndarray:
+        """Each key's event, one of EVENTS (an object array of str)."""
+        return np.asarray(EVENTS, dtype=object)[self.event_code]
+
+    @property
+    def rule(self) -> np.ndarray:
+        """Each key's rule, one of RULES (an object array of str)."""
+        return np.asarray(RULES, dtype=object)[self.rule_code]
+
+    @property
+    def events(self) -> pa.Array:
+        """Each key's event as Arrow strings."""
+        return pa.array(np.asarray(EVENTS), pa.string()).take(pa.array(self.event_code))
 
     @property
     def when_watermark_ms(self) -> pa.Array:
@@ -261,8 +293,8 @@ def key_verdicts(
         np.maximum.at(row, keys, np.arange(n, dtype=np.int64))
     m = len(row)
     out: dict[str, Any] = {
-        "event": np.full(m, NEVER, dtype=object),
-        "rule": np.full(m, RULE_NO_WATERMARK, dtype=object),
+        "event_code": np.full(m, _CODES["event"][NEVER], dtype=np.int8),
+        "rule_code": np.full(m, _CODES["rule"][RULE_NO_WATERMARK], dtype=np.int8),
         "when_ms": np.zeros(m, dtype=np.int64),
         "has_when": np.zeros(m, dtype=bool),
         "on_watermark": np.ones(m, dtype=bool),
@@ -292,6 +324,8 @@ def key_verdicts(
 def _set(out: dict[str, np.ndarray], where: np.ndarray, **values: Any) -> None:
     """Set ``values`` (scalars, or arrays as long as the keys) of the keys ``where`` says."""
     for name, value in values.items():
+        if name in _CODES:
+            name, value = f"{name}_code", _CODES[name][value]
         out[name][where] = value[where] if isinstance(value, np.ndarray) else value
 
 
@@ -382,7 +416,7 @@ def _join(
     window) is a join key, else by the state value watermark (:func:`join_row_leaves_at`, for no range
     and an inclusive bound)."""
     n = table.num_rows
-    m = len(out["event"])
+    m = len(out["event_code"])
     _set(out, np.ones(m, dtype=bool), event=NEVER, rule=RULE_JOIN_NO_WATERMARK)
     marked = [f.name for f in row_schema.fields if WATERMARK_METADATA in (f.metadata or {})] if row_schema else []
     value_type = table.schema.field("value").type if "value" in table.column_names else None

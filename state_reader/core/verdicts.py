@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from state_reader.core.eviction import Clocks, key_verdicts
+from state_reader.core.eviction import EVENT_TIME_TIMERS, Clocks, key_verdicts
 from state_reader.core.key_filter import KeyFilter, KeyFilterSpec
 from state_reader.core.live import read_consistently
 from state_reader.core.options import DEFAULT_OPERATOR_ID, from_kwargs
@@ -33,7 +33,8 @@ from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.plan import StateReadPlan
 from state_reader.model.store_names import join_side_stores
 
-# the columns of a verdicts table, in order (a join's carry ``join_side`` after ``partition_id``)
+# the columns of a verdicts table, in order; a join's table (and only a join's) has ``join_side`` after
+# ``partition_id``: its rows are per join key on a side
 COLUMNS = (
     "key",
     "partition_id",
@@ -44,6 +45,29 @@ COLUMNS = (
     "overdue",
 )
 JOIN_SIDE = "join_side"
+
+
+def store_selectors(
+    *,
+    operator_id: int | None = None,
+    store_name: str | None = None,
+    state_var_name: str | None = None,
+    join_side: str | None = None,
+    key_schema: str | None = None,
+    value_schema: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The options that choose the store (or join side) whose keys ``verdicts``, its summary and
+    ``explain`` look at, as the read options name them."""
+    chosen = {
+        "operator_id": operator_id,
+        "store_name": store_name,
+        "state_var_name": state_var_name,
+        "key_schema": key_schema,
+        "value_schema": value_schema,
+        "storage_options": storage_options,
+    }
+    return chosen if join_side is None else {**chosen, "join_side": join_side}
 
 
 @dataclass(frozen=True)
@@ -175,13 +199,25 @@ def per_key(keys: pa.Array, other_keys: pa.Array, values: Any, *, highest: bool)
     left, right = _flat(keys), _flat(other)
     if left is None or right is None:
         return _per_key_grouped(keys, other, values, highest=highest)
-    names = [name for name, _ in left]
-    wanted = pa.table({**dict(right), "v": pa.array(np.asarray(values, dtype=np.int64))})
+    # a column of whether a leaf is set matches every row when neither side has a null there
+    both = [(name, a, b) for (name, a), (_, b) in zip(left, right, strict=True)]
+    both = [
+        (name, a, b) for name, a, b in both if not (name.endswith(".valid") and pc.all(a).as_py() and pc.all(b).as_py())
+    ]
+    if not both:  # keys of no leaves: every key equals every other
+        both = [("k.valid", left[0][1], right[0][1])]
+    names = [name for name, _, _ in both]
+    wanted = pa.table({**{name: b for name, _, b in both}, "v": pa.array(np.asarray(values, dtype=np.int64))})
     best = wanted.group_by(names, use_threads=False).aggregate([("v", "max" if highest else "min")])
-    rows = pa.table({**dict(left), "row": pa.array(np.arange(n, dtype=np.int64))})
-    joined = rows.join(best, keys=names, join_type="left outer", use_threads=False)
-    order = pc.sort_indices(joined.column("row"))
-    return joined.column("v_max" if highest else "v_min").take(order).combine_chunks().cast(pa.int64())
+    rows = pa.table({**{name: a for name, a, _ in both}, "row": pa.array(np.arange(n, dtype=np.int64))})
+    # an inner join: only the keys some value is for come out; the rest stay null
+    joined = rows.join(best, keys=names, join_type="inner", use_threads=False)
+    found = np.zeros(n, dtype=np.int64)
+    hit = np.zeros(n, dtype=bool)
+    at = joined.column("row").to_numpy()
+    found[at] = joined.column("v_max" if highest else "v_min").to_numpy()
+    hit[at] = True
+    return pa.array(found, pa.int64(), mask=~hit)
 
 
 def _per_key_grouped(keys: pa.Array, other: pa.Array, values: Any, *, highest: bool) -> pa.Array:
@@ -205,15 +241,20 @@ def _read(vp: VerdictPlan, extra: dict[str, Any], key_filter: Any, partitions: l
 
 
 def timers(
-    vp: VerdictPlan, key_filter: KeyFilterSpec | KeyFilter | None = None, partitions: list[int] | None = None
+    checkpoint: str,
+    selectors: dict[str, Any],
+    batch_id: int,
+    key_filter: KeyFilterSpec | KeyFilter | None = None,
+    partitions: list[int] | None = None,
+    cp: CheckpointDir | None = None,
 ) -> tuple[pa.Table | None, str | None]:
-    """A transformWithState operator's registered timers at the latest batch (``key``,
+    """A transformWithState operator's registered timers at ``batch_id`` (``key``,
     ``expiration_timestamp_ms``) and their clock (``event time`` or ``processing time``); None when the
     operator keeps no timers (TimeMode.None)."""
     planned: list[StateReadPlan] = []
     options = from_kwargs(
-        vp.checkpoint,
-        {**vp.at_latest, "state_var_name": None, "read_registered_timers": True},
+        checkpoint,
+        {**selectors, "state_var_name": None, "read_registered_timers": True, "batch_id": batch_id},
     )
 
     def read(plan: StateReadPlan) -> pa.Table:
@@ -221,11 +262,11 @@ def timers(
         return read_table(plan, key_filter=key_filter, partitions=partitions, show_progress=False)
 
     try:
-        table = with_unique_field_names(read_consistently(options, read))
+        table = with_unique_field_names(read_consistently(options, read, checkpoint=cp))
     except StateReaderError:  # no timers (TimeMode.None), or a family of a layout not known here
         return None, None
     family = planned[-1].variable.name if planned and planned[-1].variable is not None else ""
-    return table, "event time" if "event" in family.lower() else "processing time"
+    return table, EVENT_TIME_TIMERS if "event" in family.lower() else "processing time"
 
 
 def _last_changes(
@@ -273,7 +314,9 @@ def partition_verdicts(
     rows = _read(vp, {}, key_filter, partitions)
     plan = plan_state_read(from_kwargs(vp.checkpoint, vp.at_latest))
     timer_rows, clock = (
-        timers(vp, key_filter, partitions) if operators.is_transform_with_state(vp.operator_name) else (None, None)
+        timers(vp.checkpoint, vp.selectors, vp.latest_batch_id, key_filter, partitions)
+        if operators.is_transform_with_state(vp.operator_name)
+        else (None, None)
     )
     keys = rows.column("key").combine_chunks()
     soonest = None
@@ -319,7 +362,7 @@ def partition_verdicts(
     columns.update(
         {
             "last_changed_batch_id": last,
-            "event": pa.array(found.event.tolist(), pa.string()),
+            "event": found.events,
             "when_watermark_ms": found.when_watermark_ms,
             "when_time_ms": found.when_time_ms,
             "overdue": pa.array(found.overdue, pa.bool_()),
@@ -341,5 +384,10 @@ def read_verdicts(
     if side is not None and side not in ("left", "right"):
         raise InvalidOptionError(f"verdicts of {checkpoint}: join_side must be left or right (got {side!r})")
     plans, _ = plan_verdicts(checkpoint, selectors, cp)
+    return verdicts_of(plans, key_filter)
+
+
+def verdicts_of(plans: list[VerdictPlan], key_filter: KeyFilterSpec | KeyFilter | None = None) -> pa.Table:
+    """The verdicts of every store (join side) ``plans`` plan, in one table."""
     tables = [partition_verdicts(vp, None, key_filter) for vp in plans]
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]

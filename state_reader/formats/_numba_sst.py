@@ -316,3 +316,52 @@ def merge(
         if bad >= 0:
             return m, UNSUPPORTED, bad
         cur[owner] = end
+
+
+@numba.njit(cache=True, nogil=True)
+def changed_entries(
+    key_out: np.ndarray,
+    rec_key: np.ndarray,
+    rec_len: np.ndarray,
+    buf: np.ndarray,
+    rec_value: np.ndarray,
+    rec_value_len: np.ndarray,
+    old_live: np.ndarray,
+    new_live: np.ndarray,
+    updated: np.ndarray,
+    deleted: np.ndarray,
+) -> tuple[int, int]:  # pragma: no cover - compiled
+    """Two versions' live entries of one walk of their files, each in key order, side by side: the new
+    entries whose key is new or holds other value bytes go to ``updated``, the old entries whose key is
+    gone to ``deleted``. An entry live in both is the same row of both: nothing to compare. Returns
+    (updated, deleted)."""
+    n, m = len(new_live), len(old_live)
+    i = j = n_updated = n_deleted = 0
+    while i < n or j < m:
+        a = new_live[i] if i < n else -1
+        b = old_live[j] if j < m else -1
+        if a >= 0 and a == b:
+            i += 1
+            j += 1
+            continue
+        if b < 0:
+            c = -1
+        elif a < 0:
+            c = 1
+        else:
+            c = _compare(key_out, rec_key[a], rec_len[a], rec_key[b], rec_len[b], 0)
+        if c < 0:
+            updated[n_updated] = a
+            n_updated += 1
+            i += 1
+        elif c > 0:
+            deleted[n_deleted] = b
+            n_deleted += 1
+            j += 1
+        else:
+            if _compare(buf, rec_value[a], rec_value_len[a], rec_value[b], rec_value_len[b], 0):
+                updated[n_updated] = a
+                n_updated += 1
+            i += 1
+            j += 1
+    return n_updated, n_deleted

@@ -176,6 +176,47 @@ def with_spans(rows: RowBuffer, starts: np.ndarray, lengths: np.ndarray) -> RowB
     return out
 
 
+def binary_rows(rows: RowBuffer) -> pa.LargeBinaryArray:
+    """The rows as one Arrow binary array (their bytes copied once, one after another): what Arrow's
+    hash kernels take to match rows by their bytes."""
+    from state_reader.formats import kernels
+
+    n = len(rows.starts)
+    gathered = kernels.gather_spans(rows.buf, rows.starts, rows.lengths, np.ones(n, dtype=bool))
+    if gathered is not None:
+        offsets, data, _ = gathered
+    else:
+        packed = pack_rows([(0, rows)], rows.source)
+        offsets, data = np.append(packed.starts, packed.size), packed.buf[: packed.size]
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def changed_rows(
+    before: tuple[RowBuffer, RowBuffer], after: tuple[RowBuffer, RowBuffer]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Between two versions of a store (unique keys and their values, as stored): the rows of ``after``
+    whose key is new or holds other bytes, and the rows of ``before`` whose key ``after`` has not, each
+    in row order. Keys and values are compared as bytes, with a hash join: no Python object per row.
+    (Two snapshots read from their SST files are compared entry by entry instead: ``read_sst_changes``.)"""
+    import pyarrow.compute as pc  # here: the cheap commands that import this module never need it
+
+    if not len(before[0].starts):
+        return np.arange(len(after[0].starts), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if not len(after[0].starts):
+        return np.zeros(0, dtype=np.int64), np.arange(len(before[0].starts), dtype=np.int64)
+    new = pa.table({"k": binary_rows(after[0]), "v": binary_rows(after[1])})
+    old = pa.table({"k": binary_rows(before[0]), "w": binary_rows(before[1])})
+    new = new.append_column("i", pa.array(np.arange(new.num_rows, dtype=np.int64)))
+    old = old.append_column("j", pa.array(np.arange(old.num_rows, dtype=np.int64)))
+    joined = new.join(old, "k", join_type="full outer", use_threads=False)
+    i, j = joined.column("i"), joined.column("j")
+    kept = pc.is_valid(i)
+    differs = pc.or_kleene(pc.is_null(j), pc.not_equal(joined.column("v"), joined.column("w")))
+    updated = i.filter(pc.and_(kept, differs)).to_numpy()
+    deleted = j.filter(pc.invert(kept)).to_numpy()
+    return np.sort(updated), np.sort(deleted)
+
+
 def select(rows: RowBuffer, mask: np.ndarray) -> RowBuffer:
     """The rows where ``mask`` is true."""
     return with_spans(rows, rows.starts[mask], rows.lengths[mask])

@@ -29,6 +29,7 @@ internal keys: the user key and a fixed64 of sequence number << 8 | type.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,7 @@ _NO_COMPRESSION, _SNAPPY, _LZ4, _LZ4HC, _ZSTD = 0, 1, 4, 5, 7
 _COMPRESSIONS = (_NO_COMPRESSION, _SNAPPY, _LZ4, _LZ4HC, _ZSTD)
 _CHECKSUM_NONE, _CHECKSUM_CRC32C, _CHECKSUM_XXHASH, _CHECKSUM_XXHASH64, _CHECKSUM_XXH3 = range(5)
 _MASK32 = 0xFFFFFFFF
+_NOTHING = np.zeros(0, dtype=np.int64)  # an array let go of
 
 
 class SstNotSupportedError(Exception):
@@ -315,14 +317,46 @@ def _padded(n: int) -> np.ndarray:
     return buf
 
 
-def read_sst_rows(files: Iterable[tuple[bytes, str]], source: str) -> tuple[RowBuffer, RowBuffer]:
-    """Live keys and values of a DB made of these SST files (contents, name shown), in file order.
+@dataclass
+class _Walked:
+    """The entries of some SST files, walked once: keys rebuilt into ``key_out``, values where they lie in
+    ``buf`` (the decompressed blocks), per entry its key, value, sequence number and type; each file's
+    entries are ``file_hi - counts .. file_hi``."""
 
-    A file's compressed bytes are let go once its blocks are decompressed (pass them as a
-    generator that keeps no other reference, and memory holds the compressed and the
-    decompressed state at once for one file only).
-    Raises SstNotSupportedError for what is left to rocksdict, CorruptFileError naming the file for damage.
-    """
+    compiled: Any  # the kernels module
+    tables: list[_SstFile]
+    buf: np.ndarray
+    total: int
+    key_out: np.ndarray
+    used: int
+    n: int
+    rec_key: np.ndarray
+    rec_len: np.ndarray
+    rec_value: np.ndarray
+    rec_value_len: np.ndarray
+    rec_seq: np.ndarray
+    rec_type: np.ndarray
+    counts: np.ndarray
+    file_hi: np.ndarray
+
+    def live(self, of_files: list[int]) -> np.ndarray:
+        """The live entries of the DB made of the files ``of_files`` (positions among the walked ones), in
+        key order: the newest entry of each key, deletions dropped."""
+        lo, hi = (self.file_hi - self.counts)[of_files], self.file_hi[of_files]
+        keep = np.empty(int((hi - lo).sum()), dtype=np.int64)
+        kept, status, bad = self.compiled.merge(
+            self.key_out, self.rec_key, self.rec_len, self.rec_seq, self.rec_type, lo, hi, keep
+        )
+        if status == self.compiled.UNSUPPORTED:
+            raise SstNotSupportedError(f"entry type {self.rec_type[bad]}")
+        if status != self.compiled.OK:  # the walk checked the order, so this cannot happen
+            table = self.tables[int(np.searchsorted(self.file_hi, bad, side="right"))]
+            raise table.corrupt(f"its keys are out of order at entry {bad}")
+        return keep[:kept]
+
+
+def _walk_files(files: Iterable[tuple[bytes, str]], source: str) -> _Walked:
+    """Decompress and walk every entry of the files (contents, name shown); see :func:`read_sst_rows`."""
     compiled = kernels.sst_kernels()
     tables = [_SstFile(data, shown) for data, shown in files]
     layouts = [t.data_layout() for t in tables]
@@ -393,21 +427,76 @@ def read_sst_rows(files: Iterable[tuple[bytes, str]], source: str) -> tuple[RowB
         if expected != got:
             raise table.corrupt(f"its data blocks hold {got} entries, its properties record {expected}")
     file_hi = np.cumsum(counts)
-    keep = np.empty(n, dtype=np.int64)
-    kept, status, bad = compiled.merge(key_out, rec_key, rec_len, rec_seq, rec_type, file_hi - counts, file_hi, keep)
-    if status == compiled.UNSUPPORTED:
-        raise SstNotSupportedError(f"entry type {rec_type[bad]}")
-    if status != compiled.OK:  # the walk checked the order, so this cannot happen
-        table = tables[int(np.searchsorted(file_hi, bad, side="right"))]
-        raise table.corrupt(f"its keys are out of order at entry {bad}")
+    return _Walked(
+        compiled=compiled,
+        tables=tables,
+        buf=buf,
+        total=total,
+        key_out=key_out,
+        used=used,
+        n=n,
+        rec_key=rec_key,
+        rec_len=rec_len,
+        rec_value=rec_value,
+        rec_value_len=rec_value_len,
+        rec_seq=rec_seq,
+        rec_type=rec_type,
+        counts=counts,
+        file_hi=file_hi,
+    )
+
+
+def read_sst_rows(files: Iterable[tuple[bytes, str]], source: str) -> tuple[RowBuffer, RowBuffer]:
+    """Live keys and values of a DB made of these SST files (contents, name shown), in file order.
+
+    A file's compressed bytes are let go once its blocks are decompressed (pass them as a
+    generator that keeps no other reference, and memory holds the compressed and the
+    decompressed state at once for one file only).
+    Raises SstNotSupportedError for what is left to rocksdict, CorruptFileError naming the file for damage.
+    """
+    w = _walk_files(files, source)
+    kept = w.live(list(range(len(w.file_hi))))
     # rows in buffer order (each file's, one file after the other) rather than key order: the
     # decoders copy strings out in one pass when their spans follow each other through the buffer
-    live_mask = np.zeros(n, dtype=np.bool_)
-    live_mask[keep[:kept]] = True
-    del keep, rec_seq, rec_type
+    live_mask = np.zeros(w.n, dtype=np.bool_)
+    live_mask[kept] = True
+    del kept
+    w.rec_seq = w.rec_type = _NOTHING  # let go before the rows are gathered
     live = np.flatnonzero(live_mask)
     del live_mask
-    keys = RowBuffer.wrap(key_out, used, rec_key[live], rec_len[live], source + " key")
-    del rec_key, rec_len
-    values = RowBuffer.wrap(buf, total, rec_value[live], rec_value_len[live], source + " value")
+    keys = RowBuffer.wrap(w.key_out, w.used, w.rec_key[live], w.rec_len[live], source + " key")
+    w.rec_key = w.rec_len = _NOTHING
+    values = RowBuffer.wrap(w.buf, w.total, w.rec_value[live], w.rec_value_len[live], source + " value")
     return keys, values
+
+
+def read_sst_changes(
+    files: Iterable[tuple[bytes, str]], old: list[int], new: list[int], source: str
+) -> tuple[RowBuffer, RowBuffer, RowBuffer]:
+    """Between two versions of a DB, the union of whose SST files is ``files`` (contents, name shown; the
+    new version's first, in the order its snapshot lists them), ``old`` and ``new`` each version's files
+    (positions in ``files``, in its snapshot's order): the keys and values the new version added or
+    changed, in the order :func:`read_sst_rows` gives the new version's rows, and the keys it dropped, in
+    the old version's row order.
+
+    Each file is read once. A file both versions list holds the same entries for both, so an entry live
+    in both versions is the same row of both and is not compared; only the others are, by their bytes.
+    """
+    w = _walk_files(files, source)
+    old_live, new_live = w.live(old), w.live(new)
+    updated = np.empty(len(new_live), dtype=np.int64)
+    deleted = np.empty(len(old_live), dtype=np.int64)
+    n_updated, n_deleted = w.compiled.changed_entries(
+        w.key_out, w.rec_key, w.rec_len, w.buf, w.rec_value, w.rec_value_len, old_live, new_live, updated, deleted
+    )
+    updated = np.sort(updated[:n_updated])  # the new version's files come first, in its order: its row order
+    deleted = deleted[:n_deleted]
+    owner = np.searchsorted(w.file_hi, deleted, side="right").astype(np.int64)
+    place = np.full(len(w.file_hi), len(w.file_hi), dtype=np.int64)
+    place[old] = np.arange(len(old))
+    deleted = deleted[np.lexsort((deleted, place[owner]))]  # the old version's row order
+    return (
+        RowBuffer.wrap(w.key_out, w.used, w.rec_key[updated], w.rec_len[updated], source + " key"),
+        RowBuffer.wrap(w.buf, w.total, w.rec_value[updated], w.rec_value_len[updated], source + " value"),
+        RowBuffer.wrap(w.key_out, w.used, w.rec_key[deleted], w.rec_len[deleted], source + " key"),
+    )

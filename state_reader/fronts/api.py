@@ -32,6 +32,7 @@ from state_reader.core.scan import iter_batches as _iter_batches
 from state_reader.core.scan import read_table as _read_table
 from state_reader.core.scan import result_metadata as _result_metadata
 from state_reader.core.verdicts import read_verdicts as _read_verdicts
+from state_reader.core.verdicts import store_selectors
 from state_reader.errors import InvalidOptionError as _InvalidOptionError
 from state_reader.errors import unexpected_errors_as_ours as _unexpected_errors_as_ours
 from state_reader.formats.flatten import renamed_batch as _renamed_batch
@@ -247,23 +248,24 @@ def verdicts(
 ) -> Any:
     """The verdict of every key in state: how its stay ends and when, and when it last changed.
 
-    A ``pyarrow.Table``, one row per key (per join key on each side of a join, with ``join_side``):
-    ``key`` (as ``read_state`` gives it), ``partition_id``, ``last_changed_batch_id`` (the last retained
+    A ``pyarrow.Table``, one row per key: ``key`` (as ``read_state`` gives it), ``partition_id``, for a
+    stream-stream join only ``join_side`` (a row per join key on each side: the side is part of what the
+    row is, and other stores have no column of it), ``last_changed_batch_id`` (the last retained
     batch that inserted or updated it; null when none did), ``event`` (``evict``, ``expire``, ``fire``,
     ``never``), ``when_watermark_ms`` or ``when_time_ms`` (the watermark, or the batch time, at which it
     happens) and ``overdue``: what ``explain`` says of each key, by the same rules. A ``key_filter`` reads
     only the partitions it can match. ``spark``: a SparkSession, to compute the same table as a Spark
     DataFrame on the executors, one task per state partition, no state row through the driver.
     """
-    selectors = {
-        "operator_id": operator_id,
-        "store_name": store_name,
-        "state_var_name": state_var_name,
-        "join_side": join_side,
-        "key_schema": key_schema,
-        "value_schema": value_schema,
-        "storage_options": storage_options,
-    }
+    selectors = store_selectors(
+        operator_id=operator_id,
+        store_name=store_name,
+        state_var_name=state_var_name,
+        join_side=join_side,
+        key_schema=key_schema,
+        value_schema=value_schema,
+        storage_options=storage_options,
+    )
     if spark is not None:
         from state_reader.fronts.verdicts_frame import verdicts_frame  # imports pyspark
 

@@ -54,6 +54,7 @@ from state_reader.inspect.doctor_thresholds import THRESHOLDS
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from state_reader.inspect.verdict_summary import VerdictSummary
     from state_reader.model.plan import StateReadPlan
 
 # Each command imports what it uses when it runs: numpy, pyarrow and fsspec are most of
@@ -450,6 +451,29 @@ def verify(
     return EXIT_OK if report.ok else EXIT_DAMAGED
 
 
+def _verdict_summary(
+    checkpoint: str,
+    operator_id: int | None,
+    store_name: str | None,
+    state_var_name: str | None,
+    key_schema: str | None,
+    value_schema: str | None,
+    storage_option: Sequence[str],
+) -> VerdictSummary:
+    """Every key's verdict of the store the flags choose, summed up (``why`` without -k, ``plot --verdicts``)."""
+    from state_reader.inspect.verdict_summary import summarize_verdicts
+
+    return summarize_verdicts(
+        checkpoint,
+        operator_id=operator_id,
+        store_name=store_name,
+        state_var_name=state_var_name,
+        key_schema=key_schema,
+        value_schema=value_schema,
+        storage_options=storage_options_of(storage_option),
+    )
+
+
 @cli.command()
 @click.argument("checkpoint")
 @click.option("--out", required=True, metavar="FILE.png", help="Image file to write (PNG, SVG or PDF by extension).")
@@ -494,16 +518,8 @@ def plot(
     matplotlib.use("Agg")  # files only, never a window
 
     if verdicts:
-        from state_reader.inspect.verdict_summary import summarize_verdicts
-
-        summary = summarize_verdicts(
-            checkpoint,
-            operator_id=operator_id,
-            store_name=store_name,
-            state_var_name=state_var_name,
-            key_schema=key_schema,
-            value_schema=value_schema,
-            storage_options=storage_options_of(storage_option),
+        summary = _verdict_summary(
+            checkpoint, operator_id, store_name, state_var_name, key_schema, value_schema, storage_option
         )
         fig = figure_from_verdicts(summary)
         fig.savefig(out)
@@ -603,16 +619,8 @@ def why(
     saw, each change and value), and when Spark will emit, expire or evict it. Without --key-filter: why
     the state is this big, every key's verdict summed up (keys per verdict, when they leave, their ages)."""
     if key_filter is None:
-        from state_reader.inspect.verdict_summary import summarize_verdicts
-
-        summary = summarize_verdicts(
-            checkpoint,
-            operator_id=operator_id,
-            store_name=store_name,
-            state_var_name=state_var_name,
-            key_schema=key_schema,
-            value_schema=value_schema,
-            storage_options=storage_options_of(storage_option),
+        summary = _verdict_summary(
+            checkpoint, operator_id, store_name, state_var_name, key_schema, value_schema, storage_option
         )
         console.output(as_json).verdicts(summary)
         return EXIT_OK

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from state_reader.core.eviction import (
     EVENT_TIME,
+    EVENTS,
     EXPIRY,
     NEVER,
     NONE_MS,
@@ -400,7 +401,7 @@ def never_evicted(
     join = _join_stores(store) is not None
     found = store_verdicts(store, entries)
     # the verdicts' count, as `why CP` (no key filter) and state_reader.verdicts give it
-    never = None if found is None else int((found.event == NEVER).sum())
+    never = None if found is None else int((found.event_code == EVENTS.index(NEVER)).sum())
     cited = "" if never is None else f"; {plural(never, 'key')} of {len(found or [])} will never leave"
     return [
         Finding(

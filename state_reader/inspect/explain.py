@@ -24,7 +24,8 @@ from state_reader.core.options import DEFAULT_OPERATOR_ID, from_kwargs, python_a
 from state_reader.core.planner import plan_state_read, snapshots_give_the_change_feed
 from state_reader.core.retained import first_retained, name_of_operator, offset_entries
 from state_reader.core.scan import read_table
-from state_reader.errors import InvalidOptionError, StateReaderError, StorageError
+from state_reader.core.verdicts import files_plan, sides, store_selectors, timers
+from state_reader.errors import InvalidOptionError, StorageError
 from state_reader.formats.flatten import json_values, with_unique_field_names
 from state_reader.inspect.explain_rules import (
     DELETE,
@@ -176,22 +177,20 @@ def explain(
     latest = cp.latest_committed_batch()
     op = DEFAULT_OPERATOR_ID if operator_id is None else operator_id
     operator_name = name_of_operator(cp, op, latest)
-    selectors: dict[str, Any] = {
-        "operator_id": operator_id,
-        "store_name": store_name,
-        "state_var_name": state_var_name,
-        "key_schema": key_schema,
-        "value_schema": value_schema,
-        "storage_options": storage_options,
-    }
-    join = operator_name == operators.JOIN and store_name is None and state_var_name is None
-    sides: list[str | None] = ["left", "right"] if join else [None]
+    selectors = store_selectors(
+        operator_id=operator_id,
+        store_name=store_name,
+        state_var_name=state_var_name,
+        key_schema=key_schema,
+        value_schema=value_schema,
+        storage_options=storage_options,
+    )
     found: list[tuple[str | None, StateReadPlan, dict[int, OffsetEntry], Stories]] = []
     starts: list[int] = []  # where each side's timelines start: its first retained batch, or the history's
-    for side in sides:
+    for side in sides(operator_name, selectors):
         at_latest = {**selectors, "join_side": side, "batch_id": latest}
         plan = plan_state_read(from_kwargs(checkpoint, at_latest), cp)
-        first = first_retained(cp, _files_plan(checkpoint, selectors, plan, latest, cp))
+        first = first_retained(cp, files_plan(checkpoint, selectors, plan, cp))
         first = latest if first is None else first
         entries = offset_entries(cp, (b for b in cp.committed_batches if first <= b <= latest))
         if side is None:
@@ -249,17 +248,6 @@ def explain(
     return result
 
 
-def _files_plan(
-    checkpoint: str, selectors: dict[str, Any], plan: StateReadPlan, latest: int, cp: CheckpointDir
-) -> StateReadPlan:
-    """The plan whose files tell which batches are retained: a join side's own row store when the join
-    keeps its stores in directories of their own (formats 1 and 2), else ``plan``."""
-    if plan.join is None or plan.join.families is not None:
-        return plan
-    rows = {**selectors, "store_name": plan.join.store_name(1), "batch_id": latest}
-    return plan_state_read(from_kwargs(checkpoint, rows), cp)
-
-
 def _message(result: Explanation) -> str | None:
     span = f"batches {result.first_batch_id}..{result.latest_batch_id}"
     if not result.keys_matched:
@@ -308,22 +296,9 @@ def _timers(
 ) -> tuple[dict[str, list[int]], str | None]:
     """A transformWithState operator's registered timers at the latest batch, by key (canonical JSON),
     and their clock; none when the operator keeps no timers."""
-    options = from_kwargs(
-        checkpoint,
-        {**selectors, "state_var_name": None, "read_registered_timers": True, "batch_id": latest},
-    )
-    planned: list[StateReadPlan] = []
-
-    def read(plan: StateReadPlan) -> pa.Table:
-        planned.append(plan)
-        return read_table(plan, key_filter=key_filter, show_progress=False)
-
-    try:
-        table = read_consistently(options, read, checkpoint=cp)
-    except StateReaderError:  # no timers (TimeMode.None), or a family of a layout not known here
+    table, clock = timers(checkpoint, selectors, latest, key_filter, cp=cp)
+    if table is None:
         return {}, None
-    family = planned[-1].variable.name if planned and planned[-1].variable is not None else ""
-    clock = "event time" if "event" in family.lower() else "processing time"
     out: dict[str, list[int]] = {}
     keys = [_canonical(k) for k in json_values(table.column("key"))]
     for key, due in zip(keys, table.column("expiration_timestamp_ms").to_pylist(), strict=True):

@@ -178,15 +178,20 @@ def _base(found: KeyVerdicts, clocks: Clocks, summary: str, **details: Any) -> V
     )
 
 
+def _never_because(found: KeyVerdicts, clocks: Clocks, why: str, summary: str, **details: Any) -> Verdict:
+    """A verdict that says ``why`` a key stays: in its ``summary`` (where ``{why}`` stands) and its details."""
+    return _base(found, clocks, summary.format(why=why), why=why, **details)
+
+
 def _never(facts: KeyFacts, found: KeyVerdicts, clocks: Clocks) -> Verdict:
     """A window, deduplication or session key that no watermark can take (or none yet)."""
     if found.rule[0] == eviction.RULE_NO_WATERMARK_YET:
         why = "the query defines no watermark (yet): no batch has moved one"
-        return _base(
+        return _never_because(
             found,
             clocks,
-            f"never evicted while the query has no watermark: {why}",
-            why=why,
+            why,
+            "never evicted while the query has no watermark: {why}",
             event_time_ms=int(found.due_ms[0]),
         )
     why = (
@@ -194,11 +199,8 @@ def _never(facts: KeyFacts, found: KeyVerdicts, clocks: Clocks) -> Verdict:
         if found.rule[0] == eviction.RULE_NO_WATERMARK
         else "the key holds no watermarked event-time column, so the watermark cannot expire it"
     )
-    return _base(
-        found,
-        clocks,
-        f"never evicted: {why}; the key stays in state until the query's own logic removes it",
-        why=why,
+    return _never_because(
+        found, clocks, why, "never evicted: {why}; the key stays in state until the query's own logic removes it"
     )
 
 
@@ -286,7 +288,7 @@ def _timeout(facts: KeyFacts, found: KeyVerdicts, clocks: Clocks) -> Verdict:
 
 def _no_timeout(facts: KeyFacts, found: KeyVerdicts, clocks: Clocks) -> Verdict:
     why = "no timeout is set for this group (GroupStateTimeout.NoTimeout, or the function set none)"
-    return _base(found, clocks, f"never times out: {why}; only the function removes it", why=why)
+    return _never_because(found, clocks, why, "never times out: {why}; only the function removes it")
 
 
 def _timer_details(facts: KeyFacts) -> dict[str, Any]:
@@ -320,7 +322,9 @@ def _ttl(facts: KeyFacts, found: KeyVerdicts, clocks: Clocks) -> Verdict:
 
 def _no_ttl(facts: KeyFacts, found: KeyVerdicts, clocks: Clocks) -> Verdict:
     why = "the variable has no TTL and the key no timer"
-    return _base(found, clocks, f"never expires: {why}; only the processor clears it", why=why, **_timer_details(facts))
+    return _never_because(
+        found, clocks, why, "never expires: {why}; only the processor clears it", **_timer_details(facts)
+    )
 
 
 def _join_key(facts: KeyFacts, found: KeyVerdicts, clocks: Clocks) -> Verdict:
@@ -340,11 +344,8 @@ def _join_key(facts: KeyFacts, found: KeyVerdicts, clocks: Clocks) -> Verdict:
 
 def _join_no_watermark(facts: KeyFacts, found: KeyVerdicts, clocks: Clocks) -> Verdict:
     why = "this side's input has no watermark" if clocks.ever_watermark else "the query defines no watermark"
-    return _base(
-        found,
-        clocks,
-        f"never dropped by the watermark: {why}; its rows stay buffered for every later match",
-        why=why,
+    return _never_because(
+        found, clocks, why, "never dropped by the watermark: {why}; its rows stay buffered for every later match"
     )
 
 

@@ -12,7 +12,7 @@ import datetime as dt
 import json
 import math
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from state_reader.core.eviction import EVENTS, NEVER
-from state_reader.core.verdicts import JOIN_SIDE, partition_verdicts, plan_verdicts
+from state_reader.core.verdicts import JOIN_SIDE, plan_verdicts, store_selectors, verdicts_of
 from state_reader.formats.flatten import json_values
 from state_reader.units import iso_time
 
@@ -55,26 +55,8 @@ class VerdictSummary:
     table: pa.Table | None = None  # every key's verdict (verdicts' table)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "checkpoint": self.checkpoint,
-            "operator_id": self.operator_id,
-            "operator_name": self.operator_name,
-            "store_name": self.store_name,
-            "state_var_name": self.state_var_name,
-            "first_batch_id": self.first_batch_id,
-            "latest_batch_id": self.latest_batch_id,
-            "watermark_ms": self.watermark_ms,
-            "batch_time_ms": self.batch_time_ms,
-            "watermark_moved_batch_id": self.watermark_moved_batch_id,
-            "keys": self.keys,
-            "counts": self.counts,
-            "overdue": self.overdue,
-            "leaves_by_watermark": self.leaves_by_watermark,
-            "leaves_by_time": self.leaves_by_time,
-            "ages": self.ages,
-            "oldest": self.oldest,
-            "never": self.never,
-        }
+        """Every field but ``table``, in order: what ``--json`` prints."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "table"}
 
 
 def histogram(values: pa.Array | pa.ChunkedArray, bins: int = BINS) -> list[dict[str, int]]:
@@ -166,17 +148,16 @@ def summarize_verdicts(
     storage_options: dict[str, Any] | None = None,
 ) -> VerdictSummary:
     """Every key's verdict of one store, summed up (see the module docstring)."""
-    selectors = {
-        "operator_id": operator_id,
-        "store_name": store_name,
-        "state_var_name": state_var_name,
-        "key_schema": key_schema,
-        "value_schema": value_schema,
-        "storage_options": storage_options,
-    }
+    selectors = store_selectors(
+        operator_id=operator_id,
+        store_name=store_name,
+        state_var_name=state_var_name,
+        key_schema=key_schema,
+        value_schema=value_schema,
+        storage_options=storage_options,
+    )
     plans, plan = plan_verdicts(checkpoint, selectors)
-    tables = [partition_verdicts(vp) for vp in plans]
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    table = verdicts_of(plans)
     first = plans[0]
     return summarize(
         table,

@@ -53,6 +53,7 @@ from state_reader.formats import kernels, rocksdict_db, snapshot_zip
 from state_reader.formats.codecs import decompress
 from state_reader.formats.rocksdb_encoding import (
     KeyEncoderSpec,
+    changed_rows,
     column_family_ids,
     decode_keys,
     decode_values,
@@ -62,7 +63,7 @@ from state_reader.formats.rocksdb_encoding import (
     select,
     strip_column_family,
 )
-from state_reader.formats.sst import SstNotSupportedError, read_sst_rows
+from state_reader.formats.sst import SstNotSupportedError, read_sst_changes, read_sst_rows
 from state_reader.formats.unsaferow import RowBuffer
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import (
@@ -276,6 +277,39 @@ class RocksDBStore:
             return StoreState(dict(zip(keys, values, strict=True)), families, bool(families))
         rows = (RowBuffer.from_rows(keys, shown), RowBuffer.from_rows(values, shown))
         return StoreState(None, families, bool(families), rows=rows)
+
+    def snapshot_changes(self, old: FileId, new: FileId, source: str) -> tuple[RowBuffer, RowBuffer, RowBuffer] | None:
+        """What the snapshot zip ``new`` changed from the zip ``old`` (both (version, unique id)), each SST
+        file read once (:func:`read_sst_changes`): the keys and values added or changed, and the keys
+        dropped. None when the SST files are not read directly (no numba wanted, a WAL, what the
+        reader leaves to rocksdict): the two versions are then loaded and compared whole."""
+        if old not in self.zips or new not in self.zips:
+            return None
+        listed = []
+        for version, unique_id in (new, old):
+            name = state_file_name(version, "zip", unique_id)
+            shown = self._shown(name)
+            why = f"the change feed of version {new[0]} compares it with version {old[0]}"
+            raw = self._read(name, self._missing(version, unique_id, "zip", why))
+            metadata, wal_bytes = snapshot_zip.read_metadata_entry(raw, shown)
+            meta = snapshot_zip.parse_metadata(metadata, shown)
+            if not self._sst_wanted(meta, wal_bytes):
+                return None
+            listed.append((meta.sst_files, shown))
+        (new_files, new_shown), (old_files, _) = listed
+        files = list(dict.fromkeys([*new_files, *old_files]))  # the new version's first, in its order
+        at = {f: i for i, f in enumerate(files)}
+        data = self._read_data_files(snapshot_zip.SST_DIR, files, new_shown)
+        sst_dir = f"{self.directory}/{snapshot_zip.SST_DIR}"
+        try:
+            return read_sst_changes(
+                ((data.pop(f), self.storage.display(f"{sst_dir}/{f.dfs_name}")) for f in files),
+                [at[f] for f in old_files],
+                [at[f] for f in new_files],
+                source,
+            )
+        except (SstNotSupportedError, ImportError):
+            return None
 
     def _sst_wanted(self, meta: snapshot_zip.SnapshotMetadata, wal_bytes: int) -> bool:
         """Whether to read the SST files directly: numba wanted for a read this big, and nothing in a WAL."""
@@ -582,34 +616,55 @@ def refuse_delete_range(log: changelog_format.Changelog) -> None:
 def _changes_from_snapshots(
     plan: StateReadPlan, directory: str, partition_id: int, version: int
 ) -> tuple[list[str], pa.StructArray, pa.StructArray]:
-    """Keys added or changed by ``version`` are updates, keys it dropped are deletes.
+    """Keys added or changed by ``version`` are updates (in the order of ``version``'s rows), keys it
+    dropped are deletes (in the order of ``version - 1``'s).
 
     Several changes of one key within a batch show as one, and a key rewritten
-    with identical bytes does not show: only the net effect is visible.
+    with identical bytes does not show: only the net effect is visible. The two
+    versions are compared as stored bytes; only the rows that differ are decoded.
     """
-    after = load_store(replace(plan, batch_id=version - 1), directory, partition_id).entries
-    before = load_store(replace(plan, batch_id=version - 2), directory, partition_id).entries if version > 1 else {}
-    records: list[tuple[str, bytes, bytes | None]] = [("update", k, v) for k, v in after.items() if before.get(k) != v]
-    records += [("delete", k, None) for k in before if k not in after]
     source = f"{plan.storage.display(directory)} (versions {version - 1} and {version})"
-    valid = np.fromiter((v is not None for _, _, v in records), dtype=bool, count=len(records))
+    found = None
+    if version > 1 and plan.snapshot_start_version is None:
+        cp = plan.checkpoint
+
+        def zip_of(v: int) -> FileId:
+            return v, cp.state_unique_id(v - 1, plan.operator_id, partition_id, plan.store_name)
+
+        found = open_store(plan, directory).snapshot_changes(zip_of(version - 1), zip_of(version), source)
+    if found is not None:  # only the rows that differ, from one read of each SST file
+        new_keys, new_values, old_keys = found
+        after, before = (new_keys, new_values), (old_keys, old_keys)  # no value of a deleted key is read
+        updated, deleted = np.arange(len(new_keys.starts)), np.arange(len(old_keys.starts))
+    else:
+        after = load_store(replace(plan, batch_id=version - 1), directory, partition_id).row_buffers(source)
+        if version > 1:
+            before = load_store(replace(plan, batch_id=version - 2), directory, partition_id).row_buffers(source)
+        else:
+            before = (RowBuffer.from_rows([], source + " key"), RowBuffer.from_rows([], source + " value"))
+        updated, deleted = changed_rows(before, after)
     spec = KeyEncoderSpec.from_plan(plan.key_encoder, plan.num_cols_prefix_key)
+
+    def keys_of(rows: RowBuffer, at: np.ndarray) -> pa.StructArray:
+        return decode_keys(rows.take(at), plan.key_schema, spec, plan.store_conf.avro)
+
+    keys = keys_of(after[0], updated)
+    if len(deleted):
+        keys = pa.concat_arrays([keys, keys_of(before[0], deleted)])
+    nothing = np.zeros(len(deleted), dtype=np.int64)  # a delete's value: null, no bytes
+    values = RowBuffer.wrap(
+        after[1].buf,
+        after[1].size,
+        np.concatenate([after[1].starts[updated], nothing]),
+        np.concatenate([after[1].lengths[updated], nothing]),
+        source + " value",
+    )
+    valid = np.concatenate([np.ones(len(updated), dtype=bool), np.zeros(len(deleted), dtype=bool)])
     return (
-        [kind for kind, _, _ in records],
-        decode_keys(
-            RowBuffer.from_rows([k for _, k, _ in records], source + " key"),
-            plan.key_schema,
-            spec,
-            plan.store_conf.avro,
-        ),
+        ["update"] * len(updated) + ["delete"] * len(deleted),
+        keys,
         plan.declared_values(
-            decode_values(
-                RowBuffer.from_rows([v or b"" for _, _, v in records], source + " value"),
-                plan.stored_value_schema,
-                plan.store_conf.row_checksum,
-                valid,
-            ),
-            source,
+            decode_values(values, plan.stored_value_schema, plan.store_conf.row_checksum, valid), source
         ),
     )
 

@@ -9,6 +9,7 @@ import pytest
 
 import state_reader
 from tests.support.cli import assert_one_line_error, run, run_json
+from tests.support.oracle import arrow_rows
 
 
 def test_changes_command(agg):
@@ -115,3 +116,18 @@ def test_follow_reads_deletes_of_values_with_required_fields(name):
     assert pc.sum(pc.equal(feed.column("change_type"), "delete")).as_py() > 0
     assert any(not f.nullable for f in feed.schema.field("value").type), "the value struct has required fields"
     assert _follow_equals_changes(cp) > 0
+
+
+@pytest.mark.parametrize("compiled", ["1", "0"])
+def test_changes_from_snapshots_equal_the_changelogs_of_the_same_query(checkpoints, monkeypatch, compiled):
+    """RocksDB without changelogs: the changes computed from consecutive snapshots, each SST file read once
+    and only the rows that differ compared (compiled), or both versions loaded and matched by their bytes
+    (not), equal what the changelogs of the same query, run with changelog checkpointing, say."""
+    if compiled == "1":
+        pytest.importorskip("numba")
+    monkeypatch.setenv("STATE_READER_NUMBA", compiled)
+    plain, logged = checkpoints("rocksdb_dedup"), checkpoints("rocksdb_cl_dedup")
+    ours = state_reader.changes(plain, 1, change_feed_from_snapshots=True)
+    theirs = state_reader.changes(logged, 1)
+    assert "delete" in theirs.column("change_type").to_pylist()
+    assert arrow_rows(ours) == arrow_rows(theirs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import shutil
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,6 +19,7 @@ from state_reader.core.planner import plan_state_read
 from state_reader.core.scan import partitions_to_read
 from state_reader.formats.spark_hash import partition_ids
 from tests.support.cli import run as cli_run
+from tests.support.damage import damage_partitions_but
 from tests.support.oracle import arrow_rows
 from tests.support.paths import GOLDEN
 
@@ -187,22 +189,25 @@ def _expression(predicate: And) -> str:
     )
 
 
-def test_a_lookup_reads_only_its_partition(checkpoints, tmp_path):
-    cp = checkpoints("lookup_types")
-    full = state_reader.read_state(cp)
-    key_type = full.schema.field("key").type
-    row = next(r for r in full.to_pylist() if r["key"]["st"] and r["key"]["s"] and r["key"]["d"] == 0)
+def one_partition_left(cp: str, table: pa.Table, tmp_path: Path) -> tuple[dict, str, Path]:
+    """For a table of ``lookup_types``' keys read from ``cp`` (one row per key, ``partition_id``): a row
+    of it, the key filter that selects its key, and a copy of ``cp`` whose other partitions are damaged."""
+    key_type = table.schema.field("key").type
+    row = next(r for r in table.to_pylist() if r["key"]["st"] and r["key"]["s"] and r["key"]["d"] == 0)
     expr = _expression(_key_predicate(row["key"], key_type, key_type.num_fields))
     copy = tmp_path / "damaged"
     shutil.copytree(cp, copy)
     plan = plan_state_read(from_kwargs(str(copy), {}))
     keep = partitions_to_read(plan, KeyFilter(expr, key_type))
     assert keep == [row["partition_id"]] and len(plan.partitions) == 8
-    for pid in plan.partitions:  # every other partition's state files are damaged
-        if pid not in keep:
-            for f in (copy / "state" / "0" / str(pid)).rglob("*"):
-                if f.is_file() and not f.name.startswith((".", "_")):
-                    f.write_bytes(b"not a state file")
+    damage_partitions_but(copy, keep, plan.partitions)
+    return row, expr, copy
+
+
+def test_a_lookup_reads_only_its_partition(checkpoints, tmp_path):
+    cp = checkpoints("lookup_types")
+    row, expr, copy = one_partition_left(cp, state_reader.read_state(cp), tmp_path)
+    keep = [row["partition_id"]]
     with pytest.raises(state_reader.StateReaderError):
         state_reader.read_state(str(copy))
     assert state_reader.read_state(str(copy), key_filter=expr).to_pylist() == [row]

@@ -17,6 +17,7 @@ from state_reader.formats.codecs import codec_name
 from state_reader.formats.rocksdb_encoding import (
     RANGE_SCAN,
     KeyEncoderSpec,
+    changed_rows,
     column_family_ids,
     decode_keys,
     decode_values,
@@ -142,3 +143,24 @@ def test_timestamp_keys_encode_as_spark_writes_them():
         start, length = int(encoded.starts[0]), int(encoded.lengths[0])
         assert bytes(encoded.buf[start : start + length]).hex() == first
         assert decode_keys(encoded, schema, KeyEncoderSpec(kind)).to_pylist() == keys.to_pylist()
+
+
+def test_changed_rows_are_the_new_and_rewritten_keys_and_the_dropped_ones():
+    """Two versions of a store, their rows in key order or in none: updates are the new rows whose key is
+    new or holds other bytes, deletes the old rows whose key is gone, each in row order."""
+    old = {b"a": b"1", b"b": b"2", b"c": b"3", b"d": b"4", b"ab": b"5"}
+    new = {b"a": b"1", b"c": b"30", b"d": b"4", b"e": b"6", b"ab": b"5", b"": b"7"}
+    for old_order, new_order in (
+        ([b"a", b"c", b"d", b"ab", b"b"], [b"ab", b"c", b"d", b"", b"a", b"e"]),
+        ([b"d", b"a", b"c", b"b", b"ab"], [b"e", b"a", b"d", b"", b"c", b"ab"]),
+    ):
+
+        def rows(entries: dict[bytes, bytes], order: list[bytes]) -> tuple[RowBuffer, RowBuffer]:
+            return RowBuffer.from_rows(order, "k"), RowBuffer.from_rows([entries[k] for k in order], "v")
+
+        updated, deleted = changed_rows(rows(old, old_order), rows(new, new_order))
+        assert [new_order[i] for i in updated] == [k for k in new_order if old.get(k) != new[k]]
+        assert [old_order[i] for i in deleted] == [b"b"]
+    empty = (RowBuffer.from_rows([], "k"), RowBuffer.from_rows([], "v"))
+    assert changed_rows(empty, rows(new, new_order))[0].tolist() == list(range(len(new)))
+    assert changed_rows(rows(old, old_order), empty)[1].tolist() == list(range(len(old)))

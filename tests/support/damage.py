@@ -285,3 +285,13 @@ def delta_in_use(cp: Path) -> Path:
         snapshot.unlink()
         hadoop_sidecar_path(snapshot).unlink()
     return part / f"{version}.delta"
+
+
+def damage_partitions_but(checkpoint: Path, keep: list[int], partitions: list[int]) -> None:
+    """Overwrite every state file of operator 0's ``partitions`` other than ``keep``: a read that
+    touches one of them fails, so one that succeeds read only ``keep``."""
+    for pid in partitions:
+        if pid not in keep:
+            for f in (checkpoint / "state" / "0" / str(pid)).rglob("*"):
+                if f.is_file() and not f.name.startswith((".", "_")):
+                    f.write_bytes(b"not a state file")
