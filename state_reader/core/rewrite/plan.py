@@ -203,7 +203,8 @@ def plan_rewrite(source: Storage | CheckpointDir, options: RewriteOptions | None
             raise UnsupportedOptionError(
                 f"operator {op} ({name}) of {cp.location} keeps its state in RocksDB column families "
                 "(transformWithState, join state formats 3 and 4), which Spark runs on the RocksDB provider only; "
-                "it cannot move to the HDFS-backed provider",
+                "it cannot move to the HDFS-backed provider (a join can, rewritten into format 2 on the way: "
+                f"{CONF_JOIN_FORMAT}=2)",
                 path=cp.location,
             )
         if families:
