@@ -211,7 +211,7 @@ FROZEN_CONFS: tuple[FrozenConf, ...] = (
         {"1": "2.3+ (4.3 refuses to start new queries on it)", "2": "3.0+", "3": "4.1+", "4": "4.2+"},
         INT,
         "1",
-        migration="join format (1 <-> 2; 2, 3, 4 -> 3, 4; 3, 4 -> 1, 2 refused)",
+        migration="join format (1 <-> 2; 2, 3, 4 -> 3, 4; 3, 4 -> 2, 1; 1 -> 3, 4 refused)",
         operators=("symmetricHashJoin",),
         needs_provider={"3": "rocksdb", "4": "rocksdb"},
     ),

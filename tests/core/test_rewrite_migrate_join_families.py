@@ -1,10 +1,12 @@
-"""A join rewritten into state formats 3 and 4 without Spark: every buffered row of each side, with its matched
-flag, ends up in the new families, format 4 keys each row by its watermark column's value, and the schema file
-and ids are Spark's (tests/oracles/test_rewrite_join_families.py judges the resumed queries by Spark)."""
+"""A join rewritten into state formats 3 and 4 and back out of them without Spark: every buffered row of each side,
+with its matched flag, ends up in the new families (or stores), format 4 keys each row by its watermark column's
+value, and the schema files and ids are Spark's (tests/oracles/test_rewrite_join_families.py judges the resumed
+queries by Spark)."""
 
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
 
 import pytest
 
@@ -13,9 +15,10 @@ from state_reader.core.rewrite.migrate_join_families import family_ids, join_fam
 from state_reader.errors import UnsupportedConfChangeError
 from state_reader.formats.schema_files import read_schema_v3, write_schema_v3
 from state_reader.formats.spark_types import LONG, StructField, StructType
-from state_reader.model.checkpoint import JOIN_SIDES, MATCHED_FIELD
+from state_reader.model.checkpoint import JOIN_SIDES, JOIN_STORES, MATCHED_FIELD
 from state_reader.model.conf import CONF_JOIN_FORMAT
 from tests.support.paths import GOLDEN
+from tests.support.resume import stored_rows
 
 FMT1 = str(GOLDEN / "spark-3.5.8" / "join_fmt1_hdfs")
 # a left outer join in format 2 on RocksDB: rows matched and not
@@ -109,3 +112,37 @@ def test_format_1_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(UnsupportedConfChangeError, match="into format 2 first"):
         state_reader.rewrite(FMT1, str(dst), confs={CONF_JOIN_FORMAT: "4"}, provider="rocksdb")
     assert not dst.exists()
+
+
+@pytest.mark.parametrize("provider", [None, "hdfs"])
+def test_format_4_to_2_and_back_gives_the_same_bytes(tmp_path, rewritten, provider):
+    two, back = str(tmp_path / "two"), str(tmp_path / "back")
+    state_reader.rewrite(rewritten["4"], two, confs={CONF_JOIN_FORMAT: "2"}, provider=provider)
+    assert (Path(two) / "state/0/0/left-keyToNumValues").is_dir()
+    state_reader.rewrite(two, back, confs={CONF_JOIN_FORMAT: "4"}, provider="rocksdb" if provider else None)
+    assert stored_rows(back) == stored_rows(rewritten["4"])
+    for side in JOIN_SIDES:
+        name = f"{side}-keyWithIndexToValue"
+        assert _rows(two, name, "index") == _rows(FMT2, name, "index")
+
+
+def test_format_3_to_2_holds_the_format_2_source_s_rows_and_files(tmp_path, rewritten):
+    dst = tmp_path / "two"
+    state_reader.rewrite(rewritten["3"], str(dst), confs={CONF_JOIN_FORMAT: "2"})
+    for name in JOIN_STORES:
+        assert _rows(str(dst), name, "index") == _rows(FMT2, name, "index")
+        schema = f"state/0/0/{name}/_metadata/schema"
+        assert (dst / schema).read_bytes() == (Path(FMT2) / schema).read_bytes()
+    assert (dst / "state/0/_metadata/metadata").read_text() == (Path(FMT2) / "state/0/_metadata/metadata").read_text()
+    # the families' files are left behind: Spark would find a schema v3 file naming the default store
+    assert not (dst / "state/0/_stateSchema").exists() and not (dst / "state/0/_metadata/v2").exists()
+
+
+def test_format_4_to_1_is_4_to_2_then_2_to_1(tmp_path, rewritten):
+    through, direct = str(tmp_path / "through"), str(tmp_path / "direct")
+    state_reader.rewrite(rewritten["4"], through, confs={CONF_JOIN_FORMAT: "1"})
+    state_reader.rewrite(FMT2, direct, confs={CONF_JOIN_FORMAT: "1"})
+    for name in JOIN_STORES:
+        rows = _rows(through, name, "index")
+        assert rows == _rows(direct, name, "index")
+        assert not any(f"'{MATCHED_FIELD}'" in value for _, value in rows)

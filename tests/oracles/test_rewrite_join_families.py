@@ -1,10 +1,12 @@
-"""A stream-stream join rewritten into state formats 3 and 4 (column families of one RocksDB store), judged by
-Spark: the same query over inputs X then Y, (a) run in the new format from the start, (b) run in another format
-over X, rewritten into the new one and resumed over Y. The batches over Y emit the same rows, Spark's reader sees
-the same rows on each join side at the end, and the resumed query's offset log records the new format.
+"""A stream-stream join rewritten into state formats 3 and 4 (column families of one RocksDB store) and back out of
+them into format 2 (four separate stores), judged by Spark: the same query over inputs X then Y, (a) run in the new
+format from the start, (b) run in another format over X, rewritten into the new one and resumed over Y. The batches
+over Y emit the same rows, Spark's reader sees the same rows on each join side at the end, and the resumed query's
+offset log records the new format.
 
 One run per format over X serves every direction: format 2 (HDFS-backed, so that 2 -> 4 moves the provider in
-the same pass), 3 and 4; each rewritten into the formats it can go to, every checkpoint resumed side by side."""
+the same pass), 3 and 4; each rewritten into the formats it can go to, every checkpoint resumed side by side.
+4 -> 2 moves the inner join onto the HDFS-backed provider in the same pass; the outer join's stays on RocksDB."""
 
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ from tests.support.resume import add_input, new_batches, restart_each, resume, s
 from tests.support.streaming_queries import QUERIES, ROCKSDB, Query, _with, run_query
 
 # (source format, new format): the directions written
-DIRECTIONS = (("2", "4"), ("3", "4"), ("2", "3"), ("4", "3"))
+DIRECTIONS = (("2", "4"), ("3", "4"), ("2", "3"), ("4", "3"), ("4", "2"), ("3", "2"))
+# (direction, join) rewritten through Spark's executors too, and judged against the local rewrite
+THROUGH_SPARK = ((("2", "4"), "join_left_outer"), (("4", "2"), "join_left_outer"))
 
 
 def _in_format(name: str, fmt: str) -> Query:
@@ -47,7 +51,7 @@ def _own_query_id(checkpoint: str) -> str:
 
 
 @pytest.mark.parametrize("name", ["join_inner", "join_left_outer"])
-def test_join_rewritten_into_formats_3_and_4_resumes_as_spark_runs_them(spark, tmp_path, name):
+def test_join_rewritten_between_formats_2_3_and_4_resumes_as_spark_runs_them(spark, tmp_path, name):
     queries = {fmt: _in_format(name, fmt) for fmt in ("2", "3", "4")}
     runs = dict(
         zip(
@@ -59,15 +63,15 @@ def test_join_rewritten_into_formats_3_and_4_resumes_as_spark_runs_them(spark, t
     rewritten = {}
     for old, new in DIRECTIONS:
         out = str(tmp_path / f"{old}-to-{new}")
-        # 2 -> 4 moves the HDFS-backed format 2 onto RocksDB in the same pass; the outer join's through Spark
-        through_spark = spark if (old, new) == ("2", "4") and name == "join_left_outer" else None
-        provider = "rocksdb" if old == "2" else None
+        # 2 -> 4 moves the HDFS-backed format 2 onto RocksDB in the same pass, 4 -> 2 the inner join back
+        through_spark = spark if ((old, new), name) in THROUGH_SPARK else None
+        provider = "rocksdb" if old == "2" else "hdfs" if (old, new, name) == ("4", "2", "join_inner") else None
         report = state_reader.rewrite(
             runs[old], out, confs={CONF_JOIN_FORMAT: new}, provider=provider, spark=through_spark
         )
         assert [(c["old"], c["new"]) for c in report.confs if c["conf"] == CONF_JOIN_FORMAT] == [(old, new)]
         if through_spark is not None:
-            local = str(tmp_path / "2-to-4-local")
+            local = str(tmp_path / f"{old}-to-{new}-local")
             state_reader.rewrite(runs[old], local, confs={CONF_JOIN_FORMAT: new}, provider=provider)
             assert stored_rows(local) == stored_rows(out)
         rewritten[(old, new)] = _own_query_id(out)
@@ -81,7 +85,7 @@ def test_join_rewritten_into_formats_3_and_4_resumes_as_spark_runs_them(spark, t
         fmt = source_of[checkpoint]
         return resume(spark.newSession(), queries[fmt], checkpoint, tmp_path / fmt / "input")
 
-    checkpoints = [runs["3"], runs["4"], *rewritten.values()]
+    checkpoints = [runs["2"], runs["3"], runs["4"], *rewritten.values()]
     got = dict(
         zip(
             checkpoints,

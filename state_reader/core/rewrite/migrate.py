@@ -17,8 +17,9 @@ import numpy as np
 import pyarrow as pa
 
 from state_reader.core.rewrite.migrate_encoding import STORE_CONF_FIELDS, transcoded_stores
-from state_reader.core.rewrite.migrate_join import into_families, join_values
+from state_reader.core.rewrite.migrate_join import into_families, join_values, out_of_families
 from state_reader.core.rewrite.migrate_join_families import JoinFamilyRows, join_family_rows
+from state_reader.core.rewrite.migrate_join_split import SplitJoinRows, split_join_rows
 from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, TransformedStoreRows, store_label
 from state_reader.core.size import row_bytes
 from state_reader.errors import (
@@ -359,13 +360,21 @@ def migrate_stores(
     join = changed.get(CONF_JOIN_FORMAT)
     if join is not None and into_families(join.old, join.new):
         # a join into formats 3 and 4 is one new store of column families, whatever the source's stores
-        stores = _join_in_families(stores, join, operator_names)
+        stores = _join_rewritten(
+            stores, join, operator_names, lambda own: [join_family_rows(own, str(join.old), join.new)]
+        )
+    elif join is not None and out_of_families(join.old, join.new):
+        # a join out of formats 3 and 4 is the four separate stores, on either provider
+        new_codec = codec.new if codec is not None else None
+        stores = _join_rewritten(
+            stores, join, operator_names, lambda own: _split(own, str(join.old), join.new, target_provider, new_codec)
+        )
     transcode = {k: c.new for k, c in changed.items() if MIGRATIONS.get(k) == TRANSCODE and k in STORE_CONF_FIELDS}
     if transcode:
         stores = transcoded_stores(stores, transcode)
     out: list[StoreRows] = []
     for rows in stores:
-        if isinstance(rows, JoinFamilyRows):
+        if isinstance(rows, (JoinFamilyRows, SplitJoinRows)):
             out.append(rows)
             continue
         plan, values = rows.plan, None
@@ -389,10 +398,20 @@ def migrate_stores(
     return out
 
 
-def _join_in_families(
-    stores: list[StoreRows], change: ConfChange, operator_names: Mapping[int, str | None]
+def _split(own: list[StoreRows], old: str, new: str, provider: str, codec: str | None) -> list[StoreRows]:
+    (source,) = own
+    assert isinstance(source, FamilyStoreRows)
+    return split_join_rows(source, old, new, provider, codec)
+
+
+def _join_rewritten(
+    stores: list[StoreRows],
+    change: ConfChange,
+    operator_names: Mapping[int, str | None],
+    build: Callable[[list[StoreRows]], list[StoreRows]],
 ) -> list[StoreRows]:
-    """``stores`` with each join operator's stores replaced by the one store it is written as in the new format."""
+    """``stores`` with each join operator's stores replaced by the stores ``build`` writes it as in the new
+    format."""
     joins = [op for op, name in operator_names.items() if name in FROZEN[CONF_JOIN_FORMAT].operators]
     out: list[StoreRows] = []
     for op in sorted({rows.plan.operator_id for rows in stores}):
@@ -410,7 +429,7 @@ def _join_in_families(
                     conf=change.key,
                     path=plan.checkpoint.location,
                 )
-        out.append(join_family_rows(own, str(change.old), change.new))
+        out.extend(build(own))
     return out
 
 

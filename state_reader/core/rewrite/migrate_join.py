@@ -15,9 +15,10 @@ row never matched, padded with nulls, when it is evicted; a left semi join emits
   never reads the flag: its output is that of a run in format 2 from the start.
 
 Formats 3 and 4 keep the join in column families of one RocksDB store (4 indexed by event time): a join from
-format 2, 3 or 4 into either is rewritten whole (:mod:`~state_reader.core.rewrite.migrate_join_families`); the
-separate stores of formats 1 and 2 are not built from them yet, and format 1 goes into 2 first: refused, with
-the reason.
+format 2, 3 or 4 into either is rewritten whole (:mod:`~state_reader.core.rewrite.migrate_join_families`), and
+one in 3 or 4 is split back into the separate stores of format 2, or of format 1 through 2 in the same pass
+(:mod:`~state_reader.core.rewrite.migrate_join_split`). Format 1 goes into 3 or 4 through 2 in two rewrites:
+refused, with the reason.
 """
 
 from __future__ import annotations
@@ -55,20 +56,21 @@ def into_families(old: str | None, new: str) -> bool:
     return new in FAMILY_FORMATS and old in ("2", *FAMILY_FORMATS)
 
 
+def out_of_families(old: str | None, new: str) -> bool:
+    """Whether a change of the join format from ``old`` to ``new`` splits the join's column families into the
+    separate stores (:mod:`~state_reader.core.rewrite.migrate_join_split`): format 2's, and on to format 1."""
+    return old in FAMILY_FORMATS and new in SEPARATE_STORES
+
+
 def refusal(old: str | None, new: str) -> str | None:
     """Why a change of the join format from ``old`` to ``new`` is not written (None: it is)."""
     if old in SEPARATE_STORES and new in SEPARATE_STORES:
         return None
-    if into_families(old, new):
+    if into_families(old, new) or out_of_families(old, new):
         return None
-    if old == "1":
-        return (
-            f"format 1 keeps no matched flag, and Spark runs no outer join on it; rewrite it into format 2 first "
-            f"({CONF_JOIN_FORMAT}=2), then into format {new}"
-        )
     return (
-        f"format {old} keeps the join in column families of one RocksDB store; splitting them into the "
-        f"separate stores of format {new} is not written yet"
+        f"format 1 keeps no matched flag, and Spark runs no outer join on it; rewrite it into format 2 first "
+        f"({CONF_JOIN_FORMAT}=2), then into format {new}"
     )
 
 
@@ -117,4 +119,4 @@ def _drop_matched(keys: RowBuffer, values: RowBuffer, old: StateReadPlan, new: S
     return splice_rows([(values, schema, 0, len(schema.fields) - 1)], source)
 
 
-__all__ = ["FAMILY_FORMATS", "into_families", "join_values", "refusal"]
+__all__ = ["FAMILY_FORMATS", "SEPARATE_STORES", "into_families", "join_values", "out_of_families", "refusal"]

@@ -247,16 +247,16 @@ def _ts_bytes(times: np.ndarray) -> np.ndarray:
     )
 
 
-def to_v3_side(
-    side: SideRows, key_schema: StructType, ids: dict[str, int], side_name: str, source: str
-) -> tuple[RowBuffer, RowBuffer]:
-    """A side's rows as format 3's two families (keys and values RocksDB-encoded, family ids first): each join
-    key's count, and its rows at indices 0..n-1 in the order given."""
-    counts_name, rows_name = (f"{side_name}-keyToNumValues", f"{side_name}-keyWithIndexToValue")
+def indexed_side(
+    side: SideRows, key_schema: StructType, source: str
+) -> tuple[RowBuffer, RowBuffer, RowBuffer, RowBuffer]:
+    """A side's rows as the two stores of formats 1-3 hold them, plain UnsafeRows: ``keyToNumValues``'s keys and
+    counts (each join key once, in order of first appearance) and ``keyWithIndexToValue``'s keys (join key, index
+    0..n-1 in the order given) and values."""
     n = len(side.keys.starts)
     if not n:
         empty = RowBuffer(b"", np.zeros(0, np.int64), np.zeros(0, np.int64), source)
-        return empty, empty
+        return empty, empty, empty, empty
     groups, first = _key_groups(side.keys)
     counts = np.bincount(groups)
     order = np.argsort(groups, kind="stable")
@@ -266,12 +266,25 @@ def to_v3_side(
     indexed = splice_rows(
         [(side.keys, key_schema, 0, width), (_long_rows(index, source), StructType([INDEX_FIELD]), 0, 1)], source
     )
+    return side.keys.take(first), _long_rows(counts, source), indexed, side.values
+
+
+def to_v3_side(
+    side: SideRows, key_schema: StructType, ids: dict[str, int], side_name: str, source: str
+) -> tuple[RowBuffer, RowBuffer]:
+    """A side's rows as format 3's two families (keys and values RocksDB-encoded, family ids first): each join
+    key's count, and its rows at indices 0..n-1 in the order given."""
+    counts_name, rows_name = (f"{side_name}-keyToNumValues", f"{side_name}-keyWithIndexToValue")
+    if not len(side.keys.starts):
+        empty = RowBuffer(b"", np.zeros(0, np.int64), np.zeros(0, np.int64), source)
+        return empty, empty
+    count_keys, counts, indexed, values = indexed_side(side, key_schema, source)
     keys = [
-        _with_family(pack_rows([(1, side.keys.take(first))], source), ids[counts_name], source),
+        _with_family(pack_rows([(1, count_keys)], source), ids[counts_name], source),
         _with_family(pack_rows([(1, indexed)], source), ids[rows_name], source),
     ]
-    values = [pack_rows([(1, _long_rows(counts, source))], source), pack_rows([(1, side.values)], source)]
-    return _concat(keys, source), _concat(values, source)
+    out_values = [pack_rows([(1, counts)], source), pack_rows([(1, values)], source)]
+    return _concat(keys, source), _concat(out_values, source)
 
 
 def to_v4_side(
@@ -314,6 +327,80 @@ def _concat(parts: Sequence[RowBuffer], source: str) -> RowBuffer:
     return RowBuffer.wrap(buf, size, starts, lengths, source)
 
 
+# --- the source's layout ---------------------------------------------------------------------------------
+
+
+def _store(sources: Sequence[StoreRows], name: str) -> StoreRows:
+    return next(r for r in sources if r.plan.store_name == name)
+
+
+def side_schemas(sources: Sequence[StoreRows], old: str, side: str, where: str) -> tuple[StructType, StructType]:
+    """A side's join key and buffered rows (``matched`` last), as the schemas of the source (format ``old``: its
+    four separate stores, or its one store of column families) declare them."""
+    if old in FAMILIES:
+        (source,) = sources
+        assert isinstance(source, FamilyStoreRows)
+        rows = source.families[f"{side}-keyWithIndexToValue" if old == "3" else f"{side}-keyWithTsToValues"]
+        return StructType(list(rows.key_schema.fields[:-1])), rows.value_schema
+    counts = _store(sources, f"{side}-keyToNumValues").plan
+    values = _store(sources, f"{side}-keyWithIndexToValue").plan.value_schema
+    if not values.fields or values.fields[-1].name != MATCHED_FIELD:
+        raise UnsupportedConfChangeError(
+            f"{where}: the {side} side's rows do not end with the {MATCHED_FIELD} flag of format 2",
+            conf=CONF_JOIN_FORMAT,
+            path=where,
+        )
+    return counts.key_schema, values
+
+
+def load_sides(
+    sources: Sequence[StoreRows],
+    old: str,
+    pid: int,
+    schemas: dict[str, tuple[StructType, StructType]],
+    where: str,
+    sides: Sequence[str] = JOIN_SIDES,
+) -> dict[str, SideRows]:
+    """Each of ``sides``' rows in old partition ``pid``, out of the source's layout (format ``old``)."""
+    if old not in FAMILIES:
+        out = {}
+        for side in sides:
+            counts_store = _store(sources, f"{side}-keyToNumValues")
+            rows_store = _store(sources, f"{side}-keyWithIndexToValue")
+            _, counts = counts_store.convert(*counts_store.load(pid), to_rocksdb=False)
+            keys, values = rows_store.convert(*rows_store.load(pid), to_rocksdb=False)
+            at = f"{where}, {side} side, partition {pid}"
+            out[side] = from_separate_side(counts, keys, values, schemas[side][0], at)
+        return out
+    (store,) = sources
+    assert isinstance(store, FamilyStoreRows)
+    keys, values = store.load(pid)
+    ids = column_family_ids(keys) if len(keys.starts) else np.zeros(0, dtype=np.int16)
+    conf = store.plan.store_conf
+
+    def family(name: str) -> tuple[RowBuffer, RowBuffer]:
+        index = np.flatnonzero(ids == store.mapping.get(name, -1))
+        k, v = keys.take(index), values.take(index)
+        # the family id off each key, and (format 3) the version byte off keys and values
+        cut = VIRTUAL_CF_PREFIX_BYTES + (1 if old == "3" else 0)
+        k = RowBuffer.wrap(k.buf, k.size, k.starts + cut, k.lengths - cut, k.source)
+        if old == "3":
+            v = RowBuffer.wrap(v.buf, v.size, v.starts + 1, v.lengths - 1, v.source)
+        return k, v
+
+    out = {}
+    for side in sides:
+        at = f"{where}, {side} side, partition {pid}"
+        if old == "3":
+            _, counts = family(f"{side}-keyToNumValues")
+            k, v = family(f"{side}-keyWithIndexToValue")
+            out[side] = from_separate_side(counts, k, v, schemas[side][0], at)
+        else:
+            k, v = family(f"{side}-keyWithTsToValues")
+            out[side] = from_v4_side(k, v, conf.merge_operator_version, conf.row_checksum)
+    return out
+
+
 # --- the store a rewrite writes ------------------------------------------------------------------------------
 
 
@@ -329,7 +416,7 @@ class JoinFamilyRows(FamilyStoreRows):
         self.sources = list(sources)
         self.old, self.new = old, new
         self.where = f"operator {target.operator_id} of {target.checkpoint.location}"
-        self.side_schemas = {side: self._side_schemas(side) for side in JOIN_SIDES}
+        self.side_schemas = {side: side_schemas(self.sources, old, side, self.where) for side in JOIN_SIDES}
         key_schema = self.side_schemas[JOIN_SIDES[0]][0]
         self.new_families = {
             f.name: f
@@ -354,26 +441,6 @@ class JoinFamilyRows(FamilyStoreRows):
         self.key_schema = key_schema
         self.rocksdb = True  # load() gives the rows as the new store keeps them
 
-    def _side_schemas(self, side: str) -> tuple[StructType, StructType]:
-        """A side's join key and buffered rows (``matched`` last), as the source's schemas declare them."""
-        if self.old in FAMILIES:
-            (source,) = self.sources
-            assert isinstance(source, FamilyStoreRows)
-            rows = source.families[f"{side}-keyWithIndexToValue" if self.old == "3" else f"{side}-keyWithTsToValues"]
-            return StructType(list(rows.key_schema.fields[:-1])), rows.value_schema
-        counts = self._store(f"{side}-keyToNumValues").plan
-        values = self._store(f"{side}-keyWithIndexToValue").plan.value_schema
-        if not values.fields or values.fields[-1].name != MATCHED_FIELD:
-            raise UnsupportedConfChangeError(
-                f"{self.where}: the {side} side's rows do not end with the {MATCHED_FIELD} flag of format 2",
-                conf=CONF_JOIN_FORMAT,
-                path=self.where,
-            )
-        return counts.key_schema, values
-
-    def _store(self, name: str) -> StoreRows:
-        return next(r for r in self.sources if r.plan.store_name == name)
-
     def zip_metadata(self) -> dict[str, object]:
         """The fields of the new snapshots' ``metadata`` beyond SSTs and key counts: the families as Spark
         creates them."""
@@ -386,7 +453,7 @@ class JoinFamilyRows(FamilyStoreRows):
     def load(self, pid: int) -> tuple[RowBuffer, RowBuffer]:
         source = f"{self.where}, partition {pid}, in {CONF_JOIN_FORMAT}={self.new}"
         keys, values = [], []
-        sides = self._sides(pid)
+        sides = load_sides(self.sources, self.old, pid, self.side_schemas, self.where)
         conf = self.plan.store_conf
         for side in JOIN_SIDES:
             rows = sides[side]
@@ -400,46 +467,6 @@ class JoinFamilyRows(FamilyStoreRows):
             keys.append(k)
             values.append(v)
         return _concat(keys, source), _concat(values, source)
-
-    def _sides(self, pid: int) -> dict[str, SideRows]:
-        """Each side's rows of old partition ``pid``, out of the source's layout."""
-        if self.old not in FAMILIES:
-            out = {}
-            for side in JOIN_SIDES:
-                counts_store = self._store(f"{side}-keyToNumValues")
-                rows_store = self._store(f"{side}-keyWithIndexToValue")
-                _, counts = counts_store.convert(*counts_store.load(pid), to_rocksdb=False)
-                keys, values = rows_store.convert(*rows_store.load(pid), to_rocksdb=False)
-                where = f"{self.where}, {side} side, partition {pid}"
-                out[side] = from_separate_side(counts, keys, values, self.side_schemas[side][0], where)
-            return out
-        (store,) = self.sources
-        assert isinstance(store, FamilyStoreRows)
-        keys, values = store.load(pid)
-        ids = column_family_ids(keys) if len(keys.starts) else np.zeros(0, dtype=np.int16)
-        conf = store.plan.store_conf
-
-        def family(name: str) -> tuple[RowBuffer, RowBuffer]:
-            index = np.flatnonzero(ids == store.mapping.get(name, -1))
-            k, v = keys.take(index), values.take(index)
-            # the family id off each key, and (format 3) the version byte off keys and values
-            cut = VIRTUAL_CF_PREFIX_BYTES + (1 if self.old == "3" else 0)
-            k = RowBuffer.wrap(k.buf, k.size, k.starts + cut, k.lengths - cut, k.source)
-            if self.old == "3":
-                v = RowBuffer.wrap(v.buf, v.size, v.starts + 1, v.lengths - 1, v.source)
-            return k, v
-
-        out = {}
-        for side in JOIN_SIDES:
-            where = f"{self.where}, {side} side, partition {pid}"
-            if self.old == "3":
-                _, counts = family(f"{side}-keyToNumValues")
-                k, v = family(f"{side}-keyWithIndexToValue")
-                out[side] = from_separate_side(counts, k, v, self.side_schemas[side][0], where)
-            else:
-                k, v = family(f"{side}-keyWithTsToValues")
-                out[side] = from_v4_side(k, v, conf.merge_operator_version, conf.row_checksum)
-        return out
 
     def convert(self, keys: RowBuffer, values: RowBuffer, to_rocksdb: bool) -> tuple[RowBuffer, RowBuffer]:
         return keys, values
@@ -484,4 +511,15 @@ def join_family_rows(sources: Sequence[StoreRows], old: str, new: str) -> JoinFa
     return JoinFamilyRows(sources, old, new, target)
 
 
-__all__ = ["JoinFamilyRows", "event_times", "family_ids", "join_families", "join_family_rows"]
+__all__ = [
+    "FAMILIES",
+    "JoinFamilyRows",
+    "SideRows",
+    "event_times",
+    "family_ids",
+    "indexed_side",
+    "join_families",
+    "join_family_rows",
+    "load_sides",
+    "side_schemas",
+]

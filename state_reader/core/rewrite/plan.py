@@ -19,6 +19,7 @@ from state_reader.core.rewrite.migrate import (
     plan_conf_changes,
 )
 from state_reader.core.rewrite.migrate_checkpoint_format import UNIQUE_IDS, names_files_by_unique_id
+from state_reader.core.rewrite.migrate_join import SEPARATE_STORES
 from state_reader.core.rewrite.report import RewriteReport
 from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, Transform, TransformedStoreRows, store_plan
 from state_reader.errors import InvalidOptionError, UncommittedBatchError, UnsupportedOptionError
@@ -28,6 +29,7 @@ from state_reader.model import operators
 from state_reader.model.checkpoint import JOIN_STORES, CheckpointDir, OperatorMetadata, numeric_names
 from state_reader.model.conf import (
     CONF_CHECKPOINT_FORMAT,
+    CONF_JOIN_FORMAT,
     CONF_PROVIDER,
     CONF_ROW_CHECKSUM,
     CONF_SHUFFLE_PARTITIONS,
@@ -195,11 +197,14 @@ def plan_rewrite(source: Storage | CheckpointDir, options: RewriteOptions | None
         name = meta.operator_name if meta is not None else None
         operator_names[op] = name
         families = operators.is_transform_with_state(name) or operators.join_in_column_families(meta)
-        if families and target_provider == "hdfs":
+        # a join split out of its column families into format 1 or 2 may move to the HDFS-backed provider
+        split = operators.join_in_column_families(meta) and asked.get(CONF_JOIN_FORMAT) in SEPARATE_STORES
+        if families and target_provider == "hdfs" and not split:
             raise UnsupportedOptionError(
                 f"operator {op} ({name}) of {cp.location} keeps its state in RocksDB column families "
                 "(transformWithState, join state formats 3 and 4), which Spark runs on the RocksDB provider only; "
-                "it cannot move to the HDFS-backed provider",
+                "it cannot move to the HDFS-backed provider (a join can, rewritten into format 2 on the way: "
+                f"{CONF_JOIN_FORMAT}=2)",
                 path=cp.location,
             )
         if families:
