@@ -262,6 +262,44 @@ def xxh32_spans(
         out[i] = _xxh32(buf, starts[i], lengths[i], seed)
 
 
+def _crc32c_table() -> np.ndarray:
+    """The CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) byte table."""
+    table = np.arange(256, dtype=np.uint64)
+    for _ in range(8):
+        table = np.where(table & np.uint64(1), (table >> np.uint64(1)) ^ np.uint64(0x82F63B78), table >> np.uint64(1))
+    return table
+
+
+CRC32C_TABLE = _crc32c_table()
+
+
+@numba.njit(cache=True, nogil=True)
+def _crc32c_update(
+    crc: np.uint64, buf: np.ndarray, start: int, length: int, table: np.ndarray
+) -> np.uint64:  # pragma: no cover - compiled
+    for j in range(start, start + length):
+        crc = table[(crc ^ np.uint64(buf[j])) & np.uint64(0xFF)] ^ (crc >> np.uint64(8))
+    return crc
+
+
+@numba.njit(cache=True, nogil=True)
+def crc32c_pairs(
+    kbuf: np.ndarray,
+    kstarts: np.ndarray,
+    klengths: np.ndarray,
+    vbuf: np.ndarray,
+    vstarts: np.ndarray,
+    vlengths: np.ndarray,
+    table: np.ndarray,
+    out: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """``out[i]`` = CRC-32C of the key span i's bytes followed by the value span i's."""
+    for i in range(len(kstarts)):
+        crc = _crc32c_update(_MASK32, kbuf, kstarts[i], klengths[i], table)
+        crc = _crc32c_update(crc, vbuf, vstarts[i], vlengths[i], table)
+        out[i] = crc ^ _MASK32
+
+
 @numba.njit(cache=True, nogil=True)
 def gather_spans(
     buf: np.ndarray, start: np.ndarray, size: np.ndarray, valid: np.ndarray, offsets: np.ndarray

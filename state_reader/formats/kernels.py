@@ -69,6 +69,7 @@ _numba_walk: Callable[..., Any] | None = None
 _numba_live_records: Callable[..., Any] | None = None
 _numba_row_words: Callable[..., Any] | None = None
 _numba_xxh32_spans: Callable[..., Any] | None = None
+_numba_crc32c_pairs: Callable[..., Any] | None = None
 _numba_gather_spans: Callable[..., Any] | None = None
 _numba_failed = False
 
@@ -76,17 +77,26 @@ _numba_failed = False
 def _compile() -> Callable[..., Any] | None:
     """The numba walk, compiled (or loaded from numba's cache) on first use; None without numba."""
     global _numba_walk, _numba_live_records, _numba_row_words, _numba_xxh32_spans, _numba_gather_spans
+    global _numba_crc32c_pairs
     global _numba_failed
     if _numba_walk is not None or _numba_failed:
         return _numba_walk
     try:
-        from state_reader.formats._numba_walk import gather_spans, live_records, row_words, walk, xxh32_spans
+        from state_reader.formats._numba_walk import (
+            crc32c_pairs,
+            gather_spans,
+            live_records,
+            row_words,
+            walk,
+            xxh32_spans,
+        )
     except ImportError:
         _numba_failed = True
         return None
     _numba_live_records = live_records
     _numba_row_words = row_words
     _numba_xxh32_spans = xxh32_spans
+    _numba_crc32c_pairs = crc32c_pairs
     _numba_gather_spans = gather_spans
     _numba_walk = walk
     return walk
@@ -312,6 +322,26 @@ def xxh32_spans(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seed: 
         buf, np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(lengths, dtype=np.int64), seed, out
     )
     return out
+
+
+def crc32c_pairs(
+    kbuf: np.ndarray,
+    kstarts: np.ndarray,
+    klengths: np.ndarray,
+    vbuf: np.ndarray,
+    vstarts: np.ndarray,
+    vlengths: np.ndarray,
+) -> np.ndarray:
+    """CRC-32C of each key span's bytes followed by its value span's (a row checksum), in one compiled
+    call; only once :func:`compiled_loaded`."""
+    if _numba_crc32c_pairs is None:
+        raise RuntimeError("the compiled kernels are not loaded")
+    from state_reader.formats._numba_walk import CRC32C_TABLE
+
+    out = np.empty(len(kstarts), dtype=np.uint64)
+    as64 = [np.ascontiguousarray(a, dtype=np.int64) for a in (kstarts, klengths, vstarts, vlengths)]
+    _numba_crc32c_pairs(kbuf, as64[0], as64[1], vbuf, as64[2], as64[3], CRC32C_TABLE, out)
+    return out.astype(np.uint32)
 
 
 def gather_spans(

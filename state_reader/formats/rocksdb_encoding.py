@@ -708,19 +708,23 @@ def with_row_checksums(keys: RowBuffer, values: RowBuffer, with_length: bool) ->
     """``values`` framed as Spark stores them with row checksums on: int32 LE CRC-32C of row i's key
     bytes then value bytes (both as stored), then, in RocksDB (``with_length``), int32 LE the value's
     length, then the value. The HDFS-backed provider writes the checksum alone before the value."""
+    from state_reader.formats import kernels
     from state_reader.io.integrity import crc32c
 
     header = CHECKSUM_BYTES + (LENGTH_BYTES if with_length else 0)
     out = pack_rows([(header, values)], values.source)
     kbuf, vbuf = keys.buf, values.buf
-    sums = np.fromiter(
-        (
-            crc32c(bytes(kbuf[k0 : k0 + kn]) + bytes(vbuf[v0 : v0 + vn]))
-            for k0, kn, v0, vn in zip(keys.starts, keys.lengths, values.starts, values.lengths, strict=True)
-        ),
-        dtype=np.uint32,
-        count=len(values.starts),
-    )
+    if kernels.numba_wanted(len(values.starts)):
+        sums = kernels.crc32c_pairs(kbuf, keys.starts, keys.lengths, vbuf, values.starts, values.lengths)
+    else:  # few rows, numba not loaded (or not installed): not worth loading it
+        sums = np.fromiter(
+            (
+                crc32c(bytes(kbuf[k0 : k0 + kn]) + bytes(vbuf[v0 : v0 + vn]))
+                for k0, kn, v0, vn in zip(keys.starts, keys.lengths, values.starts, values.lengths, strict=True)
+            ),
+            dtype=np.uint32,
+            count=len(values.starts),
+        )
     fields = [sums.astype("<u4")] + ([values.lengths.astype("<i4")] if with_length else [])
     for i, field in enumerate(fields):
         at = out.starts[:, None] + i * 4 + np.arange(4, dtype=np.int64)
