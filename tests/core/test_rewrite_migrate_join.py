@@ -102,3 +102,13 @@ def test_which_directions_are_written():
     assert refusal("2", "3") is None and refusal("4", "3") is None
     assert "rewrite it into format 2 first" in str(refusal("1", "4"))
     assert "rewrite it into format 2 first" in str(refusal("1", "3"))
+
+
+def test_rows_written_with_a_join_format_change_are_refused_before_anything_is_written(tmp_path):
+    """Rows given for a join side are checked against its stores as the rewrite writes them: one layout at a
+    time, so an edit beside a join format change is refused, naming both and the way round it."""
+    side = state_reader.read_state(FMT2, join_side="left").slice(0, 1)
+    dst = tmp_path / "dst"
+    with pytest.raises(UnsupportedConfChangeError, match=r"2 -> 1\) in one rewrite .* the format first, then the rows"):
+        state_reader.rewrite(FMT2, str(dst), confs={CONF_JOIN_FORMAT: "1"}, upsert=side, join_side="left")
+    assert not dst.exists() or not any(dst.iterdir())

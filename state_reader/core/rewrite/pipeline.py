@@ -27,11 +27,12 @@ from state_reader.core.rewrite.route import Spill, route_store
 from state_reader.core.rewrite.rows import StoreRows, store_label
 from state_reader.core.rewrite.write import Put, counting_writer, failure_marked, finish_checkpoint, write_partition
 from state_reader.core.scan import bind_key_filter
-from state_reader.errors import InvalidOptionError
+from state_reader.errors import InvalidOptionError, UnsupportedConfChangeError
 from state_reader.io.destination import Destination
 from state_reader.io.memory import release_free_memory
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import CheckpointDir
+from state_reader.model.conf import CONF_JOIN_FORMAT
 from state_reader.progress import progress
 
 
@@ -156,6 +157,16 @@ def rewrite_checkpoint(
     options = options or RewriteOptions()
     rewrite_plan = plan_rewrite(source, options)
     edits = options.edits
+    join_format = next((c for c in rewrite_plan.conf_changes if c.key == CONF_JOIN_FORMAT and c.changed), None)
+    if edits and join_format is not None:
+        # the rows given are checked against the stores as they will be written: one layout at a time
+        raise UnsupportedConfChangeError(
+            f"{rewrite_plan.checkpoint.location}: rows written into a store (upsert, delete) and a join state "
+            f"format change ({join_format.old} -> {join_format.new}) in one rewrite are not supported; rewrite "
+            "twice: the format first, then the rows",
+            conf=CONF_JOIN_FORMAT,
+            path=rewrite_plan.checkpoint.location,
+        )
     with tempfile.TemporaryDirectory(prefix="state_reader-edit-") if edits else nullcontext("") as workdir:
         # checked, encoded and routed up front: rows that do not fit fail before anything is written (a join
         # side's rows become its two stores' rows first)
