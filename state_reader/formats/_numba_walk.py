@@ -262,6 +262,20 @@ def xxh32_spans(
         out[i] = _xxh32(buf, starts[i], lengths[i], seed)
 
 
+@numba.njit(cache=True, nogil=True)
+def copy_spans(
+    dst: np.ndarray, dst_starts: np.ndarray, src: np.ndarray, src_starts: np.ndarray, lengths: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """``dst[dst_starts[i]:+lengths[i]] = src[src_starts[i]:+lengths[i]]`` for every i."""
+    for i in range(len(lengths)):
+        at, frm, n = dst_starts[i], src_starts[i], lengths[i]
+        if n >= 64:
+            dst[at : at + n] = src[frm : frm + n]
+            continue
+        for j in range(n):  # short spans byte by byte: cheaper than two array views
+            dst[at + j] = src[frm + j]
+
+
 def _crc32c_table() -> np.ndarray:
     """The CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) byte table."""
     table = np.arange(256, dtype=np.uint64)

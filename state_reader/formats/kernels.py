@@ -70,6 +70,7 @@ _numba_live_records: Callable[..., Any] | None = None
 _numba_row_words: Callable[..., Any] | None = None
 _numba_xxh32_spans: Callable[..., Any] | None = None
 _numba_crc32c_pairs: Callable[..., Any] | None = None
+_numba_copy_spans: Callable[..., Any] | None = None
 _numba_gather_spans: Callable[..., Any] | None = None
 _numba_failed = False
 
@@ -77,12 +78,13 @@ _numba_failed = False
 def _compile() -> Callable[..., Any] | None:
     """The numba walk, compiled (or loaded from numba's cache) on first use; None without numba."""
     global _numba_walk, _numba_live_records, _numba_row_words, _numba_xxh32_spans, _numba_gather_spans
-    global _numba_crc32c_pairs
+    global _numba_crc32c_pairs, _numba_copy_spans
     global _numba_failed
     if _numba_walk is not None or _numba_failed:
         return _numba_walk
     try:
         from state_reader.formats._numba_walk import (
+            copy_spans,
             crc32c_pairs,
             gather_spans,
             live_records,
@@ -97,6 +99,7 @@ def _compile() -> Callable[..., Any] | None:
     _numba_row_words = row_words
     _numba_xxh32_spans = xxh32_spans
     _numba_crc32c_pairs = crc32c_pairs
+    _numba_copy_spans = copy_spans
     _numba_gather_spans = gather_spans
     _numba_walk = walk
     return walk
@@ -361,6 +364,18 @@ def gather_spans(
         offsets,
     )
     return offsets, data, bool(ascii_only)
+
+
+def copy_spans(
+    dst: np.ndarray, dst_starts: np.ndarray, src: np.ndarray, src_starts: np.ndarray, lengths: np.ndarray
+) -> bool:
+    """``dst[dst_starts[i]:+lengths[i]] = src[src_starts[i]:+lengths[i]]`` for every i, compiled; False (nothing
+    copied) unless this process has loaded numba already."""
+    if not compiled_loaded() or _numba_copy_spans is None:
+        return False
+    as64 = [np.ascontiguousarray(a, dtype=np.int64) for a in (dst_starts, src_starts, lengths)]
+    _numba_copy_spans(dst, as64[0], src, as64[1], as64[2])
+    return True
 
 
 def row_words(buf: np.ndarray, base: np.ndarray, n_words: int) -> np.ndarray | None:

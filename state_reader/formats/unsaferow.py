@@ -598,7 +598,7 @@ def copy_spans(
     """``dst[dst_starts[i]:+lengths[i]] = src[src_starts[i]:+lengths[i]]`` for every i, vectorised."""
     lengths = np.asarray(lengths, dtype=np.int64)
     n = len(lengths)
-    if n == 0:
+    if n == 0 or kernels.copy_spans(dst, dst_starts, src, src_starts, lengths):
         return
     ends = np.cumsum(lengths)
     lo = 0

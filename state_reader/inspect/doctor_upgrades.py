@@ -8,7 +8,7 @@ import shlex
 from typing import Any
 
 from state_reader.inspect.doctor_findings import Finding
-from state_reader.model.conf import CONF_ENCODING, CONF_JOIN_FORMAT
+from state_reader.model.conf import CONF_ENCODING, CONF_JOIN_FORMAT, DEFAULT_ENCODING, ENCODINGS
 
 ENCODING_AVRO = "encoding-avro"
 JOIN_FORMAT_UPGRADE = "join-format-upgrade"
@@ -24,9 +24,10 @@ def encoding_avro(frozen_confs: list[dict[str, Any]], checkpoint: str) -> list[F
     """A transformWithState query on UnsafeRow: its state schemas cannot evolve (Spark evolves them under Avro
     only). ``frozen_confs`` lists the encoding only for a query with transformWithState."""
     row = next((c for c in frozen_confs if c["conf"] == CONF_ENCODING), None)
-    if row is None or row["value"] != "unsaferow" or not row.get("migration"):
+    if row is None or row["value"] != DEFAULT_ENCODING or not row.get("migration"):
         return []
-    command = rewrite_command(checkpoint, "-avro", CONF_ENCODING, "avro")
+    avro = ENCODINGS[1]
+    command = rewrite_command(checkpoint, f"-{avro}", CONF_ENCODING, avro)
     return [
         Finding(
             ENCODING_AVRO,

@@ -337,3 +337,24 @@ def test_row_checksums_are_the_same_compiled_and_in_python():
     with _numba_setting("0"):
         plain = with_row_checksums(keys, values, with_length=True)
     assert np.array_equal(compiled.buf, plain.buf) and np.array_equal(compiled.starts, plain.starts)
+
+
+@pytest.mark.skipif(not kernels.numba_available(), reason="numba is not installed")
+def test_spans_are_copied_alike_compiled_and_vectorised():
+    """Spans of every length (empty, short, longer than a copy chunk), from a read-only buffer too: the
+    compiled copy writes what the vectorised one writes."""
+    from state_reader.formats.unsaferow import copy_spans
+
+    rng = np.random.default_rng(11)
+    n = 2000
+    lengths = rng.choice([0, 1, 7, 63, 64, 200, 40_000], n, p=[0.1, 0.2, 0.3, 0.2, 0.1, 0.095, 0.005])
+    src = np.frombuffer(rng.integers(0, 256, int(lengths.sum()) + 9, dtype=np.uint8).tobytes(), dtype=np.uint8)
+    src_starts = (np.cumsum(lengths) - lengths + 9).astype(np.int64)
+    dst_starts = (np.cumsum(lengths + 3) - lengths).astype(np.int64)
+    out = {}
+    for setting in ("1", "0"):
+        with _numba_setting(setting):
+            dst = np.zeros(int((lengths + 3).sum()) + 1, dtype=np.uint8)
+            copy_spans(dst, dst_starts, src, src_starts, lengths)
+            out[setting] = dst
+    assert np.array_equal(out["1"], out["0"]) and out["1"].any()
