@@ -55,6 +55,8 @@ TRAILING_BYTES = 7  # bytes after the end marker
 # about 1.5M records (a fresh process's first read of 1M keys in 64 partitions
 # takes as long either way; every later read in the process is then ~1.7x faster).
 NUMBA_MIN_RECORDS = 1_000_000
+# a copy this large (a partition of a large store) loads the compiled kernels (~0.2 s): later copies repay it
+NUMBA_MIN_COPY_BYTES = 4 << 20
 _ENV = "STATE_READER_NUMBA"
 
 WalkResult = tuple[np.ndarray, int, int, int]
@@ -370,8 +372,9 @@ def copy_spans(
     dst: np.ndarray, dst_starts: np.ndarray, src: np.ndarray, src_starts: np.ndarray, lengths: np.ndarray
 ) -> bool:
     """``dst[dst_starts[i]:+lengths[i]] = src[src_starts[i]:+lengths[i]]`` for every i, compiled; False (nothing
-    copied) unless this process has loaded numba already."""
-    if not compiled_loaded() or _numba_copy_spans is None:
+    copied) unless numba is loaded already or the copy is large enough to repay loading it."""
+    large = int(np.sum(lengths)) >= NUMBA_MIN_COPY_BYTES
+    if not numba_wanted(NUMBA_MIN_RECORDS if large else 0) or _numba_copy_spans is None:
         return False
     as64 = [np.ascontiguousarray(a, dtype=np.int64) for a in (dst_starts, src_starts, lengths)]
     _numba_copy_spans(dst, as64[0], src, as64[1], as64[2])
