@@ -16,7 +16,7 @@ from all rows, so the cost per row is a few vectorised operations, not Python.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -612,6 +612,20 @@ def copy_spans(
             within = np.arange(total, dtype=np.int64) - np.repeat(ends[lo:hi] - done - size, size)
             dst[np.repeat(dst_starts[lo:hi], size) + within] = src[np.repeat(src_starts[lo:hi], size) + within]
         lo = hi
+
+
+def concat_rows(parts: Sequence[RowBuffer], source: str) -> RowBuffer:
+    """The rows of ``parts``, one after another, in one buffer."""
+    lengths = np.concatenate([p.lengths for p in parts])
+    starts = np.cumsum(lengths) - lengths
+    size = int(lengths.sum())
+    out = np.zeros(size + PAD, dtype=np.uint8)
+    at = 0
+    for p in parts:
+        n = len(p.starts)
+        copy_spans(out, starts[at : at + n], p.buf, p.starts, p.lengths)
+        at += n
+    return RowBuffer.wrap(out, size, starts, lengths, source)
 
 
 def pack_rows(parts: list[tuple[int, RowBuffer | None]], source: str) -> RowBuffer:

@@ -59,7 +59,7 @@ from state_reader.formats.rocksdb_encoding import (
 from state_reader.formats.rocksdb_multi_value import encode_multi_values
 from state_reader.formats.schema_files import ColumnFamilySchema
 from state_reader.formats.spark_types import LONG, DataType, StructType
-from state_reader.formats.unsaferow import PAD, RowBuffer, copy_spans, pack_rows
+from state_reader.formats.unsaferow import RowBuffer, concat_rows, pack_rows
 from state_reader.formats.unsaferow_encode import encode_rows
 from state_reader.model.state_variables import (
     COUNT_PREFIX,
@@ -109,8 +109,8 @@ class FamilyRows:
 
     def joined(self) -> tuple[RowBuffer | None, RowBuffer | None]:
         """All keys, and all values (None where there are none), each in one buffer."""
-        keys = _concat(self.keys, "edit keys") if self.keys else None
-        return keys, _concat(self.values, "edit values") if self.values else None
+        keys = concat_rows(self.keys, "edit keys") if self.keys else None
+        return keys, concat_rows(self.values, "edit values") if self.values else None
 
 
 @dataclass(frozen=True)
@@ -597,17 +597,3 @@ def _with_family_id(rows: RowBuffer, ids: np.ndarray) -> RowBuffer:
         np.asarray(ids, dtype="<i2").view(np.uint8).reshape(-1, VIRTUAL_CF_PREFIX_BYTES)
     )
     return out
-
-
-def _concat(parts: list[RowBuffer], source: str) -> RowBuffer:
-    """The rows of ``parts``, one after another, in one buffer."""
-    lengths = np.concatenate([p.lengths for p in parts])
-    starts = np.cumsum(lengths) - lengths
-    size = int(lengths.sum())
-    out = np.zeros(size + PAD, dtype=np.uint8)
-    at = 0
-    for p in parts:
-        n = len(p.starts)
-        copy_spans(out, starts[at : at + n], p.buf, p.starts, p.lengths)
-        at += n
-    return RowBuffer.wrap(out, size, starts, lengths, source)

@@ -31,7 +31,7 @@ from state_reader.formats.rocksdb_encoding import (
     with_spans,
 )
 from state_reader.formats.rocksdb_multi_value import split_multi_value
-from state_reader.formats.unsaferow import PAD, RowBuffer, copy_spans
+from state_reader.formats.unsaferow import RowBuffer, concat_rows
 from state_reader.model.conf import (
     CONF_ENCODING,
     CONF_MERGE_OPERATOR,
@@ -128,7 +128,7 @@ def transcode_family_rows(
                 encoded = with_row_checksums(encoded_keys, encoded, with_length=True)
         new_keys.append(encoded_keys)
         new_values.append(encoded)
-    return _concat(new_keys, source), _concat(new_values, source)
+    return concat_rows(new_keys, source), concat_rows(new_values, source)
 
 
 def _list_elements(values: RowBuffer, conf: StoreConf, source: str) -> tuple[RowBuffer, np.ndarray]:
@@ -145,20 +145,6 @@ def _list_elements(values: RowBuffer, conf: StoreConf, source: str) -> tuple[Row
             groups.append(i)
     elements = with_spans(values, np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64))
     return elements, np.array(groups, dtype=np.int64)
-
-
-def _concat(parts: list[RowBuffer], source: str) -> RowBuffer:
-    """The rows of ``parts``, one after another, in one buffer."""
-    lengths = np.concatenate([p.lengths for p in parts])
-    starts = np.cumsum(lengths) - lengths
-    size = int(lengths.sum())
-    out = np.zeros(size + PAD, dtype=np.uint8)
-    at = 0
-    for p in parts:
-        n = len(p.starts)
-        copy_spans(out, starts[at : at + n], p.buf, p.starts, p.lengths)
-        at += n
-    return RowBuffer.wrap(out, size, starts, lengths, source)
 
 
 class ReframedStoreRows(StoreRows):

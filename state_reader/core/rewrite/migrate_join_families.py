@@ -41,7 +41,7 @@ from state_reader.formats.rocksdb_encoding import (
 from state_reader.formats.rocksdb_multi_value import encode_multi_values, split_multi_value
 from state_reader.formats.schema_files import ColumnFamilySchema, write_schema_v3
 from state_reader.formats.spark_types import LONG, DataType, StructField, StructType
-from state_reader.formats.unsaferow import PAD, RowBuffer, copy_spans, decode_rows, pack_rows, splice_rows
+from state_reader.formats.unsaferow import PAD, RowBuffer, concat_rows, copy_spans, decode_rows, pack_rows, splice_rows
 from state_reader.model.conf import CONF_JOIN_FORMAT, ROCKSDB_PROVIDER
 from state_reader.model.plan import StateReadPlan
 from state_reader.model.state_variables import family_partition_key
@@ -284,7 +284,7 @@ def to_v3_side(
         _with_family(pack_rows([(1, indexed)], source), ids[rows_name], source),
     ]
     out_values = [pack_rows([(1, counts)], source), pack_rows([(1, values)], source)]
-    return _concat(keys, source), _concat(out_values, source)
+    return concat_rows(keys, source), concat_rows(out_values, source)
 
 
 def to_v4_side(
@@ -310,21 +310,7 @@ def to_v4_side(
     dummy = RowBuffer(bytes(1) + _NULL_ROW, np.zeros(n, np.int64), np.full(n, 1 + len(_NULL_ROW), np.int64), source)
     keys = [_with_family(postfix, ids[rows_name], source), _with_family(prefix, ids[index_name], source)]
     values = [encode_multi_values(elements, groups, delimiter), encode_multi_values(dummy, groups, delimiter)]
-    return _concat(keys, source), _concat(values, source)
-
-
-def _concat(parts: Sequence[RowBuffer], source: str) -> RowBuffer:
-    """The rows of ``parts`` one after another, in one buffer."""
-    lengths = np.concatenate([p.lengths for p in parts])
-    starts = np.cumsum(lengths) - lengths
-    size = int(lengths.sum())
-    buf = np.zeros(size + PAD, dtype=np.uint8)
-    at = 0
-    for part in parts:
-        n = len(part.starts)
-        copy_spans(buf, starts[at : at + n], part.buf, part.starts, part.lengths)
-        at += n
-    return RowBuffer.wrap(buf, size, starts, lengths, source)
+    return concat_rows(keys, source), concat_rows(values, source)
 
 
 # --- the source's layout ---------------------------------------------------------------------------------
@@ -466,7 +452,7 @@ class JoinFamilyRows(FamilyStoreRows):
                 k, v = to_v4_side(rows, self.mapping, side, conf.merge_delimiter, source)
             keys.append(k)
             values.append(v)
-        return _concat(keys, source), _concat(values, source)
+        return concat_rows(keys, source), concat_rows(values, source)
 
     def convert(self, keys: RowBuffer, values: RowBuffer, to_rocksdb: bool) -> tuple[RowBuffer, RowBuffer]:
         return keys, values
