@@ -10,6 +10,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from state_reader.io.integrity import CRC32C_TABLE as _CRC32C_BYTES
+
 # Indexes are cast to unsigned before use: a signed index makes numba check it for
 # wrap-around (negative indexing) byte by byte, which keeps LLVM from merging the byte
 # loads of a word into one load (the key hash ran 5x slower that way).
@@ -276,15 +278,7 @@ def copy_spans(
             dst[at + j] = src[frm + j]
 
 
-def _crc32c_table() -> np.ndarray:
-    """The CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) byte table."""
-    table = np.arange(256, dtype=np.uint64)
-    for _ in range(8):
-        table = np.where(table & np.uint64(1), (table >> np.uint64(1)) ^ np.uint64(0x82F63B78), table >> np.uint64(1))
-    return table
-
-
-CRC32C_TABLE = _crc32c_table()
+CRC32C_TABLE = np.array(_CRC32C_BYTES, dtype=np.uint64)  # io/integrity's table, as numba reads it
 
 
 @numba.njit(cache=True, nogil=True)

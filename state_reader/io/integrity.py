@@ -90,13 +90,14 @@ def _crc32c_table() -> list[int]:
     return table
 
 
-_TABLE = _crc32c_table()
+# the byte table of CRC-32C (Castagnoli), also the compiled kernels' (formats/_numba_walk)
+CRC32C_TABLE = _crc32c_table()
 
 
 def crc32c_pure(data: bytes | memoryview) -> int:
     """CRC-32C (Castagnoli) in plain Python: slow, used only when no binding is installed."""
     crc = 0xFFFFFFFF
-    table = _TABLE
+    table = CRC32C_TABLE
     for byte in data:
         crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
     return crc ^ 0xFFFFFFFF
