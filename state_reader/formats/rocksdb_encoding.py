@@ -59,8 +59,8 @@ import pyarrow as pa
 
 from state_reader.errors import CorruptFileError, RowDecodeError, UnsupportedOptionError
 from state_reader.formats.spark_types import DataType, StructField, StructType
-from state_reader.formats.unsaferow import PAD, RowBuffer, decode_rows, pack_rows, splice_rows
-from state_reader.formats.unsaferow_encode import encode_rows
+from state_reader.formats.unsaferow import PAD, RowBuffer, decode_rows
+from state_reader.formats.unsaferow_encode import encode_rows, pack_rows, splice_rows
 
 STATE_ENCODING_VERSION = 0
 VIRTUAL_CF_PREFIX_BYTES = 2

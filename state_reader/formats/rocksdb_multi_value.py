@@ -20,7 +20,8 @@ from state_reader.formats.rocksdb_encoding import (
     STATE_ENCODING_VERSION,
     with_row_checksums,
 )
-from state_reader.formats.unsaferow import PAD, RowBuffer, copy_spans, pack_rows
+from state_reader.formats.unsaferow import PAD, RowBuffer
+from state_reader.formats.unsaferow_encode import copy_spans, pack_rows
 
 _COMMA = 0x2C
 

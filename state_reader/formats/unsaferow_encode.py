@@ -32,14 +32,16 @@ levels only.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from state_reader.errors import RowEncodeError
+from state_reader.formats import kernels
 from state_reader.formats.spark_types import ArrayType, DataType, MapType, StructType, UserDefinedType
-from state_reader.formats.unsaferow import MONTH_DAY_NANO, PAD, SLOT_DTYPES, RowBuffer, copy_spans, unaligned_view
+from state_reader.formats.unsaferow import MONTH_DAY_NANO, PAD, SLOT_DTYPES, RowBuffer, _read, unaligned_view
 
 _UNSIGNED = {1: "<u1", 2: "<u2", 4: "<u4", 8: "<u8"}
 _CANONICAL_NAN = {"float": np.uint64(0x7FC00000), "double": np.uint64(0x7FF8000000000000)}
@@ -398,3 +400,136 @@ def encode_rows(
         raise encoder.fail(f"row {int(np.argmin(_validity(values)))} is null; a state row cannot be", "")
     rows = encoder.struct(schema, values, np.ones(len(values), dtype=bool), "")
     return RowBuffer.wrap(rows.buf, len(rows.buf) - PAD, rows.start, rows.size, source)
+
+
+# --- writing: moving rows and fields ------------------------------------------------
+
+
+def row_runs(sizes: np.ndarray, max_bytes: int, max_rows: int | None = None) -> Iterator[tuple[int, int]]:
+    """Consecutive runs ``lo:hi`` of rows whose ``sizes`` add up to at most ``max_bytes`` (and at most
+    ``max_rows`` rows); a larger row makes a run alone."""
+    ends = np.cumsum(sizes)
+    lo = 0
+    while lo < len(sizes):
+        base = int(ends[lo - 1]) if lo else 0
+        hi = max(int(np.searchsorted(ends, base + max_bytes, side="right")), lo + 1)
+        hi = min(hi, len(sizes) if max_rows is None else lo + max_rows, len(sizes))
+        yield lo, hi
+        lo = hi
+
+
+_COPY_BYTES = 1 << 15  # its index arrays take ~32 bytes per byte copied: about a MiB at most
+
+
+def copy_spans(
+    dst: np.ndarray, dst_starts: np.ndarray, src: np.ndarray, src_starts: np.ndarray, lengths: np.ndarray
+) -> None:
+    """``dst[dst_starts[i]:+lengths[i]] = src[src_starts[i]:+lengths[i]]`` for every i, vectorised."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = len(lengths)
+    if n == 0 or kernels.copy_spans(dst, dst_starts, src, src_starts, lengths):
+        return
+    ends = np.cumsum(lengths)
+    lo = 0
+    while lo < n:
+        # the rows whose bytes end within the next _COPY_BYTES (at least one row)
+        done = int(ends[lo - 1]) if lo else 0
+        hi = min(max(int(np.searchsorted(ends, done + _COPY_BYTES, side="right")), lo + 1), n)
+        size = lengths[lo:hi]
+        total = int(ends[hi - 1]) - done
+        if total:
+            within = np.arange(total, dtype=np.int64) - np.repeat(ends[lo:hi] - done - size, size)
+            dst[np.repeat(dst_starts[lo:hi], size) + within] = src[np.repeat(src_starts[lo:hi], size) + within]
+        lo = hi
+
+
+def concat_rows(parts: Sequence[RowBuffer], source: str) -> RowBuffer:
+    """The rows of ``parts``, one after another, in one buffer."""
+    lengths = np.concatenate([p.lengths for p in parts])
+    starts = np.cumsum(lengths) - lengths
+    size = int(lengths.sum())
+    out = np.zeros(size + PAD, dtype=np.uint8)
+    at = 0
+    for p in parts:
+        n = len(p.starts)
+        copy_spans(out, starts[at : at + n], p.buf, p.starts, p.lengths)
+        at += n
+    return RowBuffer.wrap(out, size, starts, lengths, source)
+
+
+def pack_rows(parts: list[tuple[int, RowBuffer | None]], source: str) -> RowBuffer:
+    """Rows that are, part after part, ``zeros`` zero bytes then row i of ``rows`` (if any).
+
+    E.g. ``[(1, rows)]`` puts a zero byte (RocksDB's encoding version) before every row.
+    """
+    n = len(next(p for _, p in parts if p is not None).starts)
+    lengths = np.zeros(n, dtype=np.int64)
+    for zeros, rows in parts:
+        lengths += zeros + (rows.lengths if rows is not None else 0)
+    starts = np.cumsum(lengths) - lengths
+    size = int(lengths.sum())
+    out = np.zeros(size + PAD, dtype=np.uint8)
+    at = starts.copy()
+    for zeros, rows in parts:
+        at += zeros
+        if rows is not None:
+            copy_spans(out, at, rows.buf, rows.starts, rows.lengths)
+            at += rows.lengths
+    return RowBuffer.wrap(out, size, starts, lengths, source)
+
+
+def splice_rows(parts: list[tuple[RowBuffer, StructType, int, int]], source: str) -> RowBuffer:
+    """New UnsafeRows whose fields are fields ``lo:hi`` of each part's row, in order.
+
+    Row i of the result holds, one part after another, the fields ``lo..hi-1``
+    of row i of that part (whose rows are UnsafeRows of its schema). Fixed-width
+    slots are copied, variable-length values are moved into the new row's
+    variable region (in field order, zero-padded to words, as Spark's projection
+    writes them) with their offsets rewritten; nested values are self-relative, so
+    they move as they are. Splits a row in two (a RocksDB prefix key) and joins
+    two back into one.
+    """
+    n = len(parts[0][0].starts)
+    width = sum(hi - lo for _, _, lo, hi in parts)
+    n_bits = (width + 63) // 64
+    header = np.zeros((n, n_bits + width), dtype="<u8")
+    # (field in the new row, its rows, where each value starts, its size, null)
+    moves: list[tuple[int, RowBuffer, np.ndarray, np.ndarray, np.ndarray]] = []
+    out_field = 0
+    for rows, schema, lo, hi in parts:
+        in_bits = (len(schema.fields) + 63) // 64
+        for i in range(lo, hi):
+            bits = _read(rows.buf, rows.starts + 8 * (i // 64), "<u8")
+            is_null = (bits >> np.uint64(i % 64)) & np.uint64(1)
+            header[:, out_field // 64] |= is_null << np.uint64(out_field % 64)
+            word = _read(rows.buf, rows.starts + 8 * (in_bits + i), "<u8")
+            if schema.fields[i].data_type.fixed_width is not None:
+                header[:, n_bits + out_field] = word
+            else:
+                null = is_null.astype(bool)
+                size = np.where(null, 0, word & np.uint64(0xFFFFFFFF)).astype(np.int64)
+                moves.append((out_field, rows, rows.starts + (word >> np.uint64(32)).astype(np.int64), size, null))
+            out_field += 1
+    lengths = np.full(n, 8 * (n_bits + width), dtype=np.int64)
+    placed = []
+    for field_at, _, _, size, null in moves:
+        # a null keeps a zero slot; an empty value still records where it would start, as Spark's writer does
+        header[:, n_bits + field_at] = np.where(
+            null, 0, (lengths.astype(np.uint64) << np.uint64(32)) | size.astype(np.uint64)
+        )
+        placed.append(lengths.copy())
+        lengths += (size + 7) // 8 * 8
+    starts = np.cumsum(lengths) - lengths
+    total = int(lengths.sum())
+    out = np.zeros(total + PAD, dtype=np.uint8)
+    head_bytes = 8 * (n_bits + width)
+    copy_spans(
+        out,
+        starts,
+        header.view(np.uint8).reshape(-1),
+        np.arange(n, dtype=np.int64) * head_bytes,
+        np.full(n, head_bytes, dtype=np.int64),
+    )
+    for (_, rows, src_start, size, _), at in zip(moves, placed, strict=True):
+        copy_spans(out, starts + at, rows.buf, src_start, size)
+    return RowBuffer.wrap(out, total, starts, lengths, source)

@@ -27,7 +27,8 @@ import pyarrow as pa
 
 from state_reader.errors import CorruptFileError, MissingStateFileError, StateReaderError, TruncatedFileError
 from state_reader.formats import codecs, kernels
-from state_reader.formats.unsaferow import PAD, RowBuffer, copy_spans, decode_rows, int_array, unaligned_view
+from state_reader.formats.unsaferow import PAD, RowBuffer, decode_rows, int_array, unaligned_view
+from state_reader.formats.unsaferow_encode import copy_spans
 from state_reader.io.storage import Storage
 from state_reader.model.checkpoint import first_missing, parse_state_file_name, state_file_name, version_ranges
 from state_reader.model.plan import StateReadPlan

@@ -343,7 +343,7 @@ def test_row_checksums_are_the_same_compiled_and_in_python():
 def test_spans_are_copied_alike_compiled_and_vectorised():
     """Spans of every length (empty, short, longer than a copy chunk), from a read-only buffer too: the
     compiled copy writes what the vectorised one writes."""
-    from state_reader.formats.unsaferow import copy_spans
+    from state_reader.formats.unsaferow_encode import copy_spans
 
     rng = np.random.default_rng(11)
     n = 2000

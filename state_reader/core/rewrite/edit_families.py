@@ -59,8 +59,8 @@ from state_reader.formats.rocksdb_encoding import (
 from state_reader.formats.rocksdb_multi_value import encode_multi_values
 from state_reader.formats.schema_files import ColumnFamilySchema
 from state_reader.formats.spark_types import LONG, DataType, StructType
-from state_reader.formats.unsaferow import RowBuffer, concat_rows, pack_rows
-from state_reader.formats.unsaferow_encode import encode_rows
+from state_reader.formats.unsaferow import RowBuffer
+from state_reader.formats.unsaferow_encode import concat_rows, encode_rows, pack_rows
 from state_reader.model.state_variables import (
     COUNT_PREFIX,
     COUNTER_PREFIX,

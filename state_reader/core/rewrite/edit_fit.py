@@ -35,7 +35,8 @@ from state_reader.formats.json_values import (
     unique_names,
 )
 from state_reader.formats.spark_types import ArrayType, DataType, MapType, StructType, UserDefinedType
-from state_reader.formats.unsaferow import RowBuffer, copy_spans
+from state_reader.formats.unsaferow import RowBuffer
+from state_reader.formats.unsaferow_encode import copy_spans
 
 PARTITION_COLUMN = "partition_id"
 

@@ -29,8 +29,8 @@ from state_reader.errors import (
     UnsupportedConfChangeError,
 )
 from state_reader.formats.spark_types import INTEGER, LONG, StructField, StructType
-from state_reader.formats.unsaferow import RowBuffer, decode_rows, splice_rows
-from state_reader.formats.unsaferow_encode import encode_rows
+from state_reader.formats.unsaferow import RowBuffer, decode_rows
+from state_reader.formats.unsaferow_encode import encode_rows, splice_rows
 from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.conf import (
     CONF_AGG_FORMAT,

@@ -31,7 +31,8 @@ from state_reader.formats.rocksdb_encoding import (
     with_spans,
 )
 from state_reader.formats.rocksdb_multi_value import split_multi_value
-from state_reader.formats.unsaferow import RowBuffer, concat_rows
+from state_reader.formats.unsaferow import RowBuffer
+from state_reader.formats.unsaferow_encode import concat_rows
 from state_reader.model.conf import (
     CONF_ENCODING,
     CONF_MERGE_OPERATOR,

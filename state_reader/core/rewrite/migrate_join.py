@@ -29,7 +29,8 @@ import numpy as np
 
 from state_reader.errors import UnsupportedConfChangeError
 from state_reader.formats.spark_types import DataType, StructField, StructType
-from state_reader.formats.unsaferow import RowBuffer, splice_rows
+from state_reader.formats.unsaferow import RowBuffer
+from state_reader.formats.unsaferow_encode import splice_rows
 from state_reader.model.checkpoint import MATCHED_FIELD
 from state_reader.model.conf import CONF_JOIN_FORMAT
 from state_reader.model.plan import StateReadPlan

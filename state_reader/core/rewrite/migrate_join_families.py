@@ -41,7 +41,8 @@ from state_reader.formats.rocksdb_encoding import (
 from state_reader.formats.rocksdb_multi_value import encode_multi_values, split_multi_value
 from state_reader.formats.schema_files import ColumnFamilySchema, write_schema_v3
 from state_reader.formats.spark_types import LONG, DataType, StructField, StructType
-from state_reader.formats.unsaferow import PAD, RowBuffer, concat_rows, copy_spans, decode_rows, pack_rows, splice_rows
+from state_reader.formats.unsaferow import PAD, RowBuffer, decode_rows
+from state_reader.formats.unsaferow_encode import concat_rows, copy_spans, pack_rows, splice_rows
 from state_reader.model.conf import CONF_JOIN_FORMAT, ROCKSDB_PROVIDER
 from state_reader.model.plan import StateReadPlan
 from state_reader.model.state_variables import family_partition_key

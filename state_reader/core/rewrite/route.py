@@ -13,7 +13,8 @@ from state_reader.core.key_filter import KeyFilter
 from state_reader.core.rewrite.report import StoreReport
 from state_reader.core.rewrite.rows import StoreRows
 from state_reader.core.size import row_bytes
-from state_reader.formats.unsaferow import RowBuffer, row_runs
+from state_reader.formats.unsaferow import RowBuffer
+from state_reader.formats.unsaferow_encode import row_runs
 from state_reader.io.memory import release_free_memory
 from state_reader.progress import Progress
 from state_reader.providers.hdfs import frame_records

@@ -38,8 +38,8 @@ from state_reader.formats.rocksdb_encoding import (
 from state_reader.formats.rocksdb_multi_value import rejoin_multi_value
 from state_reader.formats.spark_hash import partition_ids
 from state_reader.formats.spark_types import StructField, StructType, from_arrow
-from state_reader.formats.unsaferow import RowBuffer, decode_rows, pack_rows
-from state_reader.formats.unsaferow_encode import encode_rows
+from state_reader.formats.unsaferow import RowBuffer, decode_rows
+from state_reader.formats.unsaferow_encode import encode_rows, pack_rows
 from state_reader.model import operators
 from state_reader.model.checkpoint import (
     DEFAULT_STORE,

@@ -55,7 +55,8 @@ from state_reader.core.rewrite.write import write_partition
 from state_reader.core.size import row_bytes
 from state_reader.errors import DuplicateEditKeyError, StateReaderError, UnsupportedOptionError, spark_worker_errors
 from state_reader.formats.spark_types import StructType, UserDefinedType
-from state_reader.formats.unsaferow import RowBuffer, copy_spans, row_runs
+from state_reader.formats.unsaferow import RowBuffer
+from state_reader.formats.unsaferow_encode import copy_spans, row_runs
 from state_reader.io.destination import Destination
 from state_reader.providers.hdfs import frame_records
 
