@@ -12,12 +12,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).parent))  # the sibling module, as mkdocs loads hooks by path
+from generated_table import GeneratedTable  # noqa: E402
+
 from state_reader.model.conf import CONF_SHUFFLE_PARTITIONS, FROZEN_CONFS, FrozenConf, provider_name
 
 BEGIN = "<!-- frozen confs table: generated from FROZEN_CONFS by `python docs/confs_table.py`; do not edit -->"
 END = "<!-- end of frozen confs table -->"
 PAGE = "rewrite.md"
-PATH = Path(__file__).with_name(PAGE)
 
 
 def _cell(text: str) -> str:
@@ -54,34 +56,19 @@ def confs_table() -> str:
     return "\n".join(head + [_row(c) for c in FROZEN_CONFS]) + "\n"
 
 
+TABLE = GeneratedTable(PAGE, BEGIN, END, "frozen confs table", "python docs/confs_table.py", confs_table)
+PATH = TABLE.path
+
+
 def with_table(page: str) -> str:
     """``page`` with the table between its markers written afresh; ValueError when a marker is missing."""
-    if BEGIN not in page or END not in page:
-        raise ValueError(f"{PAGE} must hold the lines {BEGIN!r} and {END!r}, where the frozen confs table goes")
-    head, rest = page.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n\n{confs_table()}\n{END}{tail}"
+    return TABLE.with_table(page)
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """The site's build: refuse a rewrite page whose table is not the one the code's table gives."""
-    from mkdocs.exceptions import PluginError
-
-    if page.file.src_uri != PAGE:
-        return markdown
-    try:
-        fresh = with_table(markdown)
-    except ValueError as exc:
-        raise PluginError(str(exc)) from None
-    if fresh != markdown:
-        raise PluginError(f"the frozen confs table in docs/{PAGE} is stale: run python docs/confs_table.py")
-    return markdown
+    """The site's build: refuse a page whose table is not the one the code's table gives."""
+    return TABLE.on_page_markdown(markdown, page, config, files)
 
 
 if __name__ == "__main__":
-    text = PATH.read_text(encoding="utf-8")
-    fresh = with_table(text)
-    if fresh != text:
-        PATH.write_text(fresh, encoding="utf-8")
-        print(f"wrote the frozen confs table into {PATH}")
-    sys.exit(0)
+    sys.exit(TABLE.write())

@@ -14,12 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).parent))  # the sibling module, as mkdocs loads hooks by path
+from generated_table import GeneratedTable  # noqa: E402
+
 from state_reader.core.options import OPTIONS, ReaderOption
 
 BEGIN = "<!-- options table: generated from OPTIONS by `python docs/options_table.py`; do not edit -->"
 END = "<!-- end of options table -->"
 PAGE = "options.md"
-PATH = Path(__file__).with_name(PAGE)
 
 
 def _cell(text: str) -> str:
@@ -40,34 +42,19 @@ def options_table() -> str:
     return "\n".join(head + [_row(o) for o in OPTIONS]) + "\n"
 
 
+TABLE = GeneratedTable(PAGE, BEGIN, END, "option table", "python docs/options_table.py", options_table)
+PATH = TABLE.path
+
+
 def with_table(page: str) -> str:
     """``page`` with the table between its markers written afresh; ValueError when a marker is missing."""
-    if BEGIN not in page or END not in page:
-        raise ValueError(f"{PAGE} must hold the lines {BEGIN!r} and {END!r}, where the option table goes")
-    head, rest = page.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return f"{head}{BEGIN}\n\n{options_table()}\n{END}{tail}"
+    return TABLE.with_table(page)
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """The site's build: refuse an options page whose table is not the one the code's table gives."""
-    from mkdocs.exceptions import PluginError
-
-    if page.file.src_uri != PAGE:
-        return markdown
-    try:
-        fresh = with_table(markdown)
-    except ValueError as exc:
-        raise PluginError(str(exc)) from None
-    if fresh != markdown:
-        raise PluginError(f"the option table in docs/{PAGE} is stale: run python docs/options_table.py")
-    return markdown
+    """The site's build: refuse a page whose table is not the one the code's table gives."""
+    return TABLE.on_page_markdown(markdown, page, config, files)
 
 
 if __name__ == "__main__":
-    text = PATH.read_text(encoding="utf-8")
-    fresh = with_table(text)
-    if fresh != text:
-        PATH.write_text(fresh, encoding="utf-8")
-        print(f"wrote the option table into {PATH}")
-    sys.exit(0)
+    sys.exit(TABLE.write())
