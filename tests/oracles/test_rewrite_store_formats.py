@@ -66,6 +66,19 @@ def _values(confs: dict[str, tuple[str, str]], which: int) -> dict[str, str]:
     return {key: values[which] for key, values in confs.items()}
 
 
+def _resumed_each(spark, resumer, tmp_path: Path, *runs: tuple) -> dict[str, list]:
+    """New input for each query's run (``(query, its run's checkpoint, that run rewritten into the other's
+    values)``, input in ``tmp_path / "a"`` and ``"b"`` in turn), then every checkpoint resumed side by side with
+    ``resumer``: what each restart produced, by checkpoint."""
+    how = {}
+    for (query, *checkpoints), folder in zip(runs, ("a", "b"), strict=True):
+        add_input(tmp_path / folder / "input", new_batches(query))
+        how.update({cp: (query, tmp_path / folder / "input") for cp in checkpoints})
+    order = [cp for _, *checkpoints in runs for cp in checkpoints]
+    resumed = restart_each(lambda cp: resumer(spark.newSession(), how[cp][0], cp, how[cp][1]), order)
+    return dict(zip(order, resumed, strict=True))
+
+
 def test_encoding_and_merge_operator_change_resume_as_if_run_so_from_the_start(spark, tmp_path):
     # query a says nothing of the encoding (unsaferow, Spark's default); a list's elements are merged values
     query_a = _over_x(_with(QUERIES["tws"], {CONF_MERGE_OPERATOR: "1"}))
@@ -83,22 +96,8 @@ def test_encoding_and_merge_operator_change_resume_as_if_run_so_from_the_start(s
     state_reader.rewrite(run_a, local, confs=_values(ENCODING_AND_LISTS, 1))
     assert stored_rows(a_to_b) == stored_rows(local)
     state_reader.rewrite(run_b, b_to_a, confs=_values(ENCODING_AND_LISTS, 0))
-    for query, run in ((query_a, tmp_path / "a"), (query_b, tmp_path / "b")):
-        add_input(run / "input", new_batches(query))
-
     # resumed in a session that says the old values: the offset log decides
-    how = {run_a: (query_a, tmp_path / "a"), a_to_b: (query_a, tmp_path / "a")}
-    how.update({run_b: (query_b, tmp_path / "b"), b_to_a: (query_b, tmp_path / "b")})
-    checkpoints = [run_a, run_b, a_to_b, b_to_a]
-    got = dict(
-        zip(
-            checkpoints,
-            restart_each(
-                lambda cp: resume_with_timers(spark.newSession(), how[cp][0], cp, how[cp][1] / "input"), checkpoints
-            ),
-            strict=True,
-        )
-    )
+    got = _resumed_each(spark, resume_with_timers, tmp_path, (query_a, run_a, a_to_b), (query_b, run_b, b_to_a))
     assert got[run_b] and got[run_a], "the restarted query ran no batch"
     for ran_so, rewritten, which in ((run_b, a_to_b, 1), (run_a, b_to_a, 0)):
         assert got[rewritten] == got[ran_so]
@@ -138,21 +137,9 @@ def test_checkpoint_format_and_row_checksums_change_resume_as_if_run_so_from_the
     state_reader.rewrite(run_b, local, confs=_values(NAMES_AND_CHECKSUMS, 0))
     assert stored_rows(b_to_a) == stored_rows(local)
     assert all("_" in name for name in _state_files(a_to_b)) and not any("_" in n for n in _state_files(b_to_a))
-    for query, run in ((query_a, tmp_path / "a"), (query_b, tmp_path / "b")):
-        add_input(run / "input", new_batches(query))
-
     # resumed in a session that says the old values: Spark keeps the format the commit log says, and the
     # checksums the offset log says
-    how = {run_a: (query_a, tmp_path / "a"), a_to_b: (query_a, tmp_path / "a")}
-    how.update({run_b: (query_b, tmp_path / "b"), b_to_a: (query_b, tmp_path / "b")})
-    checkpoints = [run_a, run_b, a_to_b, b_to_a]
-    got = dict(
-        zip(
-            checkpoints,
-            restart_each(lambda cp: resume(spark.newSession(), how[cp][0], cp, how[cp][1] / "input"), checkpoints),
-            strict=True,
-        )
-    )
+    got = _resumed_each(spark, resume, tmp_path, (query_a, run_a, a_to_b), (query_b, run_b, b_to_a))
     assert got[run_b] and got[run_a], "the restarted query ran no batch"
     for ran_so, rewritten, which in ((run_b, a_to_b, 1), (run_a, b_to_a, 0)):
         values = _values(NAMES_AND_CHECKSUMS, which)
