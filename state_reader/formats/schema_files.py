@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from state_reader.errors import SchemaReadError, StateReaderError
-from state_reader.formats.spark_types import StructType, parse_struct, spark_json
+from state_reader.formats.spark_types import StructType, as_nullable, from_json_value, parse_struct, spark_json
 
 # The user-key schema of a column family without one is written as this literal.
 _EMPTY_USER_KEY = "{    }"
@@ -138,11 +138,16 @@ def read_schema_v3(data: bytes, path: str) -> list[ColumnFamilySchema]:
     Released writers (4.0+) put an int16 schema id before the key and the value
     schema; pre-release 4.0 code did not. Try the released layout first.
     """
+    return _read_v3_layout(data, path)[0]
+
+
+def _read_v3_layout(data: bytes, path: str) -> tuple[list[ColumnFamilySchema], bool]:
+    """Column families of a v3 schema file, and whether it has the released layout's schema ids."""
     try:
-        return _read_v3(data, path, with_ids=True)
+        return _read_v3(data, path, with_ids=True), True
     except SchemaReadError as first:
         try:
-            return _read_v3(data, path, with_ids=False)
+            return _read_v3(data, path, with_ids=False), False
         except SchemaReadError:
             raise first from None
 
@@ -232,3 +237,36 @@ def write_schema_v3(families: list[ColumnFamilySchema], *, with_ids: bool = True
         user_key = family.user_key_schema.json() if family.user_key_schema is not None else _EMPTY_USER_KEY
         out.chunked(user_key, f"user key schema of {family.name}")
     return out.bytes()
+
+
+def nullable_schema_file(data: bytes, path: str) -> bytes:
+    """Schema file ``data`` (any version) with every schema in it made nullable throughout
+    (:func:`~state_reader.formats.spark_types.as_nullable`), as Spark 4.3 writes it for a query whose
+    stateful operators always have nullable output: v1 and v2 files as v2, v3 files in their own layout,
+    with the user key schema and any schema in the key encoder spec widened too."""
+    if _JavaReader(data, path).utf("version") != "v3":
+        key, value = read_schema_v1v2(data, path)
+        return write_schema_v2(as_nullable(key), as_nullable(value))
+    families, with_ids = _read_v3_layout(data, path)
+    widened = [
+        replace(
+            family,
+            key_schema=as_nullable(family.key_schema),
+            value_schema=as_nullable(family.value_schema),
+            user_key_schema=None if family.user_key_schema is None else as_nullable(family.user_key_schema),
+            key_encoder=_nullable_spec(family.key_encoder),
+        )
+        for family in families
+    ]
+    return write_schema_v3(widened, with_ids=with_ids)
+
+
+def _nullable_spec(spec: Any) -> Any:
+    """A key encoder spec (JSON) with each struct schema inside it made nullable."""
+    if isinstance(spec, dict):
+        if spec.get("type") == "struct" and isinstance(spec.get("fields"), list):
+            return as_nullable(from_json_value(spec)).to_json()
+        return {k: _nullable_spec(v) for k, v in spec.items()}
+    if isinstance(spec, list):
+        return [_nullable_spec(v) for v in spec]
+    return spec

@@ -13,8 +13,8 @@ import decimal
 import json
 import math
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -230,6 +230,22 @@ class UserDefinedType(DataType):
 
     def to_json(self) -> Any:
         return json.loads(self.ordered or self.raw)
+
+
+_Type = TypeVar("_Type", bound=DataType)
+
+
+def as_nullable(data_type: _Type) -> _Type:
+    """``data_type`` with every struct field, array element and map value nullable, at every depth (Spark's
+    ``asNullable``); a user-defined type stays as it is, as in Spark. Field metadata is kept."""
+    if isinstance(data_type, StructType):
+        fields = [replace(f, data_type=as_nullable(f.data_type), nullable=True) for f in data_type.fields]
+        return StructType(fields)  # type: ignore[return-value]
+    if isinstance(data_type, ArrayType):
+        return ArrayType(as_nullable(data_type.element), True)  # type: ignore[return-value]
+    if isinstance(data_type, MapType):
+        return MapType(as_nullable(data_type.key), as_nullable(data_type.value), True)  # type: ignore[return-value]
+    return data_type
 
 
 # Jackson's short escapes; every other control character becomes \\u00XX (upper-case hex)

@@ -56,6 +56,13 @@ UNIQUE_ID_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]*")
 _STATE_FILE_RE = re.compile(r"^(\d+)(?:_(" + UNIQUE_ID_RE.pattern + r"))?\.(delta|snapshot|zip|changelog)$")
 
 
+def is_schema_file(rel: str) -> bool:
+    """Whether checkpoint-relative path ``rel`` is a state schema file: v1/v2 (``state/<op>/0/[<store>/]_metadata/
+    schema``) or v3 (``state/<op>/_stateSchema/<store>/<batch>_<uuid>``)."""
+    parts = rel.split("/")
+    return parts[0] == "state" and (parts[-2:] == ["_metadata", "schema"] or "_stateSchema" in parts[:-1])
+
+
 def state_file_name(version: int, ext: str, unique_id: str | None = None) -> str:
     """The name of a state file: ``<version>.<ext>``, or ``<version>_<unique id>.<ext>`` (checkpoint format 2).
 

@@ -316,19 +316,23 @@ FROZEN_CONFS: tuple[FrozenConf, ...] = (
     ),
     FrozenConf(
         CONF_ALWAYS_NULLABLE_OUTPUT,
-        "whether every stateful operator's output and state schema is made nullable throughout",
+        "whether every stateful operator's output and state schemas are nullable throughout (the state schema "
+        "files of every operator but transformWithState, whose schemas are the user's)",
         {"true": "4.3+", "false": "4.3+"},
         BOOL,
         "false",
-        refusal="widening every state schema to nullable is not written yet",
+        migration="nullable schemas (false -> true widens every schema file; true -> false keeps them, as Spark "
+        "accepts stored schemas more nullable than the query's)",
     ),
     FrozenConf(
         CONF_DEDUP_KEY_ORDER,
-        "the order of a deduplication's key columns in its state keys",
+        "the order of a deduplication's key columns in its state keys: false, the order of a Scala set of their "
+        "names in Spark Classic (their own order up to four); true, the order the query first names them",
         {"true": "4.3+", "false": "4.3+"},
         BOOL,
         "false",
-        refusal="reordering the key columns of every deduplication store is not written yet",
+        migration="dedup key order (the same under both values for up to four distinct key columns; five or "
+        "more refused)",
         operators=("dedupe", "dedupeWithinWatermark"),
     ),
 )

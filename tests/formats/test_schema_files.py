@@ -12,6 +12,7 @@ from state_reader.formats.schema_files import (
     ColumnFamilySchema,
     decode_modified_utf8,
     encode_modified_utf8,
+    nullable_schema_file,
     read_schema_v1v2,
     read_schema_v3,
     write_schema_v2,
@@ -97,6 +98,47 @@ def test_v3_column_families_in_order_with_ids():
     assert read_schema_v3(old, "x") == [
         ColumnFamilySchema(f.name, f.key_schema, f.value_schema, f.key_encoder, f.user_key_schema) for f in families
     ]
+
+
+def _non_nullable() -> StructType:
+    """A schema non-nullable at every depth, with field metadata (a watermark's)."""
+    return parse_struct(
+        spark_json(
+            {"type": "struct", "fields": [
+                {"name": "ts", "type": "timestamp", "nullable": False, "metadata": {"spark.watermarkDelayMs": 5000}},
+                {"name": "s", "nullable": False, "metadata": {}, "type": {"type": "struct", "fields": [
+                    {"name": "xs", "nullable": False, "metadata": {},
+                     "type": {"type": "array", "elementType": "long", "containsNull": False}},
+                    {"name": "m", "nullable": False, "metadata": {},
+                     "type": {"type": "map", "keyType": "string", "valueType": "long", "valueContainsNull": False}},
+                ]}},
+            ]}
+        ),
+        "test",
+    )  # fmt: skip
+
+
+def test_nullable_schema_files_widen_every_schema_at_every_depth():
+    schema = _non_nullable()
+    widened = read_schema_v1v2(nullable_schema_file(write_schema_v2(schema, schema), "v2"), "v2")
+    for result in widened:
+        text = result.json()
+        assert '"nullable":false' not in text and '"containsNull":false' not in text
+        assert '"valueContainsNull":false' not in text
+        assert result.fields[0].metadata == {"spark.watermarkDelayMs": 5000}
+        assert result.names == schema.names
+    spec = {"keyStateEncoderType": "RangeKeyScanStateEncoderSpec", "keySchema": schema.to_json(), "ordinals": [0]}
+    family = ColumnFamilySchema("f", schema, schema, spec, schema, key_schema_id=3, value_schema_id=4)
+    for with_ids in (True, False):
+        data = nullable_schema_file(write_schema_v3([family], with_ids=with_ids), "v3")
+        # the layout kept (schema ids, or none as pre-release writers wrote): the same bytes as writing it widened
+        (out,) = read_schema_v3(data, "v3")
+        assert data == write_schema_v3([out], with_ids=with_ids)
+        assert (out.key_schema_id, out.value_schema_id) == ((3, 4) if with_ids else (0, 0))
+        for widened_schema in (out.key_schema, out.value_schema, out.user_key_schema, parse_struct(
+            spark_json(out.key_encoder["keySchema"]), "spec")):  # fmt: skip
+            assert widened_schema is not None and '"nullable":false' not in widened_schema.json()
+        assert out.key_encoder["ordinals"] == [0]
 
 
 def test_long_json_is_chunked_as_java_does():

@@ -15,7 +15,15 @@ from pathlib import Path
 import pytest
 
 import state_reader
-from state_reader.model.conf import CONF_AGG_FORMAT, CONF_CODEC, CONF_FMGWS_FORMAT
+from state_reader.formats.schema_files import read_schema_v1v2, read_schema_v3
+from state_reader.model.checkpoint import is_schema_file
+from state_reader.model.conf import (
+    CONF_AGG_FORMAT,
+    CONF_ALWAYS_NULLABLE_OUTPUT,
+    CONF_CODEC,
+    CONF_DEDUP_KEY_ORDER,
+    CONF_FMGWS_FORMAT,
+)
 from tests.support.parallel import side_by_side
 from tests.support.resume import add_input, digest, new_batches, restart_each, resume, state_rows, stored_rows, stores
 from tests.support.streaming_queries import (
@@ -26,6 +34,9 @@ from tests.support.streaming_queries import (
     _with,
     run_query,
 )
+
+NULLABLE_OFF, NULLABLE_ON = ({CONF_ALWAYS_NULLABLE_OUTPUT: v} for v in ("false", "true"))
+KEY_ORDER_OFF, KEY_ORDER_ON = ({CONF_DEDUP_KEY_ORDER: v} for v in ("false", "true"))
 
 TIMEOUT_FMT2 = _with(FMGWS_TIMEOUT_QUERIES["fmgws_timeout_fmt1"], {CONF_FMGWS_FORMAT: "2"})
 
@@ -49,7 +60,27 @@ CASES = {
         (_with(QUERIES["agg_window"], {**ROCKSDB_CHANGELOG, CONF_CODEC: "snappy"}), "snappy"),
         (_with(QUERIES["agg_window"], {**ROCKSDB_CHANGELOG, CONF_CODEC: "lzf"}), "lzf"),
     ),
+    # a session window's key and value have fields Spark makes non-nullable unless the conf is on (v2 schema files)
+    "nullable-output-hdfs": (
+        CONF_ALWAYS_NULLABLE_OUTPUT,
+        (_with(QUERIES["session_window"], NULLABLE_OFF), "false"),
+        (_with(QUERIES["session_window"], NULLABLE_ON), "true"),
+    ),
+    # join format 4: its event-time index in a v3 schema file, whose key Spark makes non-nullable unless the conf is on
+    "nullable-output-join-v4": (
+        CONF_ALWAYS_NULLABLE_OUTPUT,
+        (_with(QUERIES["join_v4"], NULLABLE_OFF), "false"),
+        (_with(QUERIES["join_v4"], NULLABLE_ON), "true"),
+    ),
+    # two key columns: the same order under both values
+    "dedup-key-order-hdfs": (
+        CONF_DEDUP_KEY_ORDER,
+        (_with(QUERIES["dedup"], KEY_ORDER_OFF), "false"),
+        (_with(QUERIES["dedup"], KEY_ORDER_ON), "true"),
+    ),
 }
+# the stores Spark's reader is asked for, where not every store on disk by its name: a join in column families
+READ_OPTIONS = {"nullable-output-join-v4": [{"joinSide": "left"}, {"joinSide": "right"}]}
 # Spark 4.3 cannot restart flatMapGroupsWithState format 1 with timeouts (its own such checkpoints fail validating
 # the long timeout in an int slot), so the rewrite refuses the way back there: one direction only
 ONE_WAY = {"fmgws-timeouts-hdfs"}
@@ -116,6 +147,39 @@ def test_conf_change_resumes_as_if_run_so_from_the_start(spark, tmp_path, case):
     for ran_so, rewritten in pairs:
         assert got[rewritten] == got[ran_so]
         assert _recorded(rewritten, key) == _recorded(ran_so, key)
-        for op, store in stores(ran_so):
-            options = {"operatorId": op, "storeName": store}
-            assert state_rows(spark, rewritten, **options) == state_rows(spark, ran_so, **options), (op, store)
+        reads = READ_OPTIONS.get(case) or [{"operatorId": op, "storeName": s} for op, s in stores(ran_so)]
+        for options in reads:
+            assert state_rows(spark, rewritten, **options) == state_rows(spark, ran_so, **options), options
+        if key == CONF_ALWAYS_NULLABLE_OUTPUT:
+            # widened as Spark widens them under true; kept so into false (Spark accepts a stored schema more
+            # nullable than the query's, and keeps it)
+            assert _schemas(rewritten) == _schemas(run_b)
+
+
+def _schemas(checkpoint: str) -> dict[str, list[str]]:
+    """Every state schema file's schemas as JSON, by path (a v3 file by its directory: its name is random)."""
+    out = {}
+    for path in sorted(Path(checkpoint, "state").rglob("*")):
+        rel = path.relative_to(checkpoint).as_posix()
+        if not path.is_file() or path.name.endswith(".crc") or not is_schema_file(rel):
+            continue
+        data = path.read_bytes()
+        if "_stateSchema" in rel:
+            families = read_schema_v3(data, rel)
+            schemas = [s.json() for f in families for s in (f.key_schema, f.value_schema)]
+            rel = path.parent.relative_to(checkpoint).as_posix()
+        else:
+            schemas = [s.json() for s in read_schema_v1v2(data, rel)]
+        out[rel] = schemas
+    return out
+
+
+def test_a_dedup_key_order_change_is_refused_where_spark_orders_the_columns_anew(spark, tmp_path):
+    """Five key columns: Spark Classic's old order is a hash set's, the new one the query's, recorded nowhere."""
+    five = ["user", "ts", "grp", "n", "tag"]
+    legacy = _over_x(_with(QUERIES["dedup"], KEY_ORDER_OFF))
+    query = dataclasses.replace(legacy, build=lambda df: df.withWatermark("ts", "5 seconds").dropDuplicates(five))
+    checkpoint = run_query(spark.newSession(), query, tmp_path / "five")
+    with pytest.raises(state_reader.UnsupportedConfChangeError, match="5 columns"):
+        state_reader.rewrite(checkpoint, str(tmp_path / "out"), confs={CONF_DEDUP_KEY_ORDER: "true"})
+    assert not (tmp_path / "out").exists()

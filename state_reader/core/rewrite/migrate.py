@@ -34,8 +34,10 @@ from state_reader.formats.unsaferow_encode import encode_rows, splice_rows
 from state_reader.model.checkpoint import CheckpointDir
 from state_reader.model.conf import (
     CONF_AGG_FORMAT,
+    CONF_ALWAYS_NULLABLE_OUTPUT,
     CONF_CHECKPOINT_FORMAT,
     CONF_CODEC,
+    CONF_DEDUP_KEY_ORDER,
     CONF_ENCODING,
     CONF_FMGWS_FORMAT,
     CONF_JOIN_FORMAT,
@@ -50,6 +52,7 @@ from state_reader.model.conf import (
     frozen_conf,
     recorded_conf,
 )
+from state_reader.model.operators import is_transform_with_state
 from state_reader.model.plan import StateReadPlan
 
 TIMEOUT_FIELD = "timeoutTimestamp"
@@ -319,6 +322,28 @@ def _fmgws_format(rows: StoreRows, change: ConfChange) -> ValueMigration:
     return ValueMigration(StructType(new), _Decoded(_FlattenGroupState(timeout, where)), value_long_slots=long_slots)
 
 
+# Spark Classic's old order of dedup key columns is a Scala set's of their names: up to four elements a set keeps
+# the order they were added in (the query's), from five on a hash set's order, and the query's own order is
+# recorded in no file of the checkpoint
+_ORDER_KEPT_UP_TO = 4
+
+
+def _dedup_key_order(rows: StoreRows, change: ConfChange) -> None:
+    """``dropDuplicates.deterministicKeyOrder.enabled``: the key columns keep their order under both values where
+    there are at most four of them, each named once (only the offset log changes); other keys are refused."""
+    names = rows.plan.key_schema.names
+    if len(names) <= _ORDER_KEPT_UP_TO and len(set(names)) == len(names):
+        return None
+    raise UnsupportedConfChangeError(
+        f"{store_label(rows.plan, located=True)}: {change.key} {change.old} -> {change.new} refused: its "
+        f"key has {len(names)} columns ({', '.join(names)}). With more than {_ORDER_KEPT_UP_TO}, or a "
+        "name given twice, Spark orders them differently under the two values (Spark Classic's old order is a hash "
+        "set's of their names), and the order the query names them in is recorded nowhere in the checkpoint",
+        conf=change.key,
+        path=rows.plan.checkpoint.location,
+    )
+
+
 def _join_format(rows: StoreRows, change: ConfChange) -> ValueMigration | None:
     """Stream-stream join formats: decided in :mod:`~state_reader.core.rewrite.migrate_join`."""
     values = join_values(rows.plan, change.old, change.new)
@@ -331,6 +356,8 @@ def _join_format(rows: StoreRows, change: ConfChange) -> ValueMigration | None:
 # its FrozenConf's refusal taken away (tests check the two agree).
 LAYOUT = "layout"
 RECOMPRESS = "recompress"
+# the schema files written anew, the rows as they are (the write step: RewritePlan.nullable_operators)
+SCHEMAS = "schemas"
 # every row decoded under the source's store conf and encoded under the new one (migrate_encoding)
 TRANSCODE = "transcode"
 MIGRATIONS: dict[str, str | Callable[[StoreRows, ConfChange], ValueMigration | None]] = {
@@ -345,7 +372,19 @@ MIGRATIONS: dict[str, str | Callable[[StoreRows, ConfChange], ValueMigration | N
     CONF_CHECKPOINT_FORMAT: LAYOUT,
     CONF_ROW_CHECKSUM: TRANSCODE,
     CONF_MERGE_OPERATOR: TRANSCODE,
+    CONF_ALWAYS_NULLABLE_OUTPUT: SCHEMAS,
+    CONF_DEDUP_KEY_ORDER: _dedup_key_order,
 }
+
+
+def nullable_operators(changes: list[ConfChange], operator_names: Mapping[int, str | None]) -> frozenset[int]:
+    """The operators whose schema files a rewrite makes nullable throughout: every one but transformWithState
+    (whose schemas are the user's, and Spark leaves them) when ``alwaysNullableOutput`` is turned on. Turned off,
+    the schemas stay as they are: Spark accepts stored schemas more nullable than the query's, and the narrower
+    ones are recorded nowhere."""
+    if not any(c.key == CONF_ALWAYS_NULLABLE_OUTPUT and c.changed and c.new == "true" for c in changes):
+        return frozenset()
+    return frozenset(op for op, name in operator_names.items() if not is_transform_with_state(name))
 
 
 def migrate_stores(
@@ -385,9 +424,9 @@ def migrate_stores(
                 continue
             # the migration says first whether the direction is written at all (None: this store keeps its rows)
             migrated = migration(rows, change)
-            _require_migratable(rows, change)
             if migrated is None:
                 continue
+            _require_migratable(rows, change)
             values = migrated
             plan = replace(plan, value_schema=values.value_schema, value_long_slots=values.value_long_slots)
         if codec is not None and not isinstance(rows, FamilyStoreRows):
@@ -492,6 +531,7 @@ __all__ = [
     "MigratedStoreRows",
     "asked_confs",
     "migrate_stores",
+    "nullable_operators",
     "offset_log_confs",
     "plan_conf_changes",
 ]

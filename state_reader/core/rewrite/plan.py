@@ -15,6 +15,7 @@ from state_reader.core.rewrite.migrate import (
     ConfChange,
     asked_confs,
     migrate_stores,
+    nullable_operators,
     offset_log_confs,
     plan_conf_changes,
 )
@@ -86,6 +87,8 @@ class RewritePlan:
     rewrite_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     # the frozen confs asked for, each old value against the new
     conf_changes: list[ConfChange] = field(default_factory=list)
+    # the operators whose schema files are written nullable throughout (alwaysNullableOutput turned on)
+    nullable_operators: frozenset[int] = frozenset()
 
     @property
     def to_rocksdb(self) -> bool:
@@ -242,6 +245,7 @@ def plan_rewrite(source: Storage | CheckpointDir, options: RewriteOptions | None
         stores,
         unique_ids=names_files_by_unique_id(cp, batch, changes),
         conf_changes=changes,
+        nullable_operators=nullable_operators(changes, operator_names),
     )
 
 

@@ -16,9 +16,10 @@ from state_reader.core.rewrite.plan import RewritePlan, offset_batches
 from state_reader.core.rewrite.report import RewriteReport
 from state_reader.errors import RewriteFailedError, StateReaderError
 from state_reader.formats import snapshot_zip
+from state_reader.formats.schema_files import nullable_schema_file
 from state_reader.io.destination import Destination
 from state_reader.io.storage import Storage
-from state_reader.model.checkpoint import CheckpointDir, numeric_names, state_file_name
+from state_reader.model.checkpoint import CheckpointDir, is_schema_file, numeric_names, state_file_name
 from state_reader.model.plan import StateReadPlan
 from state_reader.providers import rocksdb_snapshot
 from state_reader.providers.hdfs import framed_rows, snapshot_file
@@ -95,7 +96,13 @@ def finish_checkpoint(rewrite_plan: RewritePlan, dest: Destination, put: Put) ->
         is not None
     }
     _copy_state_metadata(
-        rewrite_plan.checkpoint, put, rewrite_plan.new_partitions, dest, rewrite_plan.schema_files(), own
+        rewrite_plan.checkpoint,
+        put,
+        rewrite_plan.new_partitions,
+        dest,
+        rewrite_plan.schema_files(),
+        own,
+        rewrite_plan.nullable_operators,
     )
     put("metadata", rewrite_plan.checkpoint.storage.read_bytes("metadata"))
 
@@ -125,15 +132,17 @@ def _copy_state_metadata(
     dest: Destination,
     schema_files: dict[str, bytes],
     own: dict[int, dict[str, bytes]],
+    nullable: frozenset[int] = frozenset(),
 ) -> None:
-    """Schema files as they are (or as ``schema_files`` gives them: a transform's new schemas);
-    operator metadata with the new partition count. An operator in ``own`` (a store in a new layout) gets
-    those files in place of the source's."""
+    """Schema files as they are (or as ``schema_files`` gives them: a transform's new schemas), those of the
+    operators in ``nullable`` made nullable throughout; operator metadata with the new partition count. An
+    operator in ``own`` (a store in a new layout) gets those files in place of the source's."""
     storage = cp.storage
     for op in cp.operator_ids:
+        put_op = _nullable_schemas(put) if op in nullable else put
         if op in own:
             for rel, data in own[op].items():
-                put(rel, data)
+                put_op(rel, data)
             continue
         for rel in _files_under(storage, f"state/{op}"):
             parts = rel.split("/")
@@ -142,11 +151,22 @@ def _copy_state_metadata(
                 # a partition directory: only partition 0's schema files (`[store/]_metadata/schema`) come along
                 if inside != "0" or "_metadata" not in parts:
                     continue
-                put(rel, schema_files[rel] if rel in schema_files else storage.read_bytes(rel))
+                put_op(rel, schema_files[rel] if rel in schema_files else storage.read_bytes(rel))
             elif inside == "_metadata" and (parts[-1] == "metadata" or parts[-2] == "v2"):
-                put(rel, _operator_metadata(cp, rel, op, num_partitions, dest).encode("utf-8"))
+                put_op(rel, _operator_metadata(cp, rel, op, num_partitions, dest).encode("utf-8"))
             else:
-                put(rel, storage.read_bytes(rel))
+                put_op(rel, storage.read_bytes(rel))
+
+
+def _nullable_schemas(put: Put) -> Put:
+    """``put`` with every schema file it is given made nullable throughout (``alwaysNullableOutput``)."""
+
+    def widened(rel: str, data: bytes | Iterable[bytes]) -> None:
+        if is_schema_file(rel):
+            data = nullable_schema_file(data if isinstance(data, bytes) else b"".join(data), rel)
+        put(rel, data)
+
+    return widened
 
 
 def _files_under(storage: Storage, rel: str) -> list[str]:
