@@ -85,7 +85,7 @@ READ_OPTIONS = {"nullable-output-join-v4": [{"joinSide": "left"}, {"joinSide": "
 # the long timeout in an int slot), so the rewrite refuses the way back there: one direction only
 ONE_WAY = {"fmgws-timeouts-hdfs"}
 # the rewrite into the second value runs through Spark (spark=) here: the same resume judges it
-THROUGH_SPARK = {"aggregation-hdfs"}
+THROUGH_SPARK = {"aggregation-hdfs", "nullable-output-hdfs"}
 
 
 def _over_x(query: Query) -> Query:
