@@ -46,6 +46,7 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
     "fronts/sql": ("oracles/test_spark_fronts.py",),
     "fronts/stream_source": ("core/test_follow.py",),
     "fronts/follow_cli": ("core/test_follow.py",),
+    "fronts/why_cli": ("inspect/test_explain.py", "inspect/test_verdict_summary.py"),
 }
 
 
