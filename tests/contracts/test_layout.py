@@ -47,6 +47,7 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
     "fronts/stream_source": ("core/test_follow.py",),
     "fronts/follow_cli": ("core/test_follow.py",),
     "fronts/why_cli": ("inspect/test_explain.py", "inspect/test_verdict_summary.py"),
+    "fronts/plot_cli": ("fronts/test_plotting.py", "fronts/test_cli.py", "inspect/test_verdict_summary.py"),
 }
 
 
