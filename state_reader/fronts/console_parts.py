@@ -1,6 +1,6 @@
 """The parts a command's text is made of (a console, tables, records, sparklines, JSON on stdout) and the
-reports longer than a table (``stats``' stores, ``why``'s stories and verdicts, a rewrite's report), which
-:class:`~state_reader.fronts.console.TextOutput` prints."""
+reports longer than a table (``overview``'s, ``stats``' stores, ``why``'s stories and verdicts, a rewrite's
+report), which :class:`~state_reader.fronts.console.TextOutput` prints."""
 
 from __future__ import annotations
 
@@ -106,6 +106,79 @@ def relative(path: str | None, root: str) -> str:
 
 # ---------------------------------------------------------------------------
 # reports longer than a table
+
+
+def overview_text(con: Console, info: dict[str, Any]) -> None:
+    """The checkpoint at a glance as ``overview`` prints it: its batches, state store and formats, then a
+    table of its operators and their stores (and a transformWithState operator's state variables)."""
+    b = info["batches"]
+    formats = " · ".join(f"{k} v{v}" for k, v in info["state_format_versions"].items()) or "not recorded"
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("checkpoint", Text(info["checkpoint"]))
+    grid.add_row(
+        "batches",
+        f"{b['first_batch_id']}..{b['last_batch_id']} ({b['count']} committed, latest {b['latest_batch_id']})",
+    )
+    codec = info["codec"] + ("" if info["codec_recorded"] else " (default; not recorded)")
+    parts = [info["provider"], f"codec {codec}"]
+    if info["shuffle_partitions"] is not None:
+        parts.append(f"{info['shuffle_partitions']} shuffle partitions")
+    grid.add_row("state store", " · ".join(parts))
+    if info["provider"] == "rocksdb":
+        grid.add_row(
+            "",
+            f"changelog checkpointing {'on' if info['changelog_checkpointing'] else 'off'} · "
+            f"checkpoint format v{info['checkpoint_format_version']}",
+        )
+    grid.add_row("state formats", formats)
+    grid.add_row(
+        "",
+        f"encoding {info['encoding_format']} · row checksums {'on' if info['row_checksum'] else 'off'}",
+    )
+    grid.add_row("operator metadata", info["operator_metadata"])
+    for i, frozen in enumerate(info.get("frozen_confs", [])):
+        grid.add_row("frozen confs" if i == 0 else "", frozen_conf_text(frozen))
+    con.print(grid)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in (
+        "op",
+        "operator",
+        "store",
+        "partitions",
+        "dirs on disk",
+        "provider",
+        "state of batches",
+        "properties",
+    ):
+        table.add_column(col)
+    for op in info["operators"]:
+        span = f"{op['batches']['first_batch_id']}..{op['batches']['last_batch_id']}" if op["batches"] else "-"
+        for i, store in enumerate(op["stores"]):
+            first = i == 0
+            table.add_row(
+                str(op["operator_id"]) if first else "",
+                Text(op["operator_name"] or "unknown") if first else "",
+                Text(store["store_name"]),
+                str(store["num_partitions"]),
+                str(op["partitions_on_disk"]) if first else "",
+                op["provider"] if first else "",
+                span if first else "",
+                Text(op["operator_properties"] or "") if first else "",
+            )
+    if info["operators"]:
+        con.print(table)
+        for op in info["operators"]:  # transformWithState: the user's variables, a column family each
+            if op.get("state_variables"):
+                con.print(
+                    Text(
+                        f"operator {op['operator_id']} state variables: "
+                        + "; ".join(f"{v['name']}: {v['described']}" for v in op["state_variables"])
+                    )
+                )
+    else:
+        con.print("no stateful operators (no state/ directory)")
 
 
 def stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bool) -> None:
