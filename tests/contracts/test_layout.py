@@ -34,6 +34,7 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
     "formats/_numba_sst": ("formats/test_sst.py",),
     "formats/_numba_walk": ("formats/test_kernels.py",),
     "formats/rocksdict_db": ("formats/test_sst.py",),
+    "formats/rocksdb_ordering": ("formats/test_rocksdb_encode.py", "formats/test_avro_encoding.py"),
     "model/operators": ("oracles/test_hdfs.py", "oracles/test_rocksdb.py"),
     "model/state_variables": ("oracles/test_transform_with_state.py",),
     "providers/rocksdb_families": ("oracles/test_transform_with_state.py", "inspect/test_explain.py"),

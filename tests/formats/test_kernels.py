@@ -299,7 +299,7 @@ def test_compiled_row_words_equal_numpy_gather(size, n_words, data):
 def test_row_checksums_are_the_same_compiled_and_in_python():
     """Row checksums (CRC-32C of a row's key bytes then its value bytes) of spans of every length, empty ones
     too: the compiled kernel gives what the byte-exact CRC-32C gives, row by row."""
-    from state_reader.formats.rocksdb_encoding import with_row_checksums
+    from state_reader.formats.rocksdb_encode import with_row_checksums
     from state_reader.io.integrity import crc32c
 
     rng = np.random.default_rng(7)
