@@ -39,6 +39,7 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
     "model/state_variables": ("oracles/test_transform_with_state.py",),
     "providers/rocksdb_families": ("oracles/test_transform_with_state.py", "inspect/test_explain.py"),
     "providers/rocksdb_variables": ("oracles/test_transform_with_state.py",),
+    "providers/rocksdb_state": ("formats/test_changelog.py", "providers/test_rocksdb.py"),
     "core/metadata": ("oracles/test_hdfs.py", "oracles/test_spark_fronts.py"),
     "core/size": ("core/test_rewrite.py", "inspect/test_stats.py"),
     "inspect/doctor_findings": ("inspect/test_doctor.py",),
