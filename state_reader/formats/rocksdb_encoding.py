@@ -45,6 +45,10 @@ their lengths and a ',' between elements is accepted whatever the version.
 Decoding is columnar: every key or value of a store is in one
 :class:`~state_reader.unsaferow.RowBuffer`; the framing above only moves row start
 offsets and lengths, so no row bytes are copied.
+
+This module reads those bytes. The writer beside it, :mod:`state_reader.formats.rocksdb_encode`,
+writes them byte for byte; the ordering columns and timestamps both share are in
+:mod:`state_reader.formats.rocksdb_ordering`.
 """
 
 from __future__ import annotations
@@ -58,9 +62,19 @@ import numpy as np
 import pyarrow as pa
 
 from state_reader.errors import CorruptFileError, RowDecodeError, UnsupportedOptionError
-from state_reader.formats.spark_types import DataType, StructField, StructType
-from state_reader.formats.unsaferow import PAD, RowBuffer, decode_rows
-from state_reader.formats.unsaferow_encode import encode_rows, pack_rows, splice_rows
+from state_reader.formats.rocksdb_ordering import (
+    AVRO_FIELD_BYTES,
+    AVRO_PRESENT,
+    SIGN_BIT,
+    check_ordinals,
+    ordering_column,
+    ordering_values,
+    ordering_widths,
+    prefix_schema,
+)
+from state_reader.formats.spark_types import StructType
+from state_reader.formats.unsaferow import RowBuffer, decode_rows
+from state_reader.formats.unsaferow_encode import pack_rows, splice_rows
 
 STATE_ENCODING_VERSION = 0
 VIRTUAL_CF_PREFIX_BYTES = 2
@@ -77,25 +91,6 @@ RANGE_SCAN = "RangeKeyScanStateEncoderSpec"
 TIMESTAMP_PREFIX = "TimestampAsPrefixKeyStateEncoderSpec"
 TIMESTAMP_POSTFIX = "TimestampAsPostfixKeyStateEncoderSpec"
 TIMESTAMP_BYTES = 8
-_SIGN_BIT = np.uint64(1 << 63)
-
-# Range-scan ordering columns: kind -> (big-endian numpy dtype of the value, is floating point)
-_ORDERING_TYPES = {
-    "byte": (">i1", False),
-    "short": (">i2", False),
-    "integer": (">i4", False),
-    "long": (">i8", False),
-    "date": (">i4", False),
-    "timestamp": (">i8", False),
-    "timestamp_ntz": (">i8", False),
-    "float": (">u4", True),
-    "double": (">u8", True),
-}
-_NEGATIVE, _POSITIVE, _NULL = 0x00, 0x01, 0x02
-# an Avro range-scan ordering column: union branch, zig-zag length 1, marker; union branch, zig-zag length, value
-_AVRO_PRESENT = 0x02
-_AVRO_FIELD_BYTES = 5
-_BINARY = DataType("binary", json_name="binary")
 
 
 def merge_operator_version(conf_value: str | None) -> int:
@@ -352,28 +347,20 @@ def decode_key_prefixes(
     return _decode_payload(head, StructType(fields[:n]), "key prefix", avro, schema_id=False)
 
 
-def _check_ordinals(schema: StructType, ordinals: tuple[int, ...], source: str) -> None:
-    n = len(schema.fields)
-    if not ordinals or any(not 0 <= o < n for o in ordinals) or len(set(ordinals)) != len(ordinals):
-        raise CorruptFileError(
-            f"{source}: range-scan ordering ordinals {list(ordinals)} do not fit a key of {n} columns", path=source
-        )
-
-
 def _decode_range_scan(
     keys: RowBuffer, schema: StructType, ordinals: tuple[int, ...], avro: bool = False
 ) -> pa.StructArray:
     fields = schema.fields
-    _check_ordinals(schema, ordinals, keys.source)
+    check_ordinals(schema, ordinals, keys.source)
     head, rest = _length_prefixed(keys, "range-scan key")
     prefix = _strip_version(head, "range-scan prefix")
     if avro:
         decoded = _avro_ordering_columns(prefix, schema, ordinals)
     else:
-        binaries = StructType([StructField(f"_{i}", _BINARY, False) for i in range(len(ordinals))])
+        binaries = prefix_schema(len(ordinals))
         ordered = decode_rows(prefix, binaries)
         decoded = {
-            o: _ordering_column(ordered.field(i), fields[o].data_type, keys.source, fields[o].name)
+            o: ordering_column(ordered.field(i), fields[o].data_type, keys.source, fields[o].name)
             for i, o in enumerate(ordinals)
         }
     others = [i for i in range(len(fields)) if i not in decoded]
@@ -394,19 +381,6 @@ def _decode_range_scan(
     return _assemble(schema, [decoded[i] for i in range(len(fields))])
 
 
-def _ordering_widths(schema: StructType, ordinals: tuple[int, ...], source: str) -> list[int]:
-    """Bytes of each ordering column's big-endian value (Spark's ``defaultSize`` of its type)."""
-    widths = []
-    for o in ordinals:
-        f = schema.fields[o]
-        if f.data_type.kind not in _ORDERING_TYPES:
-            raise UnsupportedOptionError(
-                f"{source}: range-scan ordering column {f.name!r} of type {f.data_type.json_name} cannot be decoded"
-            )
-        widths.append(np.dtype(_ORDERING_TYPES[f.data_type.kind][0]).itemsize)
-    return widths
-
-
 def _avro_ordering_columns(prefix: RowBuffer, schema: StructType, ordinals: tuple[int, ...]) -> dict[int, pa.Array]:
     """The ordering columns of Avro range-scan keys, from their prefix record (version byte stripped).
 
@@ -416,17 +390,17 @@ def _avro_ordering_columns(prefix: RowBuffer, schema: StructType, ordinals: tupl
     of a family has the same length and the fields sit at fixed offsets.
     """
     source = prefix.source
-    widths = _ordering_widths(schema, ordinals, source)
+    widths = ordering_widths(schema, ordinals, source)
     _require(
         prefix,
-        prefix.lengths != sum(_AVRO_FIELD_BYTES + w for w in widths),
+        prefix.lengths != sum(AVRO_FIELD_BYTES + w for w in widths),
         f"Avro range-scan prefix is not the {len(ordinals)} marker and value fields of its ordering columns",
     )
     out: dict[int, pa.Array] = {}
     at = 0
     for o, width in zip(ordinals, widths, strict=True):
-        header = np.array([_AVRO_PRESENT, 2, _AVRO_PRESENT, 2 * width], dtype=np.uint8)  # zig-zag lengths 1, width
-        raw = prefix.buf[prefix.starts[:, None] + at + np.arange(_AVRO_FIELD_BYTES + width, dtype=np.int64)]
+        header = np.array([AVRO_PRESENT, 2, AVRO_PRESENT, 2 * width], dtype=np.uint8)  # zig-zag lengths 1, width
+        raw = prefix.buf[prefix.starts[:, None] + at + np.arange(AVRO_FIELD_BYTES + width, dtype=np.int64)]
         _require(
             prefix,
             (raw[:, [0, 1, 3, 4]] != header).any(axis=1),
@@ -434,8 +408,8 @@ def _avro_ordering_columns(prefix: RowBuffer, schema: StructType, ordinals: tupl
             f"1-byte marker and {width}-byte value",
         )
         f = schema.fields[o]
-        out[o] = _ordering_values(raw[:, 2], raw[:, _AVRO_FIELD_BYTES:], f.data_type, source, f.name)
-        at += _AVRO_FIELD_BYTES + width
+        out[o] = ordering_values(raw[:, 2], raw[:, AVRO_FIELD_BYTES:], f.data_type, source, f.name)
+        at += AVRO_FIELD_BYTES + width
     return out
 
 
@@ -451,182 +425,11 @@ def _decode_timestamp_key(keys: RowBuffer, schema: StructType, prefix: bool, avr
     at = keys.starts if prefix else keys.starts + keys.lengths - TIMESTAMP_BYTES
     raw = keys.buf[at[:, None] + np.arange(TIMESTAMP_BYTES, dtype=np.int64)]
     flipped = np.ascontiguousarray(raw).view(">u8").reshape(-1).astype("<u8")
-    times = (flipped ^ _SIGN_BIT).view("<i8")
+    times = (flipped ^ SIGN_BIT).view("<i8")
     row = with_spans(keys, keys.starts + TIMESTAMP_BYTES if prefix else keys.starts, keys.lengths - TIMESTAMP_BYTES)
     others = _decode_payload(row, StructType(fields[:-1]), "key", avro)
     event_time = pa.Array.from_buffers(pa.int64(), len(times), [None, pa.py_buffer(times)])
     return _assemble(schema, [*_children(others), event_time])
-
-
-def encode_timestamp_keys(keys: pa.StructArray, schema: StructType, prefix: bool, source: str = "") -> RowBuffer:
-    """Keys of ``schema`` as Spark's timestamp key encoders write them (no column family id, UnsafeRow
-    encoding): the inverse of :func:`decode_keys` for :data:`TIMESTAMP_PREFIX` (``prefix``) and
-    :data:`TIMESTAMP_POSTFIX`, byte for byte. The last key column is the time."""
-    fields = schema.fields
-    if not fields or fields[-1].data_type.kind != "long":
-        raise UnsupportedOptionError(f"{source}: a timestamp key encoder needs a long as the last key column")
-    n = len(keys)
-    others = StructType(fields[:-1])
-    row = encode_rows(
-        pa.StructArray.from_arrays([keys.field(i) for i in range(len(fields) - 1)], fields=list(others.to_arrow())),
-        others,
-        source,
-        normalize_floats=True,
-    )
-    times = np.asarray(keys.field(len(fields) - 1).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    stamp = np.ascontiguousarray((times.view("<u8") ^ _SIGN_BIT).astype(">u8")).view(np.uint8)
-    stamp = stamp.reshape(n, TIMESTAMP_BYTES)  # no rows too
-    if prefix:
-        out = pack_rows([(TIMESTAMP_BYTES + 1, row)], source)
-        at = out.starts
-    else:
-        out = pack_rows([(1, row), (TIMESTAMP_BYTES, None)], source)
-        at = out.starts + out.lengths - TIMESTAMP_BYTES
-    out.buf[at[:, None] + np.arange(TIMESTAMP_BYTES, dtype=np.int64)] = stamp
-    return out
-
-
-def _ordering_column(arr: pa.BinaryArray, dt: DataType, source: str, name: str) -> pa.Array:
-    """Range-scan ``marker | big-endian value`` binaries -> values of type ``dt``."""
-    if dt.kind not in _ORDERING_TYPES:
-        raise UnsupportedOptionError(
-            f"{source}: range-scan ordering column {name!r} of type {dt.json_name} cannot be decoded"
-        )
-    width = np.dtype(_ORDERING_TYPES[dt.kind][0]).itemsize
-    n = len(arr)
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[arr.offset : arr.offset + n + 1].astype(np.int64)
-    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if n else np.zeros(0, np.uint8)
-    sizes = np.diff(offsets)
-    if (sizes != width + 1).any():
-        i = int(np.argmax(sizes != width + 1))
-        raise RowDecodeError(
-            f"{source}: range-scan column {name!r} of row {i} has {int(sizes[i])} bytes, expected {width + 1}",
-            path=source,
-        )
-    start = offsets[:-1]
-    marker = data[start] if n else np.zeros(0, np.uint8)
-    return _ordering_values(marker, data[start[:, None] + 1 + np.arange(width)], dt, source, name)
-
-
-def _ordering_values(marker: np.ndarray, value_bytes: np.ndarray, dt: DataType, source: str, name: str) -> pa.Array:
-    """Range-scan markers and big-endian value bytes (one row of ``width`` bytes each) -> values of ``dt``."""
-    big_endian, floating = _ORDERING_TYPES[dt.kind]
-    width = np.dtype(big_endian).itemsize
-    n = len(marker)
-    if (marker > _NULL).any():
-        raise RowDecodeError(f"{source}: range-scan column {name!r} has an unknown marker byte", path=source)
-    raw = np.ascontiguousarray(value_bytes, dtype=np.uint8).reshape(n, width).view(big_endian).reshape(-1)
-    if floating:  # negative values were stored with every bit flipped
-        raw = np.where(marker == _NEGATIVE, ~raw, raw)
-        values = raw.astype(raw.dtype.newbyteorder("<")).view("<f4" if width == 4 else "<f8")
-    else:
-        values = raw.astype(raw.dtype.newbyteorder("<"))
-    valid = marker != _NULL
-    nulls = int(n - np.count_nonzero(valid))
-    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
-    return pa.Array.from_buffers(
-        dt.to_arrow(), n, [validity, pa.py_buffer(np.ascontiguousarray(values))], null_count=nulls
-    )
-
-
-def _ordering_bytes(arr: pa.Array, dt: DataType, source: str, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """Values of an ordering column -> (marker per row, big-endian value bytes per row): the
-    inverse of :func:`_ordering_values` (a null is marker 0x02 and zero bytes)."""
-    if dt.kind not in _ORDERING_TYPES:
-        raise UnsupportedOptionError(
-            f"{source}: range-scan ordering column {name!r} of type {dt.json_name} cannot be encoded"
-        )
-    big_endian, floating = _ORDERING_TYPES[dt.kind]
-    width = np.dtype(big_endian).itemsize
-    arr = arr.cast(dt.to_arrow()) if arr.type != dt.to_arrow() else arr
-    valid = ~np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    little = np.dtype(big_endian).newbyteorder("<")
-    bits = (
-        np.frombuffer(arr.buffers()[1], dtype=little)[arr.offset : arr.offset + len(arr)]
-        if len(arr)
-        else np.zeros(0, little)
-    )
-    bits = np.where(valid, bits, 0).astype(little)
-    if floating:  # the sign bit decides, so -0.0 and negative NaNs are negative; their bits are flipped
-        negative = (bits >> (8 * width - 1)).astype(bool)
-        bits = np.where(negative, ~bits, bits)
-    else:
-        negative = bits.view(little.str.replace("u", "i")) < 0
-    marker = np.where(valid, np.where(negative, _NEGATIVE, _POSITIVE), _NULL).astype(np.uint8)
-    value = np.ascontiguousarray(bits.astype(big_endian)).view(np.uint8).reshape(-1, width)
-    return marker, value
-
-
-def encode_range_scan_keys(
-    keys: pa.StructArray,
-    schema: StructType,
-    ordinals: tuple[int, ...],
-    avro: bool = False,
-    schema_id: int = 0,
-    source: str = "",
-) -> RowBuffer:
-    """Keys of ``schema`` as Spark's range-scan key encoder writes them (no column family id):
-    the inverse of :func:`decode_keys` for :data:`RANGE_SCAN`, UnsafeRow or Avro (whose
-    remainder carries ``schema_id``), byte for byte."""
-    fields = schema.fields
-    _check_ordinals(schema, ordinals, source)
-    n = len(keys)
-    columns = [_ordering_bytes(keys.field(o), fields[o].data_type, source, fields[o].name) for o in ordinals]
-    if avro:
-        parts = []
-        for marker, value in columns:
-            framing = np.array([[_AVRO_PRESENT, 2], [_AVRO_PRESENT, 2 * value.shape[1]]], dtype=np.uint8)
-            parts += [np.tile(framing[0], (n, 1)), marker[:, None], np.tile(framing[1], (n, 1)), value]
-        prefix = _fixed_rows(np.hstack(parts) if n else np.zeros((0, 0), np.uint8), source)
-    else:
-        binaries = StructType([StructField(f"_{i}", _BINARY, False) for i in range(len(ordinals))])
-        packed = [
-            pa.Array.from_buffers(
-                pa.binary(),
-                n,
-                [
-                    None,
-                    pa.py_buffer((np.arange(n + 1) * (value.shape[1] + 1)).astype(np.int32)),
-                    pa.py_buffer(np.ascontiguousarray(np.hstack([marker[:, None], value]))),
-                ],
-            )
-            for marker, value in columns
-        ]
-        prefix = encode_rows(pa.StructArray.from_arrays(packed, names=binaries.names), binaries, source)
-    others = [i for i in range(len(fields)) if i not in ordinals]
-    rest_schema = StructType([fields[i] for i in others])
-    rest_values = (
-        pa.StructArray.from_arrays([keys.field(i) for i in others], fields=list(rest_schema.to_arrow()))
-        if others
-        else None
-    )
-    header = 1
-    rest: RowBuffer | None
-    if avro:
-        from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, encode_avro
-
-        header += SCHEMA_ID_BYTES
-        # Spark writes the remainder record even when it has no fields
-        rest = RowBuffer.from_rows(encode_avro(rest_values, rest_schema, source) if others else [b""] * n, source)
-    else:
-        rest = encode_rows(rest_values, rest_schema, source) if others else None
-    out = pack_rows([(LENGTH_BYTES + 1, prefix), *([(header, rest)] if rest is not None else [])], source)
-    length = (prefix.lengths + 1).astype("<i4").view(np.uint8).reshape(-1, LENGTH_BYTES)
-    out.buf[out.starts[:, None] + np.arange(LENGTH_BYTES, dtype=np.int64)] = length
-    if avro and schema_id:
-        at = out.starts + LENGTH_BYTES + 1 + prefix.lengths + 1
-        out.buf[at[:, None] + np.arange(2, dtype=np.int64)] = (
-            np.full(n, schema_id, dtype="<i2").view(np.uint8).reshape(-1, 2)
-        )
-    return out
-
-
-def _fixed_rows(matrix: np.ndarray, source: str) -> RowBuffer:
-    """One row per line of a byte matrix."""
-    n, width = matrix.shape
-    buf = np.zeros(n * width + PAD, dtype=np.uint8)
-    buf[: n * width] = matrix.reshape(-1)
-    return RowBuffer.wrap(buf, n * width, np.arange(n, dtype=np.int64) * width, np.full(n, width, np.int64), source)
 
 
 # -- values ---------------------------------------------------------------------
@@ -653,14 +456,15 @@ def decode_values(
     return _decode_payload(values, schema, "value", avro, valid=checked)
 
 
-# -- writing: UnsafeRows <-> RocksDB keys and values --------------------------------
+# -- RocksDB keys and values as UnsafeRows (the other way: rocksdb_encode) ----------
 
 # key encoders whose keys hold the whole key as UnsafeRows, so they convert to and from the
 # HDFS-backed provider's plain UnsafeRow keys without decoding
 CONVERTIBLE_KEY_ENCODERS = (NO_PREFIX, PREFIX_SCAN)
 
 
-def _require_convertible(spec: KeyEncoderSpec, source: str) -> None:
+def require_convertible(spec: KeyEncoderSpec, source: str) -> None:
+    """Refuse keys of a key encoder that does not keep the whole key as UnsafeRows (both ways)."""
     if spec.kind not in CONVERTIBLE_KEY_ENCODERS:
         raise UnsupportedOptionError(
             f"{source}: keys of the RocksDB key encoder {spec.kind} cannot be converted "
@@ -669,23 +473,9 @@ def _require_convertible(spec: KeyEncoderSpec, source: str) -> None:
         )
 
 
-def encode_keys(rows: RowBuffer, schema: StructType, spec: KeyEncoderSpec) -> RowBuffer:
-    """UnsafeRow keys of ``schema`` as RocksDB writes them with ``spec`` (no column families)."""
-    _require_convertible(spec, rows.source)
-    if spec.kind == NO_PREFIX:
-        return pack_rows([(1, rows)], rows.source)
-    n, fields = spec.num_prefix_cols, schema.fields
-    head = splice_rows([(rows, schema, 0, n)], rows.source)
-    rest = splice_rows([(rows, schema, n, len(fields))], rows.source)
-    out = pack_rows([(LENGTH_BYTES + 1, head), (1, rest)], rows.source)
-    length = (head.lengths + 1).astype("<i4").view(np.uint8).reshape(-1, LENGTH_BYTES)
-    out.buf[out.starts[:, None] + np.arange(LENGTH_BYTES, dtype=np.int64)] = length
-    return out
-
-
 def unsafe_keys(keys: RowBuffer, schema: StructType, spec: KeyEncoderSpec) -> RowBuffer:
     """RocksDB keys written with ``spec`` (column family id stripped) as UnsafeRows of ``schema``."""
-    _require_convertible(spec, keys.source)
+    require_convertible(spec, keys.source)
     if spec.kind == NO_PREFIX:
         return _strip_version(keys, "key")
     n, fields = spec.num_prefix_cols, schema.fields
@@ -697,39 +487,6 @@ def unsafe_keys(keys: RowBuffer, schema: StructType, spec: KeyEncoderSpec) -> Ro
         ],
         keys.source,
     )
-
-
-def encode_values(rows: RowBuffer) -> RowBuffer:
-    """UnsafeRow values as RocksDB writes single values (no row checksum)."""
-    return pack_rows([(1, rows)], rows.source)
-
-
-def with_row_checksums(keys: RowBuffer, values: RowBuffer, with_length: bool) -> RowBuffer:
-    """``values`` framed as Spark stores them with row checksums on: int32 LE CRC-32C of row i's key
-    bytes then value bytes (both as stored), then, in RocksDB (``with_length``), int32 LE the value's
-    length, then the value. The HDFS-backed provider writes the checksum alone before the value."""
-    from state_reader.formats import kernels
-    from state_reader.io.integrity import crc32c
-
-    header = CHECKSUM_BYTES + (LENGTH_BYTES if with_length else 0)
-    out = pack_rows([(header, values)], values.source)
-    kbuf, vbuf = keys.buf, values.buf
-    if kernels.numba_wanted(len(values.starts)):
-        sums = kernels.crc32c_pairs(kbuf, keys.starts, keys.lengths, vbuf, values.starts, values.lengths)
-    else:  # few rows, numba not loaded (or not installed): not worth loading it
-        sums = np.fromiter(
-            (
-                crc32c(bytes(kbuf[k0 : k0 + kn]) + bytes(vbuf[v0 : v0 + vn]))
-                for k0, kn, v0, vn in zip(keys.starts, keys.lengths, values.starts, values.lengths, strict=True)
-            ),
-            dtype=np.uint32,
-            count=len(values.starts),
-        )
-    fields = [sums.astype("<u4")] + ([values.lengths.astype("<i4")] if with_length else [])
-    for i, field in enumerate(fields):
-        at = out.starts[:, None] + i * 4 + np.arange(4, dtype=np.int64)
-        out.buf[at] = field.view(np.uint8).reshape(-1, 4)
-    return out
 
 
 def unsafe_values(values: RowBuffer) -> RowBuffer:

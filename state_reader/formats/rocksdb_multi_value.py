@@ -13,13 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from state_reader.errors import CorruptFileError
-from state_reader.formats.rocksdb_encoding import (
-    CHECKSUM_BYTES,
-    LENGTH_BYTES,
-    MERGE_DELIMITERS,
-    STATE_ENCODING_VERSION,
-    with_row_checksums,
-)
+from state_reader.formats.rocksdb_encode import with_row_checksums
+from state_reader.formats.rocksdb_encoding import CHECKSUM_BYTES, LENGTH_BYTES, MERGE_DELIMITERS, STATE_ENCODING_VERSION
 from state_reader.formats.unsaferow import PAD, RowBuffer
 from state_reader.formats.unsaferow_encode import copy_spans, pack_rows
 

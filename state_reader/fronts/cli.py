@@ -6,7 +6,9 @@ function of the API (``describe_checkpoint``, ``plan_state_read`` + ``scan``,
 ``figure_from_stats``) and hands what comes back to :mod:`state_reader.fronts.console`,
 which prints it. Every command takes ``--json``. Failures print one line (the
 error's message) and exit with 1; ``--debug`` adds the traceback. ``verify`` exits
-with 2 when it finds damage.
+with 2 when it finds damage. ``plot``, ``rewrite`` and ``why`` are commands of their own
+modules (:mod:`state_reader.fronts.plot_cli`, :mod:`state_reader.fronts.cli_rewrite`,
+:mod:`state_reader.fronts.why_cli`), added to the group here.
 """
 
 from __future__ import annotations
@@ -44,17 +46,17 @@ from state_reader.fronts.cli_flags import (
     given_schema_flags,
     in_flags,
     instead_of,
-    key_lookup_flags,
     storage_options_of,
     store_read_flags,
 )
 from state_reader.fronts.cli_rewrite import rewrite
+from state_reader.fronts.plot_cli import plot
+from state_reader.fronts.why_cli import why
 from state_reader.inspect.doctor_thresholds import THRESHOLDS
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from state_reader.inspect.verdict_summary import VerdictSummary
     from state_reader.model.plan import StateReadPlan
 
 # Each command imports what it uses when it runs: numpy, pyarrow and fsspec are most of
@@ -451,100 +453,7 @@ def verify(
     return EXIT_OK if report.ok else EXIT_DAMAGED
 
 
-def _verdict_summary(
-    checkpoint: str,
-    operator_id: int | None,
-    store_name: str | None,
-    state_var_name: str | None,
-    key_schema: str | None,
-    value_schema: str | None,
-    storage_option: Sequence[str],
-) -> VerdictSummary:
-    """Every key's verdict of the store the flags choose, summed up (``why`` without -k, ``plot --verdicts``)."""
-    from state_reader.inspect.verdict_summary import summarize_verdicts
-
-    return summarize_verdicts(
-        checkpoint,
-        operator_id=operator_id,
-        store_name=store_name,
-        state_var_name=state_var_name,
-        key_schema=key_schema,
-        value_schema=value_schema,
-        storage_options=storage_options_of(storage_option),
-    )
-
-
-@cli.command()
-@click.argument("checkpoint")
-@click.option("--out", required=True, metavar="FILE.png", help="Image file to write (PNG, SVG or PDF by extension).")
-@click.option("--operator", "-O", "operator_id", type=int, help="Only this operator (default: all).")
-@click.option("--store", "-s", "store_name", help="Only this store (default: all).")
-@STATE_VAR_NAME
-@click.option(
-    "--verdicts",
-    "verdicts",
-    is_flag=True,
-    help="Keys over the watermark (or time) at which they leave state, the watermark now drawn in "
-    "(one store: operator 0's default unless given), as `why` without a key filter sums them up.",
-)
-@batch_range_flags("First batch (default: the oldest whose state is on disk).", "Last batch (default: the latest).")
-@deprecated_batches_flag
-@given_schema_flags
-@common_options
-def plot(
-    checkpoint: str,
-    out: str,
-    operator_id: int | None,
-    store_name: str | None,
-    state_var_name: str | None,
-    verdicts: bool,
-    change_start_batch_id: int | None,
-    change_end_batch_id: int | None,
-    batch_range: str | None,
-    key_schema: str | None,
-    value_schema: str | None,
-    as_json: bool,
-    debug: bool,
-    storage_option: Sequence[str],
-) -> int:
-    """Plot state rows and bytes per partition over batches (--verdicts: when the keys leave state)."""
-    from state_reader.fronts.plotting import PLOT_NEEDS, figure_from_stats, figure_from_verdicts
-    from state_reader.inspect.stats import collect_stats
-
-    try:
-        import matplotlib
-    except ImportError:
-        raise click.ClickException(PLOT_NEEDS) from None
-    matplotlib.use("Agg")  # files only, never a window
-
-    if verdicts:
-        summary = _verdict_summary(
-            checkpoint, operator_id, store_name, state_var_name, key_schema, value_schema, storage_option
-        )
-        fig = figure_from_verdicts(summary)
-        fig.savefig(out)
-        width, height = (round(float(v)) for v in fig.get_size_inches() * fig.dpi)
-        console.output(as_json).plot(out, width=width, height=height, stores=1, batches=[summary.latest_batch_id])
-        return EXIT_OK
-
-    start, end = chosen_batch_range(change_start_batch_id, change_end_batch_id, batch_range)
-    result = collect_stats(
-        checkpoint,
-        operator_id=operator_id,
-        store_name=store_name,
-        change_start_batch_id=start,
-        change_end_batch_id=end,
-        key_schema=key_schema,
-        value_schema=value_schema,
-        storage_options=storage_options_of(storage_option),
-    )
-    fig = figure_from_stats(result.table, title=f"state of {checkpoint}")
-    fig.savefig(out)
-    width, height = (round(float(v)) for v in fig.get_size_inches() * fig.dpi)
-    console.output(as_json).plot(out, width=width, height=height, stores=len(result.providers), batches=result.batches)
-    return EXIT_OK
-
-
+cli.add_command(plot)
 cli.add_command(rewrite)
 
 
@@ -590,56 +499,7 @@ def doctor(
     return EXIT_OK if result.healthy else EXIT_FINDINGS
 
 
-@cli.command(epilog=KEY_FILTER_HELP)
-@click.argument("checkpoint")
-@key_lookup_flags
-@FROM_SNAPSHOTS
-@click.option(
-    "--history",
-    metavar="PATH",
-    help="A Parquet history kept by following the query: the timeline starts there, before the retained batches.",
-)
-@given_schema_flags
-@common_options
-def why(
-    checkpoint: str,
-    operator_id: int | None,
-    store_name: str | None,
-    state_var_name: str | None,
-    key_filter: str | None,
-    change_feed_from_snapshots: bool | None,
-    history: str | None,
-    key_schema: str | None,
-    value_schema: str | None,
-    as_json: bool,
-    debug: bool,
-    storage_option: Sequence[str],
-) -> int:
-    """Why a key is in state: its story over the retained batches (batch time, the watermark the operator
-    saw, each change and value), and when Spark will emit, expire or evict it. Without --key-filter: why
-    the state is this big, every key's verdict summed up (keys per verdict, when they leave, their ages)."""
-    if key_filter is None:
-        summary = _verdict_summary(
-            checkpoint, operator_id, store_name, state_var_name, key_schema, value_schema, storage_option
-        )
-        console.output(as_json).verdicts(summary)
-        return EXIT_OK
-    from state_reader.inspect.explain import explain
-
-    result = explain(
-        checkpoint,
-        key_filter=key_filter,
-        operator_id=operator_id,
-        store_name=store_name,
-        state_var_name=state_var_name,
-        change_feed_from_snapshots=change_feed_from_snapshots,
-        history=history,
-        key_schema=key_schema,
-        value_schema=value_schema,
-        storage_options=storage_options_of(storage_option),
-    )
-    console.output(as_json).why(result)
-    return EXIT_OK
+cli.add_command(why)
 
 
 @cli.command()

@@ -1,6 +1,6 @@
 """The parts a command's text is made of (a console, tables, records, sparklines, JSON on stdout) and the
-reports longer than a table (``stats``' stores, a rewrite's report), which
-:class:`~state_reader.fronts.console.TextOutput` prints."""
+reports longer than a table (``overview``'s, ``stats``' stores, ``why``'s stories and verdicts, a rewrite's
+report), which :class:`~state_reader.fronts.console.TextOutput` prints."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from state_reader.core.rewrite import RewriteReport, StoreReport
+    from state_reader.inspect.explain import Explanation
     from state_reader.inspect.stats import StatsResult
+    from state_reader.inspect.verdict_summary import VerdictSummary
 
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 CELL_WIDTH = 48  # longest cell shown in table layout; records layout shows everything
@@ -104,6 +106,79 @@ def relative(path: str | None, root: str) -> str:
 
 # ---------------------------------------------------------------------------
 # reports longer than a table
+
+
+def overview_text(con: Console, info: dict[str, Any]) -> None:
+    """The checkpoint at a glance as ``overview`` prints it: its batches, state store and formats, then a
+    table of its operators and their stores (and a transformWithState operator's state variables)."""
+    b = info["batches"]
+    formats = " · ".join(f"{k} v{v}" for k, v in info["state_format_versions"].items()) or "not recorded"
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("checkpoint", Text(info["checkpoint"]))
+    grid.add_row(
+        "batches",
+        f"{b['first_batch_id']}..{b['last_batch_id']} ({b['count']} committed, latest {b['latest_batch_id']})",
+    )
+    codec = info["codec"] + ("" if info["codec_recorded"] else " (default; not recorded)")
+    parts = [info["provider"], f"codec {codec}"]
+    if info["shuffle_partitions"] is not None:
+        parts.append(f"{info['shuffle_partitions']} shuffle partitions")
+    grid.add_row("state store", " · ".join(parts))
+    if info["provider"] == "rocksdb":
+        grid.add_row(
+            "",
+            f"changelog checkpointing {'on' if info['changelog_checkpointing'] else 'off'} · "
+            f"checkpoint format v{info['checkpoint_format_version']}",
+        )
+    grid.add_row("state formats", formats)
+    grid.add_row(
+        "",
+        f"encoding {info['encoding_format']} · row checksums {'on' if info['row_checksum'] else 'off'}",
+    )
+    grid.add_row("operator metadata", info["operator_metadata"])
+    for i, frozen in enumerate(info.get("frozen_confs", [])):
+        grid.add_row("frozen confs" if i == 0 else "", frozen_conf_text(frozen))
+    con.print(grid)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in (
+        "op",
+        "operator",
+        "store",
+        "partitions",
+        "dirs on disk",
+        "provider",
+        "state of batches",
+        "properties",
+    ):
+        table.add_column(col)
+    for op in info["operators"]:
+        span = f"{op['batches']['first_batch_id']}..{op['batches']['last_batch_id']}" if op["batches"] else "-"
+        for i, store in enumerate(op["stores"]):
+            first = i == 0
+            table.add_row(
+                str(op["operator_id"]) if first else "",
+                Text(op["operator_name"] or "unknown") if first else "",
+                Text(store["store_name"]),
+                str(store["num_partitions"]),
+                str(op["partitions_on_disk"]) if first else "",
+                op["provider"] if first else "",
+                span if first else "",
+                Text(op["operator_properties"] or "") if first else "",
+            )
+    if info["operators"]:
+        con.print(table)
+        for op in info["operators"]:  # transformWithState: the user's variables, a column family each
+            if op.get("state_variables"):
+                con.print(
+                    Text(
+                        f"operator {op['operator_id']} state variables: "
+                        + "; ".join(f"{v['name']}: {v['described']}" for v in op["state_variables"])
+                    )
+                )
+    else:
+        con.print("no stateful operators (no state/ directory)")
 
 
 def stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: bool) -> None:
@@ -215,6 +290,109 @@ def stats_text(con: Console, result: StatsResult, summary: pa.Table, detail: boo
                 )
             con.print(dtable)
         con.print()
+
+
+def why_text(con: Console, result: Explanation) -> None:
+    """Each key's story as ``why -k`` prints it: its timeline as a table, then the verdict on it in one line."""
+    from state_reader.formats.flatten import render_compact
+    from state_reader.units import iso_time
+
+    where = f"operator {result.operator_id} ({result.operator_name or 'unknown'})"
+    if result.state_var_name:
+        where += f", state variable {result.state_var_name}"
+    elif result.store_name:
+        where += f", store {result.store_name}"
+    con.print(Text(f"{where}; retained batches {result.first_batch_id}..{result.latest_batch_id}", style="bold"))
+    if result.message:
+        con.print(Text(result.message, style="yellow"))
+    styles = {"never": "red bold", "gone": "dim", "fire": "cyan bold"}
+    for story in result.keys:
+        side = f" ({story.join_side} side)" if story.join_side else ""
+        con.print(Text(f"key {render_compact(story.key)}{side}", style="bold cyan"))
+        rows = [
+            [
+                e.batch_id,
+                iso_time(e.batch_time_ms or None),
+                iso_time(e.watermark_ms),  # 0 (none set yet) too, as the offset log and --json give it
+                e.change_type,
+                render_compact(e.value) if e.value is not None else None,
+            ]
+            for e in story.timeline
+        ]
+        con.print(data_table(["batch", "batch time", "watermark", "change", "value"], rows))
+        v = story.verdict
+        style = "yellow bold" if v.overdue else styles.get(v.event, "green bold")
+        con.print(Text(f"  {v.event}: {v.summary}", style=style))
+
+
+def verdicts_text(con: Console, summary: VerdictSummary) -> None:
+    """Every key's verdict summed up as ``why`` without a key filter prints it: keys per verdict, when they
+    leave state, how many are overdue, their ages and a few of them."""
+    from state_reader.formats.flatten import render_compact
+    from state_reader.inspect.verdict_summary import describe_leaving
+    from state_reader.units import iso_time
+
+    where = f"operator {summary.operator_id} ({summary.operator_name or 'unknown'})"
+    if summary.state_var_name:
+        where += f", state variable {summary.state_var_name}"
+    elif summary.store_name:
+        where += f", store {summary.store_name}"
+    con.print(
+        Text(
+            f"{where}: {summary.keys} keys in state at batch {summary.latest_batch_id}; retained batches "
+            f"{summary.first_batch_id}..{summary.latest_batch_id}",
+            style="bold",
+        )
+    )
+    moved = "" if summary.watermark_moved_batch_id is None else f" (since batch {summary.watermark_moved_batch_id})"
+    clocks = f"watermark {iso_time(summary.watermark_ms)}{moved}; batch time {iso_time(summary.batch_time_ms)}"
+    con.print(Text(clocks))
+    con.print(data_table(["event", "keys"], [[e, n] for e, n in summary.counts.items()]))
+    for line in describe_leaving(summary):
+        con.print(Text(line))
+    for name, clock, now in (
+        ("leaves_by_watermark", "watermark", summary.watermark_ms),
+        ("leaves_by_time", "batch time", summary.batch_time_ms),
+    ):
+        bins = getattr(summary, name)
+        if bins:
+            top = max(b["keys"] for b in bins) or 1
+            rows = [
+                [
+                    iso_time(b["from_ms"]),
+                    iso_time(b["to_ms"]),
+                    b["keys"],
+                    "█" * max(1 if b["keys"] else 0, round(20 * b["keys"] / top)) or None,
+                    "◀ now" if b["from_ms"] <= now <= b["to_ms"] else None,
+                ]
+                for b in bins
+            ]
+            con.print(data_table([f"{clock} from", "to", "keys", "", ""], rows))
+    style = "yellow bold" if summary.overdue else "green"
+    con.print(Text(f"overdue: {summary.overdue} keys whose time has come are still in state", style=style))
+    ages = [
+        [
+            a["last_changed_batch_id"]
+            if a["last_changed_batch_id"] is not None
+            else f"<= {summary.first_batch_id} (not since)",
+            a["keys"],
+        ]
+        for a in summary.ages
+    ]
+    con.print(Text("keys by last change", style="bold"))
+    con.print(data_table(["last changed batch", "keys"], ages))
+    for title, samples in (("oldest keys", summary.oldest), ("never evicted", summary.never)):
+        if not samples:
+            continue
+        con.print(Text(title, style="bold red" if title == "never evicted" else "bold"))
+        for sample in samples:
+            side = f" ({sample['join_side']} side)" if sample.get("join_side") else ""
+            when = sample["when_watermark_ms"] or sample["when_time_ms"]
+            at = f" at {iso_time(when)}" if when is not None else ""
+            changed = sample["last_changed_batch_id"]
+            last = f"in batch {changed}" if changed is not None else f"at or before batch {summary.first_batch_id}"
+            con.print(Text(f"  {render_compact(sample['key'])}{side}: {sample['event']}{at}; last changed {last}"))
+            con.print(Text(f"    {sample['command']}", style="dim"))
 
 
 def frozen_conf_text(frozen: dict[str, Any]) -> str:

@@ -15,7 +15,8 @@ Files in a store directory (a partition directory, or a join store's sub-directo
     <v>_<uuid>.zip, <v>_<uuid>.changelog   the same, checkpoint format version 2
 
 Version V with checkpoint format 1: the newest zip S <= V (none: the empty state),
-then the changelogs S+1..V applied in order.
+then the changelogs S+1..V applied in order (the entries and what each record does to
+them: :mod:`state_reader.providers.rocksdb_state`).
 
 Checkpoint format 2: ``commits/<V-1>`` names the unique id u of V in
 ``stateUniqueIds[operator][partition][store index]``. ``V_u.zip`` is the state if it
@@ -57,9 +58,7 @@ from state_reader.formats.rocksdb_encoding import (
     column_family_ids,
     decode_keys,
     decode_values,
-    delete_range_end,
     delete_record_key,
-    merge,
     select,
     strip_column_family,
 )
@@ -73,84 +72,10 @@ from state_reader.model.checkpoint import (
     version_ranges,
 )
 from state_reader.model.plan import StateReadPlan
+from state_reader.providers.rocksdb_state import StoreState
 
 # (version, unique id or None) of a zip or changelog
 FileId = tuple[int, "str | None"]
-
-
-class StoreState:
-    """Encoded RocksDB keys -> values of a store at one version.
-
-    Kept as a snapshot gives them, two RowBuffers of unique keys and their values
-    (``rows``), until something needs a dict (``entries``, which changelogs are
-    applied to); from then on as that dict.
-    """
-
-    def __init__(
-        self,
-        entries: dict[bytes, bytes] | None = None,
-        column_families: dict[str, int] | None = None,
-        uses_column_families: bool = False,
-        rows: tuple[RowBuffer, RowBuffer] | None = None,
-    ) -> None:
-        self._entries = entries if entries is not None or rows is not None else {}
-        self.rows = rows
-        # virtual column family name -> id, from the snapshot the state was built on
-        self.column_families = column_families or {}
-        # True when the store keeps virtual column families (ids prefix every key)
-        self.uses_column_families = uses_column_families
-
-    @property
-    def entries(self) -> dict[bytes, bytes]:
-        """Keys -> values as a dict of ``bytes``."""
-        if self._entries is None:
-            assert self.rows is not None
-            keys, values = self.rows
-            self._entries = dict(zip(row_byte_strings(keys), row_byte_strings(values), strict=True))
-            self.rows = None
-        return self._entries
-
-    @entries.setter
-    def entries(self, value: dict[bytes, bytes]) -> None:
-        self._entries = value
-        self.rows = None
-
-    def row_buffers(self, source: str) -> tuple[RowBuffer, RowBuffer]:
-        """Keys and values as RowBuffers (no copy when they are kept that way)."""
-        if self.rows is not None:
-            keys, values = self.rows
-            keys.source, values.source = source + " key", source + " value"
-            return keys, values
-        entries = self.entries
-        return (
-            RowBuffer.from_rows(list(entries), source + " key"),
-            RowBuffer.from_rows(list(entries.values()), source + " value"),
-        )
-
-
-def row_byte_strings(rows: RowBuffer, lo: int = 0, hi: int | None = None) -> list[bytes]:
-    """Rows ``lo:hi`` of a RowBuffer, each as a ``bytes`` object (what rocksdict and a dict of entries take)."""
-    starts, lengths = rows.starts[lo:hi], rows.lengths[lo:hi]
-    if not len(starts):
-        return []
-    first = int(starts.min())
-    data = rows.buf[first : int((starts + lengths).max())].tobytes()
-    return [data[s : s + n] for s, n in zip((starts - first).tolist(), lengths.tolist(), strict=True)]
-
-
-def _delete_range(entries: dict[bytes, bytes], begin: bytes, end: bytes, source: str) -> None:
-    """A changelog's delete range applied as Spark's replay applies it (RocksDB's ``deleteRange`` with its
-    default bytewise comparator): every key from ``begin`` (included) to ``end`` (excluded), the keys
-    compared as unsigned bytes as stored, column family id first. An empty range removes nothing; RocksDB
-    refuses a reversed one, so Spark cannot load the version either."""
-    if begin > end:
-        raise CorruptFileError(
-            f"{source}: a delete range record ends ({end.hex()}) before it begins ({begin.hex()}); RocksDB "
-            "refuses such a range, so Spark cannot rebuild this version either",
-            path=source,
-        )
-    for key in [k for k in entries if begin <= k < end]:
-        del entries[key]
 
 
 # snapshots read by one read_state at least this big (in entries, scaled) load numba; see kernels.NUMBA_MIN_RECORDS:
@@ -370,21 +295,6 @@ class RocksDBStore:
 
     # -- versions --
 
-    def _apply(self, state: StoreState, log: changelog_format.Changelog) -> None:
-        entries = state.entries
-        if changelog_format.has_column_families(log.format_version):
-            state.uses_column_families = True
-        for kind, key, value in log.records:
-            if kind == changelog_format.PUT:
-                entries[key] = value  # type: ignore[assignment]
-            elif kind == changelog_format.DELETE:
-                entries.pop(delete_record_key(key, self.row_checksum), None)
-            elif kind == changelog_format.DELETE_RANGE:
-                assert value is not None
-                _delete_range(entries, key, delete_range_end(value, self.row_checksum, log.path), log.path)
-            else:
-                entries[key] = merge(entries.get(key), value, self.delimiter)  # type: ignore[arg-type]
-
     def load(self, version: int, unique_id: str | None = None) -> StoreState:
         """The store at ``version``; ``unique_id`` (checkpoint format 2) selects its files."""
         return self._load_v1(version) if unique_id is None else self._load_v2(version, unique_id)
@@ -415,7 +325,7 @@ class RocksDBStore:
         why = f"version {version} is rebuilt from it"
         state = self.load_snapshot(start, None, why, as_dict=start < version) if start else StoreState({})
         for v in range(start + 1, version + 1):
-            self._apply(state, self.read_changelog(v, None, why))
+            state.apply(self.read_changelog(v, None, why), self.row_checksum, self.delimiter)
         return state
 
     def _load_v2(self, version: int, unique_id: str) -> StoreState:
@@ -459,8 +369,8 @@ class RocksDBStore:
         lineage_why = f"the lineage in {shown} needs it"
         state = self.load_snapshot(*chain[base], lineage_why, as_dict=True) if base is not None else StoreState({})
         for v, u in replay[:-1]:
-            self._apply(state, self.read_changelog(v, u, lineage_why))
-        self._apply(state, last)
+            state.apply(self.read_changelog(v, u, lineage_why), self.row_checksum, self.delimiter)
+        state.apply(last, self.row_checksum, self.delimiter)
         return state
 
     def load_from_snapshot(self, start: int, version: int, ids: dict[int, str | None]) -> StoreState:
@@ -480,11 +390,8 @@ class RocksDBStore:
             raise self._missing(missing, ids[missing], "changelog", why)
         state = self.load_snapshot(start, ids[start], why, as_dict=start < version)
         for v in range(start + 1, version + 1):
-            self._apply(state, self.read_changelog(v, ids[v], why))
+            state.apply(self.read_changelog(v, ids[v], why), self.row_checksum, self.delimiter)
         return state
-
-
-# -- checkpoint format 2 ----------------------------------------------------------
 
 
 # -- the provider's entry point ---------------------------------------------------

@@ -15,7 +15,7 @@ import numpy as np
 from state_reader.formats import rocksdict_db, snapshot_zip
 from state_reader.formats.rocksdb_encoding import column_family_ids
 from state_reader.formats.unsaferow import RowBuffer
-from state_reader.providers.rocksdb import row_byte_strings
+from state_reader.providers.rocksdb_state import row_byte_strings
 
 # rows handed to RocksDB at a time when building a snapshot
 _WRITE_BATCH = 8192

@@ -34,10 +34,12 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
     "formats/_numba_sst": ("formats/test_sst.py",),
     "formats/_numba_walk": ("formats/test_kernels.py",),
     "formats/rocksdict_db": ("formats/test_sst.py",),
+    "formats/rocksdb_ordering": ("formats/test_rocksdb_encode.py", "formats/test_avro_encoding.py"),
     "model/operators": ("oracles/test_hdfs.py", "oracles/test_rocksdb.py"),
     "model/state_variables": ("oracles/test_transform_with_state.py",),
     "providers/rocksdb_families": ("oracles/test_transform_with_state.py", "inspect/test_explain.py"),
     "providers/rocksdb_variables": ("oracles/test_transform_with_state.py",),
+    "providers/rocksdb_state": ("formats/test_changelog.py", "providers/test_rocksdb.py"),
     "core/metadata": ("oracles/test_hdfs.py", "oracles/test_spark_fronts.py"),
     "core/size": ("core/test_rewrite.py", "inspect/test_stats.py"),
     "inspect/doctor_findings": ("inspect/test_doctor.py",),
@@ -46,6 +48,8 @@ TESTED_IN: dict[str, tuple[str, ...]] = {
     "fronts/sql": ("oracles/test_spark_fronts.py",),
     "fronts/stream_source": ("core/test_follow.py",),
     "fronts/follow_cli": ("core/test_follow.py",),
+    "fronts/why_cli": ("inspect/test_explain.py", "inspect/test_verdict_summary.py"),
+    "fronts/plot_cli": ("fronts/test_plotting.py", "fronts/test_cli.py", "inspect/test_verdict_summary.py"),
 }
 
 

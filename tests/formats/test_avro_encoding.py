@@ -15,7 +15,8 @@ from tests.support.rows import row_bytes
 
 
 def test_a_damaged_avro_range_scan_key_names_the_file():
-    from state_reader.formats.rocksdb_encoding import RANGE_SCAN, KeyEncoderSpec, decode_keys, encode_range_scan_keys
+    from state_reader.formats.rocksdb_encode import encode_range_scan_keys
+    from state_reader.formats.rocksdb_encoding import RANGE_SCAN, KeyEncoderSpec, decode_keys
     from state_reader.formats.unsaferow import RowBuffer
 
     schema = from_json_value(

@@ -8,11 +8,8 @@ order; lz4 decoding into a buffer must equal decoding to bytes.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
 import struct
-from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +24,7 @@ from state_reader.formats.spark_types import parse_struct
 from state_reader.formats.unsaferow import RowBuffer, decode_rows
 from state_reader.io.storage import Storage
 from state_reader.providers.hdfs import HDFSStore, parse_records
+from tests.support.environment import environment
 
 END = struct.pack(">i", -1)
 HAVE_NUMBA = kernels._compile() is not None
@@ -155,7 +153,7 @@ def test_lz4_checksums_name_the_first_bad_block(setting):
     bad = bytearray(raw)
     bad[blocks[1][2] + 10] ^= 0x01
     out = np.zeros(len(data) + 64, dtype=np.uint8)
-    with _numba_setting(setting):
+    with environment({"STATE_READER_NUMBA": setting}):
         with pytest.raises(errors.ChecksumMismatchError, match=f"f: lz4 block at byte {second} fails"):
             codecs.decompress_lz4_into(bytes(bad), "f", out)
         # and a later block cut short: the checksum of the second block is still the first error
@@ -180,19 +178,6 @@ def _write_chain(root, files: list[tuple[str, list[tuple[bytes, bytes | None]]]]
             for k, v in records
         )
         (store / name).write_bytes(_lz4_java(body + END, block=256))
-
-
-@contextlib.contextmanager
-def _numba_setting(setting: str) -> Iterator[None]:
-    saved = os.environ.get("STATE_READER_NUMBA")
-    os.environ["STATE_READER_NUMBA"] = setting
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("STATE_READER_NUMBA", None)
-        else:
-            os.environ["STATE_READER_NUMBA"] = saved
 
 
 @settings(max_examples=60, deadline=None)
@@ -223,7 +208,7 @@ def test_chain_merge_equals_dict_replay(tmp_path_factory, data):
     _write_chain(root, files, checksum)
     store = HDFSStore(Storage(str(root)), "state", "lz4", row_checksum=checksum)
     for setting in ("0", "1") if HAVE_NUMBA else ("0",):  # the Python merge and the compiled one
-        with _numba_setting(setting):
+        with environment({"STATE_READER_NUMBA": setting}):
             assert store.load(n_files) == expected
             _, _, live = store.load_records(n_files)
             # rows come in the order of their last write
@@ -259,7 +244,7 @@ def test_rows_decode_in_place_and_from_copies_alike():
     for order in ([0, 1, 2, 3], [3, 1, 0, 2]):
         wrapped = RowBuffer.wrap(buf, len(blob) - 64, np.array(starts)[order], np.array(lengths)[order], "w")
         for setting in ("0", "1") if HAVE_NUMBA else ("0",):  # numpy/Arrow gathers, compiled ones
-            with _numba_setting(setting):
+            with environment({"STATE_READER_NUMBA": setting}):
                 got = decode_rows(wrapped, schema)
             assert [tuple(d.values()) for d in got.to_pylist()] == [expected[i] for i in order]
     assert [tuple(d.values()) for d in copied.to_pylist()] == expected
@@ -277,7 +262,7 @@ def test_strings_ascii_utf8_and_invalid_bytes(setting):
         return struct.pack("<qQ", 0, (16 << 32) | len(text)) + text + bytes(-len(text) % 8)
 
     texts = [b"plain", "caf\u00e9 \u2713".encode(), b"bad \xff byte", b""]
-    with _numba_setting(setting):
+    with environment({"STATE_READER_NUMBA": setting}):
         got = decode_rows(RowBuffer.from_rows([row(t) for t in texts], "r"), schema).field(0)
     got.validate(full=True)
     assert got.to_pylist() == ["plain", "caf\u00e9 \u2713", "bad \ufffd byte", ""]
@@ -314,7 +299,7 @@ def test_compiled_row_words_equal_numpy_gather(size, n_words, data):
 def test_row_checksums_are_the_same_compiled_and_in_python():
     """Row checksums (CRC-32C of a row's key bytes then its value bytes) of spans of every length, empty ones
     too: the compiled kernel gives what the byte-exact CRC-32C gives, row by row."""
-    from state_reader.formats.rocksdb_encoding import with_row_checksums
+    from state_reader.formats.rocksdb_encode import with_row_checksums
     from state_reader.io.integrity import crc32c
 
     rng = np.random.default_rng(7)
@@ -326,7 +311,7 @@ def test_row_checksums_are_the_same_compiled_and_in_python():
     vstart = np.concatenate([[1], 1 + np.cumsum(vlen)[:-1]]).astype(np.int64)
     keys = RowBuffer(kbuf, kstart, klen.astype(np.int64), "keys")
     values = RowBuffer(vbuf, vstart, vlen.astype(np.int64), "values")
-    with _numba_setting("1"):
+    with environment({"STATE_READER_NUMBA": "1"}):
         sums = kernels.crc32c_pairs(kbuf, kstart, klen, vbuf, vstart, vlen)
         compiled = with_row_checksums(keys, values, with_length=True)
     expected = [
@@ -334,7 +319,7 @@ def test_row_checksums_are_the_same_compiled_and_in_python():
         for k, kn, v, vn in zip(kstart, klen, vstart, vlen, strict=True)
     ]
     assert sums.tolist() == expected
-    with _numba_setting("0"):
+    with environment({"STATE_READER_NUMBA": "0"}):
         plain = with_row_checksums(keys, values, with_length=True)
     assert np.array_equal(compiled.buf, plain.buf) and np.array_equal(compiled.starts, plain.starts)
 
@@ -353,7 +338,7 @@ def test_spans_are_copied_alike_compiled_and_vectorised():
     dst_starts = (np.cumsum(lengths + 3) - lengths).astype(np.int64)
     out = {}
     for setting in ("1", "0"):
-        with _numba_setting(setting):
+        with environment({"STATE_READER_NUMBA": setting}):
             dst = np.zeros(int((lengths + 3).sum()) + 1, dtype=np.uint8)
             copy_spans(dst, dst_starts, src, src_starts, lengths)
             out[setting] = dst

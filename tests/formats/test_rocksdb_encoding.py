@@ -123,28 +123,6 @@ def test_column_families_decode_like_spark(spark, timers_checkpoint):
     assert ours == builtin_counts and ours
 
 
-def test_timestamp_keys_encode_as_spark_writes_them():
-    """Join state format 4's keys, event time last: after the join key (postfix) or before it
-    (prefix), big-endian with the sign bit flipped; bytes as Spark wrote them, and back."""
-    import pyarrow as pa
-
-    from state_reader.formats.rocksdb_encoding import TIMESTAMP_POSTFIX, TIMESTAMP_PREFIX, encode_timestamp_keys
-    from state_reader.formats.spark_types import LONG, STRING, StructField, StructType
-
-    schema = StructType([StructField("field0", STRING), StructField("__event_time", LONG, False)])
-    keys = pa.array(
-        [{"field0": "a", "__event_time": 1_700_000_040_000_000}, {"field0": None, "__event_time": -5}],
-        schema.to_arrow(),
-    )
-    row = "00" + "0000000000000000" + "0100000010000000" + "6100000000000000"  # version byte, UnsafeRow of "a"
-    stamp = "80060a241a809a00"
-    for kind, first in ((TIMESTAMP_POSTFIX, row + stamp), (TIMESTAMP_PREFIX, stamp + row)):
-        encoded = encode_timestamp_keys(keys, schema, kind == TIMESTAMP_PREFIX)
-        start, length = int(encoded.starts[0]), int(encoded.lengths[0])
-        assert bytes(encoded.buf[start : start + length]).hex() == first
-        assert decode_keys(encoded, schema, KeyEncoderSpec(kind)).to_pylist() == keys.to_pylist()
-
-
 def test_changed_rows_are_the_new_and_rewritten_keys_and_the_dropped_ones():
     """Two versions of a store, their rows in key order or in none: updates are the new rows whose key is
     new or holds other bytes, deletes the old rows whose key is gone, each in row order."""

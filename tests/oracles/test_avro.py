@@ -100,14 +100,8 @@ def test_range_scan_keys_and_records_encode_back_to_sparks_bytes(avro_tws):
     """The TTL indexes and the timestamp-to-key timer index (Avro range-scan keys) decode, and encode
     back to the bytes Spark wrote; every Avro key and value record does too."""
     from state_reader.formats.avro_encoding import encode_avro
-    from state_reader.formats.rocksdb_encoding import (
-        NO_PREFIX,
-        RANGE_SCAN,
-        KeyEncoderSpec,
-        decode_keys,
-        decode_values,
-        encode_range_scan_keys,
-    )
+    from state_reader.formats.rocksdb_encode import encode_range_scan_keys
+    from state_reader.formats.rocksdb_encoding import NO_PREFIX, RANGE_SCAN, KeyEncoderSpec, decode_keys, decode_values
 
     seen = set()
     for name, family, keys, values in _family_entries(avro_tws):

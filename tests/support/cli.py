@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.environment import environment
+
 
 def console_script() -> list[str]:
     exe = Path(sys.executable).parent / "state-reader"
@@ -40,7 +42,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
     argv = list(map(str, args))
     out, err = _stream(), _stream()
-    with _environment({"STATE_READER_PROGRESS": "", **(env or {})}), _fresh_warnings():
+    with environment({"STATE_READER_PROGRESS": "", **(env or {})}), _fresh_warnings():
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 code = main(argv)
@@ -67,20 +69,6 @@ def _stream() -> io.TextIOWrapper:
 def _text(stream: io.TextIOWrapper) -> str:
     raw = stream.buffer.getvalue()  # type: ignore[attr-defined]
     return raw.decode("utf-8", errors="replace").replace("\r\n", "\n")
-
-
-@contextlib.contextmanager
-def _environment(changes: dict[str, str]) -> Iterator[None]:
-    saved = {key: os.environ.get(key) for key in changes}
-    os.environ.update(changes)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @contextlib.contextmanager

@@ -45,7 +45,7 @@ from state_reader.errors import (
     UnknownEditStoreError,
     UnsupportedOptionError,
 )
-from state_reader.formats.rocksdb_encoding import encode_keys, encode_values, with_row_checksums
+from state_reader.formats.rocksdb_encode import encode_keys, encode_values, with_row_checksums
 from state_reader.formats.unsaferow import PAD, RowBuffer
 from state_reader.formats.unsaferow_encode import encode_rows
 from state_reader.io.memory import release_free_memory

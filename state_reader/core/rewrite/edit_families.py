@@ -38,6 +38,13 @@ from state_reader.core.rewrite.edit_fit import (
 from state_reader.core.rewrite.rows import FamilyStoreRows, store_label
 from state_reader.errors import DuplicateEditKeyError, EditNullError, UnsupportedOptionError
 from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, encode_avro
+from state_reader.formats.rocksdb_encode import (
+    encode_keys,
+    encode_range_scan_keys,
+    encode_timestamp_keys,
+    encode_values,
+    with_row_checksums,
+)
 from state_reader.formats.rocksdb_encoding import (
     LENGTH_BYTES,
     MERGE_DELIMITERS,
@@ -49,11 +56,6 @@ from state_reader.formats.rocksdb_encoding import (
     TIMESTAMP_PREFIX,
     VIRTUAL_CF_PREFIX_BYTES,
     column_family_ids,
-    encode_keys,
-    encode_range_scan_keys,
-    encode_timestamp_keys,
-    encode_values,
-    with_row_checksums,
     with_spans,
 )
 from state_reader.formats.rocksdb_multi_value import encode_multi_values

@@ -20,6 +20,7 @@ from state_reader.core.rewrite.rows import FamilyStoreRows, StoreRows, store_lab
 from state_reader.core.size import row_bytes
 from state_reader.errors import CorruptFileError, UnsupportedConfChangeError, UnsupportedTypeError
 from state_reader.formats.avro_encoding import require_avro_state
+from state_reader.formats.rocksdb_encode import with_row_checksums
 from state_reader.formats.rocksdb_encoding import (
     CHECKSUM_BYTES,
     LENGTH_BYTES,
@@ -27,7 +28,6 @@ from state_reader.formats.rocksdb_encoding import (
     decode_keys,
     decode_values,
     strip_column_family,
-    with_row_checksums,
     with_spans,
 )
 from state_reader.formats.rocksdb_multi_value import split_multi_value

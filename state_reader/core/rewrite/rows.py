@@ -23,14 +23,13 @@ from state_reader.errors import (
     UnsupportedOptionError,
 )
 from state_reader.formats import snapshot_zip
+from state_reader.formats.rocksdb_encode import encode_keys, encode_values
 from state_reader.formats.rocksdb_encoding import (
     PREFIX_SCAN,
     KeyEncoderSpec,
     column_family_ids,
     decode_key_prefixes,
     decode_keys,
-    encode_keys,
-    encode_values,
     strip_column_family,
     unsafe_keys,
     unsafe_values,
