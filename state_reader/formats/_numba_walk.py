@@ -270,12 +270,15 @@ def copy_spans(
 ) -> None:  # pragma: no cover - compiled
     """``dst[dst_starts[i]:+lengths[i]] = src[src_starts[i]:+lengths[i]]`` for every i."""
     for i in range(len(lengths)):
-        at, frm, n = dst_starts[i], src_starts[i], lengths[i]
-        if n >= 64:
+        # unsigned, as above: signed byte indexes made spans of 16 to 40 bytes ~10x slower
+        at, frm, n = np.uint64(dst_starts[i]), np.uint64(src_starts[i]), np.uint64(lengths[i])
+        if n >= np.uint64(64):
             dst[at : at + n] = src[frm : frm + n]
             continue
-        for j in range(n):  # short spans byte by byte: cheaper than two array views
+        j = np.uint64(0)
+        while j < n:  # short spans byte by byte: cheaper than two array views
             dst[at + j] = src[frm + j]
+            j += np.uint64(1)
 
 
 CRC32C_TABLE = np.array(_CRC32C_BYTES, dtype=np.uint64)  # io/integrity's table, as numba reads it
