@@ -27,6 +27,16 @@ Prints each one's wall time and its ratio to the plain rewrite of its state (the
 ``--states`` picks some of ``hdfs,rocksdb,join,tws``; a missing checkpoint is generated first (the join and
 transformWithState ones take a few minutes each).
 
+``--repeats 5`` on 2 cores, 1-minute load average 0.6 to 1.3 from other work (benchmarks/README.md has the
+details and the figures before this round's changes), medians and ratios to the plain rewrite:
+
+    aggregation, HDFS-backed   plain 0.68 s   aggregation 2 -> 1 0.81 s (1.18x)   row checksums on 0.78 s (1.13x)
+                                              codec lz4 -> zstd 0.57 s (0.83x)
+    aggregation, RocksDB       plain 1.54 s   aggregation 2 -> 1 1.61 s (1.04x)   row checksums on 1.71 s (1.11x)
+                                              checkpoint format 1 -> 2 1.48 s (0.96x)
+    join (format 2), RocksDB   plain 3.29 s   join 2 -> 4 3.79 s (1.15x)          join 2 -> 3 2.54 s (0.77x)
+    transformWithState         plain 1.56 s   encoding unsaferow -> avro 1.96 s (1.26x)
+
     python benchmarks/bench_migrate.py [--keys 1M] [--repeats 3] [--states hdfs,rocksdb,join,tws] [--json out.json]
 """
 
