@@ -21,7 +21,9 @@ schema Spark's state store derives from the state schema (spark-avro's
 Values and no-prefix keys carry a 2-byte schema id after the encoding version
 byte (the schema generation; only the first is read here); prefix-scan keys
 carry it on the remainder, not on the prefix. Records are decoded (and, for a
-rewrite, encoded) with fastavro.
+rewrite, encoded) a batch at a time by :mod:`~state_reader.formats.avro_columns`
+where their schema has no array or map (:func:`decode_avro_rows`,
+:func:`encode_avro_rows`), and one at a time with fastavro otherwise.
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from state_reader.errors import CodecUnavailableError, RowDecodeError, RowEncodeError, UnsupportedTypeError
+from state_reader.formats.avro_columns import decimal_bytes, decode_records, encode_records
 from state_reader.formats.spark_types import ArrayType, DataType, MapType, StructType
+from state_reader.formats.unsaferow import RowBuffer
 
 SCHEMA_ID_BYTES = 2
 # enough digits for any Spark decimal (precision <= 38): the default context rounds to 28
@@ -58,14 +63,6 @@ _PRIMITIVES = {
     "binary": "bytes",
     "void": "null",
 }
-
-
-def _min_bytes(precision: int) -> int:
-    """Bytes of the smallest two's-complement integer that holds 10**precision - 1."""
-    n = 1
-    while 2 ** (8 * n - 1) < 10**precision:
-        n += 1
-    return n
 
 
 def avro_schema(schema: StructType) -> dict[str, Any]:
@@ -90,7 +87,7 @@ def avro_schema(schema: StructType) -> dict[str, Any]:
                 raise UnsupportedTypeError(f"Avro state cannot hold a map with {dt.key.json_name} keys")
             return ["null", {"type": "map", "values": convert(dt.value, True)}]
         if dt.kind == "decimal":
-            return {"type": "fixed", "name": f"d{next(names)}", "size": _min_bytes(dt.precision)}
+            return {"type": "fixed", "name": f"d{next(names)}", "size": decimal_bytes(dt.precision)}
         if dt.kind in _PRIMITIVES:
             return _PRIMITIVES[dt.kind]
         raise UnsupportedTypeError(f"Avro state cannot hold {dt.json_name} fields (Spark does not write them)")
@@ -163,15 +160,11 @@ def _fastavro(schema: StructType, source: str, missing: str, done: str) -> Modul
 
 
 def decode_avro(payloads: Sequence[bytes | None], schema: StructType, source: str) -> pa.StructArray:
-    """Decode Avro records (None = a null row) into a StructArray of ``schema``."""
+    """Decode Avro records (None = a null row) into a StructArray of ``schema``, one at a time."""
     fastavro = _fastavro(
         schema, source, f"{source} holds Avro-encoded state; install the 'fastavro' package to read it", "decoded"
     )
-    try:
-        derived = avro_schema(schema)
-    except UnsupportedTypeError as exc:
-        raise UnsupportedTypeError(f"{source}: {exc.message}", path=source) from exc
-    parsed = fastavro.parse_schema(derived)
+    parsed = fastavro.parse_schema(_derived(schema, source))
     rows: list[Any] = []
     for i, payload in enumerate(payloads):
         if payload is None:
@@ -192,6 +185,34 @@ def decode_avro(payloads: Sequence[bytes | None], schema: StructType, source: st
     return pa.array(rows, type=schema.to_arrow())
 
 
+def _derived(schema: StructType, source: str) -> dict[str, Any]:
+    try:
+        return avro_schema(schema)
+    except UnsupportedTypeError as exc:
+        raise UnsupportedTypeError(f"{source}: {exc.message}", path=source) from exc
+
+
+def decode_avro_rows(
+    rows: RowBuffer, schema: StructType, source: str, skip: int = 0, valid: np.ndarray | None = None
+) -> pa.StructArray:
+    """Decode the Avro records that follow the first ``skip`` bytes of each row (a row not ``valid`` is a null
+    row) into a StructArray of ``schema``: a batch at a time where the schema allows, else one at a time."""
+    _derived(schema, source)
+    if _has_repeated_names(schema):
+        raise UnsupportedTypeError(f"{source}: Avro state with repeated field names cannot be decoded", path=source)
+    records = RowBuffer.wrap(rows.buf, rows.size, rows.starts + skip, rows.lengths - skip, rows.source)
+    decoded = decode_records(records, schema, valid)
+    if decoded is not None:
+        return decoded
+    checked = np.ones(len(rows.starts), dtype=bool) if valid is None else valid
+    raw = rows.buf
+    payloads = [
+        raw[start : start + length].tobytes() if ok else None
+        for start, length, ok in zip(records.starts.tolist(), records.lengths.tolist(), checked.tolist(), strict=True)
+    ]
+    return decode_avro(payloads, schema, source)
+
+
 _EPOCH_DAY = datetime.date(1970, 1, 1)
 _EPOCH_NTZ = datetime.datetime(1970, 1, 1)
 _EPOCH_UTC = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
@@ -210,7 +231,7 @@ def _to_avro_value(dt: DataType, value: Any) -> Any:
         return {k: _to_avro_value(dt.value, v) for k, v in value}
     if dt.kind == "decimal":
         unscaled = int(value.scaleb(dt.scale, _EXACT))
-        return unscaled.to_bytes(_min_bytes(dt.precision), "big", signed=True)
+        return unscaled.to_bytes(decimal_bytes(dt.precision), "big", signed=True)
     if dt.kind == "date":
         return (value - _EPOCH_DAY).days
     if dt.kind in ("timestamp", "timestamp_ntz"):
@@ -238,3 +259,15 @@ def encode_avro(values: pa.StructArray, schema: StructType, source: str = "") ->
             ) from exc
         out.append(stream.getvalue())
     return out
+
+
+def encode_avro_rows(values: pa.StructArray, schema: StructType, head: bytes, source: str = "") -> RowBuffer:
+    """Each row of ``values`` (not null) as ``head`` then the Avro record :func:`encode_avro` writes for it: a
+    batch at a time where the schema allows, else one at a time."""
+    avro_schema(schema)  # what encode_avro refuses, refused alike
+    if _has_repeated_names(schema):
+        raise UnsupportedTypeError(f"{source}: Avro state with repeated field names cannot be encoded", path=source)
+    encoded = encode_records(values, schema, head, source)
+    if encoded is not None:
+        return encoded
+    return RowBuffer.from_rows([head + record for record in encode_avro(values, schema, source)], source)

@@ -12,7 +12,9 @@ of every record:
   GIL; a compiled hash table then keeps the last write of each key and drops
   removals in one pass (:func:`live_records_numba`); and once numba is loaded,
   the row decoder gathers row words and string spans through :func:`row_words`
-  and :func:`gather_spans`, and lz4 blocks are checksummed by :func:`xxh32_spans`;
+  and :func:`gather_spans`, lz4 blocks are checksummed by :func:`xxh32_spans`, and
+  the row writers copy spans and splice fields of rows into new rows through
+  :func:`copy_spans` and :func:`splice_rows`;
 * without it, a Python loop that checks runs of equally long records in bulk
   with numpy (fixed-width keys and values make long runs), about 0.3 µs per
   record otherwise, and hands anything irregular to a byte-exact loop that also
@@ -74,13 +76,14 @@ _numba_xxh32_spans: Callable[..., Any] | None = None
 _numba_crc32c_pairs: Callable[..., Any] | None = None
 _numba_copy_spans: Callable[..., Any] | None = None
 _numba_gather_spans: Callable[..., Any] | None = None
+_numba_splice: tuple[Callable[..., Any], Callable[..., Any]] | None = None
 _numba_failed = False
 
 
 def _compile() -> Callable[..., Any] | None:
     """The numba walk, compiled (or loaded from numba's cache) on first use; None without numba."""
     global _numba_walk, _numba_live_records, _numba_row_words, _numba_xxh32_spans, _numba_gather_spans
-    global _numba_crc32c_pairs, _numba_copy_spans
+    global _numba_crc32c_pairs, _numba_copy_spans, _numba_splice
     global _numba_failed
     if _numba_walk is not None or _numba_failed:
         return _numba_walk
@@ -91,6 +94,8 @@ def _compile() -> Callable[..., Any] | None:
             gather_spans,
             live_records,
             row_words,
+            splice_part,
+            splice_sizes,
             walk,
             xxh32_spans,
         )
@@ -103,6 +108,7 @@ def _compile() -> Callable[..., Any] | None:
     _numba_crc32c_pairs = crc32c_pairs
     _numba_copy_spans = copy_spans
     _numba_gather_spans = gather_spans
+    _numba_splice = (splice_sizes, splice_part)
     _numba_walk = walk
     return walk
 
@@ -368,17 +374,57 @@ def gather_spans(
     return offsets, data, bool(ascii_only)
 
 
+def _copy_wanted(size: int) -> bool:
+    """Whether a copy of ``size`` bytes takes the compiled kernels: once loaded, or when it is large enough to
+    repay loading them."""
+    return numba_wanted(NUMBA_MIN_RECORDS if size >= NUMBA_MIN_COPY_BYTES else 0)
+
+
 def copy_spans(
     dst: np.ndarray, dst_starts: np.ndarray, src: np.ndarray, src_starts: np.ndarray, lengths: np.ndarray
 ) -> bool:
     """``dst[dst_starts[i]:+lengths[i]] = src[src_starts[i]:+lengths[i]]`` for every i, compiled; False (nothing
     copied) unless numba is loaded already or the copy is large enough to repay loading it."""
-    large = int(np.sum(lengths)) >= NUMBA_MIN_COPY_BYTES
-    if not numba_wanted(NUMBA_MIN_RECORDS if large else 0) or _numba_copy_spans is None:
+    if not _copy_wanted(int(np.sum(lengths))) or _numba_copy_spans is None:
         return False
     as64 = [np.ascontiguousarray(a, dtype=np.int64) for a in (dst_starts, src_starts, lengths)]
     _numba_copy_spans(dst, as64[0], src, as64[1], as64[2])
     return True
+
+
+# one part of a splice: its rows (buffer, starts, lengths), the bitset words of their schema, the first field
+# taken, and which fields from it on are variable-length
+SplicePart = tuple[np.ndarray, np.ndarray, np.ndarray, int, int, np.ndarray]
+
+
+def splice_rows(parts: list[SplicePart], width: int, pad: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(buffer, ``pad`` zero bytes after the rows; starts; lengths) of new UnsafeRows of ``width`` fields, each
+    the fields of every part's row in turn, as ``unsaferow_encode.splice_rows`` writes them, in two compiled
+    passes over the rows; None (nothing done) where :func:`copy_spans` would not be compiled either."""
+    if not _copy_wanted(sum(int(np.sum(p[2])) for p in parts)) or _numba_splice is None:
+        return None
+    sizes, put = _numba_splice
+    n = len(parts[0][1])
+    out_bits = (width + 63) // 64
+    head = 8 * (out_bits + width)
+    lengths = np.full(n, head, dtype=np.int64)
+    typed = [
+        (buf, np.ascontiguousarray(starts, dtype=np.int64), bits, lo, np.asarray(variable, dtype=np.bool_))
+        for buf, starts, _, bits, lo, variable in parts
+    ]
+    for part in typed:
+        if part[4].any():
+            sizes(*part, lengths)
+    starts_out = np.cumsum(lengths) - lengths
+    total = int(lengths.sum())
+    out = np.zeros(total + pad, dtype=np.uint8)
+    words = out[: (total + pad) // 8 * 8].view(np.uint64)
+    cursor = np.full(n, head, dtype=np.int64)
+    first = 0
+    for buf, starts, bits, lo, variable in typed:
+        put(buf, starts, bits, lo, variable, words, starts_out, out_bits, first, cursor)
+        first += len(variable)
+    return out, starts_out, lengths
 
 
 def row_words(buf: np.ndarray, base: np.ndarray, n_words: int) -> np.ndarray | None:

@@ -90,11 +90,15 @@ def encode_range_scan_keys(
     header = 1
     rest: RowBuffer | None
     if avro:
-        from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, encode_avro
+        from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, encode_avro_rows
 
         header += SCHEMA_ID_BYTES
         # Spark writes the remainder record even when it has no fields
-        rest = RowBuffer.from_rows(encode_avro(rest_values, rest_schema, source) if others else [b""] * n, source)
+        rest = (
+            encode_avro_rows(rest_values, rest_schema, b"", source)
+            if others
+            else RowBuffer.from_rows([b""] * n, source)
+        )
     else:
         rest = encode_rows(rest_values, rest_schema, source) if others else None
     out = pack_rows([(LENGTH_BYTES + 1, prefix), *([(header, rest)] if rest is not None else [])], source)

@@ -293,17 +293,14 @@ def _decode_payload(
     stripped = _strip_version(rows, what, valid)
     if not avro:
         return decode_rows(stripped, schema, valid=valid)
-    from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, decode_avro
+    from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, decode_avro_rows
 
     skip = SCHEMA_ID_BYTES if schema_id else 0
     checked = np.ones(len(rows.starts), dtype=bool) if valid is None else valid
     _require(stripped, checked & (stripped.lengths < skip), f"an Avro {what} is shorter than its schema id")
-    raw = stripped.buf
-    payloads = [
-        raw[start + skip : start + length].tobytes() if ok else None
-        for start, length, ok in zip(stripped.starts, stripped.lengths, checked, strict=True)
-    ]
-    return decode_avro(payloads, schema, rows.source)
+    # a null row's span may be shorter than the skip: it is not read
+    spans = with_spans(stripped, stripped.starts, np.where(checked, stripped.lengths, skip))
+    return decode_avro_rows(spans, schema, rows.source, skip, valid)
 
 
 def decode_keys(keys: RowBuffer, schema: StructType, spec: KeyEncoderSpec, avro: bool = False) -> pa.StructArray:

@@ -66,19 +66,30 @@ def split_multi_value(
 
 
 def encode_multi_values(
-    elements: RowBuffer, groups: np.ndarray, delimiter: bytes, keys: RowBuffer | None = None
+    elements: RowBuffer,
+    groups: np.ndarray,
+    delimiter: bytes,
+    keys: RowBuffer | None = None,
+    version_byte: bool = False,
 ) -> RowBuffer:
     """Multi values as Spark writes them: one per group (``groups``: each element's group, 0..n-1),
     its encoded elements (version byte first) in the order given, each after its int32 length and
     joined by the merge operator's ``delimiter``. With ``keys`` (one per group, as stored) each
-    element is framed with its row checksum over its group's key."""
-    framed = pack_rows([(LENGTH_BYTES, elements)], elements.source)
-    _put_int32(framed, 0, elements.lengths)
+    element is framed with its row checksum over its group's key. ``version_byte``: ``elements`` are
+    the rows without it, each written after a zero byte."""
+    head = 1 if version_byte else 0
     if keys is not None:
-        framed = with_row_checksums(keys.take(groups), framed, with_length=True)
+        if version_byte:
+            elements = pack_rows([(1, elements)], elements.source)
+        framed = pack_rows([(LENGTH_BYTES, elements)], elements.source)
+        _put_int32(framed, 0, elements.lengths)
+        body, lead = with_row_checksums(keys.take(groups), framed, with_length=True), 0
+    else:
+        # the length (and the version byte) written in place, before each element's bytes: no framed copy
+        body, lead = elements, LENGTH_BYTES + head
     order = np.argsort(groups, kind="stable")
     owner = np.asarray(groups, dtype=np.int64)[order]
-    lengths = framed.lengths[order]
+    lengths = body.lengths[order] + lead
     n = int(owner[-1]) + 1 if len(owner) else 0
     counts = np.bincount(owner, minlength=n)
     width = len(delimiter)
@@ -90,7 +101,10 @@ def encode_multi_values(
     at = out_starts[owner] + before - before[first[owner]] + width * rank
     size = int(out_lengths.sum())
     buf = np.zeros(size + PAD, dtype=np.uint8)
-    copy_spans(buf, at, framed.buf, framed.starts[order], lengths)
+    if lead:
+        head_at = at[:, None] + np.arange(LENGTH_BYTES, dtype=np.int64)
+        buf[head_at] = (lengths - LENGTH_BYTES).astype("<i4").view(np.uint8).reshape(-1, LENGTH_BYTES)
+    copy_spans(buf, at + lead, body.buf, body.starts[order], lengths - lead)
     if width:
         gaps = at[rank > 0] - width
         buf[gaps[:, None] + np.arange(width, dtype=np.int64)] = np.frombuffer(delimiter, dtype=np.uint8)

@@ -478,6 +478,11 @@ def pack_rows(parts: list[tuple[int, RowBuffer | None]], source: str) -> RowBuff
     return RowBuffer.wrap(out, size, starts, lengths, source)
 
 
+def _splice_part(rows: RowBuffer, schema: StructType, lo: int, hi: int) -> kernels.SplicePart:
+    variable = np.array([f.data_type.fixed_width is None for f in schema.fields[lo:hi]], dtype=bool)
+    return rows.buf, rows.starts, rows.lengths, (len(schema.fields) + 63) // 64, lo, variable
+
+
 def splice_rows(parts: list[tuple[RowBuffer, StructType, int, int]], source: str) -> RowBuffer:
     """New UnsafeRows whose fields are fields ``lo:hi`` of each part's row, in order.
 
@@ -491,6 +496,10 @@ def splice_rows(parts: list[tuple[RowBuffer, StructType, int, int]], source: str
     """
     n = len(parts[0][0].starts)
     width = sum(hi - lo for _, _, lo, hi in parts)
+    compiled = kernels.splice_rows([_splice_part(*part) for part in parts], width, PAD)
+    if compiled is not None:
+        out, starts, lengths = compiled
+        return RowBuffer.wrap(out, len(out) - PAD, starts, lengths, source)
     n_bits = (width + 63) // 64
     header = np.zeros((n, n_bits + width), dtype="<u8")
     # (field in the new row, its rows, where each value starts, its size, null)

@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pyarrow as pa
 
-from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, decode_avro
+from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, decode_avro_rows
 from state_reader.formats.rocksdb_encoding import (
     KeyEncoderSpec,
     column_family_ids,
@@ -57,8 +57,10 @@ def _elements(
             starts.append(start + offset + 1)  # skip the encoding version byte
             lengths.append(size - 1)
     if conf.avro:
-        payloads = [raw[s + SCHEMA_ID_BYTES : s + n].tobytes() for s, n in zip(starts, lengths, strict=True)]
-        return np.array(owners, dtype=np.int64), decode_avro(payloads, schema, values.source)
+        elements = RowBuffer.wrap(
+            raw, values.size, np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64), values.source
+        )
+        return np.array(owners, dtype=np.int64), decode_avro_rows(elements, schema, values.source, SCHEMA_ID_BYTES)
     rows = RowBuffer(
         raw[: values.size].tobytes(), np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64), values.source
     )

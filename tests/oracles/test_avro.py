@@ -99,7 +99,7 @@ def _family_entries(checkpoint: str):
 def test_range_scan_keys_and_records_encode_back_to_sparks_bytes(avro_tws):
     """The TTL indexes and the timestamp-to-key timer index (Avro range-scan keys) decode, and encode
     back to the bytes Spark wrote; every Avro key and value record does too."""
-    from state_reader.formats.avro_encoding import encode_avro
+    from state_reader.formats.avro_encoding import encode_avro, encode_avro_rows
     from state_reader.formats.rocksdb_encode import encode_range_scan_keys
     from state_reader.formats.rocksdb_encoding import NO_PREFIX, RANGE_SCAN, KeyEncoderSpec, decode_keys, decode_values
 
@@ -117,5 +117,11 @@ def test_range_scan_keys_and_records_encode_back_to_sparks_bytes(avro_tws):
             assert [b"\0\0\0" + r for r in encode_avro(decoded, family.key_schema)] == row_bytes(keys), name
             records = encode_avro(decode_values(values, family.value_schema, False, avro=True), family.value_schema)
             assert [b"\0\0\0" + r for r in records] == row_bytes(values), name
+            # a batch at a time (column by column where the schema allows) too
+            assert row_bytes(encode_avro_rows(decoded, family.key_schema, bytes(3))) == row_bytes(keys), name
+            batch = encode_avro_rows(
+                decode_values(values, family.value_schema, False, avro=True), family.value_schema, bytes(3)
+            )
+            assert row_bytes(batch) == row_bytes(values), name
             seen.add(name)
     assert {"$ttl_nested", "$ttl_items", "$ttl_bymap", "$procTimers_timestampToKey", "scalars", "nested"} <= seen

@@ -37,7 +37,7 @@ from state_reader.core.rewrite.edit_fit import (
 )
 from state_reader.core.rewrite.rows import FamilyStoreRows, store_label
 from state_reader.errors import DuplicateEditKeyError, EditNullError, UnsupportedOptionError
-from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, encode_avro
+from state_reader.formats.avro_encoding import SCHEMA_ID_BYTES, encode_avro_rows
 from state_reader.formats.rocksdb_encode import (
     encode_keys,
     encode_range_scan_keys,
@@ -574,7 +574,7 @@ def _avro_payloads(values: pa.StructArray, schema: StructType, schema_id: int | 
     head = bytes([STATE_ENCODING_VERSION]) + (
         b"" if schema_id is None else schema_id.to_bytes(SCHEMA_ID_BYTES, "little")
     )
-    return RowBuffer.from_rows([head + record for record in encode_avro(values, schema, source)], source)
+    return encode_avro_rows(values, schema, head, source)
 
 
 def _fields(keys: pa.StructArray, schema: StructType, lo: int, hi: int) -> pa.StructArray:

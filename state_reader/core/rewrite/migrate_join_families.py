@@ -141,31 +141,35 @@ class SideRows:
         self.times = times
 
 
-def _as_binary(rows: RowBuffer) -> pa.BinaryArray:
-    """Each row's bytes as one binary value (one copy into a contiguous buffer)."""
-    offsets = np.zeros(len(rows.starts) + 1, dtype=np.int32)
-    np.cumsum(rows.lengths, out=offsets[1:])
-    data = np.zeros(int(offsets[-1]) + PAD, dtype=np.uint8)
-    copy_spans(data, offsets[:-1].astype(np.int64), rows.buf, rows.starts, rows.lengths)
-    return pa.BinaryArray.from_buffers(pa.binary(), len(rows.starts), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
 def _key_groups(keys: RowBuffer, extra: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Rows grouped by their key's bytes (and ``extra``): each row's group (0..g-1, in order of first
-    appearance) and the first row of each group."""
-    binary = _as_binary(keys)
-    table = pa.table({"k": binary, "i": pa.array(np.arange(len(binary), dtype=np.int64))})
-    by = ["k"]
+    """Rows grouped by their key's bytes (and ``extra``, a long per row): each row's group (0..g-1, in order of
+    first appearance) and the first row of each group."""
+    n = len(keys.starts)
+    tail = 0 if extra is None else TIMESTAMP_BYTES
+    # each row's key bytes (and the long's 8 bytes after them: same lengths, so no two pairs run together) as one
+    # binary value, numbered by Arrow's hash table in order of first appearance
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(keys.lengths + tail, out=offsets[1:])
+    data = np.zeros(int(offsets[-1]) + PAD, dtype=np.uint8)
+    copy_spans(data, offsets[:-1], keys.buf, keys.starts, keys.lengths)
     if extra is not None:
-        table = table.append_column("t", pa.array(extra))
-        by.append("t")
-    first = table.group_by(by, use_threads=False).aggregate([("i", "min")])["i_min"].to_numpy()
-    first = np.sort(first)
-    lookup = table.join(
-        pa.table({**{c: table[c].take(pa.array(first)) for c in by}, "g": pa.array(np.arange(len(first)))}), by
+        longs = np.ascontiguousarray(extra, dtype="<i8").view(np.uint8)
+        copy_spans(data, offsets[1:] - tail, longs, np.arange(n, dtype=np.int64) * tail, np.full(n, tail))
+    large = offsets[-1] >= 2**31
+    binary = pa.Array.from_buffers(
+        pa.large_binary() if large else pa.binary(),
+        n,
+        [None, pa.py_buffer(offsets if large else offsets.astype(np.int32)), pa.py_buffer(data)],
     )
-    groups = np.empty(len(binary), dtype=np.int64)
-    groups[lookup["i"].to_numpy()] = lookup["g"].to_numpy()
+    groups = np.asarray(binary.dictionary_encode().indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    # the first row of a group: its number is above every number before it
+    before = np.maximum.accumulate(np.concatenate([[-1], groups[:-1]])) if n else groups
+    first = np.flatnonzero(groups > before)
+    if not np.array_equal(groups[first], np.arange(len(first))):  # numbered in another order: renumber
+        rank = np.empty(len(first), dtype=np.int64)
+        rank[groups[first]] = np.arange(len(first))
+        groups = rank[groups]
+        first = np.flatnonzero(groups > np.maximum.accumulate(np.concatenate([[-1], groups[:-1]])))
     return groups, first
 
 
@@ -217,9 +221,11 @@ def from_v4_side(keys: RowBuffer, values: RowBuffer, merge_operator_version: int
 # --- one side's rows, into each layout ---------------------------------------------------------------------
 
 
-def _with_family(rows: RowBuffer, cf_id: int, source: str) -> RowBuffer:
-    """``rows`` (version byte first) behind a column family id, as Spark's virtual column families key them."""
-    out = pack_rows([(VIRTUAL_CF_PREFIX_BYTES, rows)], source)
+def _family_keys(rows: RowBuffer, cf_id: int, before: int, after: int, source: str) -> RowBuffer:
+    """``rows`` behind a column family id, as Spark's virtual column families key them, with ``before`` zero bytes
+    between the two (the version byte, a timestamp to fill in) and ``after`` zero bytes after the row (a timestamp
+    to fill in): one copy."""
+    out = pack_rows([(VIRTUAL_CF_PREFIX_BYTES + before, rows), (after, None)], source)
     out.buf[out.starts[:, None] + np.arange(VIRTUAL_CF_PREFIX_BYTES, dtype=np.int64)] = np.frombuffer(
         int(cf_id).to_bytes(VIRTUAL_CF_PREFIX_BYTES, "little", signed=True), dtype=np.uint8
     )
@@ -272,46 +278,46 @@ def indexed_side(
 
 def to_v3_side(
     side: SideRows, key_schema: StructType, ids: dict[str, int], side_name: str, source: str
-) -> tuple[RowBuffer, RowBuffer]:
-    """A side's rows as format 3's two families (keys and values RocksDB-encoded, family ids first): each join
-    key's count, and its rows at indices 0..n-1 in the order given."""
+) -> tuple[list[RowBuffer], list[RowBuffer]]:
+    """A side's rows as format 3's two families (keys and values RocksDB-encoded, family ids first), family by
+    family: each join key's count, and its rows at indices 0..n-1 in the order given."""
     counts_name, rows_name = (f"{side_name}-keyToNumValues", f"{side_name}-keyWithIndexToValue")
     if not len(side.keys.starts):
-        empty = RowBuffer(b"", np.zeros(0, np.int64), np.zeros(0, np.int64), source)
-        return empty, empty
+        return [], []
     count_keys, counts, indexed, values = indexed_side(side, key_schema, source)
     keys = [
-        _with_family(pack_rows([(1, count_keys)], source), ids[counts_name], source),
-        _with_family(pack_rows([(1, indexed)], source), ids[rows_name], source),
+        _family_keys(count_keys, ids[counts_name], 1, 0, source),
+        _family_keys(indexed, ids[rows_name], 1, 0, source),
     ]
-    out_values = [pack_rows([(1, counts)], source), pack_rows([(1, values)], source)]
-    return concat_rows(keys, source), concat_rows(out_values, source)
+    return keys, [pack_rows([(1, counts)], source), pack_rows([(1, values)], source)]
 
 
 def to_v4_side(
     side: SideRows, ids: dict[str, int], side_name: str, delimiter: bytes, source: str
-) -> tuple[RowBuffer, RowBuffer]:
-    """A side's rows as format 4's two families: per (join key, event time) the list of its rows in the order
-    given, and the event-time index's list of one placeholder per row."""
+) -> tuple[list[RowBuffer], list[RowBuffer]]:
+    """A side's rows as format 4's two families, family by family: per (join key, event time) the list of its rows
+    in the order given, and the event-time index's list of one placeholder per row."""
     rows_name, index_name = (f"{side_name}-keyWithTsToValues", f"{side_name}-tsWithKey")
     n = len(side.keys.starts)
     if not n:
-        empty = RowBuffer(b"", np.zeros(0, np.int64), np.zeros(0, np.int64), source)
-        return empty, empty
+        return [], []
     assert side.times is not None
     groups, first = _key_groups(side.keys, side.times)
     stamps = _ts_bytes(side.times[first])
     group_keys = side.keys.take(first)
-    postfix = pack_rows([(1, group_keys), (TIMESTAMP_BYTES, None)], source)
-    at = postfix.starts + postfix.lengths - TIMESTAMP_BYTES
-    postfix.buf[at[:, None] + np.arange(TIMESTAMP_BYTES, dtype=np.int64)] = stamps
-    prefix = pack_rows([(TIMESTAMP_BYTES + 1, group_keys)], source)
-    prefix.buf[prefix.starts[:, None] + np.arange(TIMESTAMP_BYTES, dtype=np.int64)] = stamps
-    elements = pack_rows([(1, side.values)], source)
+    stamp = np.arange(TIMESTAMP_BYTES, dtype=np.int64)
+    # family id, version byte, join key, event time
+    postfix = _family_keys(group_keys, ids[rows_name], 1, TIMESTAMP_BYTES, source)
+    postfix.buf[(postfix.starts + postfix.lengths - TIMESTAMP_BYTES)[:, None] + stamp] = stamps
+    # family id, event time, version byte, join key
+    prefix = _family_keys(group_keys, ids[index_name], TIMESTAMP_BYTES + 1, 0, source)
+    prefix.buf[(prefix.starts + VIRTUAL_CF_PREFIX_BYTES)[:, None] + stamp] = stamps
     dummy = RowBuffer(bytes(1) + _NULL_ROW, np.zeros(n, np.int64), np.full(n, 1 + len(_NULL_ROW), np.int64), source)
-    keys = [_with_family(postfix, ids[rows_name], source), _with_family(prefix, ids[index_name], source)]
-    values = [encode_multi_values(elements, groups, delimiter), encode_multi_values(dummy, groups, delimiter)]
-    return concat_rows(keys, source), concat_rows(values, source)
+    values = [
+        encode_multi_values(side.values, groups, delimiter, version_byte=True),
+        encode_multi_values(dummy, groups, delimiter),
+    ]
+    return [postfix, prefix], values
 
 
 # --- the source's layout ---------------------------------------------------------------------------------
@@ -439,7 +445,8 @@ class JoinFamilyRows(FamilyStoreRows):
 
     def load(self, pid: int) -> tuple[RowBuffer, RowBuffer]:
         source = f"{self.where}, partition {pid}, in {CONF_JOIN_FORMAT}={self.new}"
-        keys, values = [], []
+        keys: list[RowBuffer] = []
+        values: list[RowBuffer] = []
         sides = load_sides(self.sources, self.old, pid, self.side_schemas, self.where)
         conf = self.plan.store_conf
         for side in JOIN_SIDES:
@@ -451,8 +458,12 @@ class JoinFamilyRows(FamilyStoreRows):
                 if rows.times is None:
                     rows.times = event_times(rows.values, value_schema, self.event_columns[side])
                 k, v = to_v4_side(rows, self.mapping, side, conf.merge_delimiter, source)
-            keys.append(k)
-            values.append(v)
+            keys.extend(k)
+            values.extend(v)
+        if not keys:
+            empty = RowBuffer(b"", np.zeros(0, np.int64), np.zeros(0, np.int64), source)
+            return empty, empty
+        # every family of both sides in one copy
         return concat_rows(keys, source), concat_rows(values, source)
 
     def convert(self, keys: RowBuffer, values: RowBuffer, to_rocksdb: bool) -> tuple[RowBuffer, RowBuffer]:
