@@ -72,8 +72,8 @@ def test_range_scan_keys_sort_as_their_ordering_columns_and_read_back(avro):
     schema = StructType([StructField("tag", STRING), StructField("x", DOUBLE), StructField("t", LONG)])
     xs = [-2.5, -0.0, 0.0, 1.0, None, 3.5e300, -1e-300]
     ts = [-3, 7, 7, -3, 0, 2**40, 0]
-    keys = pa.array([{"tag": f"k{i}", "x": x, "t": t} for i, (x, t) in enumerate(zip(xs, ts, strict=True))])
-    keys = keys.cast(schema.to_arrow())
+    rows = [{"tag": f"k{i}", "x": x, "t": t} for i, (x, t) in enumerate(zip(xs, ts, strict=True))]
+    keys = pa.array(rows, schema.to_arrow())
     spec = KeyEncoderSpec(RANGE_SCAN, ordering_ordinals=(2, 1))
     encoded = encode_range_scan_keys(keys, schema, spec.ordering_ordinals, avro=avro, schema_id=5)
     assert decode_keys(encoded, schema, spec, avro=avro).to_pylist() == keys.to_pylist()
