@@ -29,7 +29,7 @@ from state_reader.errors import RowEncodeError
 from state_reader.formats import kernels
 from state_reader.formats.spark_types import DataType, StructType, UserDefinedType
 from state_reader.formats.unsaferow import PAD, RowBuffer
-from state_reader.formats.unsaferow_encode import copy_spans
+from state_reader.formats.unsaferow_encode import arrow_validity, arrow_values, copy_spans
 
 # the bytes of a union's branch index (zig-zag varints of 0 and 1)
 NULL_BRANCH, VALUE_BRANCH = 0, 2
@@ -82,24 +82,6 @@ class _NotColumnarError(Exception):
 # --- writing -------------------------------------------------------------------------------------------------
 
 
-def _valid(arr: pa.Array) -> np.ndarray:
-    n = len(arr)
-    if arr.null_count == 0:
-        return np.ones(n, dtype=bool)
-    if arr.null_count == n or arr.buffers()[0] is None:
-        return np.zeros(n, dtype=bool)
-    bits = np.unpackbits(np.frombuffer(arr.buffers()[0], dtype=np.uint8), bitorder="little")
-    return bits[arr.offset : arr.offset + n].astype(bool)
-
-
-def _values(arr: pa.Array, dtype: str | np.dtype) -> np.ndarray:
-    dt = np.dtype(dtype)
-    buf = arr.buffers()[1]
-    if buf is None:
-        return np.zeros(len(arr), dtype=dt)
-    return np.frombuffer(buf, dtype=dt, count=arr.offset + len(arr))[arr.offset :]
-
-
 def _varints(zigzag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each value's varint: (n, w) bytes (w: the longest) and each one's size."""
     size = np.ones(len(zigzag), dtype=np.int64)
@@ -145,7 +127,7 @@ class _Writer:
             if dt.kind == "void":
                 continue
             child = arr.field(i)
-            present = valid & _valid(child)
+            present = valid & arrow_validity(child)
             if isinstance(dt, StructType):
                 self.branch(valid, present, None, np.zeros(self.n, dtype=np.int64))
                 self.record(dt, child, present)
@@ -161,12 +143,12 @@ class _Writer:
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
                 raise _NotColumnarError from None
         if kind in _VARINT_KINDS:
-            raw = np.where(present, _values(arr, _VARINT_KINDS[kind]), 0)
+            raw = np.where(present, arrow_values(arr, _VARINT_KINDS[kind]), 0)
             value, size = _varints(_zigzag(raw))
             self.branch(valid, present, value, size)
         elif kind in _FIXED_KINDS:
             width = np.dtype(_FIXED_KINDS[kind]).itemsize
-            raw = np.ascontiguousarray(_values(arr, _FIXED_KINDS[kind])).view(np.uint8).reshape(n, width)
+            raw = np.ascontiguousarray(arrow_values(arr, _FIXED_KINDS[kind])).view(np.uint8).reshape(n, width)
             self.branch(valid, present, raw, np.full(n, width, dtype=np.int64))
         elif kind == "boolean":
             bits = np.unpackbits(np.frombuffer(arr.buffers()[1], dtype=np.uint8), bitorder="little")
@@ -174,7 +156,7 @@ class _Writer:
             self.branch(valid, present, flags, np.ones(n, dtype=np.int64))
         elif kind == "decimal":
             width = decimal_bytes(dt.precision)
-            little = _values(arr, np.dtype((np.uint8, 16))) if n else np.zeros((0, 16), dtype=np.uint8)
+            little = arrow_values(arr, np.dtype((np.uint8, 16))) if n else np.zeros((0, 16), dtype=np.uint8)
             # the value fits ``width`` bytes when every byte above them repeats the sign of the top one
             sign = np.where(little[:, width - 1] >= 0x80, 0xFF, 0x00).astype(np.uint8)
             if (present & (little[:, width:] != sign[:, None]).any(axis=1)).any():
@@ -217,7 +199,7 @@ def encode_records(values: pa.StructArray, schema: StructType, head: bytes, sour
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if values.null_count:
-        i = int(np.argmin(_valid(values)))
+        i = int(np.argmin(arrow_validity(values)))
         raise RowEncodeError(f"{source}: row {i} is null; an Avro state record cannot be", path=source or None)
     writer = _Writer(len(values))
     try:

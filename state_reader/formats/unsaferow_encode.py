@@ -84,8 +84,8 @@ def _put(out: np.ndarray, addr: np.ndarray, words: np.ndarray, width: int) -> No
         unaligned_view(out, _UNSIGNED[width])[addr] = words.astype(_UNSIGNED[width])
 
 
-def _validity(arr: pa.Array) -> np.ndarray:
-    """True where ``arr`` holds a value (not null)."""
+def arrow_validity(arr: pa.Array) -> np.ndarray:
+    """True where ``arr`` holds a value (not null), one bool per element (the Avro writer's too)."""
     n = len(arr)
     if arr.null_count == 0:
         return np.ones(n, dtype=bool)
@@ -95,7 +95,7 @@ def _validity(arr: pa.Array) -> np.ndarray:
     return bits[arr.offset : arr.offset + n].astype(bool)
 
 
-def _data(arr: pa.Array, dtype: str | np.dtype) -> np.ndarray:
+def arrow_values(arr: pa.Array, dtype: str | np.dtype) -> np.ndarray:
     """The data buffer of a fixed-width Arrow array as ``dtype`` values (one per element)."""
     dt = np.dtype(dtype)
     buf = arr.buffers()[1]
@@ -139,13 +139,13 @@ class _Encoder:
         elif kind == "decimal":
             words = self.small_decimal(dt, arr, valid, path)
         elif kind == "year_month_interval":
-            parts = _data(arr, MONTH_DAY_NANO)
+            parts = arrow_values(arr, MONTH_DAY_NANO)
             bad = valid & ((parts["days"] != 0) | (parts["nanos"] != 0))
             if bad.any():
                 raise self.fail("a year-month interval holds days or nanoseconds", path)
             words = _words(parts["months"], 4)
         else:
-            raw = _data(arr, SLOT_DTYPES[kind])
+            raw = arrow_values(arr, SLOT_DTYPES[kind])
             words = _words(raw, raw.dtype.itemsize)
             if self.normalize_floats and kind in _CANONICAL_NAN:
                 words = np.where(np.isnan(raw), _CANONICAL_NAN[kind], np.where(raw == 0, np.uint64(0), words))
@@ -155,7 +155,7 @@ class _Encoder:
         self, dt: DataType, arr: pa.Array, valid: np.ndarray, path: str
     ) -> tuple[np.ndarray, np.ndarray]:
         """(low, high) 64-bit halves of the unscaled values, checked against the precision."""
-        pair = _data(arr, np.dtype((np.uint64, 2))) if len(arr) else np.zeros((0, 2), dtype=np.uint64)
+        pair = arrow_values(arr, np.dtype((np.uint64, 2))) if len(arr) else np.zeros((0, 2), dtype=np.uint64)
         lo, hi = pair[:, 0], pair[:, 1].view(np.int64)
         # |value| < 10^precision, compared on 128 bits: negate negatives first
         neg = hi < 0
@@ -194,7 +194,7 @@ class _Encoder:
         if kind == "decimal":
             return self.big_decimal(dt, arr, valid, path)
         if kind == "interval":
-            parts = _data(arr, MONTH_DAY_NANO)
+            parts = arrow_values(arr, MONTH_DAY_NANO)
             bad = valid & (parts["nanos"] % 1000 != 0)
             if bad.any():
                 raise self.fail("a calendar interval holds a fraction of a microsecond", path)
@@ -213,7 +213,7 @@ class _Encoder:
         n = len(arr)
         self._decimal_parts(dt, arr, valid, path)
         big_endian = (
-            np.ascontiguousarray(_data(arr, np.dtype((np.uint8, 16)))[:, ::-1])
+            np.ascontiguousarray(arrow_values(arr, np.dtype((np.uint8, 16)))[:, ::-1])
             if n
             else np.zeros((0, 16), dtype=np.uint8)
         )
@@ -255,7 +255,7 @@ class _Encoder:
             dt = _unwrap(f.data_type)
             child_path = f"{path}.{f.name}" if path else f.name
             child = arr.field(i)
-            present = valid & _validity(child) if dt.kind != "void" else np.zeros(n, dtype=bool)
+            present = valid & arrow_validity(child) if dt.kind != "void" else np.zeros(n, dtype=bool)
             header[:, i // 64] |= (valid & ~present).astype(np.uint64) << np.uint64(i % 64)
             if dt.fixed_width is not None:
                 header[:, n_bits + i] = self.fixed(dt, child, present, child_path)
@@ -287,7 +287,7 @@ class _Encoder:
         """(offsets from the first element, n+1; index of the first element in the child; which lists
         are written) of a list or map array."""
         raw = np.asarray(arr.offsets, dtype=np.int64) if len(arr) else np.zeros(1, dtype=np.int64)
-        return raw - raw[0], int(raw[0]), valid & _validity(arr)
+        return raw - raw[0], int(raw[0]), valid & arrow_validity(arr)
 
     def array(self, at: ArrayType, arr: pa.Array, valid: np.ndarray, path: str) -> _Var:
         if not (pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type)):
@@ -303,7 +303,7 @@ class _Encoder:
         count = int(offsets[-1])
         keys = arr.keys.slice(first, count)
         owned = np.repeat(present, np.diff(offsets))
-        if (owned & ~_validity(keys)).any():
+        if (owned & ~arrow_validity(keys)).any():
             raise self.fail("a map has a null key", path)
         key_array = self.unsafe_array(_unwrap(mt.key), keys, offsets, present, path + ".key")
         value_array = self.unsafe_array(
@@ -328,7 +328,7 @@ class _Encoder:
         owner = np.repeat(np.arange(n, dtype=np.int64), per_list)
         owned = present[owner]  # elements of absent lists are not written
         index = np.arange(len(owner), dtype=np.int64) - offsets[:-1][owner]
-        elem_valid = owned & (_validity(elements) if element.kind != "void" else False)
+        elem_valid = owned & (arrow_validity(elements) if element.kind != "void" else False)
         width = element.fixed_width or 8
         head = 8 + (count + 63) // 64 * 8
         fixed_end = head + _round8(count * width)
@@ -397,7 +397,7 @@ def encode_rows(
         values = values.combine_chunks()
     encoder = _Encoder(source, normalize_floats)
     if values.null_count:
-        raise encoder.fail(f"row {int(np.argmin(_validity(values)))} is null; a state row cannot be", "")
+        raise encoder.fail(f"row {int(np.argmin(arrow_validity(values)))} is null; a state row cannot be", "")
     rows = encoder.struct(schema, values, np.ones(len(values), dtype=bool), "")
     return RowBuffer.wrap(rows.buf, len(rows.buf) - PAD, rows.start, rows.size, source)
 
