@@ -39,13 +39,13 @@ from state_reader.fronts.cli_flags import (
     STATE_VAR_NAME,
     NegatingFlag,
     batch_range_flags,
-    chosen_batch_range,
     common_options,
     deprecated_batches_flag,
     deprecated_flag,
     given_schema_flags,
     in_flags,
     instead_of,
+    stats_of_flags,
     storage_options_of,
     store_read_flags,
 )
@@ -228,18 +228,18 @@ def stats(
     storage_option: Sequence[str],
 ) -> int:
     """State size per partition and batch: growth, skew."""
-    from state_reader.inspect.stats import batch_summary, collect_stats
+    from state_reader.inspect.stats import batch_summary
 
-    start, end = chosen_batch_range(change_start_batch_id, change_end_batch_id, batch_range)
-    result = collect_stats(
+    result = stats_of_flags(
         checkpoint,
-        operator_id=operator_id,
-        store_name=store_name,
-        change_start_batch_id=start,
-        change_end_batch_id=end,
-        key_schema=key_schema,
-        value_schema=value_schema,
-        storage_options=storage_options_of(storage_option),
+        operator_id,
+        store_name,
+        change_start_batch_id,
+        change_end_batch_id,
+        batch_range,
+        key_schema,
+        value_schema,
+        storage_option,
     )
     console.output(as_json).stats(result, batch_summary(result.table), detail=detail)
     return EXIT_OK

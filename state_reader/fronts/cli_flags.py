@@ -12,12 +12,15 @@ import functools
 import json
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from state_reader.core.options import OPTIONS, snake_case
 from state_reader.deprecation import renamed_message
+
+if TYPE_CHECKING:
+    from state_reader.inspect.stats import StatsResult
 
 # what a command exits with
 EXIT_OK = 0
@@ -162,6 +165,33 @@ def chosen_batch_range(start: int | None, end: int | None, batches: str | None) 
     from state_reader.inspect.stats import parse_batch_range
 
     return parse_batch_range(batches)
+
+
+def stats_of_flags(
+    checkpoint: str,
+    operator_id: int | None,
+    store_name: str | None,
+    change_start_batch_id: int | None,
+    change_end_batch_id: int | None,
+    batch_range: str | None,
+    key_schema: str | None,
+    value_schema: str | None,
+    storage_option: Sequence[str],
+) -> StatsResult:
+    """The state sizes of the stores and batches the flags choose (``stats``, ``plot``)."""
+    from state_reader.inspect.stats import collect_stats
+
+    start, end = chosen_batch_range(change_start_batch_id, change_end_batch_id, batch_range)
+    return collect_stats(
+        checkpoint,
+        operator_id=operator_id,
+        store_name=store_name,
+        change_start_batch_id=start,
+        change_end_batch_id=end,
+        key_schema=key_schema,
+        value_schema=value_schema,
+        storage_options=storage_options_of(storage_option),
+    )
 
 
 def key_lookup_flags(func: Callable[..., Any]) -> Callable[..., Any]:

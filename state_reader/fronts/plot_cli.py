@@ -18,11 +18,10 @@ from state_reader.fronts.cli_flags import (
     EXIT_OK,
     STATE_VAR_NAME,
     batch_range_flags,
-    chosen_batch_range,
     common_options,
     deprecated_batches_flag,
     given_schema_flags,
-    storage_options_of,
+    stats_of_flags,
 )
 from state_reader.fronts.console import output
 from state_reader.fronts.why_cli import verdict_summary
@@ -63,7 +62,6 @@ def plot(
 ) -> int:
     """Plot state rows and bytes per partition over batches (--verdicts: when the keys leave state)."""
     from state_reader.fronts.plotting import PLOT_NEEDS, figure_from_stats, figure_from_verdicts
-    from state_reader.inspect.stats import collect_stats
 
     try:
         import matplotlib
@@ -81,16 +79,16 @@ def plot(
         output(as_json).plot(out, width=width, height=height, stores=1, batches=[summary.latest_batch_id])
         return EXIT_OK
 
-    start, end = chosen_batch_range(change_start_batch_id, change_end_batch_id, batch_range)
-    result = collect_stats(
+    result = stats_of_flags(
         checkpoint,
-        operator_id=operator_id,
-        store_name=store_name,
-        change_start_batch_id=start,
-        change_end_batch_id=end,
-        key_schema=key_schema,
-        value_schema=value_schema,
-        storage_options=storage_options_of(storage_option),
+        operator_id,
+        store_name,
+        change_start_batch_id,
+        change_end_batch_id,
+        batch_range,
+        key_schema,
+        value_schema,
+        storage_option,
     )
     fig = figure_from_stats(result.table, title=f"state of {checkpoint}")
     fig.savefig(out)
