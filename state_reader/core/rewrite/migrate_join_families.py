@@ -162,15 +162,17 @@ def _key_groups(keys: RowBuffer, extra: np.ndarray | None = None) -> tuple[np.nd
         [None, pa.py_buffer(offsets if large else offsets.astype(np.int32)), pa.py_buffer(data)],
     )
     groups = np.asarray(binary.dictionary_encode().indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    # the first row of a group: its number is above every number before it
-    before = np.maximum.accumulate(np.concatenate([[-1], groups[:-1]])) if n else groups
-    first = np.flatnonzero(groups > before)
-    if not np.array_equal(groups[first], np.arange(len(first))):  # numbered in another order: renumber
-        rank = np.empty(len(first), dtype=np.int64)
-        rank[groups[first]] = np.arange(len(first))
-        groups = rank[groups]
-        first = np.flatnonzero(groups > np.maximum.accumulate(np.concatenate([[-1], groups[:-1]])))
-    return groups, first
+    # Arrow numbers values in order of first appearance: a group starts where its number is above every number
+    # before it, and the numbers met so are 0, 1, 2, ... covering every group
+    first = np.flatnonzero(groups > np.maximum.accumulate(np.concatenate([[-1], groups[:-1]])))
+    if np.array_equal(groups[first], np.arange(len(first))) and len(first) == (int(groups.max()) + 1 if n else 0):
+        return groups, first
+    # numbered in another order: renumbered by each group's first row
+    numbers, starts = np.unique(groups, return_index=True)
+    order = np.argsort(starts)
+    rank = np.empty(int(numbers[-1]) + 1, dtype=np.int64)
+    rank[numbers[order]] = np.arange(len(order))
+    return rank[groups], starts[order]
 
 
 def from_separate_side(
